@@ -1,1 +1,33 @@
-"""annotations package."""
+"""Annotation readers for the public procedural-video datasets (CAST §2.2, §3.1).
+
+`read_annotations(fmt, path, split)` dispatches on the format name through `READERS`; each reader
+returns `Video`s (sorted by id) of `Clip`s (temporal order), the model in `types.py`.
+"""
+from __future__ import annotations
+
+import os
+
+from vidjax.data.annotations.coin import read_coin
+from vidjax.data.annotations.crosstask import read_crosstask
+from vidjax.data.annotations.crosstask import read_crosstask_tasks
+from vidjax.data.annotations.types import Clip
+from vidjax.data.annotations.types import Video
+from vidjax.data.annotations.types import split_by_video
+from vidjax.data.annotations.youcook2 import read_youcook2
+
+READERS = {
+    "youcook2": read_youcook2,
+    "coin": read_coin,
+    "crosstask": read_crosstask,
+}
+
+
+def read_annotations(fmt: str, path: str | os.PathLike, split: str | None = None) -> list[Video]:
+  """Reads annotations of format 'youcook2' | 'coin' | 'crosstask' (a file, or CrossTask's folder)."""
+  if fmt not in READERS:
+    raise ValueError(f"unknown annotation format {fmt!r}; expected one of {sorted(READERS)}")
+  return READERS[fmt](path, split)
+
+
+__all__ = ["Clip", "Video", "READERS", "read_annotations", "read_coin", "read_crosstask",
+           "read_crosstask_tasks", "read_youcook2", "split_by_video"]

@@ -1,0 +1,141 @@
+"""Data model shared by the procedural-video annotation readers (CAST paper §2.2, §3.1).
+
+A `Video` is an ordered tuple of annotated step segments (`Clip`s). The YouCook2, COIN and
+CrossTask readers all produce this model, and the CVR builder (`vidjax/data/cvr.py`) consumes it:
+step segments are the clip units, the step text is the query q_t, and the preceding clips of the
+same video form the context history H_t.
+
+Also here: the small validation helpers the readers share (so every malformed file yields one
+`ValueError` naming the file, the record and what was expected) and `split_by_video`, the seeded
+video-disjoint split used for CrossTask's 80/20 split and for held-out subsets.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+SPLITS = ("train", "val", "test")
+
+
+@dataclasses.dataclass(frozen=True)
+class Clip:
+  """One annotated step segment.
+
+  Attributes:
+    clip_id: unique across the dataset: f"{video_id}#{index:03d}".
+    video_id: the source video.
+    index: 0-based temporal position within the video.
+    start: segment start in seconds.
+    end: segment end in seconds (>= start).
+    text: step caption (YouCook2 sentence, COIN step label, CrossTask step name).
+    task: recipe type / task id as a string.
+    step: dataset step id as a string (COIN step id, CrossTask 1-based step index; YouCook2: "").
+  """
+  clip_id: str
+  video_id: str
+  index: int
+  start: float
+  end: float
+  text: str
+  task: str
+  step: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Video:
+  """One annotated video; `clips` are in temporal order (by start, then end)."""
+  video_id: str
+  task: str
+  split: str  # "train" | "val" | "test"
+  clips: tuple[Clip, ...]
+  duration: float | None = None
+
+
+def clip_id(video_id: str, index: int) -> str:
+  return f"{video_id}#{index:03d}"
+
+
+def make_video(video_id: str, task: str, split: str,
+               segments: Iterable[tuple[float, float, str, str]],
+               duration: float | None = None) -> Video:
+  """Builds a `Video` from (start, end, text, step) tuples in any order.
+
+  Segments are sorted by (start, end); exact ties keep their file order (stable sort), so the
+  clip indices are a deterministic function of the file.
+  """
+  ordered = sorted(segments, key=lambda s: (s[0], s[1]))
+  clips = tuple(
+      Clip(clip_id=clip_id(video_id, i), video_id=video_id, index=i, start=float(s), end=float(e),
+           text=text, task=task, step=step)
+      for i, (s, e, text, step) in enumerate(ordered))
+  return Video(video_id=video_id, task=task, split=split, clips=clips, duration=duration)
+
+
+def fail(path: str | os.PathLike, where: str, message: str) -> None:
+  """Raises the one error a malformed annotation produces: file, record, what was expected."""
+  raise ValueError(f"{path}: {where}: {message}")
+
+
+def check_split_arg(split: str | None, allowed: Sequence[str], reader: str) -> None:
+  if split is not None and split not in allowed:
+    raise ValueError(f"{reader}: split must be one of {list(allowed)} or None, got {split!r}")
+
+
+def is_number(value: Any) -> bool:
+  return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def parse_segment(segment: Any, path, where: str) -> tuple[float, float]:
+  """Validates a `[start, end]` pair of seconds with 0 <= start <= end."""
+  if (not isinstance(segment, (list, tuple)) or len(segment) != 2
+      or not all(is_number(x) for x in segment)):
+    fail(path, where, f"'segment' must be [start, end] in seconds (two finite numbers), got {segment!r}")
+  start, end = float(segment[0]), float(segment[1])
+  if start < 0 or start > end:
+    fail(path, where, f"'segment' must satisfy 0 <= start <= end, got [{start}, {end}]")
+  return start, end
+
+
+def require(entry: Any, key: str, types: type | tuple[type, ...], path, where: str) -> Any:
+  """Returns `entry[key]`, failing clearly when `entry` is not a dict, or the key is missing or mistyped."""
+  if not isinstance(entry, dict):
+    fail(path, where, f"expected a JSON object, got {type(entry).__name__}")
+  if key not in entry:
+    fail(path, where, f"missing key {key!r} (keys present: {sorted(entry)})")
+  value = entry[key]
+  if not isinstance(value, types) or isinstance(value, bool):
+    names = types.__name__ if isinstance(types, type) else " or ".join(t.__name__ for t in types)
+    fail(path, where, f"{key!r} must be {names}, got {type(value).__name__} {value!r}")
+  return value
+
+
+def optional_duration(entry: dict, path, where: str) -> float | None:
+  value = entry.get("duration")
+  if value is None:
+    return None
+  if not is_number(value) or value < 0:
+    fail(path, where, f"'duration' must be a non-negative number, got {value!r}")
+  return float(value)
+
+
+def split_by_video(videos: Sequence[Video], fraction: float, seed: int) -> tuple[list[Video], list[Video]]:
+  """Seeded video-disjoint split: returns (rest, picked) with round(fraction * N) videos picked.
+
+  The permutation is drawn over the sorted video ids, so the result depends only on the set of
+  ids and the seed (not on input order). Both outputs are sorted by video id.
+  """
+  if not 0.0 <= fraction <= 1.0:
+    raise ValueError(f"split fraction must be in [0, 1], got {fraction}")
+  by_id = {v.video_id: v for v in videos}
+  if len(by_id) != len(videos):
+    raise ValueError("split_by_video: video ids must be unique")
+  ids = sorted(by_id)
+  order = np.random.default_rng(seed).permutation(len(ids))
+  n_pick = int(round(fraction * len(ids)))
+  picked = {ids[i] for i in order[:n_pick]}
+  rest = [by_id[i] for i in ids if i not in picked]
+  return rest, [by_id[i] for i in ids if i in picked]

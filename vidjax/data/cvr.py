@@ -1,0 +1,544 @@
+"""Consistent Video Retrieval (CVR) benchmark and training-set builder (CAST §2.2, §3.1, App. B).
+
+From annotated procedural videos (`vidjax.data.annotations`) this module builds, deterministically:
+
+* the fixed **1-vs-9 evaluation benchmark** (§2.2 "Formal Protocol", App. B "Benchmark Mining
+  Details", Table 9): one query per step of every video except its first; the context is up to
+  L = 5 preceding clips; the pool holds the target plus 9 negatives: up to 3 *state* negatives
+  (same video, different step), up to 3 *identity* negatives (other videos, by a matching rule),
+  backfilled from the other hard pool when one is short, then *easy* negatives up to 9;
+* the **training instances** (App. B "Training Candidate Construction"): up to 3 state and up to 3
+  identity negatives, each list falling back to the other pool when short; a list that stays short
+  is padded with zero vectors by the training pipeline;
+* a **held-out subset** of the training videos (video-disjoint, seeded) built as 1-vs-9 pools, used
+  only to select the Full Ensemble coefficients (Table 8) and excluded from the training instances;
+* the **statistics** of paper Table 1 (videos, step-clips, queries) plus the negative-type
+  composition and how many pools needed backfill.
+
+Mining rules (parameters, not dataset names; `DATASET_RULES` holds the paper's choice per dataset):
+
+* state negatives: clips of the query's own video whose step differs from the target's (different
+  step id where ids exist, always a different caption), in a temporally diverse order: one past
+  step, one future step, then the remaining past/future steps; the immediate predecessor (already
+  the last context clip) is used only when nothing else is left;
+* `identity_rule='caption_similarity'` (YouCook2): the ranked cross-video caption neighbours by
+  cosine similarity of `embed_fn(captions)`; up to 3 are drawn from the top `caption_topk` (3: the
+  top-3 of Table 9), backfill continues down the ranking;
+* `identity_rule='task_step'` (COIN, CrossTask, synthetic worlds): other videos with the same task
+  and the same step id; with `task_fallback=True` (CrossTask) then other videos of the same task
+  with a different step;
+* `easy_rule='different_video'` (YouCook2) or `'different_task'` (COIN, CrossTask): uniform over
+  the allowed clips; only if that pool cannot fill the slots, any clip of another video (counted
+  as `pools_easy_relaxed`).
+
+Every candidate pool has `pool_size` unique clip ids, the target exactly once, in a random order.
+All randomness comes from one `numpy.random.default_rng([seed, role, crc32(video_id)])` per video,
+so the draws do not depend on iteration order, and the same videos and seed give byte-identical files.
+
+Files written by `build_cvr(videos_train, videos_eval, out_dir, ...)`::
+
+    benchmark.json   list of benchmark records (final evaluation; CrossTask: crosstask_test.json)
+    heldout.json     list of benchmark records from the held-out training videos (coefficient tuning)
+    train.json       list of training instances (CrossTask: crosstask_train.json)
+    clips.json       {clip_id: {video_id, index, start, end, text, task, step, split}} for every clip used
+    splits.json      {"train": [...], "heldout": [...], "eval": [...]} video ids
+    stats.json       {"benchmark": ..., "heldout": ..., "train": ..., "config": ...}
+
+Benchmark record schema (one per query)::
+
+    query_id        str   the target clip id (unique)
+    video_id, task  str   the query's source video and its task
+    text            str   the target step caption (the query q_t)
+    context         [str] up to L preceding clip ids of the same video, oldest first (>= 1)
+    target          str   the ground-truth clip id
+    candidates      [str] pool_size (10) unique clip ids, target included once, shuffled
+    negative_types  {clip_id: "state" | "identity" | "easy"} for the pool_size - 1 negatives
+    backfilled      bool  a hard pool was short, so the pool is not the nominal 3 state + 3 identity
+                          (slots backfilled from the other hard pool and/or extra easy negatives)
+
+Training instance schema (one per query of the training videos)::
+
+    query_id, video_id, task, text, context, target   as above
+    state_negatives     [str] up to 3 clip ids (same video; identity clips if the state pool is short)
+    identity_negatives  [str] up to 3 clip ids (other videos; state clips if the identity pool is short)
+    fallback            bool  a list took clips from the other pool
+
+Statistics (`stats.json`; `format_stats` prints them as a Table-1-style table)::
+
+    benchmark / heldout: videos, videos_without_queries, step_clips, queries, pool_size,
+        negatives {state, identity, easy} (counts over all pools), pools_backfilled (records with
+        backfilled=true), pools_hard_backfill (hard slots filled from the other hard pool),
+        pools_easy_fill (more than pool_size - 1 - num_state - num_identity easy negatives),
+        pools_easy_relaxed (easy rule pool too small; other-video clips used)
+    train: videos, videos_without_queries, step_clips, instances, state_negatives,
+        identity_negatives, instances_state_fallback, instances_identity_fallback, padded_slots
+    config: every mining parameter and the file names
+
+The paper builds YouCook2 only from clips "with valid video files" (Table 1: 414 of 457 validation
+videos): filter `videos` to those with extracted features before calling the builders.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import zlib
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+from vidjax import io
+from vidjax.data.annotations.types import Video
+from vidjax.data.annotations.types import split_by_video
+
+IDENTITY_RULES = ("caption_similarity", "task_step")
+EASY_RULES = ("different_video", "different_task")
+DEFAULT_EASY_RULE = {"caption_similarity": "different_video", "task_step": "different_task"}
+# The paper's rules per dataset (App. B, Table 9), to splat into the builders.
+DATASET_RULES = {
+    "youcook2": {"identity_rule": "caption_similarity", "easy_rule": "different_video"},
+    "coin": {"identity_rule": "task_step", "task_fallback": False, "easy_rule": "different_task"},
+    "crosstask": {"identity_rule": "task_step", "task_fallback": True, "easy_rule": "different_task"},
+}
+
+EmbedFn = Callable[[list[str]], np.ndarray]
+
+_BENCHMARK_ROLE, _TRAIN_ROLE = 1, 2
+
+
+def split_videos(videos: Sequence[Video], fraction: float, seed: int) -> tuple[list[Video], list[Video]]:
+  """Video-disjoint seeded split: (rest, picked) with round(fraction * N) videos picked."""
+  return split_by_video(videos, fraction, seed)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Rules:
+  identity_rule: str
+  easy_rule: str
+  task_fallback: bool
+  context_len: int
+  num_state: int
+  num_identity: int
+  caption_topk: int
+
+
+def _rules(identity_rule, easy_rule, task_fallback, context_len, num_state, num_identity, caption_topk,
+           embed_fn) -> _Rules:
+  if identity_rule not in IDENTITY_RULES:
+    raise ValueError(f"identity_rule must be one of {IDENTITY_RULES}, got {identity_rule!r}")
+  easy_rule = DEFAULT_EASY_RULE[identity_rule] if easy_rule is None else easy_rule
+  if easy_rule not in EASY_RULES:
+    raise ValueError(f"easy_rule must be one of {EASY_RULES}, got {easy_rule!r}")
+  if identity_rule == "caption_similarity" and embed_fn is None:
+    raise ValueError("identity_rule='caption_similarity' needs embed_fn(list[str]) -> [N, D] "
+                     "(e.g. the all-MiniLM-L6-v2 text encoder wired in by the experiment)")
+  for name, value in [("context_len", context_len), ("num_state", num_state),
+                      ("num_identity", num_identity), ("caption_topk", caption_topk)]:
+    if not isinstance(value, int) or value < (1 if name == "context_len" else 0):
+      raise ValueError(f"{name} must be a non-negative integer (context_len >= 1), got {value!r}")
+  return _Rules(identity_rule, easy_rule, bool(task_fallback), context_len, num_state, num_identity,
+                caption_topk)
+
+
+def caption_neighbours(texts: Sequence[str], video: np.ndarray, embed_fn: EmbedFn, k: int,
+                       chunk: int = 512) -> np.ndarray:
+  """Ranked cross-video caption neighbours by cosine similarity.
+
+  Args:
+    texts: N captions.
+    video: [N] int video index per caption; neighbours are taken from other videos only.
+    embed_fn: maps a list of U unique captions to [U, D] embeddings (normalised here).
+    k: neighbours per caption.
+    chunk: rows of the [N, N] similarity matrix held at once.
+
+  Returns:
+    [N, k] int32 clip indices, most similar first (ties: lower index first), -1 where fewer than
+    k clips of other videos exist. Similarities are rounded to 1e-5 first so that BLAS rounding
+    differences cannot reorder near-ties between runs.
+  """
+  n = len(texts)
+  out = np.full((n, k), -1, np.int32)
+  if n == 0 or k == 0:
+    return out
+  unique = sorted(set(texts))
+  position = {t: i for i, t in enumerate(unique)}
+  inverse = np.array([position[t] for t in texts])
+  emb = np.asarray(embed_fn(list(unique)), dtype=np.float32)
+  if emb.ndim != 2 or emb.shape[0] != len(unique) or not np.isfinite(emb).all():
+    raise ValueError(f"embed_fn must return finite [{len(unique)}, D] embeddings for {len(unique)} captions, "
+                     f"got shape {emb.shape}" + ("" if np.isfinite(emb).all() else " with non-finite values"))
+  emb = emb / np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
+  emb = emb[inverse]
+  kk = min(k, n)
+  video = np.asarray(video)
+  for s in range(0, n, chunk):
+    e = min(n, s + chunk)
+    sim = np.round(emb[s:e] @ emb.T, 5)
+    sim[video[s:e, None] == video[None, :]] = -np.inf
+    # Canonical top-kk: all values above the kk-th largest, then the lowest indices among ties.
+    thr = np.partition(sim, n - kk, axis=1)[:, n - kk][:, None]
+    above = sim > thr
+    tied = sim == thr
+    need = kk - above.sum(axis=1, keepdims=True)
+    select = above | (tied & (np.cumsum(tied, axis=1, dtype=np.int32) <= need))
+    cols = np.nonzero(select)[1].reshape(e - s, kk)
+    vals = np.take_along_axis(sim, cols, axis=1)
+    order = np.lexsort((cols, -vals), axis=-1)
+    cols = np.take_along_axis(cols, order, axis=1)
+    vals = np.take_along_axis(vals, order, axis=1)
+    out[s:e, :kk] = np.where(np.isneginf(vals), -1, cols)
+  return out
+
+
+class _Miner:
+  """Flat arrays over every clip of a set of videos, and the per-query negative pools."""
+
+  def __init__(self, videos: Sequence[Video], rules: _Rules, embed_fn: EmbedFn | None):
+    videos = sorted(videos, key=lambda v: v.video_id)
+    seen = set()
+    for v in videos:
+      if v.video_id in seen:
+        raise ValueError(f"CVR builder: video id {v.video_id!r} appears more than once")
+      seen.add(v.video_id)
+    self.videos = videos
+    self.rules = rules
+    self.clips = [c for v in videos for c in v.clips]
+    self.ids = [c.clip_id for c in self.clips]
+    if len(set(self.ids)) != len(self.ids):
+      raise ValueError("CVR builder: clip ids are not unique")
+    self.offsets = np.cumsum([0] + [len(v.clips) for v in videos])
+    self.video = np.repeat(np.arange(len(videos), dtype=np.int32), [len(v.clips) for v in videos])
+    task_codes = {t: i for i, t in enumerate(sorted({c.task for c in self.clips}))}
+    step_codes = {s: i for i, s in enumerate(sorted({(c.task, c.step) for c in self.clips if c.step}))}
+    self.task = np.array([task_codes[c.task] for c in self.clips], np.int32)
+    self.step_key = np.array([step_codes[(c.task, c.step)] if c.step else -1 for c in self.clips], np.int32)
+    self.by_task = _group(self.task)
+    self.by_step = _group(self.step_key)
+    self._not_task: dict[int, np.ndarray] = {}
+    self._not_video: tuple[int, np.ndarray] | None = None
+    self.neighbours = None
+    if rules.identity_rule == "caption_similarity":
+      k = max(rules.caption_topk, rules.num_state + rules.num_identity)
+      self.neighbours = caption_neighbours([c.text for c in self.clips], self.video, embed_fn, k)
+
+  def queries(self):
+    """Yields (video index, position t, global clip index) for every step but each video's first."""
+    for vi, v in enumerate(self.videos):
+      for t in range(1, len(v.clips)):
+        yield vi, t, int(self.offsets[vi]) + t
+
+  def context(self, vi: int, t: int) -> list[str]:
+    off = int(self.offsets[vi])
+    return self.ids[off + max(0, t - self.rules.context_len): off + t]
+
+  def state_order(self, vi: int, t: int, rng: np.random.Generator) -> list[int]:
+    """Same-video mismatched steps, temporally diverse first, the predecessor last."""
+    clips = self.videos[vi].clips
+    target = clips[t]
+    def mismatched(c):
+      same_step = bool(target.step) and c.step == target.step
+      return not same_step and c.text.strip().lower() != target.text.strip().lower()
+    past = [j for j in range(t - 1) if mismatched(clips[j])]
+    future = [j for j in range(t + 1, len(clips)) if mismatched(clips[j])]
+    past = [past[i] for i in rng.permutation(len(past))]
+    future = [future[i] for i in rng.permutation(len(future))]
+    order = past[:1] + future[:1]
+    rest = past[1:] + future[1:]
+    order += [rest[i] for i in rng.permutation(len(rest))]
+    if mismatched(clips[t - 1]):
+      order.append(t - 1)
+    off = int(self.offsets[vi])
+    return [off + j for j in order]
+
+  def identity_order(self, g: int, rng: np.random.Generator, need: int) -> list[int]:
+    """Up to `need` clips of other videos, in the order they fill identity slots."""
+    v = self.video[g]
+    if self.neighbours is not None:
+      ranked = self.neighbours[g]
+      ranked = ranked[ranked >= 0]
+      k = min(self.rules.caption_topk, len(ranked))
+      return [int(x) for x in np.concatenate([rng.permutation(ranked[:k]), ranked[k:]])[:need]]
+    order = []
+    if self.step_key[g] >= 0:
+      primary = self.by_step[self.step_key[g]]
+      primary = primary[self.video[primary] != v]
+      order = list(rng.choice(primary, min(need, len(primary)), replace=False)) if len(primary) else []
+    if len(order) < need and self.rules.task_fallback:
+      pool = self.by_task[self.task[g]]
+      keep = self.video[pool] != v
+      if self.step_key[g] >= 0:
+        keep &= self.step_key[pool] != self.step_key[g]
+      pool = pool[keep]
+      if len(pool):
+        order += list(rng.choice(pool, min(need - len(order), len(pool)), replace=False))
+    return [int(x) for x in order]
+
+  def _easy_pool(self, g: int) -> np.ndarray:
+    if self.rules.easy_rule == "different_task":
+      task = int(self.task[g])
+      if task not in self._not_task:
+        self._not_task[task] = np.flatnonzero(self.task != task).astype(np.int32)
+      return self._not_task[task]
+    return self._other_videos(int(self.video[g]))
+
+  def _other_videos(self, v: int) -> np.ndarray:
+    # Queries come video by video, so one cached complement suffices.
+    if self._not_video is None or self._not_video[0] != v:
+      self._not_video = (v, np.flatnonzero(self.video != v).astype(np.int32))
+    return self._not_video[1]
+
+  def easy(self, g: int, rng: np.random.Generator, need: int, exclude: set[int]) -> tuple[list[int], int]:
+    """`need` easy negatives not in `exclude`; returns (clips, how many came from the relaxed pool)."""
+    out = _draw(self._easy_pool(g), rng, need, exclude)
+    relaxed = 0
+    if len(out) < need:
+      extra = _draw(self._other_videos(int(self.video[g])), rng, need - len(out), exclude | set(out))
+      relaxed = len(extra)
+      out += extra
+    if len(out) < need:
+      raise ValueError(
+          f"CVR builder: query {self.ids[g]!r} needs {need} easy negatives but only {len(out)} unused "
+          f"clips of other videos exist ({len(self.clips)} clips in {len(self.videos)} videos); "
+          "use more videos or a smaller pool_size")
+    return out, relaxed
+
+
+def _group(codes: np.ndarray) -> dict[int, np.ndarray]:
+  order = np.argsort(codes, kind="stable")
+  values, starts = np.unique(codes[order], return_index=True)
+  bounds = list(starts) + [len(codes)]
+  return {int(val): order[bounds[i]:bounds[i + 1]].astype(np.int32) for i, val in enumerate(values) if val >= 0}
+
+
+def _draw(pool: np.ndarray, rng: np.random.Generator, need: int, exclude: set[int]) -> list[int]:
+  """Uniformly draws up to `need` distinct clips of `pool` that are not in `exclude`."""
+  if need <= 0 or len(pool) == 0:
+    return []
+  out: list[int] = []
+  taken = set(exclude)
+  if len(pool) > 4 * (need + len(exclude)):
+    # Big pool: rejection sampling is cheaper than permuting it, and rarely needs a second round.
+    while len(out) < need:
+      for x in pool[rng.integers(len(pool), size=2 * need)]:
+        x = int(x)
+        if x not in taken and len(out) < need:
+          taken.add(x)
+          out.append(x)
+    return out
+  return [x for x in (int(y) for y in rng.permutation(pool)) if x not in taken][:need]
+
+
+def _rng(seed: int, role: int, video_id: str) -> np.random.Generator:
+  return np.random.default_rng([seed, role, zlib.crc32(video_id.encode("utf-8"))])
+
+
+def _base_stats(miner: _Miner) -> dict:
+  return {
+      "videos": len(miner.videos),
+      "videos_without_queries": sum(len(v.clips) < 2 for v in miner.videos),
+      "step_clips": len(miner.clips),
+  }
+
+
+def build_benchmark(videos: Sequence[Video], *, identity_rule: str, embed_fn: EmbedFn | None = None,
+                    easy_rule: str | None = None, task_fallback: bool = True, context_len: int = 5,
+                    num_state: int = 3, num_identity: int = 3, pool_size: int = 10, caption_topk: int = 3,
+                    seed: int = 0) -> tuple[list[dict], dict]:
+  """Builds the fixed 1-vs-(pool_size - 1) CVR benchmark over `videos` (§2.2, App. B).
+
+  All candidates come from `videos` (the evaluation split). See the module docstring for the
+  mining rules and the record schema.
+
+  Returns:
+    (records, stats): one record per query, sorted by video id then step; stats in the shape of
+    Table 1 plus negative-type counts and backfill counts.
+  """
+  rules = _rules(identity_rule, easy_rule, task_fallback, context_len, num_state, num_identity,
+                 caption_topk, embed_fn)
+  if pool_size - 1 < num_state + num_identity:
+    raise ValueError(f"pool_size={pool_size} leaves fewer than num_state + num_identity = "
+                     f"{num_state + num_identity} negative slots")
+  miner = _Miner(videos, rules, embed_fn)
+  hard_slots = num_state + num_identity
+  stats = _base_stats(miner) | {
+      "queries": 0, "pool_size": pool_size, "negatives": {"state": 0, "identity": 0, "easy": 0},
+      "pools_backfilled": 0, "pools_hard_backfill": 0, "pools_easy_fill": 0, "pools_easy_relaxed": 0}
+  records = []
+  for vi, t, g in miner.queries():
+    query_id = miner.ids[g]
+    if t == 1:  # One generator per video: its draws do not depend on the other videos' order.
+      rng = _rng(seed, _BENCHMARK_ROLE, miner.clips[g].video_id)
+    state_pool = miner.state_order(vi, t, rng)
+    identity_pool = miner.identity_order(g, rng, hard_slots)
+    state = state_pool[:num_state]
+    identity = identity_pool[:num_identity]
+    # One hard pool short: backfill its slots from the other one (§2.2 Formal Protocol).
+    short = hard_slots - len(state) - len(identity)
+    more_identity = identity_pool[len(identity):len(identity) + short]
+    more_state = state_pool[len(state):len(state) + short - len(more_identity)]
+    state, identity = state + more_state, identity + more_identity
+    n_easy = pool_size - 1 - len(state) - len(identity)
+    easy, relaxed = miner.easy(g, rng, n_easy, {g, *state, *identity})
+    kinds = {**{c: "state" for c in state}, **{c: "identity" for c in identity}, **{c: "easy" for c in easy}}
+    pool = [g] + state + identity + easy
+    assert len(set(pool)) == pool_size, query_id  # Disjoint by construction (video / exclusion rules).
+    candidates = [miner.ids[pool[i]] for i in rng.permutation(pool_size)]
+    backfilled = len(state_pool) < num_state or len(identity_pool) < num_identity
+    records.append({
+        "query_id": query_id,
+        "video_id": miner.clips[g].video_id,
+        "task": miner.clips[g].task,
+        "text": miner.clips[g].text,
+        "context": miner.context(vi, t),
+        "target": query_id,
+        "candidates": candidates,
+        "negative_types": {miner.ids[c]: kind for c, kind in kinds.items()},
+        "backfilled": backfilled,
+    })
+    stats["queries"] += 1
+    for kind in kinds.values():
+      stats["negatives"][kind] += 1
+    stats["pools_backfilled"] += backfilled
+    stats["pools_hard_backfill"] += bool(more_state or more_identity)
+    stats["pools_easy_fill"] += n_easy > pool_size - 1 - hard_slots
+    stats["pools_easy_relaxed"] += relaxed > 0
+  return records, stats
+
+
+def build_training_instances(videos: Sequence[Video], *, identity_rule: str, embed_fn: EmbedFn | None = None,
+                             task_fallback: bool = True, context_len: int = 5, num_state: int = 3,
+                             num_identity: int = 3, caption_topk: int = 3,
+                             seed: int = 0) -> tuple[list[dict], dict]:
+  """Builds CAST training instances over `videos` (App. B "Training Candidate Construction").
+
+  Each list takes up to `num_state` / `num_identity` clips of its own pool and falls back to the
+  other pool when short; lists that stay short are padded with zero vectors downstream (the
+  `padded_slots` stat counts those slots).
+
+  Returns:
+    (instances, stats): one instance per query (schema in the module docstring).
+  """
+  rules = _rules(identity_rule, None, task_fallback, context_len, num_state, num_identity,
+                 caption_topk, embed_fn)
+  miner = _Miner(videos, rules, embed_fn)
+  stats = _base_stats(miner) | {
+      "instances": 0, "state_negatives": 0, "identity_negatives": 0, "instances_state_fallback": 0,
+      "instances_identity_fallback": 0, "padded_slots": 0}
+  instances = []
+  for vi, t, g in miner.queries():
+    query_id = miner.ids[g]
+    if t == 1:  # One generator per video: its draws do not depend on the other videos' order.
+      rng = _rng(seed, _TRAIN_ROLE, miner.clips[g].video_id)
+    state_pool = miner.state_order(vi, t, rng)
+    identity_pool = miner.identity_order(g, rng, num_state + num_identity)
+    state = state_pool[:num_state]
+    identity = identity_pool[:num_identity]
+    # A short pool has no extras, so a fallback never repeats a clip of the other list.
+    state_fb = identity_pool[num_identity:num_identity + num_state - len(state)]
+    identity_fb = state_pool[num_state:num_state + num_identity - len(identity)]
+    state, identity = state + state_fb, identity + identity_fb
+    instances.append({
+        "query_id": query_id,
+        "video_id": miner.clips[g].video_id,
+        "task": miner.clips[g].task,
+        "text": miner.clips[g].text,
+        "context": miner.context(vi, t),
+        "target": query_id,
+        "state_negatives": [miner.ids[c] for c in state],
+        "identity_negatives": [miner.ids[c] for c in identity],
+        "fallback": bool(state_fb or identity_fb),
+    })
+    stats["instances"] += 1
+    stats["state_negatives"] += len(state)
+    stats["identity_negatives"] += len(identity)
+    stats["instances_state_fallback"] += bool(state_fb)
+    stats["instances_identity_fallback"] += bool(identity_fb)
+    stats["padded_slots"] += num_state + num_identity - len(state) - len(identity)
+  return instances, stats
+
+
+def _clip_table(videos: Sequence[Video]) -> dict:
+  return {c.clip_id: {"video_id": c.video_id, "index": c.index, "start": c.start, "end": c.end,
+                      "text": c.text, "task": c.task, "step": c.step, "split": v.split}
+          for v in videos for c in v.clips}
+
+
+def build_cvr(videos_train: Sequence[Video], videos_eval: Sequence[Video], out_dir: str | os.PathLike, *,
+              identity_rule: str, embed_fn: EmbedFn | None = None, easy_rule: str | None = None,
+              task_fallback: bool = True, context_len: int = 5, num_state: int = 3, num_identity: int = 3,
+              pool_size: int = 10, caption_topk: int = 3, heldout_fraction: float = 0.1, seed: int = 0,
+              train_name: str = "train.json", eval_name: str = "benchmark.json",
+              verbose: bool = False) -> dict:
+  """Builds and writes the CVR benchmark, held-out pools and training instances (Table 8).
+
+  Args:
+    videos_train: training-split videos; `heldout_fraction` of them (seeded, video-disjoint) become
+      the held-out 1-vs-9 pools for coefficient selection, the rest the training instances.
+    videos_eval: evaluation-split videos, the benchmark (its pools use only these videos).
+    out_dir: where the files listed in the module docstring are written.
+    identity_rule, embed_fn, easy_rule, task_fallback, context_len, num_state, num_identity,
+    pool_size, caption_topk, seed: see `build_benchmark` / the module docstring.
+    train_name, eval_name: file names of the training instances and the benchmark.
+    verbose: print the statistics table.
+
+  Returns:
+    The statistics also written to `<out_dir>/stats.json`.
+  """
+  overlap = {v.video_id for v in videos_train} & {v.video_id for v in videos_eval}
+  if overlap:
+    raise ValueError(f"build_cvr: {len(overlap)} videos are in both the training and the evaluation "
+                     f"split (e.g. {sorted(overlap)[:3]}); CVR splits must be video-disjoint")
+  train_videos, heldout_videos = split_videos(videos_train, heldout_fraction, seed)
+  mining = dict(identity_rule=identity_rule, embed_fn=embed_fn, task_fallback=task_fallback,
+                context_len=context_len, num_state=num_state, num_identity=num_identity,
+                caption_topk=caption_topk, seed=seed)
+  benchmark, benchmark_stats = build_benchmark(videos_eval, easy_rule=easy_rule, pool_size=pool_size, **mining)
+  heldout, heldout_stats = build_benchmark(heldout_videos, easy_rule=easy_rule, pool_size=pool_size, **mining)
+  train, train_stats = build_training_instances(train_videos, **mining)
+  out = Path(out_dir)
+  config = {k: v for k, v in mining.items() if k != "embed_fn"}
+  config |= {"easy_rule": easy_rule or DEFAULT_EASY_RULE[identity_rule], "pool_size": pool_size,
+             "heldout_fraction": heldout_fraction, "train_file": train_name, "eval_file": eval_name}
+  stats = {"benchmark": benchmark_stats, "heldout": heldout_stats, "train": train_stats, "config": config}
+  io.atomic_write_json(out / eval_name, benchmark)
+  io.atomic_write_json(out / "heldout.json", heldout)
+  io.atomic_write_json(out / train_name, train)
+  io.atomic_write_json(out / "clips.json", _clip_table([*videos_train, *videos_eval]))
+  io.atomic_write_json(out / "splits.json", {
+      "train": [v.video_id for v in train_videos], "heldout": [v.video_id for v in heldout_videos],
+      "eval": sorted(v.video_id for v in videos_eval)})
+  io.atomic_write_json(out / "stats.json", stats)
+  if verbose:
+    print(format_stats(stats))
+  return stats
+
+
+def build_crosstask_cvr(videos: Sequence[Video], out_dir: str | os.PathLike, *, split_seed: int = 42,
+                        test_fraction: float = 0.2, **kwargs) -> dict:
+  """CrossTask variant (App. B): 80/20 video-disjoint split with seed 42, then `build_cvr`.
+
+  Writes `crosstask_train.json` (training instances) and `crosstask_test.json` (the benchmark)
+  in place of train.json / benchmark.json. Mining defaults to `DATASET_RULES['crosstask']`.
+  """
+  train, test = split_videos(videos, test_fraction, split_seed)
+  kwargs = DATASET_RULES["crosstask"] | kwargs
+  return build_cvr(train, test, out_dir, train_name="crosstask_train.json",
+                   eval_name="crosstask_test.json", **kwargs)
+
+
+def format_stats(stats: dict) -> str:
+  """Table-1-style text table of `build_cvr` statistics."""
+  header = (f"{'set':<10}{'videos':>8}{'clips':>8}{'queries':>9}{'state':>8}{'ident':>8}{'easy':>8}"
+            f"{'backfill':>10}{'easyfill':>10}")
+  lines = [header, "-" * len(header)]
+  for name in ("benchmark", "heldout"):
+    s = stats[name]
+    n = s["negatives"]
+    lines.append(f"{name:<10}{s['videos']:>8}{s['step_clips']:>8}{s['queries']:>9}{n['state']:>8}"
+                 f"{n['identity']:>8}{n['easy']:>8}{s['pools_hard_backfill']:>10}{s['pools_easy_fill']:>10}")
+  s = stats["train"]
+  fallback = s["instances_state_fallback"] + s["instances_identity_fallback"]
+  lines.append(f"{'train':<10}{s['videos']:>8}{s['step_clips']:>8}{s['instances']:>9}{s['state_negatives']:>8}"
+               f"{s['identity_negatives']:>8}{'-':>8}{fallback:>10}{'-':>10}")
+  lines.append("(train: 'queries' = instances, 'backfill' = instances whose lists fell back to the other pool)")
+  return "\n".join(lines)
