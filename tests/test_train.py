@@ -1,0 +1,294 @@
+"""Tests for vidjax/train.py: optimizer, train step numerics, fit (learning, resume, NaN, logs)."""
+import json
+import struct
+
+import flax.linen as nn
+import grain
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from vidjax import sharding
+from vidjax import train
+
+DIM, OUT, NUM_EXAMPLES, BATCH = 4, 2, 48, 8
+_RS = np.random.RandomState(0)
+W_TRUE = _RS.randn(DIM, OUT).astype(np.float32)
+_XS = _RS.randn(NUM_EXAMPLES, DIM).astype(np.float32)
+SOURCE = [{"x": x, "y": x @ W_TRUE, "idx": np.int32(i)} for i, x in enumerate(_XS)]
+
+
+# Module-level functions and optimizer, so every `fit` call below reuses one compiled step.
+def init_fn(rng):
+  return {"w": 0.1 * jax.random.normal(rng, (DIM, OUT)), "b": jnp.zeros((OUT,))}
+
+
+def loss_fn(params, batch, rng):
+  pred = batch["x"] @ params["w"] + params["b"]
+  # A little rng-dependent noise, so exact resume also proves the per-step rngs are reproduced.
+  pred = pred + 1e-2 * jax.random.normal(rng, pred.shape)
+  loss = jnp.mean((pred - batch["y"]) ** 2)
+  return loss, {"first_idx": batch["idx"][0].astype(jnp.float32)}
+
+
+OPTIMIZER = train.adamw(0.1, 1e-3)
+MESH = sharding.make_mesh(1)
+
+
+def _fit(workdir, dataset=None, **kwargs):
+  kwargs.setdefault("num_steps", 12)
+  kwargs.setdefault("progress", False)
+  return train.fit(init_fn=init_fn, loss_fn=loss_fn, optimizer=OPTIMIZER,
+                   dataset=train.make_batches(SOURCE, BATCH, seed=3) if dataset is None else dataset,
+                   workdir=workdir, seed=7, mesh=MESH, **kwargs)
+
+
+def _jsonl(path):
+  return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _tb_scalars(tb_dir):
+  """Reads every scalar from TFRecord event files without TensorFlow: {tag: [(step, value)]}."""
+  from tensorboardX.proto import event_pb2
+  out = {}
+  for path in sorted(tb_dir.glob("events.out.tfevents.*")):
+    data = path.read_bytes()
+    pos = 0
+    while pos < len(data):
+      (length,) = struct.unpack("<Q", data[pos:pos + 8])
+      event = event_pb2.Event.FromString(data[pos + 12:pos + 12 + length])
+      pos += 12 + length + 4
+      for value in event.summary.value:
+        out.setdefault(value.tag, []).append((event.step, value.simple_value))
+  return out
+
+
+# ------------------------------------------------------------------------------------------------
+# Optimizer.
+
+
+def _numpy_adamw(params, grads, lrs, wd, b1=0.9, b2=0.999, eps=1e-8):
+  p, m, v = params.copy(), np.zeros_like(params), np.zeros_like(params)
+  for t, (g, lr) in enumerate(zip(grads, lrs), 1):
+    m = b1 * m + (1 - b1) * g
+    v = b2 * v + (1 - b2) * g * g
+    update = (m / (1 - b1 ** t)) / (np.sqrt(v / (1 - b2 ** t)) + eps)
+    p = p - lr * (update + wd * p)
+  return p
+
+
+@pytest.mark.parametrize("total_steps", [None, 6])
+def test_adamw_matches_numpy(total_steps):
+  lr, wd, warmup, steps = 0.1, 0.01, 2, 5
+  rs = np.random.RandomState(1)
+  p0 = rs.randn(3).astype(np.float32)
+  grads = rs.randn(steps, 3).astype(np.float32)
+  lrs = []
+  for c in range(steps):  # optax evaluates the schedule at the update count before the update
+    if c < warmup:
+      lrs.append(lr * c / warmup)
+    elif total_steps is None:
+      lrs.append(lr)
+    else:
+      lrs.append(lr * 0.5 * (1 + np.cos(np.pi * (c - warmup) / (total_steps - warmup))))
+  opt = train.adamw(lr, wd, warmup_steps=warmup, total_steps=total_steps)
+
+  @jax.jit
+  def run(p):
+    def body(carry, g):
+      p, state = carry
+      updates, state = opt.update(g, state, p)
+      return (optax.apply_updates(p, updates), state), None
+    return jax.lax.scan(body, (p, opt.init(p)), jnp.asarray(grads))[0][0]
+
+  p = run(jnp.asarray(p0))
+  np.testing.assert_allclose(np.asarray(p), _numpy_adamw(p0, grads, lrs, wd), rtol=1e-5, atol=1e-6)
+
+
+def test_adamw_rejects_bad_values():
+  with pytest.raises(ValueError, match="learning_rate"):
+    train.adamw(0.0, 0.1)
+  with pytest.raises(ValueError, match="total_steps=5 must exceed warmup_steps=5"):
+    train.adamw(1e-3, 0.1, warmup_steps=5, total_steps=5)
+
+
+def test_param_labels_and_freezing_with_multi_transform():
+  params = {"enc": {"kernel": jnp.ones((2, 2)), "bias": jnp.ones(2)}, "head": {"kernel": jnp.ones(2)}}
+  rules = [(r"enc/.*", "frozen"), (r".*", "train")]
+  labels = train.param_labels(params, rules)
+  assert labels == {"enc": {"kernel": "frozen", "bias": "frozen"}, "head": {"kernel": "train"}}
+  opt = optax.multi_transform({"train": optax.sgd(0.5), "frozen": optax.set_to_zero()},
+                              lambda p: train.param_labels(p, rules))
+  grads = jax.tree.map(jnp.ones_like, params)
+  updates, _ = opt.update(grads, opt.init(params), params)
+  new = optax.apply_updates(params, updates)
+  np.testing.assert_array_equal(new["enc"]["kernel"], params["enc"]["kernel"])
+  np.testing.assert_allclose(new["head"]["kernel"], np.full(2, 0.5))
+  with pytest.raises(ValueError, match="'head/kernel' matches none of the rules"):
+    train.param_labels(params, [(r"enc/.*", "frozen")])
+
+
+# ------------------------------------------------------------------------------------------------
+# Train step.
+
+
+def _sgd_loss(params, batch, rng):
+  pred = batch["x"] @ params["w"] + params["b"]
+  return jnp.mean((pred - batch["y"]) ** 2), {"u": jax.random.uniform(rng)}
+
+
+_SGD = optax.sgd(0.1)
+_SGD_STEP = train.jit_train_step(train.make_train_step(_sgd_loss, _SGD), MESH)
+
+
+def test_train_step_matches_numpy():
+  rs = np.random.RandomState(2)
+  x, y = rs.randn(BATCH, DIM).astype(np.float32), rs.randn(BATCH, OUT).astype(np.float32)
+  w, b = rs.randn(DIM, OUT).astype(np.float32), rs.randn(OUT).astype(np.float32)
+  state = train.init_state(lambda _: {"w": jnp.asarray(w), "b": jnp.asarray(b)}, _SGD, None)
+  state = state.replace(step=jnp.int32(3))
+  rng = jax.random.PRNGKey(5)
+  new, metrics = _SGD_STEP(state, sharding.shard_batch({"x": x, "y": y}, MESH), rng)
+
+  err = x @ w + b - y
+  gw, gb = 2 * x.T @ err / err.size, 2 * err.sum(0) / err.size
+  np.testing.assert_allclose(metrics["loss"], np.mean(err ** 2), rtol=1e-5)
+  np.testing.assert_allclose(metrics["grad_norm"], np.sqrt((gw ** 2).sum() + (gb ** 2).sum()),
+                             rtol=1e-5)
+  np.testing.assert_allclose(new.params["w"], w - 0.1 * gw, rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(new.params["b"], b - 0.1 * gb, rtol=1e-5, atol=1e-6)
+  assert int(new.step) == 4
+  # The step's rng is the base key folded with the step before the update.
+  np.testing.assert_allclose(metrics["u"], jax.random.uniform(jax.random.fold_in(rng, 3)))
+
+
+def test_train_step_rejects_reserved_aux_names():
+  bad = lambda p, b, r: (jnp.sum(p["w"]), {"loss": jnp.float32(0)})
+  step = train.make_train_step(bad, _SGD)
+  state = train.init_state(lambda _: {"w": jnp.ones(2)}, _SGD, None)
+  with pytest.raises(ValueError, match=r"must not be named \['loss'\]"):
+    step(state, {}, jax.random.PRNGKey(0))
+
+
+class _Bf16Mlp(nn.Module):
+  @nn.compact
+  def __call__(self, x):
+    x = nn.relu(nn.Dense(8, dtype=jnp.bfloat16)(x))
+    return nn.Dense(OUT, dtype=jnp.bfloat16)(x)
+
+
+def test_bf16_compute_keeps_float32_params_and_grads():
+  model = _Bf16Mlp()
+  x = _XS[:BATCH]
+  y = SOURCE[0]["y"][None].repeat(BATCH, 0)
+
+  def bf16_loss(params, batch, rng):
+    pred = model.apply({"params": params}, batch["x"]).astype(jnp.float32)
+    return jnp.mean((pred - batch["y"]) ** 2), {}
+
+  opt = train.adamw(1e-2, 1e-3)
+  init = jax.jit(lambda r: train.init_state(lambda k: model.init(k, x)["params"], opt, r))
+  state = init(jax.random.PRNGKey(0))
+  ref_params = jax.tree.map(np.asarray, state.params)
+  step = train.jit_train_step(train.make_train_step(bf16_loss, opt), MESH)
+  new, metrics = step(state, sharding.shard_batch({"x": x, "y": y}, MESH), jax.random.PRNGKey(1))
+  assert all(l.dtype == jnp.float32 for l in jax.tree.leaves(new.params))
+  assert all(l.dtype == jnp.float32 for l in jax.tree.leaves(new.opt_state) if l.ndim)
+  # The loss agrees with a float32 NumPy forward pass up to bf16 rounding.
+  h = np.maximum(x @ ref_params["Dense_0"]["kernel"] + ref_params["Dense_0"]["bias"], 0)
+  pred = h @ ref_params["Dense_1"]["kernel"] + ref_params["Dense_1"]["bias"]
+  np.testing.assert_allclose(metrics["loss"], np.mean((pred - y) ** 2), rtol=3e-2)
+  assert np.isfinite(metrics["grad_norm"]) and metrics["grad_norm"] > 0
+
+
+# ------------------------------------------------------------------------------------------------
+# Data.
+
+
+def test_make_batches_is_seeded_and_reshuffles_every_epoch():
+  a, b, c = (train.make_batches(SOURCE, BATCH, seed=s) for s in (3, 3, 4))
+  per_epoch = NUM_EXAMPLES // BATCH
+  order = lambda ds, lo, hi: np.concatenate([ds[i]["idx"] for i in range(lo, hi)])
+  np.testing.assert_array_equal(order(a, 0, 2 * per_epoch), order(b, 0, 2 * per_epoch))
+  assert not np.array_equal(order(a, 0, per_epoch), order(c, 0, per_epoch))
+  first, second = order(a, 0, per_epoch), order(a, per_epoch, 2 * per_epoch)
+  np.testing.assert_array_equal(np.sort(first), np.arange(NUM_EXAMPLES))
+  np.testing.assert_array_equal(np.sort(second), np.arange(NUM_EXAMPLES))
+  assert not np.array_equal(first, second)
+  batch = a[0]
+  assert batch["x"].shape == (BATCH, DIM) and batch["y"].shape == (BATCH, OUT)
+  np.testing.assert_array_equal(batch["x"], _XS[batch["idx"]])
+
+
+# ------------------------------------------------------------------------------------------------
+# fit.
+
+
+def test_fit_learns_and_writes_logs(tmp_path):
+  state, history = _fit(tmp_path, num_steps=50, log_every=10, checkpoint_every=25)
+  losses = [r["train/loss"] for r in history]
+  assert [r["step"] for r in history] == [10, 20, 30, 40, 50]
+  assert losses[-1] < 0.05 * losses[0], losses
+  assert int(state.step) == 50
+  np.testing.assert_allclose(state.params["w"], W_TRUE, atol=0.3)
+
+  records = _jsonl(tmp_path / "metrics.jsonl")
+  assert records == history
+  assert {"train/loss", "train/grad_norm", "train/first_idx", "train/examples_per_sec"} <= set(records[0])
+  scalars = _tb_scalars(tmp_path / "tb")
+  assert [s for s, _ in scalars["train/loss"]] == [10, 20, 30, 40, 50]
+  np.testing.assert_allclose([v for _, v in scalars["train/loss"]], losses, rtol=1e-6)
+  assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir() if p.name.isdigit()) == ["25", "50"]
+
+  # Calling fit again on a finished workdir resumes at the end and trains nothing more.
+  again, history2 = _fit(tmp_path, num_steps=50, log_every=10, checkpoint_every=25)
+  np.testing.assert_array_equal(again.params["w"], state.params["w"])
+  assert history2 == history
+
+
+def test_exact_resume_after_crash(tmp_path):
+  straight, _ = _fit(tmp_path / "a", log_every=1, checkpoint_every=5)
+
+  def crash(params, step):
+    if step == 8:
+      raise RuntimeError("simulated crash")
+    return {"marker": 1.0}
+
+  with pytest.raises(RuntimeError, match="simulated crash"):
+    _fit(tmp_path / "b", log_every=1, checkpoint_every=5, eval_fn=crash, eval_every=1)
+  assert [r["step"] for r in _jsonl(tmp_path / "b" / "metrics.jsonl")] == list(range(1, 8))
+  resumed, _ = _fit(tmp_path / "b", log_every=1, checkpoint_every=5)
+
+  for x, y in zip(jax.tree.leaves(straight), jax.tree.leaves(resumed)):
+    np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+  a, b = _jsonl(tmp_path / "a" / "metrics.jsonl"), _jsonl(tmp_path / "b" / "metrics.jsonl")
+  # Steps 6-7 logged before the crash were dropped and re-logged once; same batches, same losses.
+  assert [r["step"] for r in b] == list(range(1, 13))
+  assert [r["train/first_idx"] for r in a] == [r["train/first_idx"] for r in b]
+  assert [r["train/loss"] for r in a] == [r["train/loss"] for r in b]
+  assert len(set(r["train/first_idx"] for r in a)) > 1
+
+
+def test_nan_loss_stops_with_clear_error_and_keeps_checkpoints(tmp_path):
+  clean = [train.make_batches(SOURCE, BATCH, seed=3)[i] for i in range(10)]
+  poisoned = [dict(b) for b in clean]
+  poisoned[6]["y"] = np.full_like(poisoned[6]["y"], np.nan)  # the batch of step 7
+  with pytest.raises(FloatingPointError, match=r"loss is nan at step 7 .*last checkpoint \(step 6\)"):
+    _fit(tmp_path, dataset=grain.MapDataset.source(poisoned), num_steps=10, log_every=5,
+         checkpoint_every=3)
+  steps = sorted(int(p.name) for p in (tmp_path / "checkpoints").iterdir() if p.name.isdigit())
+  assert steps == [3, 6]
+  # The step-6 checkpoint is intact and finite: resuming to step 6 restores it without training.
+  state, history = _fit(tmp_path, dataset=grain.MapDataset.source(clean), num_steps=6,
+                        log_every=5, checkpoint_every=3)
+  assert int(state.step) == 6
+  assert all(np.isfinite(np.asarray(l)).all() for l in jax.tree.leaves(state))
+  assert [r["step"] for r in history] == [5]
+
+
+def test_fit_reports_exhausted_dataset(tmp_path):
+  one_epoch = train.make_batches(SOURCE, BATCH, seed=3, num_epochs=1)
+  with pytest.raises(ValueError, match="ran out of batches after 6 steps"):
+    _fit(tmp_path, dataset=one_epoch, num_steps=8, checkpoint_every=100)

@@ -1,0 +1,493 @@
+"""The one generic train loop of vidjax: train state, jitted train step, checkpoint/resume, logs.
+
+Every method (CAST, VEDJE, VideoComp, GRDR) trains through `fit`; the loop knows no method by
+name. A method plugs in three things:
+
+  init_fn(rng) -> params                           e.g. lambda rng: model.init(rng, *dummy)['params']
+  loss_fn(params, batch, rng) -> (loss, aux)       aux: dict of scalar metrics to log
+  optimizer: optax.GradientTransformation          e.g. adamw(1e-4, 1e-3) (CAST's AdamW settings)
+
+and gets back the trained state and the logged history:
+
+  dataset = make_batches(examples, batch_size=64, seed=0)
+  state, history = fit(init_fn=init_fn, loss_fn=loss_fn, optimizer=adamw(1e-4, 1e-3),
+                       dataset=dataset, num_steps=5000, workdir=workdir, seed=0)
+
+What the loop does (ARCHITECTURE.md, "train.py"; STYLE.md items 3, 8-10):
+- The train state is a small pytree (`TrainState`: step, params, opt_state). The optimizer is not
+  stored in it; it is closed over by `make_train_step`, so the state is pure data that orbax saves.
+- `make_train_step(loss_fn, optimizer)` builds the pure `train_step(state, batch, rng)`; `fit` jits
+  it once with `donate_argnums=0` and explicit shardings from a `('data',)` mesh (batch split along
+  its leading dimension, state replicated; see `vidjax.sharding`). The per-step rng is
+  `fold_in(rng, state.step)`, so randomness depends only on the seed and the step.
+- Checkpoints: an orbax `CheckpointManager` in `<workdir>/checkpoints` holds the train state and the
+  data iterator's position in the same step; calling `fit` again on the same workdir resumes
+  exactly where the last checkpoint left off (same params, same next batch, same rngs).
+- Logs: `<workdir>/metrics.jsonl` (one JSON object per logged step) and TensorBoard event files in
+  `<workdir>/tb`, written by process 0 only; a tqdm bar shows step, loss and examples/s.
+- A non-finite loss or gradient norm stops the run with a `FloatingPointError` naming the step;
+  a state with NaNs is never checkpointed, and checkpoints already written are kept.
+
+Mixed precision is a model concern: Flax modules compute in `dtype=jnp.bfloat16` with float32
+params, so gradients and optimizer state stay float32 and nothing here changes.
+
+Freezing and per-group learning rates go through the `optimizer` argument with
+`optax.multi_transform` and labels from parameter paths (`param_labels`):
+
+  rules = [(r'text_encoder/.*', 'frozen'), (r'.*', 'train')]
+  optimizer = optax.multi_transform(
+      {'train': adamw(1e-4, 1e-3), 'frozen': optax.set_to_zero()},
+      lambda params: param_labels(params, rules))
+
+(`multi_transform` accepts a function of the params, so the labels are computed from the real
+param tree inside `fit`.) Large frozen backbones should stay out of the train state altogether
+(STYLE.md item 4): extract their features once and feed them as batch inputs.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import re
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping, Sequence
+
+import flax
+import grain
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import orbax.checkpoint as ocp
+
+from vidjax import io
+from vidjax import sharding as sharding_lib
+
+LossFn = Callable[[Any, Any, jax.Array], tuple[jax.Array, Mapping[str, jax.Array]]]
+EvalFn = Callable[[Any, int], Mapping[str, Any]]
+
+# Metrics that must stay finite; anything else in `aux` is only logged.
+CHECKED_METRICS = ("loss", "grad_norm")
+
+
+@flax.struct.dataclass
+class TrainState:
+  """Everything that changes during training, as one pytree (saved whole by orbax).
+
+  Attributes:
+    step: int32 scalar, the number of optimizer updates applied so far.
+    params: the model parameters (a pytree, usually Flax's nested dict).
+    opt_state: the optimizer state for `params`.
+  """
+  step: jax.Array
+  params: Any
+  opt_state: Any
+
+
+# ----------------------------------------------------------------------------------------------
+# Optimizers and parameter groups.
+
+
+def adamw(learning_rate: float, weight_decay: float, warmup_steps: int = 0,
+          total_steps: int | None = None, *, b1: float = 0.9, b2: float = 0.999,
+          eps: float = 1e-8, mask: Any = None) -> optax.GradientTransformation:
+  """AdamW with an optional linear warmup and an optional cosine decay.
+
+  Weight decay is decoupled and scaled by the learning rate, as in PyTorch's `AdamW`
+  (CAST Sec. 3 "Implementation Details" and App. B Table 10: AdamW, lr 1e-4, weight decay 1e-3).
+
+  Args:
+    learning_rate: peak learning rate (> 0).
+    weight_decay: decoupled weight decay coefficient (>= 0).
+    warmup_steps: linear warmup from 0 to `learning_rate` over this many steps.
+    total_steps: when given, cosine-decay to 0 at this step; otherwise constant after warmup.
+    b1, b2, eps: Adam moments and epsilon.
+    mask: optional pytree / function of params saying which leaves get weight decay.
+  """
+  if not learning_rate > 0:
+    raise ValueError(f"adamw: learning_rate must be > 0, got {learning_rate}.")
+  if weight_decay < 0:
+    raise ValueError(f"adamw: weight_decay must be >= 0, got {weight_decay}.")
+  if warmup_steps < 0:
+    raise ValueError(f"adamw: warmup_steps must be >= 0, got {warmup_steps}.")
+  if total_steps is not None:
+    if total_steps <= warmup_steps:
+      raise ValueError(f"adamw: total_steps={total_steps} must exceed warmup_steps={warmup_steps}.")
+    schedule = optax.warmup_cosine_decay_schedule(0.0, learning_rate, warmup_steps, total_steps, 0.0)
+  elif warmup_steps:
+    schedule = optax.join_schedules(
+        [optax.linear_schedule(0.0, learning_rate, warmup_steps), optax.constant_schedule(learning_rate)],
+        [warmup_steps])
+  else:
+    schedule = learning_rate
+  return optax.adamw(schedule, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay, mask=mask)
+
+
+def param_path(path: Sequence[Any]) -> str:
+  """'/'-joined name of a pytree key path, e.g. `encoder/layer_0/kernel`."""
+  parts = []
+  for key in path:
+    if isinstance(key, jax.tree_util.DictKey):
+      parts.append(str(key.key))
+    elif isinstance(key, jax.tree_util.GetAttrKey):
+      parts.append(key.name)
+    elif isinstance(key, jax.tree_util.SequenceKey):
+      parts.append(str(key.idx))
+    else:
+      parts.append(str(key))
+  return "/".join(parts)
+
+
+def param_labels(params: Any, rules: Sequence[tuple[str, str]]) -> Any:
+  """Labels every parameter by the first rule whose regex fully matches its '/'-joined path.
+
+  Args:
+    params: a pytree of parameters (nested dicts from Flax).
+    rules: `[(regex, label), ...]`, tried in order; end with `('.*', default)` to label the rest.
+
+  Returns:
+    A pytree with the structure of `params` holding one label (str) per leaf, as
+    `optax.multi_transform` expects.
+  """
+  compiled = [(re.compile(pattern), label) for pattern, label in rules]
+
+  def label(path, _):
+    name = param_path(path)
+    for regex, lab in compiled:
+      if regex.fullmatch(name):
+        return lab
+    raise ValueError(f"param_labels: parameter '{name}' matches none of the rules "
+                     f"{[p for p, _ in rules]}; add a catch-all rule such as ('.*', 'train').")
+
+  return jax.tree_util.tree_map_with_path(label, params)
+
+
+# ----------------------------------------------------------------------------------------------
+# Data.
+
+
+def make_batches(source: Sequence[Mapping[str, np.ndarray]], batch_size: int, seed: int, *,
+                 num_epochs: int | None = None) -> grain.MapDataset:
+  """A deterministic, endlessly reshuffled Grain dataset of batches for this process.
+
+  The example stream is `source` shuffled with `seed` (a fresh permutation every epoch), repeated
+  `num_epochs` times (forever when None). Batch `t` of the global batch is stream items
+  `[t * batch_size, (t + 1) * batch_size)`; with several processes each loads an interleaved
+  `1 / process_count` of those rows, so the data order depends only on the seed.
+
+  Args:
+    source: any random-access sequence of examples, each a dict of numpy arrays.
+    batch_size: the global batch size (over all processes), divisible by the process count.
+    seed: shuffle seed.
+    num_epochs: number of passes over `source`; None repeats forever.
+
+  Returns:
+    A `grain.MapDataset` whose item `t` is a dict of `[batch_size / process_count, ...]` arrays.
+  """
+  if len(source) == 0:
+    raise ValueError("make_batches: the source has no examples.")
+  if batch_size < 1:
+    raise ValueError(f"make_batches: batch_size must be >= 1, got {batch_size}.")
+  local_batch = sharding_lib.process_batch_size(batch_size)
+  ds = grain.MapDataset.source(source).seed(seed).shuffle().repeat(num_epochs)
+  if jax.process_count() > 1:
+    ds = ds[jax.process_index()::jax.process_count()]
+  return ds.batch(local_batch, drop_remainder=True)
+
+
+def _iterate(dataset: Any) -> Iterator[Any]:
+  if isinstance(dataset, grain.MapDataset):
+    # A few threads and a short queue: batches are usually cheap feature look-ups, and the
+    # default (16 threads, 500 batches ahead) would hold far too much memory for large batches.
+    dataset = dataset.to_iter_dataset(grain.ReadOptions(num_threads=2, prefetch_buffer_size=4))
+  iterator = iter(dataset)
+  if not (hasattr(iterator, "get_state") and hasattr(iterator, "set_state")):
+    raise TypeError(f"fit: dataset must be a grain MapDataset or IterDataset (its iterator state "
+                    f"is checkpointed), got {type(dataset).__name__}.")
+  return iterator
+
+
+# ----------------------------------------------------------------------------------------------
+# The train step.
+
+
+def init_state(init_fn: Callable[[jax.Array], Any], optimizer: optax.GradientTransformation,
+               rng: jax.Array) -> TrainState:
+  """Builds the initial `TrainState` (step 0). Pure: jit it to create it sharded."""
+  params = init_fn(rng)
+  return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=optimizer.init(params))
+
+
+def make_train_step(loss_fn: LossFn, optimizer: optax.GradientTransformation):
+  """Builds the pure `train_step(state, batch, rng) -> (state, metrics)` for one loss.
+
+  Args:
+    loss_fn: `loss_fn(params, batch, rng) -> (loss, aux)` with a scalar `loss` and `aux` a dict
+      of scalar metrics (must not use the names 'loss' or 'grad_norm').
+    optimizer: the optax transformation applied to the gradients.
+
+  Returns:
+    `train_step(state, batch, rng)`: `batch` is a pytree of `[B, ...]` arrays; `rng` is the run's
+    base key, folded with `state.step` so every step draws fresh, reproducible randomness.
+    `metrics` holds `loss` and `grad_norm` (float32 scalars) plus the entries of `aux`.
+  """
+
+  def train_step(state: TrainState, batch: Any, rng: jax.Array):
+    step_rng = jax.random.fold_in(rng, state.step)
+    (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, batch, step_rng)
+    clash = set(aux) & set(CHECKED_METRICS)
+    if clash:
+      raise ValueError(f"loss_fn aux metrics must not be named {sorted(clash)}; the train step "
+                       "adds these itself.")
+    for name, value in aux.items():
+      if jnp.ndim(value) != 0:
+        raise ValueError(f"loss_fn aux metric '{name}' has shape {jnp.shape(value)}; "
+                         "expected a scalar.")
+    updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+    params = optax.apply_updates(state.params, updates)
+    metrics = {name: jnp.asarray(v, jnp.float32) for name, v in aux.items()}
+    metrics["loss"] = jnp.asarray(loss, jnp.float32)
+    metrics["grad_norm"] = optax.tree.norm(grads).astype(jnp.float32)
+    return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
+
+  return train_step
+
+
+def jit_train_step(train_step: Callable, mesh: jax.sharding.Mesh):
+  """Jits `train_step` for `mesh`: state and rng replicated, batch split on 'data', state donated."""
+  repl = sharding_lib.replicated(mesh)
+  return jax.jit(train_step, in_shardings=(repl, sharding_lib.data_sharded(mesh), repl),
+                 out_shardings=(repl, repl), donate_argnums=0)
+
+
+def _build_jitted(init_fn, loss_fn, optimizer, mesh):
+  make_state = functools.partial(init_state, init_fn, optimizer)
+  init = jax.jit(make_state, out_shardings=sharding_lib.replicated(mesh))
+  return make_state, init, jit_train_step(make_train_step(loss_fn, optimizer), mesh)
+
+
+_build_jitted_cached = functools.lru_cache(maxsize=8)(_build_jitted)
+
+
+def _jitted(init_fn, loss_fn, optimizer, mesh):
+  # Every `jax.jit` of a fresh closure recompiles; caching on the user's functions means calling
+  # `fit` again (resume, tests, sweeps in a notebook) reuses the compiled step.
+  try:
+    return _build_jitted_cached(init_fn, loss_fn, optimizer, mesh)
+  except TypeError:  # unhashable callables: build uncached
+    return _build_jitted(init_fn, loss_fn, optimizer, mesh)
+
+
+# ----------------------------------------------------------------------------------------------
+# Metric logs.
+
+
+class MetricWriter:
+  """Writes `<workdir>/metrics.jsonl` and TensorBoard events under `<workdir>/tb` (process 0).
+
+  On resume (`resume_step > 0`) records after `resume_step` that a crashed run had already logged
+  are dropped from metrics.jsonl, and TensorBoard is told to purge them, so the logs read as one
+  clean run. `history` holds every record of the run (earlier ones read back from the file).
+  """
+
+  def __init__(self, workdir: Path, resume_step: int = 0, enabled: bool = True):
+    self.path = workdir / "metrics.jsonl"
+    self.enabled = enabled
+    self.history: list[dict[str, Any]] = []
+    self._tb = None
+    if not enabled:
+      return
+    if self.path.exists():
+      lines = self.path.read_text(encoding="utf-8").splitlines()
+      kept_lines = []
+      for n, line in enumerate(lines, 1):
+        if not line.strip():
+          continue
+        try:
+          record = json.loads(line)
+        except json.JSONDecodeError:
+          if n == len(lines):
+            continue  # the last line, cut short by a crash
+          raise ValueError(f"{self.path} line {n} is not valid JSON: {line[:80]!r}") from None
+        if record.get("step", 0) <= resume_step:
+          self.history.append(record)
+          kept_lines.append(line)
+      io.atomic_write_text(self.path, "".join(l + "\n" for l in kept_lines))
+    import tensorboardX  # pylint: disable=g-import-not-at-top
+    self._tb = tensorboardX.SummaryWriter(
+        str(workdir / "tb"), purge_step=resume_step + 1 if resume_step else None, flush_secs=30)
+    self._file = open(self.path, "a", encoding="utf-8")
+
+  def write(self, step: int, metrics: Mapping[str, float]) -> None:
+    record = {"step": int(step), **{k: float(v) for k, v in metrics.items()}}
+    self.history.append(record)
+    if not self.enabled:
+      return
+    self._file.write(json.dumps(record, sort_keys=True) + "\n")
+    self._file.flush()
+    for name, value in metrics.items():
+      self._tb.add_scalar(name, float(value), int(step))
+
+  def close(self) -> None:
+    if self.enabled:
+      self._file.close()
+      self._tb.close()
+
+
+def _scalar_dict(metrics: Mapping[str, Any], prefix: str, where: str) -> dict[str, float]:
+  out = {}
+  for name, value in metrics.items():
+    value = np.asarray(jax.device_get(value))
+    if value.size != 1:
+      raise ValueError(f"{where} metric '{name}' has shape {value.shape}; expected a scalar.")
+    out[f"{prefix}{name}"] = float(value.reshape(()))
+  return out
+
+
+# ----------------------------------------------------------------------------------------------
+# The loop.
+
+
+def _checkpoint_manager(workdir: Path, max_to_keep: int) -> ocp.CheckpointManager:
+  options = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True)
+  return ocp.CheckpointManager((workdir / "checkpoints").absolute(), options=options)
+
+
+def fit(*, init_fn: Callable[[jax.Array], Any], loss_fn: LossFn,
+        optimizer: optax.GradientTransformation, dataset: Any, num_steps: int,
+        workdir: str | Path, seed: int = 0, mesh: jax.sharding.Mesh | None = None,
+        checkpoint_every: int = 1000, log_every: int = 50, max_to_keep: int = 2,
+        eval_fn: EvalFn | None = None, eval_every: int | None = None, progress: bool = True,
+        description: str = "train") -> tuple[TrainState, list[dict[str, Any]]]:
+  """Trains for `num_steps` optimizer steps, resuming from `<workdir>/checkpoints` if present.
+
+  Args:
+    init_fn: `init_fn(rng) -> params`.
+    loss_fn: `loss_fn(params, batch, rng) -> (loss, aux_metrics)`, see `make_train_step`.
+    optimizer: an optax transformation (e.g. `adamw(...)`, or a `multi_transform`).
+    dataset: a Grain `MapDataset` (or `IterDataset`) whose items are batches, i.e. dicts of
+      `[B_local, ...]` numpy arrays for this process; usually `make_batches(...)`. Its iterator
+      position is checkpointed with the state.
+    num_steps: total number of steps of the run (counting steps done before a resume).
+    workdir: directory for checkpoints/, tb/ and metrics.jsonl.
+    seed: seeds param init and the per-step rngs (data order is seeded by the dataset).
+    mesh: the `('data',)` mesh; all devices (`sharding.make_mesh()`) when None.
+    checkpoint_every: save every this many steps; a final checkpoint is always saved.
+    log_every: log training metrics (means over the steps since the last log) every this many
+      steps and at the last step.
+    max_to_keep: number of checkpoints kept.
+    eval_fn: optional `eval_fn(params, step) -> {name: scalar}`, logged as `eval/<name>`.
+    eval_every: call `eval_fn` every this many steps and at the last step.
+    progress: show a tqdm bar (process 0 only).
+    description: label of the bar and of error messages.
+
+  Returns:
+    `(state, history)`: the final `TrainState` and every logged record
+    (`{'step': s, 'train/loss': ..., 'train/grad_norm': ..., 'train/examples_per_sec': ...,
+    'eval/...': ...}`), including those logged before a resume.
+
+  Raises:
+    FloatingPointError: the loss or gradient norm became NaN/Inf; names the first bad step.
+  """
+  for name, value in (("num_steps", num_steps), ("checkpoint_every", checkpoint_every),
+                      ("log_every", log_every), ("max_to_keep", max_to_keep)):
+    if not isinstance(value, (int, np.integer)) or value < 1:
+      raise ValueError(f"fit: {name} must be a positive integer, got {value!r}.")
+  if eval_fn is not None and (eval_every is None or eval_every < 1):
+    raise ValueError(f"fit: eval_fn is given, so eval_every must be a positive integer, "
+                     f"got {eval_every!r}.")
+  workdir = Path(workdir)
+  workdir.mkdir(parents=True, exist_ok=True)
+  mesh = sharding_lib.make_mesh() if mesh is None else mesh
+  is_main = jax.process_index() == 0
+
+  init_rng, step_rng = jax.random.split(jax.random.PRNGKey(seed))
+  make_state, init_jit, train_step = _jitted(init_fn, loss_fn, optimizer, mesh)
+  data_iter = _iterate(dataset)
+  manager = _checkpoint_manager(workdir, max_to_keep)
+  writer = None
+  pbar = None
+  try:
+    start = manager.latest_step()
+    if start is None:
+      start = 0
+      state = init_jit(init_rng)
+    else:
+      abstract = sharding_lib.abstract_replicated(jax.eval_shape(make_state, init_rng), mesh)
+      # Grain's orbax handler sets the iterator's position in place (one file per process).
+      restored = manager.restore(start, args=ocp.args.Composite(
+          state=ocp.args.StandardRestore(abstract),
+          data=grain.checkpoint.CheckpointRestore(data_iter)))
+      state = restored.state
+      if int(state.step) != start:
+        raise ValueError(f"Checkpoint {manager.directory}/{start} holds a state at step "
+                         f"{int(state.step)}; expected {start}.")
+      logging.info("%s: resumed from %s at step %d.", description, manager.directory, start)
+    step_rng = jax.device_put(step_rng, sharding_lib.replicated(mesh))
+    writer = MetricWriter(workdir, resume_step=start, enabled=is_main)
+
+    import tqdm  # pylint: disable=g-import-not-at-top
+    pbar = tqdm.tqdm(total=num_steps, initial=start, desc=description, unit="step",
+                     disable=not progress or not is_main, dynamic_ncols=True)
+    pending: list[tuple[int, dict[str, jax.Array]]] = []  # metrics not yet read back to host
+    interval_start, interval_examples = time.perf_counter(), 0
+
+    def check_pending() -> list[dict[str, float]]:
+      values = jax.device_get([m for _, m in pending])
+      for (step, _), metrics in zip(pending, values):
+        for name in CHECKED_METRICS:
+          if not np.isfinite(metrics[name]):
+            raise FloatingPointError(
+                f"{description}: {name} is {float(metrics[name])} at step {step} (the update "
+                f"from step {step - 1} to {step}; workdir {workdir}). Training stopped; the last "
+                f"checkpoint (step {manager.latest_step()}) in {manager.directory} is kept.")
+      pending.clear()
+      return values
+
+    for step in range(start + 1, num_steps + 1):
+      try:
+        local_batch = next(data_iter)
+      except StopIteration:
+        raise ValueError(f"{description}: the dataset ran out of batches after {step - 1} "
+                         f"steps; num_steps={num_steps}. Repeat it (num_epochs=None) or train "
+                         "fewer steps.") from None
+      batch = sharding_lib.shard_batch(local_batch, mesh)
+      interval_examples += jax.tree.leaves(batch)[0].shape[0]
+      state, metrics = train_step(state, batch, step_rng)
+      pending.append((step, metrics))
+      pbar.update(1)
+      last = step == num_steps
+      record = {}
+
+      if step % log_every == 0 or last:
+        values = check_pending()
+        elapsed = time.perf_counter() - interval_start
+        record.update({f"train/{k}": float(np.mean([v[k] for v in values])) for k in values[-1]})
+        record["train/examples_per_sec"] = interval_examples / max(elapsed, 1e-9)
+        record["train/steps_per_sec"] = len(values) / max(elapsed, 1e-9)
+        pbar.set_postfix(loss=f"{record['train/loss']:.4g}",
+                         ex_per_s=f"{record['train/examples_per_sec']:.0f}")
+        interval_start, interval_examples = time.perf_counter(), 0
+
+      if eval_fn is not None and (step % eval_every == 0 or last):
+        record.update(_scalar_dict(eval_fn(state.params, step), "eval/", "eval_fn"))
+
+      if record:
+        writer.write(step, record)
+
+      if step % checkpoint_every == 0 or last:
+        check_pending()  # never checkpoint a state that has gone non-finite
+        # The iterator state is written synchronously (grain's handler is not async), so it is
+        # the position after exactly `step` batches even though the arrays are written async.
+        manager.save(step, args=ocp.args.Composite(
+            state=ocp.args.StandardSave(state), data=grain.checkpoint.CheckpointSave(data_iter)))
+    return state, writer.history
+  finally:
+    # Finish writing the checkpoints already started, whatever stopped the loop.
+    manager.wait_until_finished()
+    manager.close()
+    if pbar is not None:
+      pbar.close()
+    if writer is not None:
+      writer.close()
