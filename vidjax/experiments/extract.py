@@ -1,0 +1,326 @@
+"""Experiment `extract_videoprism`: videos (+ annotations) -> VideoPrism feature store.
+
+Wires the Flax VideoPrism models (`vidjax/models/videoprism.py`) and the SentencePiece tokenizer
+into the model-agnostic engine `vidjax/extract.py`, following the VideoPrism protocol of CAST
+App. A: the LvT checkpoint, T uniformly sampled frames (8 on YouCook2, 4 on COIN / CrossTask) at
+288x288 in [0, 1] NHWC, the pooled LvT video embedding as the clip feature in the native text-video
+space, caption embeddings from the LvT text tower, L2-normalized.
+
+Clip list (`config.data`):
+  * `annotations` + `format` ('youcook2' | 'coin' | 'crosstask'): one clip per annotated step
+    (clip id `video_id#index`, caption = step text), videos looked up by id in the folder
+    `videos` (searched recursively, any common video extension). Videos not found are skipped,
+    counted and reported (`missing_videos`).
+  * `videos` alone: a folder (every video file is one whole-video clip, id = file stem), a single
+    video file, a `.txt` list (a video path per line, or tab-separated `clip_id, path, start, end`),
+    or a `.json` list of `{"clip_id", "video", "start"?, "end"?, "text"?}` (texts become captions
+    keyed by clip id). Relative paths are relative to the list file.
+  * `captions`: optional JSON `{caption_id: text}` merged into the captions.
+
+Outputs: the store at `config.store` (default `<workdir>/features`) and `<workdir>/results.json`.
+"""
+from __future__ import annotations
+
+import functools
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from vidjax import extract as engine
+from vidjax import io
+from vidjax import sharding
+from vidjax.data.annotations import coin, crosstask, youcook2
+from vidjax.experiments import common
+from vidjax.models import videoprism as vp
+
+VIDEO_EXTENSIONS = (".mp4", ".mkv", ".webm", ".avi", ".mov", ".m4v", ".mpg", ".mpeg", ".flv")
+_LOG = logging.getLogger(__name__)
+
+
+# ----------------------------------------------------------------------------- clip lists
+
+def _is_video(path: Path) -> bool:
+  return path.is_file() and path.suffix.lower() in VIDEO_EXTENSIONS
+
+
+def index_videos(folder: str | os.PathLike) -> dict[str, str]:
+  """`{file stem: path}` of every video under `folder` (recursive); the first extension in
+  `VIDEO_EXTENSIONS` order wins when one id has several files."""
+  folder = Path(folder)
+  if not folder.is_dir():
+    raise FileNotFoundError(f"config.data.videos: video folder not found: {folder}")
+  rank = {ext: i for i, ext in enumerate(VIDEO_EXTENSIONS)}
+  found: dict[str, Path] = {}
+  for path in sorted(folder.rglob("*")):
+    if _is_video(path):
+      old = found.get(path.stem)
+      if old is None or rank[path.suffix.lower()] < rank[old.suffix.lower()]:
+        found[path.stem] = path
+  return {k: str(v) for k, v in found.items()}
+
+
+def _read_list(path: Path) -> tuple[list[engine.Clip], dict[str, str]]:
+  base = path.parent
+  resolve = lambda p: str(p if Path(p).is_absolute() else base / p)
+  clips, captions = [], {}
+  if path.suffix == ".json":
+    entries = io.read_json(path, "clip list")
+    if not isinstance(entries, list):
+      raise ValueError(f"clip list {path} must be a JSON list of objects, got {type(entries).__name__}")
+    for n, e in enumerate(entries):
+      if not isinstance(e, dict) or "video" not in e:
+        raise ValueError(f"clip list {path}: entry {n} must be an object with at least 'video', got {e!r}")
+      if ("start" in e) != ("end" in e):
+        raise ValueError(f"clip list {path}: entry {n} must give both 'start' and 'end' or neither, got {e!r}")
+      clip_id = str(e.get("clip_id", Path(e["video"]).stem))
+      clips.append(engine.Clip(clip_id, resolve(e["video"]), e.get("start"), e.get("end")))
+      if e.get("text") is not None:
+        captions[clip_id] = str(e["text"])
+    return clips, captions
+  with open(path, encoding="utf-8") as f:
+    for n, line in enumerate(f, 1):
+      line = line.rstrip("\n")
+      if not line.strip() or line.startswith("#"):
+        continue
+      fields = line.split("\t")
+      if len(fields) == 1:
+        clips.append(engine.Clip(Path(fields[0].strip()).stem, resolve(fields[0].strip())))
+      elif len(fields) == 4:
+        try:
+          start, end = float(fields[2]), float(fields[3])
+        except ValueError:
+          raise ValueError(f"clip list {path}:{n}: start/end must be numbers, got {fields[2:]!r}") from None
+        clips.append(engine.Clip(fields[0], resolve(fields[1]), start, end))
+      else:
+        raise ValueError(f"clip list {path}:{n}: expected a video path or 4 tab-separated fields "
+                         f"(clip_id, path, start, end), got {len(fields)} fields: {line!r}")
+  return clips, captions
+
+
+def _read_annotations(fmt: str, path: str, split: str | None) -> list:
+  readers = {"youcook2": youcook2.read_youcook2, "coin": coin.read_coin, "crosstask": crosstask.read_crosstask}
+  if fmt not in readers:
+    raise ValueError(f"config.data.format must be 'youcook2', 'coin', 'crosstask' or '', got {fmt!r}")
+  return readers[fmt](path, split=split)
+
+
+def build_clips(data) -> tuple[list[engine.Clip], dict[str, str], dict[str, Any]]:
+  """Clips, captions `{id: text}` and bookkeeping (`missing_videos`) from `config.data`."""
+  info: dict[str, Any] = {"missing_videos": 0}
+  if not data.videos:
+    raise ValueError("config.data.videos is empty: give a video folder, a video file or a clip list (.txt/.json)")
+  videos = Path(data.videos)
+  captions: dict[str, str] = {}
+  if data.annotations:
+    if not data.format:
+      raise ValueError(f"config.data.annotations={data.annotations!r} needs config.data.format "
+                       "('youcook2', 'coin' or 'crosstask')")
+    annotated = _read_annotations(data.format, data.annotations, data.split or None)
+    index = index_videos(videos)
+    clips, missing = [], []
+    for v in annotated:
+      if v.video_id not in index:
+        missing.append(v.video_id)
+        continue
+      for c in v.clips:
+        clips.append(engine.Clip(c.clip_id, index[v.video_id], c.start, c.end))
+        captions[c.clip_id] = c.text
+    if missing:
+      _LOG.warning("%d of %d annotated videos have no file under %s and are skipped (e.g. %s)",
+                   len(missing), len(annotated), videos, ", ".join(missing[:5]))
+    info["missing_videos"] = len(missing)
+    info["missing_video_ids"] = missing[:100]
+  elif videos.is_dir():
+    clips = [engine.Clip(stem, path) for stem, path in sorted(index_videos(videos).items())]
+  elif _is_video(videos):
+    clips = [engine.Clip(videos.stem, str(videos))]
+  elif videos.suffix in (".txt", ".json") and videos.is_file():
+    clips, captions = _read_list(videos)
+  else:
+    raise FileNotFoundError(f"config.data.videos={str(videos)!r} is not a video folder, a video file "
+                            f"({', '.join(VIDEO_EXTENSIONS)}) or a .txt/.json clip list")
+  if data.captions:
+    extra = io.read_json(data.captions, "caption file")
+    if not isinstance(extra, dict):
+      raise ValueError(f"caption file {data.captions} must be a JSON object {{caption_id: text}}")
+    captions.update({str(k): str(v) for k, v in extra.items()})
+  seen = set()
+  for c in clips:
+    if c.clip_id in seen:
+      raise ValueError(f"clip id {c.clip_id!r} occurs twice in the clip list from {data.videos}; ids must be unique")
+    seen.add(c.clip_id)
+  if not clips:
+    raise ValueError(f"no clips to extract from config.data.videos={data.videos!r}")
+  return clips, captions, info
+
+
+# ----------------------------------------------------------------------------- model functions
+
+def _dtype(name: str):
+  if name not in ("float32", "bfloat16"):
+    raise ValueError(f"config.model.fprop_dtype must be 'float32' or 'bfloat16', got {name!r}")
+  return jnp.dtype(name)
+
+
+def is_lvt(model) -> bool:
+  return isinstance(model, vp.FactorizedVideoCLIP)
+
+
+def make_video_fn(model, variables, mesh, kinds):
+  """`frames [B, T, H, W, 3] -> {kind: [B, ...]}` for `kinds` ⊆ {clip, clip_mean, tokens}, jitted over `mesh`."""
+  kinds = tuple(kinds)
+
+  def forward(variables, frames):
+    b, t = frames.shape[:2]
+    if is_lvt(model):
+      clip, _, out = model.apply(variables, frames, None, None, train=False)
+      tokens = out["video_tokens"]
+    else:
+      tokens, _ = model.apply(variables, frames, train=False)
+      clip = None
+    tokens = tokens.astype(jnp.float32)
+    result = {}
+    if "clip" in kinds:
+      result["clip"] = clip.astype(jnp.float32)
+    if "clip_mean" in kinds:
+      result["clip_mean"] = vp.l2_normalize(tokens.mean(axis=1))  # CAST App. A: mean pool + L2 norm
+    if "tokens" in kinds:
+      result["tokens"] = tokens.reshape(b, t, -1, tokens.shape[-1])
+    return result
+
+  fn = engine.data_parallel(forward, mesh)
+  variables = jax.device_put(variables, sharding.replicated(mesh))
+  return functools.partial(fn, variables)
+
+
+def make_text_fn(model, variables, tokenizer, mesh):
+  """`list of B texts -> [B, D]` LvT text embeddings (L2-normalized), jitted over `mesh`."""
+  def forward(variables, batch):
+    _, text, _ = model.apply(variables, None, batch["ids"], batch["paddings"], train=False)
+    return text.astype(jnp.float32)
+
+  fn = engine.data_parallel(forward, mesh)
+  variables = jax.device_put(variables, sharding.replicated(mesh))
+  data = sharding.data_sharded(mesh)
+
+  def text_fn(texts):
+    ids, paddings = tokenizer.encode(list(texts), max_length=vp.TEXT_MAX_LEN)
+    return fn(variables, jax.device_put({"ids": ids, "paddings": paddings}, data))
+  return text_fn
+
+
+def random_variables(model, seed: int) -> dict:
+  """Seeded random variables `{'params': ...}` without compiling the model's init.
+
+  Shapes come from `jax.eval_shape`; values are N(0, 0.02) for matrices and zeros for vectors
+  (biases, LayerNorm gain deltas). Only for smoke runs and benchmarks: features from random
+  weights carry no meaning, and the manifest says `random_init: true`.
+  """
+  rng = np.random.default_rng(seed)
+  flat = {}
+  for key, spec in sorted(vp.param_shapes(model).items()):
+    value = rng.normal(0.0, 0.02, spec.shape) if len(spec.shape) >= 2 else np.zeros(spec.shape)
+    flat[key] = jnp.asarray(value, spec.dtype)
+  return vp.unflatten_params(flat)
+
+
+def load_model(config) -> tuple[Any, Any, dict]:
+  """Model, variables and the manifest's model metadata (random init when no checkpoint is given)."""
+  overrides = dict(config.model.overrides)
+  if "pos_emb_shape" in overrides:
+    overrides["pos_emb_shape"] = tuple(overrides["pos_emb_shape"])
+  model = vp.get_model(config.model.name, fprop_dtype=_dtype(config.model.fprop_dtype), **overrides)
+  meta = {"backbone": config.model.name, "model_overrides": {k: list(v) if isinstance(v, tuple) else v
+                                                             for k, v in overrides.items()},
+          "fprop_dtype": config.model.fprop_dtype}
+  if config.model.checkpoint:
+    variables = vp.load_checkpoint(config.model.checkpoint, model)
+    local = "://" not in config.model.checkpoint
+    meta.update(checkpoint=config.model.checkpoint, random_init=False,
+                checkpoint_hash=vp.checkpoint_hash(config.model.checkpoint) if local else None)
+  else:
+    _LOG.warning("config.model.checkpoint is empty: extracting with RANDOM VideoPrism weights (seed %d)", config.seed)
+    variables = random_variables(model, config.seed)
+    meta.update(checkpoint="", random_init=True, checkpoint_hash=None, seed=config.seed)
+  return model, variables, meta
+
+
+# ----------------------------------------------------------------------------- run
+
+def run(config, workdir: str) -> dict:
+  """Extracts features for `config.data` into `config.store`; writes and returns `results.json`'s dict."""
+  workdir = Path(workdir)
+  clips, captions, info = build_clips(config.data)
+  model, variables, meta = load_model(config)
+  lvt = is_lvt(model)
+  kinds = (["clip"] if lvt else []) + ["clip_mean"] + (["tokens"] if config.save_tokens else [])
+  if captions and not lvt:
+    _LOG.warning("%s has no text tower; %d captions are not embedded", config.model.name, len(captions))
+    captions = {}
+  tokenizer = None
+  if captions:
+    if not config.model.spm_path:
+      raise ValueError(f"{len(captions)} captions need the LvT SentencePiece model: set config.model.spm_path "
+                       "(the T5 c4_en model for the public checkpoints)")
+    from vidjax.tokenizers.sentencepiece import SentencePieceTokenizer  # pylint: disable=g-import-not-at-top
+    tokenizer = SentencePieceTokenizer(config.model.spm_path)
+    if tokenizer.vocab_size > model.vocabulary_size:
+      raise ValueError(f"SentencePiece model {config.model.spm_path} has {tokenizer.vocab_size} pieces but "
+                       f"{config.model.name} embeds only {model.vocabulary_size}")
+
+  store_root = config.store or str(workdir / "features")
+  metadata = {**meta, "num_frames": config.num_frames, "resolution": config.resolution, "aspect": config.aspect,
+              "dtype": config.store_dtype, "kinds": kinds + ([engine.TEXT_KIND] if captions else []),
+              "spm_path": config.model.spm_path if captions else "", "dataset": _dataset_name(config)}
+  store = engine.open_store(store_root, metadata)
+  mesh = engine.local_mesh()
+
+  stats = engine.extract_videos(
+      store, clips, make_video_fn(model, variables, mesh, kinds), num_frames=config.num_frames,
+      resolution=config.resolution, batch_size=config.batch_size, kinds=kinds, mesh=mesh, aspect=config.aspect,
+      dtype=config.store_dtype, decode_workers=config.decode_workers, progress=config.progress)
+  texts = 0
+  if captions:
+    texts = engine.extract_texts(store, captions, make_text_fn(model, variables, tokenizer, mesh),
+                                 batch_size=config.text_batch_size, dtype=config.store_dtype,
+                                 progress=config.progress)
+  report = engine.finalize(store, {"missing_videos": info["missing_videos"]})
+  engine.verify(store, [c.clip_id for c in clips], list(captions), kinds)
+
+  results = {
+      "experiment": "extract_videoprism",
+      "dataset": _dataset_name(config),
+      "synthetic": False,
+      "random_init": meta["random_init"],
+      "store": str(store_root),
+      "metrics": {"extract": {
+          "clips": len(clips), "texts": len(captions), "padded_videos": report["padded_videos"],
+          "failed_videos": report["failed_videos"], "missing_videos": info["missing_videos"],
+          "frames_per_s": stats.frames_per_s, "compile_s": stats.compile_seconds, "clips_written": stats.clips,
+          "clips_skipped": stats.skipped, "texts_written": texts}},
+  }
+  table = _table(results)
+  if jax.process_index() == 0:
+    common.write_results(workdir, results, [table])
+  else:
+    print(table, flush=True)
+  return results
+
+
+def _dataset_name(config) -> str:
+  return config.data.format or Path(str(config.data.videos)).name
+
+
+def _table(results: dict) -> str:
+  rows = results["metrics"]["extract"]
+  width = max(len(k) for k in rows)
+  lines = [f"extract_videoprism ({results['dataset']}) -> {results['store']}"
+           + ("  [RANDOM WEIGHTS]" if results["random_init"] else "")]
+  for k, v in rows.items():
+    lines.append(f"  {k:<{width}}  {v:.2f}" if isinstance(v, float) else f"  {k:<{width}}  {v}")
+  return "\n".join(lines)

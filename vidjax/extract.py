@@ -1,0 +1,331 @@
+"""Feature-extraction engine: videos + captions -> a `FeatureStore` of frozen-backbone features.
+
+This is the "feature extraction (once)" stage of ARCHITECTURE.md, following the VideoPrism protocol
+of CAST App. A (T uniformly sampled frames at 288x288, black frames for undecodable video, clip
+embeddings L2-normalized). The engine knows no model: it takes
+
+  video_fn(frames [B, T, H, W, 3] float32 in [0, 1], sharded over 'data') -> {kind: [B, ...]}
+  text_fn(texts: list[str] of length B) -> [B, D]
+
+and writes these kinds (the experiment `vidjax/experiments/extract.py` wires VideoPrism in):
+
+  clip           [D]        LvT pooled video embedding, L2-normalized (the text-video space CAST uses)
+  clip_mean      [D]        encoder tokens mean-pooled over time and space, L2-normalized (CAST App. A)
+  tokens         [T, N, D]  per-frame patch tokens (optional; VEDJE's frame-local cache needs them)
+  text           [D]        caption embeddings, keyed by caption id
+  padded_frames  [T]        1.0 where the clip's frame was black padding (always written; the
+                            manifest's padded / failed counts are computed from it, so they stay
+                            exact across resumed and multi-host runs)
+
+Execution. Clips are grouped by video so each file is decoded once for all its segments; decoding
+runs in a small thread pool ahead of the model. Batches have a fixed shape (the last one is padded
+with black clips whose outputs are dropped) so `video_fn` compiles once, and are split over a
+`('data',)` mesh of this process's local devices with `NamedSharding(mesh, P('data'))`. The host
+fetches batch i only after batch i+1 was dispatched, so decoding, transfer and compute overlap.
+
+Resuming. Clips (captions) whose ids are already in every requested kind are skipped before
+decoding; the store's writers commit shards atomically, so a killed run loses at most its unflushed
+buffer and a restart writes exactly the missing ids.
+
+Multi-host. Every process takes every `process_count`-th video, runs on its own local devices
+(extraction needs no collective) and writes shards with prefix `p{process_index}`; after a barrier
+process 0 merges the manifest.
+"""
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import dataclasses
+import logging
+import time
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+
+import jax
+import numpy as np
+import tqdm
+
+from vidjax import sharding
+from vidjax.data import video as video_lib
+from vidjax.data.features import FeatureStore
+
+VIDEO_KINDS = ("clip", "clip_mean", "tokens")
+TEXT_KIND = "text"
+PADDED_KIND = "padded_frames"
+# Manifest keys that must agree between a store and a run resuming into it: mixing features of
+# another backbone, checkpoint, frame count or resolution under one kind would be silent corruption.
+IDENTITY_KEYS = ("backbone", "model_overrides", "checkpoint_hash", "random_init", "seed", "fprop_dtype", "num_frames",
+                 "resolution", "aspect", "dtype")
+_LOG = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class Clip:
+  """One clip to embed: a whole video (start = end = None) or the segment [start, end) seconds."""
+  clip_id: str
+  video: str
+  start: float | None = None
+  end: float | None = None
+
+  @property
+  def segment(self) -> tuple[float, float] | None:
+    return None if self.start is None else (float(self.start), float(self.end))
+
+
+@dataclasses.dataclass
+class VideoStats:
+  """What one `extract_videos` call did (this process only)."""
+  clips: int = 0          # clips embedded and written by this call
+  skipped: int = 0        # clips already in the store
+  padded_clips: int = 0   # written clips with at least one black padding frame
+  failed_clips: int = 0   # written clips whose frames are all padding (unreadable video)
+  frames: int = 0         # frames decoded and embedded
+  seconds: float = 0.0    # wall time of the call
+  compile_seconds: float = 0.0  # spent in the first video_fn call (tracing + XLA compile)
+
+  @property
+  def frames_per_s(self) -> float:
+    """Throughput excluding compilation (decode + transfer + compute + write)."""
+    busy = self.seconds - self.compile_seconds
+    return self.frames / busy if busy > 0 else 0.0
+
+
+def local_mesh() -> jax.sharding.Mesh:
+  """`('data',)` mesh over this process's devices (extraction runs per process, no collectives)."""
+  return sharding.make_mesh(devices=jax.local_devices())
+
+
+def data_parallel(fn: Callable[[Any, jax.Array], Any], mesh: jax.sharding.Mesh) -> Callable[[Any, jax.Array], Any]:
+  """Jits `fn(params, batch)` with params replicated and batch / outputs split over `'data'`."""
+  return jax.jit(fn, in_shardings=(sharding.replicated(mesh), sharding.data_sharded(mesh)),
+                 out_shardings=sharding.data_sharded(mesh))
+
+
+def open_store(root, metadata: Mapping[str, Any]) -> FeatureStore:
+  """Creates the store at `root`, or reopens it after checking `IDENTITY_KEYS` agree with `metadata`.
+
+  Raises:
+    ValueError naming the key and both values when an existing store was extracted differently.
+  """
+  try:
+    existing = FeatureStore(root)
+  except FileNotFoundError:
+    return FeatureStore.create(root, dict(metadata))
+  for key in IDENTITY_KEYS:
+    if key in metadata and key in existing.metadata and existing.metadata[key] != metadata[key]:
+      raise ValueError(
+          f"feature store {root} was extracted with {key}={existing.metadata[key]!r} but this run uses "
+          f"{key}={metadata[key]!r}; use another store directory (config.store) or delete the old one")
+  existing.update_metadata(dict(metadata))
+  return existing
+
+
+def _missing(store: FeatureStore, kinds: Sequence[str], item_id: str) -> bool:
+  return any(not store.has(kind, item_id) for kind in kinds)
+
+
+def _group_by_video(clips: Sequence[Clip]) -> list[tuple[str, list[Clip]]]:
+  groups: dict[str, list[Clip]] = collections.OrderedDict()
+  for clip in clips:
+    groups.setdefault(clip.video, []).append(clip)
+  return list(groups.items())
+
+
+def _decoded_clips(groups, num_frames, resolution, aspect, workers) -> Iterator[tuple[Clip, np.ndarray, np.ndarray]]:
+  """Yields (clip, frames [T, H, W, 3] uint8, padded [T]) in order, decoding up to 2*workers videos ahead."""
+  def decode(group):
+    path, clips = group
+    return clips, video_lib.decode_clips(path, [c.segment for c in clips], num_frames, resolution, aspect, uint8=True)
+
+  with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+    pending: collections.deque = collections.deque()
+    it = iter(groups)
+    for group in it:
+      pending.append(pool.submit(decode, group))
+      if len(pending) >= 2 * max(1, workers):
+        break
+    while pending:
+      clips, decoded = pending.popleft().result()
+      nxt = next(it, None)
+      if nxt is not None:
+        pending.append(pool.submit(decode, nxt))
+      for j, clip in enumerate(clips):
+        yield clip, decoded.frames[j], decoded.padded[j]
+
+
+def _batches(items: Iterator, batch_size: int) -> Iterator[list]:
+  batch = []
+  for item in items:
+    batch.append(item)
+    if len(batch) == batch_size:
+      yield batch
+      batch = []
+  if batch:
+    yield batch
+
+
+def extract_videos(store: FeatureStore, clips: Sequence[Clip], video_fn: Callable[[jax.Array], Mapping[str, Any]], *,
+                   num_frames: int, resolution: int, batch_size: int, kinds: Sequence[str] = ("clip", "clip_mean"),
+                   mesh: jax.sharding.Mesh | None = None, aspect: str = "squash", dtype: str | None = None,
+                   flush_every: int = 256, decode_workers: int = 2, progress: bool = True,
+                   process_index: int | None = None, process_count: int | None = None) -> VideoStats:
+  """Embeds every clip not yet in the store and writes `kinds` plus `padded_frames`.
+
+  Args:
+    store: destination; ids already present in every kind are skipped.
+    clips: all clips of the job (every process passes the same list).
+    video_fn: frames `[B, T, H, W, 3]` float32 in [0, 1] (a `jax.Array` sharded `P('data')` over
+      `mesh`) -> dict with at least `kinds`, each `[B, ...]`. Called once per batch; should be jitted.
+    num_frames, resolution: T and H = W of the decoded frames.
+    batch_size: B, rounded up to a multiple of the mesh size; the last batch is padded.
+    kinds: which outputs of `video_fn` to store (subset of `VIDEO_KINDS` or any other names).
+    mesh: `('data',)` mesh; `local_mesh()` when None.
+    aspect: frame resizing, see `vidjax.data.video`.
+    dtype: storage dtype "float32" | "bfloat16" (store default when None).
+    flush_every: items buffered per kind before a shard is committed (`tokens` flushes at most
+      every 64 items to bound host memory).
+    decode_workers: decoding threads.
+    process_index, process_count: this process's slice of the videos (JAX's values when None).
+
+  Returns:
+    `VideoStats` of this call.
+  """
+  mesh = mesh or local_mesh()
+  n_dev = mesh.devices.size
+  batch_size = -(-batch_size // n_dev) * n_dev
+  pi = jax.process_index() if process_index is None else process_index
+  pc = jax.process_count() if process_count is None else process_count
+  all_kinds = tuple(kinds) + (PADDED_KIND,)
+  stats = VideoStats()
+
+  groups = _group_by_video(clips)[pi::pc]
+  todo_groups = []
+  for path, group in groups:
+    todo = [c for c in group if _missing(store, all_kinds, c.clip_id)]
+    stats.skipped += len(group) - len(todo)
+    if todo:
+      todo_groups.append((path, todo))
+  total = sum(len(g) for _, g in todo_groups)
+  if total == 0:
+    return stats
+
+  # Token arrays are large ([T, N, D] per clip), so their buffer is kept short.
+  writers = {k: store.writer(k, shard_prefix=f"p{pi}", dtype=dtype,
+                             flush_every=min(flush_every, 64) if k == "tokens" else flush_every) for k in kinds}
+  writers[PADDED_KIND] = store.writer(PADDED_KIND, shard_prefix=f"p{pi}", flush_every=flush_every, dtype="float32")
+  data_sharding = sharding.data_sharded(mesh)
+  zeros = np.zeros((num_frames, resolution, resolution, 3), np.uint8)
+  start = time.perf_counter()
+
+  def write(batch, outputs):
+    outputs = {k: np.asarray(jax.device_get(outputs[k])) for k in kinds}
+    for row, (clip, _, padded) in enumerate(batch):
+      for k in kinds:
+        writers[k].add(clip.clip_id, outputs[k][row])
+      writers[PADDED_KIND].add(clip.clip_id, padded.astype(np.float32))
+      stats.clips += 1
+      stats.frames += num_frames
+      stats.padded_clips += int(padded.any())
+      stats.failed_clips += int(padded.all())
+    bar.update(len(batch))
+
+  with tqdm.tqdm(total=total, unit="clip", desc=f"extract p{pi}", disable=not progress, smoothing=0.1) as bar:
+    in_flight = None  # (batch, outputs) dispatched but not yet fetched
+    for batch in _batches(_decoded_clips(todo_groups, num_frames, resolution, aspect, decode_workers), batch_size):
+      frames = np.stack([f for _, f, _ in batch] + [zeros] * (batch_size - len(batch)))
+      x = jax.device_put(frames.astype(np.float32) / np.float32(255), data_sharding)  # as decode_video
+      if in_flight is None and stats.clips == 0:
+        t = time.perf_counter()
+        outputs = video_fn(x)  # jit dispatch is asynchronous, so this call times the compile
+        stats.compile_seconds = time.perf_counter() - t
+      else:
+        outputs = video_fn(x)
+      missing = [k for k in kinds if k not in outputs]
+      if missing:
+        raise KeyError(f"video_fn returned {sorted(outputs)} but the extraction asks for kinds {missing}")
+      if in_flight is not None:
+        write(*in_flight)
+      in_flight = (batch, outputs)
+      busy = time.perf_counter() - start - stats.compile_seconds
+      bar.set_postfix(frames_per_s=f"{stats.frames / max(busy, 1e-9):.1f}")
+    if in_flight is not None:
+      write(*in_flight)
+    for w in writers.values():
+      w.flush()
+  stats.seconds = time.perf_counter() - start
+  return stats
+
+
+def extract_texts(store: FeatureStore, captions: Mapping[str, str], text_fn: Callable[[list[str]], Any], *,
+                  batch_size: int, dtype: str | None = None, flush_every: int = 1024, progress: bool = True,
+                  process_index: int | None = None, process_count: int | None = None) -> int:
+  """Embeds every caption not yet in the store (kind `text`, keyed by caption id).
+
+  Args:
+    captions: `{caption_id: text}`.
+    text_fn: list of exactly `batch_size` strings -> `[B, D]`; the last batch is padded with "".
+  Returns:
+    Number of captions written by this call.
+  """
+  pi = jax.process_index() if process_index is None else process_index
+  pc = jax.process_count() if process_count is None else process_count
+  ids = sorted(captions)[pi::pc]
+  todo = [i for i in ids if not store.has(TEXT_KIND, i)]
+  if not todo:
+    return 0
+  written = 0
+  with store.writer(TEXT_KIND, shard_prefix=f"p{pi}", flush_every=flush_every, dtype=dtype) as w, \
+       tqdm.tqdm(total=len(todo), unit="text", desc=f"text p{pi}", disable=not progress) as bar:
+    for batch_ids in _batches(iter(todo), batch_size):
+      texts = [str(captions[i]) for i in batch_ids] + [""] * (batch_size - len(batch_ids))
+      emb = np.asarray(jax.device_get(text_fn(texts)))
+      if emb.shape[0] != batch_size:
+        raise ValueError(f"text_fn returned {emb.shape[0]} rows for a batch of {batch_size} texts")
+      for row, i in enumerate(batch_ids):
+        written += int(w.add(i, emb[row]))
+      bar.update(len(batch_ids))
+  return written
+
+
+def decode_report(store: FeatureStore) -> dict:
+  """Counts from the store's `padded_frames`: clips with any / all frames padded, padded frames."""
+  ids = store.ids(PADDED_KIND)
+  if not ids:
+    return {"padded_videos": 0, "failed_videos": 0, "padded_frames": 0}
+  mask = store.get(PADDED_KIND, ids) > 0.5
+  return {"padded_videos": int(mask.any(1).sum()), "failed_videos": int(mask.all(1).sum()),
+          "padded_frames": int(mask.sum())}
+
+
+def finalize(store: FeatureStore, metadata: Mapping[str, Any] | None = None) -> dict:
+  """Barrier (multi-host), then on process 0: merge the manifest and record decode counts."""
+  if jax.process_count() > 1:
+    from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+    multihost_utils.sync_global_devices("vidjax_extract_done")
+  store.refresh()
+  report = decode_report(store)
+  if jax.process_index() == 0:
+    store.merge_manifest()
+    store.update_metadata({**dict(metadata or {}), "decode": report})
+  return report
+
+
+def verify(store: FeatureStore, clip_ids: Iterable[str] = (), caption_ids: Iterable[str] = (),
+           kinds: Sequence[str] = ("clip", "clip_mean")) -> dict:
+  """Integrity check: `store.verify()` plus every expected id present in every kind.
+
+  Returns:
+    `store.verify()`'s report.
+  Raises:
+    ValueError naming the store, the kind and (up to 10) missing ids.
+  """
+  report = store.verify()
+  expected = [(k, list(clip_ids)) for k in tuple(kinds) + (PADDED_KIND,)] + [(TEXT_KIND, list(caption_ids))]
+  for kind, ids in expected:
+    if not ids:
+      continue
+    missing = [i for i in ids if not store.has(kind, i)]
+    if missing:
+      shown = ", ".join(repr(m) for m in missing[:10]) + (" ..." if len(missing) > 10 else "")
+      raise ValueError(f"feature store {store.root}: kind {kind!r} lacks {len(missing)} of {len(ids)} expected ids: "
+                       f"{shown}; re-run the extraction to fill them in")
+  return report
