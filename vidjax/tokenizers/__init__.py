@@ -1,0 +1,3 @@
+"""Text tokenizers: SentencePiece (VideoPrism LvT text tower) and WordPiece (BERT / MiniLM)."""
+from vidjax.tokenizers.sentencepiece import SentencePieceTokenizer
+from vidjax.tokenizers.wordpiece import WordPieceTokenizer
