@@ -1,0 +1,74 @@
+"""Every config loads, carries the paper's settings, and rejects unknown keys and bad values."""
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from vidjax.experiments import cast
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = sorted(p.name for p in (ROOT / "configs").glob("*.py"))
+
+
+def load(name, arg=None):
+  spec = importlib.util.spec_from_file_location(f"config_{name[:-3]}", ROOT / "configs" / name)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.get_config(arg)
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+@pytest.mark.parametrize("arg", [None, "smoke"])
+def test_every_config_loads(name, arg):
+  config = load(name, arg)
+  assert config.experiment and "seed" in config
+
+
+@pytest.mark.parametrize("name,epochs,split", [("cast_coin.py", 20, "test"), ("cast_youcook2.py", 30, "val"),
+                                               ("cast_crosstask.py", 50, "test")])
+def test_cast_configs_carry_paper_settings(name, epochs, split):
+  c = load(name)
+  assert (c.train.lr, c.train.weight_decay, c.train.batch_size, c.train.epochs) == (1e-4, 1e-3, 512, epochs)
+  assert (c.train.tau, c.train.lambda_s, c.train.lambda_i) == (0.07, 5.0, 1.0)
+  assert (c.model.context_len, c.model.num_heads, c.model.dropout_rate) == (5, 8, 0.1)
+  assert c.data.eval_split == split
+  assert tuple(c.eval.w_v_grid) == (0.0, 0.1, 0.2, 0.3, 0.4, 0.5)
+  assert tuple(c.eval.w_p_grid)[0] == 0.2 and tuple(c.eval.w_p_grid)[-1] == 1.5 and len(c.eval.w_p_grid) == 14
+  assert tuple(c.sweep.context_lengths) == (0, 1, 2, 3, 4, 5)
+  cast.validate(c)
+
+
+def test_crosstask_split_is_the_papers():
+  c = load("cast_crosstask.py")
+  assert (c.data.crosstask_test_fraction, c.data.crosstask_split_seed) == (0.2, 42)
+
+
+def test_youcook2_real_variant_mines_captions():
+  assert load("cast_youcook2.py", "real").data.identity_rule == "caption_similarity"
+
+
+@pytest.mark.parametrize("key,value,message", [
+    ("train.batch_size", 0, "train.batch_size=0 is invalid"),
+    ("dataset", "msrvtt", "config.dataset='msrvtt' is invalid"),
+    ("model.compute_dtype", "float16", "model.compute_dtype='float16'"),
+    ("data.heldout_fraction", 1.5, "data.heldout_fraction=1.5"),
+])
+def test_bad_values_give_one_clear_error(key, value, message):
+  c = load("cast_coin.py")
+  section, _, field = key.rpartition(".")
+  (c[section] if section else c)[field] = value
+  with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(".", r"\.")):
+    cast.validate(c)
+
+
+def test_cli_rejects_unknown_config_key(tmp_path):
+  env = dict(os.environ, JAX_PLATFORMS="cpu")
+  proc = subprocess.run(
+      [sys.executable, "-m", "vidjax.main", "--config", "configs/cast_coin.py:smoke", "--config.train.epochz=3",
+       "--workdir", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, env=env, timeout=120)
+  assert proc.returncode != 0
+  assert "epochz" in proc.stderr
+  assert not (tmp_path / "results.json").exists()
