@@ -1,5 +1,4 @@
 """CAST end to end: smoke runs on the embedded world and on real-format annotations + a store."""
-import importlib.util
 import json
 from pathlib import Path
 
@@ -9,22 +8,18 @@ import pytest
 from vidjax.data import features
 from vidjax.data.annotations import read_crosstask
 from vidjax.experiments import cast
+from vidjax.experiments.common import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 CROSSTASK = ROOT / "tests" / "fixtures" / "crosstask"
 
 
-def load_config(name, arg=None):
-  spec = importlib.util.spec_from_file_location(f"cfg_{name}", ROOT / "configs" / f"{name}.py")
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module.get_config(arg)
 
 
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory):
   workdir = tmp_path_factory.mktemp("cast_coin_smoke")
-  return workdir, cast.run(load_config("cast_coin", "smoke"), workdir)
+  return workdir, cast.run(load_config(ROOT / "configs/cast_coin.py:smoke"), workdir)
 
 
 def test_results_file_has_the_common_shape(smoke_run, capsys):
@@ -57,7 +52,7 @@ def test_run_writes_benchmark_files_and_plot(smoke_run):
 
 def test_rerun_resumes_and_reproduces(smoke_run):
   workdir, results = smoke_run
-  again = cast.run(load_config("cast_coin", "smoke"), workdir)  # checkpoints are final: no retraining
+  again = cast.run(load_config(ROOT / "configs/cast_coin.py:smoke"), workdir)  # checkpoints are final: no retraining
   assert again["metrics"] == results["metrics"]
   assert again["context_sweep"] == results["context_sweep"]
 
@@ -71,7 +66,7 @@ def _store_for(videos, path, dim=16, drop=None):
 
 
 def _crosstask_config(store_dir):
-  config = load_config("cast_crosstask", "smoke")
+  config = load_config(ROOT / "configs/cast_crosstask.py:smoke")
   config.data.annotations = str(CROSSTASK)
   config.data.features = str(store_dir)
   config.train.batch_size = 8

@@ -1,5 +1,4 @@
 """Every config loads, carries the paper's settings, and rejects unknown keys and bad values."""
-import importlib.util
 import os
 import subprocess
 import sys
@@ -8,16 +7,14 @@ from pathlib import Path
 import pytest
 
 from vidjax.experiments import cast
+from vidjax.experiments.common import load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = sorted(p.name for p in (ROOT / "configs").glob("*.py"))
 
 
 def load(name, arg=None):
-  spec = importlib.util.spec_from_file_location(f"config_{name[:-3]}", ROOT / "configs" / name)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module.get_config(arg)
+  return load_config(f"{ROOT / 'configs' / name}" + (f":{arg}" if arg else ""))
 
 
 @pytest.mark.parametrize("name", CONFIGS)
@@ -48,6 +45,11 @@ def test_crosstask_split_is_the_papers():
 
 def test_youcook2_real_variant_mines_captions():
   assert load("cast_youcook2.py", "real").data.identity_rule == "caption_similarity"
+
+
+def test_locked_config_rejects_new_keys():
+  with pytest.raises(AttributeError):
+    load("cast_coin.py").train.epochz = 3
 
 
 @pytest.mark.parametrize("key,value,message", [

@@ -227,6 +227,12 @@ class _Miner:
       for t in range(1, len(v.clips)):
         yield vi, t, int(self.offsets[vi]) + t
 
+  def query_fields(self, vi: int, t: int, g: int) -> dict:
+    """The fields shared by benchmark records and training instances of query clip `g`."""
+    clip = self.clips[g]
+    return {"query_id": self.ids[g], "video_id": clip.video_id, "task": clip.task, "text": clip.text,
+            "context": self.context(vi, t), "target": self.ids[g]}
+
   def context(self, vi: int, t: int) -> list[str]:
     off = int(self.offsets[vi])
     return self.ids[off + max(0, t - self.rules.context_len): off + t]
@@ -385,12 +391,7 @@ def build_benchmark(videos: Sequence[Video], *, identity_rule: str, embed_fn: Em
     candidates = [miner.ids[pool[i]] for i in rng.permutation(pool_size)]
     backfilled = len(state_pool) < num_state or len(identity_pool) < num_identity
     records.append({
-        "query_id": query_id,
-        "video_id": miner.clips[g].video_id,
-        "task": miner.clips[g].task,
-        "text": miner.clips[g].text,
-        "context": miner.context(vi, t),
-        "target": query_id,
+        **miner.query_fields(vi, t, g),
         "candidates": candidates,
         "negative_types": {miner.ids[c]: kind for c, kind in kinds.items()},
         "backfilled": backfilled,
@@ -438,12 +439,7 @@ def build_training_instances(videos: Sequence[Video], *, identity_rule: str, emb
     identity_fb = state_pool[num_state:num_state + num_identity - len(identity)]
     state, identity = state + state_fb, identity + identity_fb
     instances.append({
-        "query_id": query_id,
-        "video_id": miner.clips[g].video_id,
-        "task": miner.clips[g].task,
-        "text": miner.clips[g].text,
-        "context": miner.context(vi, t),
-        "target": query_id,
+        **miner.query_fields(vi, t, g),
         "state_negatives": [miner.ids[c] for c in state],
         "identity_negatives": [miner.ids[c] for c in identity],
         "fallback": bool(state_fb or identity_fb),

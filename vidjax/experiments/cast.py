@@ -376,6 +376,7 @@ def run(config, workdir: str | Path) -> dict:
       "inference_ablation": ablation,
       "context_sweep": {str(k): v for k, v in sorted(sweep.items())},
       "benchmark_stats": data.stats,
+      "features": {k: data.store.metadata.get(k) for k in ("backbone", "checkpoint_hash", "random_init")},
       "seconds": round(time.time() - start, 1),
       "config": json.loads(config.to_json_best_effort()),
   }

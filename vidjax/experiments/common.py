@@ -6,12 +6,29 @@ say so in the file, in the printed tables and in plot titles.
 """
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from typing import Mapping, Sequence
 
 from vidjax import io
 
 REQUIRED_KEYS = ("experiment", "dataset", "synthetic", "metrics")
+
+
+def load_config(spec: str | Path):
+  """Loads `"configs/cast_coin.py[:arg]"` as `--config` does, locked (for notebooks and tests).
+
+  The file's `get_config(arg)` builds the `ConfigDict`; locking makes a mistyped field an error.
+  """
+  path, _, arg = str(spec).partition(":")
+  if not Path(path).is_file():
+    raise FileNotFoundError(f"config file not found: {path}")
+  module_spec = importlib.util.spec_from_file_location(f"vidjax_config_{Path(path).stem}", path)
+  module = importlib.util.module_from_spec(module_spec)
+  module_spec.loader.exec_module(module)
+  config = module.get_config(arg or None)
+  config.lock()
+  return config
 
 
 def write_results(workdir: str | Path, results: Mapping, tables: Sequence[str] = ()) -> Path:
