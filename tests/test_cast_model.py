@@ -326,3 +326,18 @@ def test_cast_learns_state_transition_and_beats_zero_shot():
   assert cast_m["state_acc"] > 85.0 and cast_m["ident_acc"] > 85.0, cast_m
   assert zs_m["acc"] < 40.0, zs_m
   assert cast_m["mnr"] < zs_m["mnr"]
+
+
+def test_zero_init_residual_starts_at_the_anchor_state():
+  rng = np.random.default_rng(3)
+  text = rng.normal(size=(4, 16)).astype(np.float32)
+  hist = rng.normal(size=(4, 3, 16)).astype(np.float32)
+  mask = np.array([[1, 1, 1], [0, 1, 1], [0, 0, 1], [1, 1, 1]], np.float32)
+  anchor = hist[:, -1] / np.linalg.norm(hist[:, -1], axis=-1, keepdims=True)
+  for model in (cast.CAST(16, num_heads=4), cast.EarlyFusion(16, residual=True)):
+    params = model.init(jax.random.PRNGKey(0), text, hist, mask)
+    np.testing.assert_allclose(model.apply(params, text, hist, mask), anchor, atol=1e-6)
+  # With Flax's default init the untrained residual is far from the anchor.
+  model = cast.CAST(16, num_heads=4, zero_init_residual=False)
+  v_hat = model.apply(model.init(jax.random.PRNGKey(0), text, hist, mask), text, hist, mask)
+  assert np.max(np.abs(np.asarray(v_hat) - anchor)) > 0.1

@@ -292,3 +292,20 @@ def test_fit_reports_exhausted_dataset(tmp_path):
   one_epoch = train.make_batches(SOURCE, BATCH, seed=3, num_epochs=1)
   with pytest.raises(ValueError, match="ran out of batches after 6 steps"):
     _fit(tmp_path, dataset=one_epoch, num_steps=8, checkpoint_every=100)
+
+
+def test_make_index_batches_epochs_are_seeded_permutations():
+  seen = []
+  ds = train.make_index_batches(10, 3, seed=7, batch_fn=lambda idx: {"i": np.asarray(idx)})
+  assert len(train.make_index_batches(10, 3, seed=7, batch_fn=lambda i: i, num_epochs=2)) == 6
+  for t in range(6):  # two epochs of 10 // 3 = 3 batches; the remainder of each epoch is dropped
+    seen.append(ds[t]["i"])
+  epoch0, epoch1 = np.concatenate(seen[:3]), np.concatenate(seen[3:])
+  assert len(set(epoch0)) == 9 and len(set(epoch1)) == 9 and set(epoch0) <= set(range(10))
+  assert not np.array_equal(epoch0, epoch1)  # a fresh permutation every epoch
+  again = train.make_index_batches(10, 3, seed=7, batch_fn=lambda idx: {"i": np.asarray(idx)})
+  np.testing.assert_array_equal(again[4]["i"], seen[4])
+  other = train.make_index_batches(10, 3, seed=8, batch_fn=lambda idx: {"i": np.asarray(idx)})
+  assert not all(np.array_equal(other[t]["i"], seen[t]) for t in range(3))
+  with pytest.raises(ValueError, match="batch_size <= num_examples"):
+    train.make_index_batches(2, 3, seed=0, batch_fn=lambda i: i)

@@ -196,6 +196,56 @@ def make_batches(source: Sequence[Mapping[str, np.ndarray]], batch_size: int, se
   return ds.batch(local_batch, drop_remainder=True)
 
 
+class _IndexBatches(Sequence):
+  """Item `t`: the example indices of global batch `t` for this process (see `make_index_batches`)."""
+
+  def __init__(self, num_examples: int, batch_size: int, seed: int, num_epochs: int | None):
+    self.n, self.batch_size, self.seed = num_examples, batch_size, seed
+    self.per_epoch = num_examples // batch_size
+    # "Forever" is a length no run reaches; Grain needs a finite one.
+    self.length = self.per_epoch * (num_epochs if num_epochs is not None else 1 << 32)
+    self._cache: tuple[int, np.ndarray] | None = None
+
+  def __len__(self) -> int:
+    return self.length
+
+  def __getitem__(self, t: int) -> np.ndarray:
+    if not 0 <= t < self.length:
+      raise IndexError(t)
+    epoch, b = divmod(int(t), self.per_epoch)
+    if self._cache is None or self._cache[0] != epoch:
+      self._cache = (epoch, np.random.default_rng([self.seed, epoch]).permutation(self.n))
+    rows = self._cache[1][b * self.batch_size:(b + 1) * self.batch_size]
+    return rows[jax.process_index()::jax.process_count()]
+
+
+def make_index_batches(num_examples: int, batch_size: int, seed: int,
+                       batch_fn: Callable[[np.ndarray], Any], *,
+                       num_epochs: int | None = None) -> grain.MapDataset:
+  """Like `make_batches`, but shuffles example *indices* and builds each batch with one call.
+
+  Epoch `e` is the permutation `default_rng([seed, e]).permutation(num_examples)` cut into
+  `num_examples // batch_size` batches (the remainder of each epoch is dropped); batch `t` is
+  `batch_fn(indices)` of this process's rows of that slice. For sources whose examples are rows of
+  in-memory arrays this avoids per-example Python work, which dominates small models on CPU.
+
+  Args:
+    num_examples: size of the example set.
+    batch_size: global batch size, divisible by the process count.
+    seed: shuffle seed; the data order depends on nothing else.
+    batch_fn: `batch_fn(int64 indices [B_local]) -> dict of [B_local, ...] arrays`.
+    num_epochs: passes over the data; None repeats (practically) forever.
+
+  Returns:
+    A `grain.MapDataset` of batches (its iterator position is checkpointed by `fit`).
+  """
+  if batch_size < 1 or num_examples < batch_size:
+    raise ValueError(f"make_index_batches: need 1 <= batch_size <= num_examples, got batch_size={batch_size}, "
+                     f"num_examples={num_examples}.")
+  sharding_lib.process_batch_size(batch_size)  # checks divisibility by the process count
+  return grain.MapDataset.source(_IndexBatches(num_examples, batch_size, seed, num_epochs)).map(batch_fn)
+
+
 def _iterate(dataset: Any) -> Iterator[Any]:
   if isinstance(dataset, grain.MapDataset):
     # A few threads and a short queue: batches are usually cheap feature look-ups, and the

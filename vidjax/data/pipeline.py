@@ -84,17 +84,28 @@ class CVRTrainSource:
     return len(self.text)
 
   def __getitem__(self, i: int) -> dict[str, np.ndarray]:
-    hist = self.hist[i]
-    neg_mask = lambda rows: np.ones(rows.shape, np.float32) if self.zero_in_loss else (rows >= 0).astype(np.float32)  # noqa: E731
+    """One example (arrays without a batch dimension)."""
+    return {k: v[0] for k, v in self.collate([i]).items()}
+
+  def collate(self, indices: Sequence[int]) -> dict[str, np.ndarray]:
+    """The batch of examples `indices`, gathered at once: `[len(indices), ...]` arrays.
+
+    Use as the `batch_fn` of `vidjax.train.make_index_batches`: a batch is then a handful of
+    vectorized gathers instead of per-example Python work.
+    """
+    i = np.asarray(indices, np.int64)
+    hist, state, ident = self.hist[i], self.state[i], self.ident[i]
+    neg_mask = lambda rows: (np.ones(rows.shape, np.float32) if self.zero_in_loss  # noqa: E731
+                             else (rows >= 0).astype(np.float32))
     return {
         "text": self.texts.gather(self.text[i]),
         "history": self.clips.gather(hist),
         "history_mask": (hist >= 0).astype(np.float32),
         "positive": self.clips.gather(self.pos[i]),
-        "state_negs": self.clips.gather(self.state[i]),
-        "state_mask": neg_mask(self.state[i]),
-        "ident_negs": self.clips.gather(self.ident[i]),
-        "ident_mask": neg_mask(self.ident[i]),
+        "state_negs": self.clips.gather(state),
+        "state_mask": neg_mask(state),
+        "ident_negs": self.clips.gather(ident),
+        "ident_mask": neg_mask(ident),
     }
 
 

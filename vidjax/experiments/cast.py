@@ -258,7 +258,7 @@ def train_method(name: str, model, source: CVRTrainSource, config, workdir: Path
   state, _ = train.fit(
       init_fn=init_fn, loss_fn=make_loss_fn(model, tcfg),
       optimizer=train.adamw(tcfg.lr, tcfg.weight_decay),
-      dataset=train.make_batches(source, tcfg.batch_size, seed=config.seed),
+      dataset=train.make_index_batches(len(source), tcfg.batch_size, config.seed, source.collate),
       num_steps=num_steps, workdir=workdir / "train" / name, seed=config.seed, mesh=mesh,
       checkpoint_every=tcfg.checkpoint_every, log_every=min(tcfg.log_every, num_steps),
       progress=tcfg.progress, description=f"{config.name}/{name}")

@@ -155,11 +155,18 @@ class CAST(nn.Module):
     dim: embedding dimension d of the frozen backbone (must be divisible by num_heads).
     num_heads: cross-attention heads (8 in the paper).
     dropout_rate: Path-1 dropout (0.1 in the paper).
+    zero_init_residual: start the residual branches at zero (the last layer of each path and the
+      attention's output projection), so the untrained adapter predicts v̂ = v_{t-1} and learns the
+      transition as a departure from the anchor state (as ReZero / LoRA-style adapters do). The
+      paper does not specify initialization; with default init the random Δ is several times
+      larger than the unit-norm anchor and the paper's short schedules spend most of their steps
+      undoing it. False gives Flax's default init everywhere.
     dtype: computation dtype; params stay float32.
   """
   dim: int
   num_heads: int = 8
   dropout_rate: float = 0.1
+  zero_init_residual: bool = True
   dtype: Dtype = jnp.float32
 
   @nn.compact
@@ -172,7 +179,9 @@ class CAST(nn.Module):
     if text.shape[-1] != d:
       raise ValueError(f"CAST(dim={d}) got text of width {text.shape[-1]}")
     q, h, mask, v_prev, has_ctx = _prepare(text, history, history_mask)
-    dense = lambda n, name: nn.Dense(n, dtype=self.dtype, param_dtype=jnp.float32, name=name)
+    dense = lambda n, name, init=nn.linear.default_kernel_init: nn.Dense(  # noqa: E731
+        n, dtype=self.dtype, param_dtype=jnp.float32, kernel_init=init, name=name)
+    out_init = nn.initializers.zeros if self.zero_init_residual else nn.linear.default_kernel_init
     layer_norm = lambda name: nn.LayerNorm(dtype=self.dtype, param_dtype=jnp.float32, name=name)
 
     # Path 1: instruction-conditioned state transition.
@@ -180,18 +189,19 @@ class CAST(nn.Module):
     x = dense(2 * d, "cond_fc1")(x)
     x = nn.relu(layer_norm("cond_ln")(x))
     x = nn.Dropout(self.dropout_rate, deterministic=deterministic)(x)
-    delta_cond = dense(d, "cond_fc2")(x)
+    delta_cond = dense(d, "cond_fc2", out_init)(x)
 
     # Path 2: temporal context attention.
     q_proj = dense(d, "ctx_query_proj")(q.astype(self.dtype))
     h_proj = dense(d, "ctx_history_proj")(h.astype(self.dtype))
     attn = nn.MultiHeadDotProductAttention(
         num_heads=self.num_heads, qkv_features=d, out_features=d, dtype=self.dtype,
-        param_dtype=jnp.float32, dropout_rate=0.0, deterministic=True, name="ctx_attention")(
+        param_dtype=jnp.float32, dropout_rate=0.0, deterministic=True, out_kernel_init=out_init,
+        name="ctx_attention")(
             q_proj[:, None, :], h_proj, h_proj, mask=mask[:, None, None, :])[:, 0]
     attn = jnp.where(has_ctx, attn, 0)
     y = layer_norm("ctx_ln")(attn)
-    y = dense(d, "ctx_fc2")(nn.relu(dense(d, "ctx_fc1")(y)))
+    y = dense(d, "ctx_fc2", out_init)(nn.relu(dense(d, "ctx_fc1")(y)))
     delta_ctx = attn + y
 
     out = v_prev + delta_cond.astype(jnp.float32) + delta_ctx.astype(jnp.float32)
@@ -209,6 +219,7 @@ class EarlyFusion(nn.Module):
   dim: int
   residual: bool
   dropout_rate: float = 0.1
+  zero_init_residual: bool = True  # residual variant only: start at v̂ = v_{t-1}, as CAST does
   dtype: Dtype = jnp.float32
 
   @nn.compact
@@ -223,7 +234,9 @@ class EarlyFusion(nn.Module):
     x = nn.Dense(2 * d, dtype=self.dtype, param_dtype=jnp.float32, name="fc1")(x)
     x = nn.relu(nn.LayerNorm(dtype=self.dtype, param_dtype=jnp.float32, name="ln")(x))
     x = nn.Dropout(self.dropout_rate, deterministic=deterministic)(x)
-    out = nn.Dense(d, dtype=self.dtype, param_dtype=jnp.float32, name="fc2")(x)
+    zero_init = self.residual and self.zero_init_residual
+    out = nn.Dense(d, dtype=self.dtype, param_dtype=jnp.float32, name="fc2",
+                   kernel_init=nn.initializers.zeros if zero_init else nn.linear.default_kernel_init)(x)
     out = out.astype(jnp.float32)
     return l2_normalize(v_prev + out if self.residual else out)
 
