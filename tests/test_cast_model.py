@@ -328,7 +328,7 @@ def test_cast_learns_state_transition_and_beats_zero_shot():
   assert cast_m["mnr"] < zs_m["mnr"]
 
 
-def test_zero_init_residual_starts_at_the_anchor_state():
+def test_residual_init_starts_near_the_anchor_state():
   rng = np.random.default_rng(3)
   text = rng.normal(size=(4, 16)).astype(np.float32)
   hist = rng.normal(size=(4, 3, 16)).astype(np.float32)
@@ -336,8 +336,8 @@ def test_zero_init_residual_starts_at_the_anchor_state():
   anchor = hist[:, -1] / np.linalg.norm(hist[:, -1], axis=-1, keepdims=True)
   for model in (cast.CAST(16, num_heads=4), cast.EarlyFusion(16, residual=True)):
     params = model.init(jax.random.PRNGKey(0), text, hist, mask)
-    np.testing.assert_allclose(model.apply(params, text, hist, mask), anchor, atol=1e-6)
+    np.testing.assert_allclose(model.apply(params, text, hist, mask), anchor, atol=0.05)
   # With Flax's default init the untrained residual is far from the anchor.
-  model = cast.CAST(16, num_heads=4, zero_init_residual=False)
+  model = cast.CAST(16, num_heads=4, residual_init_std=None)
   v_hat = model.apply(model.init(jax.random.PRNGKey(0), text, hist, mask), text, hist, mask)
-  assert np.max(np.abs(np.asarray(v_hat) - anchor)) > 0.1
+  assert np.max(np.abs(np.asarray(v_hat) - anchor)) > 0.2

@@ -82,3 +82,17 @@ def test_verify_detects_corruption_and_merge_manifest(tmp_path):
   np.save(shard, np.array([[np.nan, 1.0]], np.float32))
   with pytest.raises(ValueError, match="NaN or Inf"):
     store.verify()
+
+
+def test_command_line_verify_merge_import(tmp_path, capsys):
+  np.save(tmp_path / "a.npy", np.ones((2, 3), np.float32))
+  (tmp_path / "ids.txt").write_text("x\ny\n")
+  store = str(tmp_path / "s")
+  assert features.main(["import", store, "clip", str(tmp_path / "a.npy"), str(tmp_path / "ids.txt")]) == 0
+  assert features.main(["merge", store]) == 0
+  capsys.readouterr()
+  assert features.main(["verify", store]) == 0
+  assert json.loads(capsys.readouterr().out)["clip"] == {"items": 2, "shape": [3], "shards": 1}
+  np.save(next((tmp_path / "s" / "clip").glob("*.npy")), np.full((2, 3), np.inf, np.float32))
+  assert features.main(["verify", store]) == 1
+  assert "NaN or Inf" in capsys.readouterr().err

@@ -41,8 +41,11 @@ def main(argv):
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   if _CONFIG.value is None or not _WORKDIR.value:
     raise app.UsageError("both --config and --workdir are required")
+  if not flags.FLAGS["verbosity"].present:  # library INFO logs (orbax) drown the tables; -v 0 restores
+    logging.set_verbosity(logging.WARNING)
   sharding.initialize_distributed()
-  logging.info("process %d/%d, devices: %s", jax.process_index(), jax.process_count(), jax.devices())
+  if jax.process_index() == 0:
+    print(f"vidjax: {jax.process_count()} process(es), devices: {jax.devices()}", flush=True)
   run(_CONFIG.value, _WORKDIR.value)
 
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -327,3 +328,39 @@ def write_arrays(root: str | os.PathLike, arrays: dict[str, tuple[Sequence[str],
       for item_id, row in zip(ids, np.asarray(array)):
         w.add(item_id, row)
   return store
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+  """Command line: integrity check, shard merge and array import.
+
+      python -m vidjax.data.features verify STORE            # exit 1 with the problem on corruption
+      python -m vidjax.data.features merge STORE             # record all shards in the manifest (multi-host)
+      python -m vidjax.data.features import STORE KIND ARRAY.npy|.npz IDS.txt|.json [--key NAME]
+  """
+  import argparse
+  parser = argparse.ArgumentParser(prog="python -m vidjax.data.features", description=main.__doc__,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  sub = parser.add_subparsers(dest="command", required=True)
+  sub.add_parser("verify").add_argument("store")
+  sub.add_parser("merge").add_argument("store")
+  imp = sub.add_parser("import")
+  for name in ("store", "kind", "array", "ids"):
+    imp.add_argument(name)
+  imp.add_argument("--key", default=None, help="array name inside an .npz")
+  args = parser.parse_args(argv)
+  try:
+    if args.command == "import":
+      store = import_arrays(args.store, args.kind, args.array, args.ids, array_key=args.key)
+      print(json.dumps({"imported": len(store.ids(args.kind)), "kind": args.kind, "store": args.store}))
+    elif args.command == "merge":
+      print(json.dumps({"counts": FeatureStore(args.store).merge_manifest()}))
+    else:
+      print(json.dumps(FeatureStore(args.store).verify(), indent=1, sort_keys=True))
+  except (OSError, ValueError, KeyError) as e:
+    print(f"feature store error: {e}", file=sys.stderr)
+    return 1
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

@@ -28,7 +28,7 @@ inside the model with a safe norm, so zero padding stays zero and never produces
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 import flax.linen as nn
 import jax
@@ -134,6 +134,10 @@ def _prepare(text, history, history_mask):
   return q, h, mask, v_prev, has_ctx
 
 
+def _residual_init(std: Optional[float]):
+  return nn.linear.default_kernel_init if std is None else nn.initializers.normal(std)
+
+
 class CAST(nn.Module):
   """The CAST adapter (§2.3, Appendix B Table 10).
 
@@ -155,18 +159,19 @@ class CAST(nn.Module):
     dim: embedding dimension d of the frozen backbone (must be divisible by num_heads).
     num_heads: cross-attention heads (8 in the paper).
     dropout_rate: Path-1 dropout (0.1 in the paper).
-    zero_init_residual: start the residual branches at zero (the last layer of each path and the
-      attention's output projection), so the untrained adapter predicts v̂ = v_{t-1} and learns the
-      transition as a departure from the anchor state (as ReZero / LoRA-style adapters do). The
-      paper does not specify initialization; with default init the random Δ is several times
-      larger than the unit-norm anchor and the paper's short schedules spend most of their steps
-      undoing it. False gives Flax's default init everywhere.
+    residual_init_std: std of the (normal) init of the layers that end each residual branch (the
+      last Linear of each path and the attention's output projection), so the untrained adapter
+      predicts v̂ ≈ v_{t-1} and learns the transition as a departure from the anchor state (as
+      ReZero / LoRA-style adapters do). Not exactly 0: with no context (L = 0) there is no anchor and
+      an exactly-zero Δ would have no gradient through the normalization. The paper does not give
+      an initialization; with Flax's default (None) the random Δ is several times larger than the
+      unit-norm anchor and the paper's short schedules spend most of their steps undoing it.
     dtype: computation dtype; params stay float32.
   """
   dim: int
   num_heads: int = 8
   dropout_rate: float = 0.1
-  zero_init_residual: bool = True
+  residual_init_std: Optional[float] = 1e-3
   dtype: Dtype = jnp.float32
 
   @nn.compact
@@ -181,7 +186,7 @@ class CAST(nn.Module):
     q, h, mask, v_prev, has_ctx = _prepare(text, history, history_mask)
     dense = lambda n, name, init=nn.linear.default_kernel_init: nn.Dense(  # noqa: E731
         n, dtype=self.dtype, param_dtype=jnp.float32, kernel_init=init, name=name)
-    out_init = nn.initializers.zeros if self.zero_init_residual else nn.linear.default_kernel_init
+    out_init = _residual_init(self.residual_init_std)
     layer_norm = lambda name: nn.LayerNorm(dtype=self.dtype, param_dtype=jnp.float32, name=name)
 
     # Path 1: instruction-conditioned state transition.
@@ -219,7 +224,7 @@ class EarlyFusion(nn.Module):
   dim: int
   residual: bool
   dropout_rate: float = 0.1
-  zero_init_residual: bool = True  # residual variant only: start at v̂ = v_{t-1}, as CAST does
+  residual_init_std: Optional[float] = 1e-3  # residual variant only: start at v̂ ≈ v_{t-1}, as CAST
   dtype: Dtype = jnp.float32
 
   @nn.compact
@@ -234,9 +239,8 @@ class EarlyFusion(nn.Module):
     x = nn.Dense(2 * d, dtype=self.dtype, param_dtype=jnp.float32, name="fc1")(x)
     x = nn.relu(nn.LayerNorm(dtype=self.dtype, param_dtype=jnp.float32, name="ln")(x))
     x = nn.Dropout(self.dropout_rate, deterministic=deterministic)(x)
-    zero_init = self.residual and self.zero_init_residual
     out = nn.Dense(d, dtype=self.dtype, param_dtype=jnp.float32, name="fc2",
-                   kernel_init=nn.initializers.zeros if zero_init else nn.linear.default_kernel_init)(x)
+                   kernel_init=_residual_init(self.residual_init_std if self.residual else None))(x)
     out = out.astype(jnp.float32)
     return l2_normalize(v_prev + out if self.residual else out)
 
