@@ -92,3 +92,11 @@ def test_store_missing_an_id_is_one_clear_error(tmp_path):
   _store_for(videos, tmp_path / "store", drop=victim)
   with pytest.raises(features.MissingFeatureError, match=f"no 'clip' features for 1 of .*{victim}"):
     cast.run(_crosstask_config(tmp_path / "store"), tmp_path / "run")
+
+
+def test_workdir_of_another_config_is_refused(smoke_run):
+  workdir, _ = smoke_run
+  config = load_config(ROOT / "configs/cast_coin.py:smoke")
+  config.seed = 1  # another world: the stored features and checkpoints would be stale
+  with pytest.raises(ValueError, match=r"made by a different config \(changed: seed\)"):
+    cast.run(config, workdir)

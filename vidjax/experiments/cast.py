@@ -152,16 +152,45 @@ def _embed_fn(config):
   return encoder.encode
 
 
+def _barrier(name: str) -> None:
+  if jax.process_count() > 1:
+    from jax.experimental import multihost_utils
+    multihost_utils.sync_global_devices(name)
+
+
+# Fields that may change between runs in one workdir (resuming, logging, longer training).
+_RESUMABLE_CHANGES = {"train.progress", "train.log_every", "train.checkpoint_every", "train.epochs", "eval.chunk"}
+
+
+def check_workdir(config, workdir: Path) -> None:
+  """Refuses to reuse a workdir made by a different config: its store and checkpoints would be stale."""
+  path = workdir / "config.json"
+  current = json.loads(config.to_json_best_effort())
+  if path.exists():
+    flat = lambda d, p="": {k2: v2 for k, v in d.items()  # noqa: E731
+                            for k2, v2 in (flat(v, f"{p}{k}.") if isinstance(v, dict) else {f"{p}{k}": v}).items()}
+    old, new = flat(io.read_json(path)), flat(current)
+    changed = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k) and k not in _RESUMABLE_CHANGES)
+    if changed:
+      raise ValueError(f"workdir {workdir} was made by a different config (changed: {', '.join(changed[:8])}); "
+                       "use a new --workdir (its features, benchmark files and checkpoints belong to that config)")
+  if jax.process_index() == 0:
+    io.atomic_write_json(path, current)
+
+
 def prepare_data(config, workdir: Path) -> CVRData:
   """Reads or generates the videos, writes the CVR files to `<workdir>/cvr`, opens the store."""
   out = workdir / "cvr"
+  writer = jax.process_index() == 0  # one process writes shared files; the others wait, then read
   if not config.data.annotations:
     world = synthetic.make_procedural_world(synthetic.world_config_from(config.world), seed=config.seed)
     store_dir = workdir / "features"
-    store = write_arrays(store_dir, {"clip": (world.clip_ids, world.clip_emb),
-                                     "text": (world.clip_ids, world.text_emb)},
-                         {"backbone": "synthetic-procedural-world", "synthetic": True, "seed": config.seed,
-                          "world": dict(config.world)})
+    if writer:
+      write_arrays(store_dir, {"clip": (world.clip_ids, world.clip_emb), "text": (world.clip_ids, world.text_emb)},
+                   {"backbone": "synthetic-procedural-world", "synthetic": True, "seed": config.seed,
+                    "world": dict(config.world)})
+    _barrier("vidjax_cast_store")
+    store = FeatureStore(store_dir)
     train_videos, eval_videos = world.train_videos, world.eval_videos
     if config.data.clip_kind != "clip" or config.data.text_kind != "text":
       raise ValueError("the synthetic world writes kinds 'clip' and 'text'; leave data.clip_kind/text_kind as is")
@@ -183,9 +212,12 @@ def prepare_data(config, workdir: Path) -> CVRData:
   rules = dict(cvr.DATASET_RULES[config.dataset], identity_rule=config.data.identity_rule)
   names = ({"eval_name": "crosstask_test.json", "train_name": "crosstask_train.json"}
            if config.dataset == "crosstask" else {"eval_name": "benchmark.json", "train_name": "train.json"})
-  stats = cvr.build_cvr(train_videos, eval_videos, out, embed_fn=_embed_fn(config),
-                        context_len=config.model.context_len, heldout_fraction=config.data.heldout_fraction,
-                        seed=config.seed, **rules, **names)
+  if writer:
+    cvr.build_cvr(train_videos, eval_videos, out, embed_fn=_embed_fn(config),
+                  context_len=config.model.context_len, heldout_fraction=config.data.heldout_fraction,
+                  seed=config.seed, **rules, **names)
+  _barrier("vidjax_cast_cvr")
+  stats = io.read_json(out / "stats.json")
   benchmark = io.read_json(out / names["eval_name"])
   heldout = io.read_json(out / "heldout.json")
   instances = io.read_json(out / names["train_name"])
@@ -319,6 +351,7 @@ def run(config, workdir: str | Path) -> dict:
   validate(config)
   workdir = Path(workdir)
   workdir.mkdir(parents=True, exist_ok=True)
+  check_workdir(config, workdir)
   start = time.time()
   data = prepare_data(config, workdir)
   clip_ids = set()
@@ -387,7 +420,8 @@ def run(config, workdir: str | Path) -> dict:
       evaluate.format_table({f"L={k}": v for k, v in sorted(sweep.items())},
                             f"Context length sweep ({dataset}), Figure 6 shape", data.synthetic),
   ]
-  if len(sweep) > 1:
-    common.plot_context_sweep(sweep, workdir / "context_sweep.png", title=dataset, synthetic=data.synthetic)
-  common.write_results(workdir, results, tables)
+  if jax.process_index() == 0:
+    if len(sweep) > 1:
+      common.plot_context_sweep(sweep, workdir / "context_sweep.png", title=dataset, synthetic=data.synthetic)
+    common.write_results(workdir, results, tables)
   return results
