@@ -228,7 +228,6 @@ def test_task_step_identity_rule_and_fallback():
 
 def test_training_fallback_rules():
   videos = _tiny_world()
-  clips = _clip_index(videos)
   inst, stats = cvr.build_training_instances(videos, identity_rule="task_step", task_fallback=False)
   by_target = {i["target"]: i for i in inst}
   # solo#001: state pool = predecessor only, identity pool empty -> short lists, zero padding.

@@ -50,7 +50,7 @@ def test_uncommitted_shard_is_invisible(tmp_path):
 
 def test_bfloat16_storage(tmp_path):
   x = np.array([[1.0, 0.5, -2.0, 3.140625]], np.float32)
-  store = features.write_arrays(tmp_path, {"clip": (["a"], x)}, dtype="bfloat16")
+  features.write_arrays(tmp_path, {"clip": (["a"], x)}, dtype="bfloat16")
   assert np.load(next((tmp_path / "clip").glob("*.npy"))).dtype == np.uint16
   np.testing.assert_array_equal(features.FeatureStore(tmp_path).get("clip", ["a"]), x)
 

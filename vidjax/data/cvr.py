@@ -427,7 +427,6 @@ def build_training_instances(videos: Sequence[Video], *, identity_rule: str, emb
       "instances_identity_fallback": 0, "padded_slots": 0}
   instances = []
   for vi, t, g in miner.queries():
-    query_id = miner.ids[g]
     if t == 1:  # One generator per video: its draws do not depend on the other videos' order.
       rng = _rng(seed, _TRAIN_ROLE, miner.clips[g].video_id)
     state_pool = miner.state_order(vi, t, rng)

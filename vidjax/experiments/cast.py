@@ -21,12 +21,11 @@ import functools
 import json
 import time
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 import jax
 import jax.numpy as jnp
 import ml_collections
-import numpy as np
 
 from vidjax import evaluate, io, losses, sharding, train
 from vidjax.data import cvr, synthetic
