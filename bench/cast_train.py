@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+import machine  # bench/machine.py
 
 import jax
 import jax.numpy as jnp
@@ -23,35 +24,6 @@ import numpy as np
 
 from vidjax import losses, train
 from vidjax.models import cast as cast_models
-
-
-def machine() -> str:
-  cpu = platform.processor() or platform.machine()
-  try:
-    with open("/proc/cpuinfo") as f:
-      cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-  except (OSError, StopIteration):
-    pass
-  dev = jax.devices()[0]
-  return (f"{dev.platform}:{dev.device_kind} x{jax.device_count()} | host CPU: {cpu}, {os.cpu_count()} cores | "
-          f"jax {jax.__version__}")
-
-
-def _time(fn, *args, repeats: int) -> float:
-  jax.block_until_ready(fn(*args))  # compile + warm up
-  start = time.perf_counter()
-  for _ in range(repeats):
-    out = fn(*args)
-  jax.block_until_ready(out)
-  return (time.perf_counter() - start) / repeats
-
-
-def matmul_rate(n: int = 2048, repeats: int = 10) -> float:
-  """float32 FLOP/s of an n x n x n matmul on the default device: the machine's own limit."""
-  a = jax.random.normal(jax.random.PRNGKey(0), (n, n), jnp.float32)
-  b = jax.random.normal(jax.random.PRNGKey(1), (n, n), jnp.float32)
-  f = jax.jit(lambda x, y: x @ y)
-  return 2 * n ** 3 / _time(f, a, b, repeats=repeats)
 
 
 def flops_of(compiled) -> float:
@@ -103,8 +75,8 @@ def main():
   ap.add_argument("--context", type=int, default=5)
   ap.add_argument("--steps", type=int, default=20)
   args = ap.parse_args()
-  peak = matmul_rate()
-  print(f"machine: {machine()}")
+  peak = machine.matmul_flops_per_s()
+  print(f"machine: {machine.describe()}")
   print(f"float32 matmul rate (2048^3, same run): {peak / 1e9:.1f} GFLOP/s")
   print(f"CAST train step, batch {args.batch}, d {args.dim}, L {args.context}")
   print(f"{'compute':<10}{'step ms':>10}{'examples/s':>13}{'GFLOP/step':>12}{'GFLOP/s':>10}{'of matmul':>11}")

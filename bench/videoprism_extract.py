@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -25,7 +24,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-import jax  # pylint: disable=g-import-not-at-top
+import machine  # pylint: disable=g-import-not-at-top  (bench/machine.py)
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -35,36 +35,6 @@ from vidjax.experiments import extract as experiment
 from vidjax.models import videoprism as vp
 
 MP4 = REPO.parent / "shared" / "data" / "videoprism_assets" / "water_bottle_drumming.mp4"
-
-
-def cpu_model() -> str:
-  try:
-    with open("/proc/cpuinfo", encoding="utf-8") as f:
-      for line in f:
-        if line.startswith("model name"):
-          return line.split(":", 1)[1].strip()
-  except OSError:
-    pass
-  return platform.processor() or "unknown"
-
-
-def _timed(fn, *args, iters: int) -> float:
-  """Median seconds per call after one warm-up call."""
-  jax.block_until_ready(fn(*args))
-  times = []
-  for _ in range(iters):
-    t = time.perf_counter()
-    jax.block_until_ready(fn(*args))
-    times.append(time.perf_counter() - t)
-  return float(np.median(times))
-
-
-def matmul_flops_per_s(n: int, iters: int) -> float:
-  """float32 [n, n] @ [n, n] rate on the default device (2 n^3 FLOPs per product)."""
-  a = jax.random.normal(jax.random.PRNGKey(0), (n, n), jnp.float32)
-  b = jax.random.normal(jax.random.PRNGKey(1), (n, n), jnp.float32)
-  mm = jax.jit(lambda a, b: a @ b)
-  return 2 * n ** 3 / _timed(mm, a, b, iters=iters)
 
 
 def analytic_flops(model, batch: int, frames: int, resolution: int) -> float:
@@ -112,10 +82,10 @@ def main(argv=None):
   jax.block_until_ready(fn(frames))
   compile_s = time.perf_counter() - t
   step_flops = analytic_flops(model, batch, args.frames, args.resolution)
-  step_s = _timed(fn, frames, iters=args.iters)
+  step_s = machine.timed(fn, frames, iters=args.iters)
   model_fps = batch * args.frames / step_s
   achieved = step_flops / step_s
-  peak = matmul_flops_per_s(args.matmul, iters=args.iters)
+  peak = machine.matmul_flops_per_s(args.matmul, iters=args.iters)
 
   t = time.perf_counter()
   decoded = video.decode_clips(MP4, [(i * 0.5, i * 0.5 + 2.0) for i in range(8)], args.frames, args.resolution)
@@ -124,7 +94,7 @@ def main(argv=None):
 
   dev = jax.devices()[0]
   rows = [
-      ("machine", cpu_model()),
+      ("machine", machine.cpu_model()),
       ("cores (os.cpu_count)", str(os.cpu_count())),
       ("device", f"{len(jax.devices())} x {dev.device_kind} ({dev.platform})"),
       ("jax", jax.__version__),

@@ -1,0 +1,50 @@
+"""What every benchmark reports besides its own numbers: the machine, and its own limit.
+
+`matmul_flops_per_s` measures a float32 matmul on the default device in the same process, so each
+benchmark can state its achieved FLOP/s as a fraction of what this machine actually does.
+"""
+from __future__ import annotations
+
+import os
+import platform
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+def cpu_model() -> str:
+  try:
+    with open("/proc/cpuinfo", encoding="utf-8") as f:
+      for line in f:
+        if line.startswith("model name"):
+          return line.split(":", 1)[1].strip()
+  except OSError:
+    pass
+  return platform.processor() or "unknown"
+
+
+def describe() -> str:
+  """One line: devices, host CPU, cores, jax version."""
+  dev = jax.devices()[0]
+  return (f"{dev.platform}:{dev.device_kind} x{jax.device_count()} | host CPU: {cpu_model()}, "
+          f"{os.cpu_count()} cores | jax {jax.__version__}")
+
+
+def timed(fn, *args, iters: int) -> float:
+  """Median seconds per call after one warm-up (compiling) call."""
+  jax.block_until_ready(fn(*args))
+  times = []
+  for _ in range(iters):
+    t = time.perf_counter()
+    jax.block_until_ready(fn(*args))
+    times.append(time.perf_counter() - t)
+  return float(np.median(times))
+
+
+def matmul_flops_per_s(n: int = 2048, iters: int = 10) -> float:
+  """float32 [n, n] @ [n, n] rate on the default device (2 n^3 FLOPs per product)."""
+  a = jax.random.normal(jax.random.PRNGKey(0), (n, n), jnp.float32)
+  b = jax.random.normal(jax.random.PRNGKey(1), (n, n), jnp.float32)
+  return 2 * n ** 3 / timed(jax.jit(lambda x, y: x @ y), a, b, iters=iters)
