@@ -69,6 +69,7 @@ def default_config(*, dataset: str, epochs: int, eval_split: str, identity_rule:
       context_len=5,            # L (Table 11)
       num_heads=8,              # cross-attention heads (Table 10)
       dropout_rate=0.1,         # Path-1 dropout (Table 10)
+      residual_init_std=1e-3,   # init std of the residual branches' last layers; 0 = Flax default (see README)
       compute_dtype="float32",  # or "bfloat16" (params and optimizer state stay float32)
       late_fusion_alpha=1.0,    # heuristic late fusion S = A + alpha * B (the paper gives no alpha)
       late_fusion_hidden=64,
@@ -240,8 +241,10 @@ def build_models(config, dim: int) -> dict[str, Any]:
   return {
       "late_fusion_learned": cast_models.LateFusionLearned(dim, hidden=m.late_fusion_hidden, dtype=dtype),
       "early_fusion": cast_models.EarlyFusion(dim, residual=False, dropout_rate=m.dropout_rate, dtype=dtype),
-      "early_fusion_residual": cast_models.EarlyFusion(dim, residual=True, dropout_rate=m.dropout_rate, dtype=dtype),
-      "cast": cast_models.CAST(dim, num_heads=m.num_heads, dropout_rate=m.dropout_rate, dtype=dtype),
+      "early_fusion_residual": cast_models.EarlyFusion(dim, residual=True, dropout_rate=m.dropout_rate,
+                                                       residual_init_std=m.residual_init_std or None, dtype=dtype),
+      "cast": cast_models.CAST(dim, num_heads=m.num_heads, dropout_rate=m.dropout_rate,
+                               residual_init_std=m.residual_init_std or None, dtype=dtype),
   }
 
 
