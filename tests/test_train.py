@@ -309,3 +309,27 @@ def test_make_index_batches_epochs_are_seeded_permutations():
   assert not all(np.array_equal(other[t]["i"], seen[t]) for t in range(3))
   with pytest.raises(ValueError, match="batch_size <= num_examples"):
     train.make_index_batches(2, 3, seed=0, batch_fn=lambda i: i)
+
+
+def _index_batches():
+  def collate(idx):
+    return {k: np.stack([SOURCE[i][k] for i in idx]) for k in SOURCE[0]}
+  return train.make_index_batches(len(SOURCE), BATCH, seed=3, batch_fn=collate)
+
+
+def test_exact_resume_with_index_batches(tmp_path):
+  straight, _ = _fit(tmp_path / "a", dataset=_index_batches(), log_every=1, checkpoint_every=5)
+
+  def crash(params, step):
+    if step == 8:
+      raise RuntimeError("simulated crash")
+    return {}
+
+  with pytest.raises(RuntimeError, match="simulated crash"):
+    _fit(tmp_path / "b", dataset=_index_batches(), log_every=1, checkpoint_every=5, eval_fn=crash, eval_every=1)
+  resumed, _ = _fit(tmp_path / "b", dataset=_index_batches(), log_every=1, checkpoint_every=5)
+  for x, y in zip(jax.tree.leaves(straight), jax.tree.leaves(resumed)):
+    np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+  a, b = _jsonl(tmp_path / "a" / "metrics.jsonl"), _jsonl(tmp_path / "b" / "metrics.jsonl")
+  assert [r["train/first_idx"] for r in a] == [r["train/first_idx"] for r in b]
+  assert len(set(r["train/first_idx"] for r in a)) > 1
