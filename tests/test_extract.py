@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from vidjax import checkpoints
 from vidjax import extract as engine
 from vidjax.data import video
 from vidjax.data.features import FeatureStore
@@ -238,7 +239,7 @@ def videoprism_run(tmp_path_factory):
   config = _smoke_config()
   model, _, _ = experiment.load_model(config)
   ckpt = tmp / "tiny.npz"
-  vp.save_checkpoint(experiment.random_variables(model, seed=3), ckpt)
+  checkpoints.save_npz(experiment.random_variables(model, seed=3), ckpt)
   (tmp / "videos").mkdir()
   (tmp / "videos" / "corrupt.mp4").write_bytes(b"not a video" * 100)
   entries = [{"clip_id": "drum#000", "video": str(MP4), "start": 0.0, "end": 2.0, "text": "hit the bottle"},
@@ -306,7 +307,7 @@ def test_wrong_checkpoint_is_a_clear_error(tmp_path):
   np.savez(bad, **{"params/vision_encoder/not_a_param": np.zeros(3, np.float32)})
   config = _smoke_config(videos=str(MP4))
   config.model.checkpoint = str(bad)
-  with pytest.raises(vp.CheckpointMismatchError) as err:
+  with pytest.raises(checkpoints.CheckpointMismatchError) as err:
     experiment.run(config, str(tmp_path / "w"))
   assert str(bad) in str(err.value) and "missing key: params/vision_encoder/patch_projection" in str(err.value)
   assert "unexpected key: params/vision_encoder/not_a_param" in str(err.value)

@@ -13,6 +13,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from vidjax import checkpoints
+from vidjax.ops import flatten_dict, unflatten_dict
 from vidjax.models import videoprism as vp
 
 SPEC = "/work/shared/refs/videoprism_param_spec.json"
@@ -196,7 +198,7 @@ def random_variables(model, seed):
   shapes = vp.param_shapes(model)
   rng = np.random.default_rng(seed)
   flat = {k: (0.4 * rng.standard_normal(s.shape)).astype(np.float32) for k, s in shapes.items()}
-  return vp.unflatten_params(flat)
+  return unflatten_dict(flat)
 
 
 def f64(tree):
@@ -419,33 +421,33 @@ def test_get_model_and_configs():
 def test_save_load_roundtrip_gives_identical_outputs(tmp_path):
   model, variables, apply = enc_setup()
   path = tmp_path / "ckpt" / "tiny.npz"
-  vp.save_checkpoint(variables, path)
+  checkpoints.save_npz(variables, path)
   with np.load(path) as npz:
     keys = set(npz.files)
   assert keys == set(vp.param_shapes(model)) and all(k.startswith("params/") for k in keys)
-  loaded = vp.load_checkpoint(path, model)
+  loaded = checkpoints.load_videoprism(path, model)
   assert all(isinstance(a, jax.Array) for a in jax.tree.leaves(loaded))
   frames, fpads, (tokens, _), _ = enc_results()
   np.testing.assert_array_equal(np.asarray(apply(loaded, frames, fpads)[0]), np.asarray(tokens))
-  assert vp.checkpoint_hash(path) == hashlib.sha256(path.read_bytes()).hexdigest()
+  assert checkpoints.file_hash(path) == hashlib.sha256(path.read_bytes()).hexdigest()
   assert not [p for p in path.parent.iterdir() if p.name != "tiny.npz"]  # No temp files left.
   with pytest.raises(FileNotFoundError, match="nope.npz"):
-    vp.load_checkpoint(tmp_path / "nope.npz", model)
+    checkpoints.load_videoprism(tmp_path / "nope.npz", model)
   (tmp_path / "junk.npz").write_bytes(b"not a zip")
   with pytest.raises(ValueError, match="junk.npz"):
-    vp.load_checkpoint(tmp_path / "junk.npz", model)
+    checkpoints.load_videoprism(tmp_path / "junk.npz", model)
 
 
 def test_load_reports_missing_extra_and_misshaped_keys_at_once(tmp_path):
   model, variables, _ = enc_setup()
-  flat = {k: np.asarray(v) for k, v in vp.flatten_params(variables).items()}
+  flat = {k: np.asarray(v) for k, v in flatten_dict(variables).items()}
   del flat["params/temporal_ln/bias"]
   flat["params/extra/thing"] = np.zeros(3, np.float32)
   flat["params/spatial_pos_emb/emb_var"] = np.zeros((8, 8), np.float32)
   path = tmp_path / "bad.npz"
   np.savez(path, **flat)
-  with pytest.raises(vp.CheckpointMismatchError) as e:
-    vp.load_checkpoint(path, model)
+  with pytest.raises(checkpoints.CheckpointMismatchError) as e:
+    checkpoints.load_videoprism(path, model)
   msg = str(e.value)
   assert str(path) in msg
   assert "missing key: params/temporal_ln/bias" in msg

@@ -21,8 +21,7 @@ from typing import Optional
 import jax
 import jax.numpy as jnp
 
-# Norms below this count as zero vectors (the paper's zero-vector padding): cosine 0, no NaN.
-_NORM_EPS = 1e-6
+from vidjax.ops import l2_normalize
 
 
 def _check(name, x, shape):
@@ -73,13 +72,6 @@ def type_aware_contrastive(sim_pos: jax.Array, sim_batch: jax.Array, sim_state: 
   return loss, {"batch": l_batch, "state": l_state, "ident": l_ident}
 
 
-def _unit(x: jax.Array) -> jax.Array:
-  x = jnp.asarray(x, jnp.float32)
-  sq = jnp.sum(x * x, axis=-1, keepdims=True)
-  ok = sq > _NORM_EPS**2
-  return jnp.where(ok, x * jax.lax.rsqrt(jnp.where(ok, sq, 1.0)), 0.0)
-
-
 def cast_loss(v_hat: jax.Array, pos: jax.Array, state_negs: jax.Array,
               state_mask: Optional[jax.Array], ident_negs: jax.Array,
               ident_mask: Optional[jax.Array], tau: float = 0.07, lambda_s: float = 5.0,
@@ -98,8 +90,9 @@ def cast_loss(v_hat: jax.Array, pos: jax.Array, state_negs: jax.Array,
   Returns:
     (loss [], {"batch", "state", "ident"}) as `type_aware_contrastive`.
   """
-  v, p = _unit(v_hat), _unit(pos)
-  s, i = _unit(state_negs), _unit(ident_negs)
+  # Zero vectors (the paper's padding) normalise to 0, so their cosine is 0 (ops.NORM_EPS).
+  v, p = (l2_normalize(jnp.asarray(x, jnp.float32)) for x in (v_hat, pos))
+  s, i = (l2_normalize(jnp.asarray(x, jnp.float32)) for x in (state_negs, ident_negs))
   if state_mask is None:
     state_mask = jnp.ones(s.shape[:2], jnp.float32)
   if ident_mask is None:

@@ -88,6 +88,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from vidjax import io
+from vidjax.ops import l2_normalize
 from vidjax.data.annotations.types import Video
 from vidjax.data.annotations.types import split_by_video
 
@@ -167,7 +168,7 @@ def caption_neighbours(texts: Sequence[str], video: np.ndarray, embed_fn: EmbedF
   if emb.ndim != 2 or emb.shape[0] != len(unique) or not np.isfinite(emb).all():
     raise ValueError(f"embed_fn must return finite [{len(unique)}, D] embeddings for {len(unique)} captions, "
                      f"got shape {emb.shape}" + ("" if np.isfinite(emb).all() else " with non-finite values"))
-  emb = emb / np.maximum(np.linalg.norm(emb, axis=1, keepdims=True), 1e-12)
+  emb = l2_normalize(emb)
   emb = emb[inverse]
   kk = min(k, n)
   video = np.asarray(video)

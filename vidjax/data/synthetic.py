@@ -41,6 +41,7 @@ from typing import Sequence
 import numpy as np
 
 from vidjax.data.annotations.types import Clip, Video
+from vidjax.ops import l2_normalize
 
 SYNTHETIC_NOTE = "SYNTHETIC procedural world (vidjax.data.synthetic): demonstrates mechanisms, not paper numbers"
 
@@ -92,10 +93,6 @@ class ProceduralWorld:
   text_emb: np.ndarray
 
 
-def _unit(x: np.ndarray) -> np.ndarray:
-  return x / np.linalg.norm(x, axis=-1, keepdims=True)
-
-
 def make_procedural_world(config: ProceduralWorldConfig | None = None, seed: int = 0) -> ProceduralWorld:
   """Generates the world deterministically from `seed` (a few seconds for the defaults)."""
   cfg = config or ProceduralWorldConfig()
@@ -105,10 +102,10 @@ def make_procedural_world(config: ProceduralWorldConfig | None = None, seed: int
   gauss = lambda *shape: rng.normal(size=shape) / np.sqrt(d)  # noqa: E731  (unit-norm in expectation)
 
   num_steps = rng.integers(cfg.min_steps, cfg.max_steps + 1, size=cfg.num_tasks)
-  centroids = _unit(rng.normal(size=(cfg.num_tasks, d)))
-  state_base = _unit(rng.normal(size=(cfg.num_tasks, d)))
-  semantics = [_unit(centroids[k] + cfg.spread * _unit(rng.normal(size=(n, d)))) for k, n in enumerate(num_steps)]
-  transitions = [cfg.transition * _unit(rng.normal(size=(n, d))) for n in num_steps]
+  centroids = l2_normalize(rng.normal(size=(cfg.num_tasks, d)))
+  state_base = l2_normalize(rng.normal(size=(cfg.num_tasks, d)))
+  semantics = [l2_normalize(centroids[k] + cfg.spread * l2_normalize(rng.normal(size=(n, d)))) for k, n in enumerate(num_steps)]
+  transitions = [cfg.transition * l2_normalize(rng.normal(size=(n, d))) for n in num_steps]
   step_names = [[f"task {k:02d} step {j:02d}" for j in range(n)] for k, n in enumerate(num_steps)]
 
   videos = {"train": [], "val": []}
@@ -120,13 +117,13 @@ def make_procedural_world(config: ProceduralWorldConfig | None = None, seed: int
     executed = [0] + [j for j in range(1, num_steps[k]) if rng.random() >= cfg.skip_prob]
     if len(executed) < 2:
       executed.append(1)
-    identity = _unit(rng.normal(size=d))
-    z = _unit(state_base[k] + cfg.start_noise * _unit(rng.normal(size=d)))
+    identity = l2_normalize(rng.normal(size=d))
+    z = l2_normalize(state_base[k] + cfg.start_noise * l2_normalize(rng.normal(size=d)))
     video_id = f"syn{v:05d}"
     clips, t = [], 0.0
     for index, j in enumerate(executed):
       z = z + transitions[k][j] + cfg.state_noise * gauss(d)
-      emb = cfg.w_id * identity + cfg.w_state * _unit(z) + cfg.w_sem * semantics[k][j] + cfg.w_noise * gauss(d)
+      emb = cfg.w_id * identity + cfg.w_state * l2_normalize(z) + cfg.w_sem * semantics[k][j] + cfg.w_noise * gauss(d)
       text = semantics[k][j] + cfg.text_noise * gauss(d)
       duration = float(rng.uniform(4.0, 20.0))
       clip = Clip(clip_id=f"{video_id}#{index:03d}", video_id=video_id, index=index, start=round(t, 2),
@@ -139,8 +136,8 @@ def make_procedural_world(config: ProceduralWorldConfig | None = None, seed: int
     videos[split].append(Video(video_id=video_id, task=f"{k:02d}", split=split, clips=tuple(clips),
                                duration=round(t, 2)))
   return ProceduralWorld(cfg, videos["train"], videos["val"], clip_ids,
-                         _unit(np.asarray(clip_rows)).astype(np.float32),
-                         _unit(np.asarray(text_rows)).astype(np.float32))
+                         l2_normalize(np.asarray(clip_rows)).astype(np.float32),
+                         l2_normalize(np.asarray(text_rows)).astype(np.float32))
 
 
 def world_config_from(fields) -> ProceduralWorldConfig:

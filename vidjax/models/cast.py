@@ -34,26 +34,13 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-Dtype = Any
+from vidjax.ops import cosine, l2_normalize
 
-# Norms below this count as zero vectors (padding / missing context): they normalise to 0.
-_NORM_EPS = 1e-6
+Dtype = Any
 
 # Late Fusion (Heuristic): S = A + α·B. The paper (§3.1) does not report α; 1.0 weighs semantic
 # and visual evidence equally, the only choice that favours neither without tuning.
 DEFAULT_HEURISTIC_ALPHA = 1.0
-
-
-def l2_normalize(x: jax.Array, axis: int = -1) -> jax.Array:
-  """Unit-normalises `x` along `axis`; vectors with norm < 1e-6 map to 0 (no NaN).
-
-  Computed in float32 whatever the input dtype. Shape is preserved.
-  """
-  x = x.astype(jnp.float32)
-  sq = jnp.sum(x * x, axis=axis, keepdims=True)
-  # The double where keeps the gradient finite at exactly-zero vectors.
-  safe = jnp.where(sq > _NORM_EPS**2, sq, 1.0)
-  return jnp.where(sq > _NORM_EPS**2, x * jax.lax.rsqrt(safe), 0.0)
 
 
 def last_context(history: jax.Array, history_mask: jax.Array) -> jax.Array:
@@ -83,14 +70,9 @@ def masked_mean(history: jax.Array, history_mask: jax.Array) -> jax.Array:
   return total / jnp.maximum(jnp.sum(m, axis=1), 1.0)
 
 
-def cosine_scores(queries: jax.Array, candidates: jax.Array) -> jax.Array:
-  """Cosine similarity of each query with its own candidates: [B, D], [B, C, D] -> [B, C]."""
-  return jnp.einsum("bd,bcd->bc", l2_normalize(queries), l2_normalize(candidates))
-
-
 def zero_shot_scores(text: jax.Array, candidates: jax.Array) -> jax.Array:
   """Zero-Shot baseline (§3.1 (i)), A = sim(q, c): [B, D], [B, C, D] -> [B, C]."""
-  return cosine_scores(text, candidates)
+  return cosine(text, candidates)
 
 
 def late_fusion_heuristic_scores(text: jax.Array, history: jax.Array, history_mask: jax.Array,
@@ -106,7 +88,7 @@ def late_fusion_heuristic_scores(text: jax.Array, history: jax.Array, history_ma
     [B, C] scores.
   """
   v_prev = last_context(history, history_mask)
-  return cosine_scores(text, candidates) + alpha * cosine_scores(v_prev, candidates)
+  return cosine(text, candidates) + alpha * cosine(v_prev, candidates)
 
 
 def _prepare(text, history, history_mask):
@@ -275,8 +257,22 @@ class LateFusionLearned(nn.Module):
 
   def score(self, text: jax.Array, history: jax.Array, history_mask: jax.Array,
             candidates: jax.Array, deterministic: bool = True) -> jax.Array:
-    """text [B, D], history [B, L, D], history_mask [B, L], candidates [B, C, D] -> [B, C]."""
+    """text [B, D], history [B, L, D], history_mask [B, L], candidates [B, C, D] or [C, D] -> [B, C]."""
     w = self(text, history, history_mask, deterministic)
-    a = cosine_scores(text, candidates)
-    b = cosine_scores(last_context(history, history_mask), candidates)
-    return w[:, :1] * a + w[:, 1:] * b
+    return late_fusion_learned_scores(w, text, last_context(history, history_mask), candidates)
+
+
+def late_fusion_learned_scores(weights: jax.Array, text: jax.Array, v_prev: jax.Array,
+                               candidates: jax.Array) -> jax.Array:
+  """S = w_a·sim(q, c) + w_b·sim(v_{t-1}, c) (`LateFusionLearned`).
+
+  Args:
+    weights: [B, 2] (w_a, w_b) from `LateFusionLearned.__call__`.
+    text: [B, D] query text q; v_prev: [B, D] anchor clip v_{t-1} (0 when there is none).
+    candidates: [B, C, D] one pool per query, or [C, D] shared by every query (e.g. the in-batch
+      positives of the contrastive loss).
+
+  Returns:
+    [B, C] scores.
+  """
+  return weights[:, :1] * cosine(text, candidates) + weights[:, 1:] * cosine(v_prev, candidates)

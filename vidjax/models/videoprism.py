@@ -28,17 +28,13 @@ their floating inputs (frames, text paddings) to `fprop_dtype`, so a bfloat16
 run needs no caller-side casts. Attention logits, softmax and the final L2
 normalization are computed in float32.
 
-Checkpoints: `load_checkpoint` reads an official `.npz` (or one written by
-`save_checkpoint`) and checks every key and shape against `jax.eval_shape` of
-the model's init; `checkpoint_hash` gives the sha256 for manifests.
+Checkpoints: `param_shapes(model)` is the key/shape contract of the official
+`.npz` files; `vidjax.checkpoints.load_videoprism` reads a file and checks every
+key and shape against it (this module opens no files).
 """
 from __future__ import annotations
 
-import hashlib
-import io
 import math
-import os
-import zipfile
 from collections.abc import Mapping
 from typing import Any
 
@@ -47,14 +43,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vidjax import io as vio
+from vidjax.ops import flatten_dict, l2_normalize
 from vidjax.tokenizers.sentencepiece import C4_EN_SPM_PATH  # noqa: F401  (re-exported for configs)
 
 Array = jax.Array
 DType = Any
 
 LN_EPSILON = 1e-6
-L2_EPSILON = 1e-12
 PER_DIM_SCALE_CONSTANT = 1.442695041  # 1 / softplus(0): rho = 0 gives exactly 1/sqrt(dh).
 TEXT_MAX_LEN = 64  # Text length of the public LvT models; their tokenizer is C4_EN_SPM_PATH.
 
@@ -75,13 +70,6 @@ def _large_negative(dtype: DType) -> float:
 def _cast(x: Array, dtype: DType) -> Array:
   # jnp, not x.astype: NumPy params (e.g. straight from an .npz) would promote with NumPy rules.
   return jnp.asarray(x, dtype)
-
-
-def l2_normalize(x: Array, axis: int = -1) -> Array:
-  """x / sqrt(sum(x^2) + 1e-12) along `axis`, computed in float32, cast back to x.dtype."""
-  x32 = x.astype(jnp.float32)
-  norm = jnp.sqrt(jnp.sum(x32 * x32, axis=axis, keepdims=True) + L2_EPSILON)
-  return (x32 / norm).astype(x.dtype)
 
 
 def resize_pos_emb(table: Array, new_shape: tuple[int, ...]) -> Array:
@@ -631,117 +619,14 @@ def _dummy_inputs(model: nn.Module) -> tuple[tuple, dict]:
   raise TypeError(f"expected a FactorizedEncoder or FactorizedVideoCLIP, got {type(model)}")
 
 
-def flatten_params(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-  """Nested dict -> {'a/b/c': leaf} (the official `.npz` key layout)."""
-  flat = {}
-  for k, v in tree.items():
-    key = f"{prefix}{k}"
-    if isinstance(v, Mapping):
-      flat.update(flatten_params(v, key + "/"))
-    else:
-      flat[key] = v
-  return flat
-
-
-def unflatten_params(flat: Mapping[str, Any]) -> dict[str, Any]:
-  """{'a/b/c': leaf} -> nested dict."""
-  tree: dict[str, Any] = {}
-  for key, v in flat.items():
-    node = tree
-    *parents, leaf = key.split("/")
-    for part in parents:
-      node = node.setdefault(part, {})
-    node[leaf] = v
-  return tree
-
-
 def param_shapes(model: nn.Module) -> dict[str, jax.ShapeDtypeStruct]:
   """`{'params/...': ShapeDtypeStruct}` of the model's variables, via `jax.eval_shape` (no allocation)."""
   args, kwargs = _dummy_inputs(model)
   variables = jax.eval_shape(lambda: model.init(jax.random.PRNGKey(0), *args, **kwargs))
-  return flatten_params(variables)
+  return flatten_dict(variables)
 
 
 def init_params(model: nn.Module, seed: int = 0) -> dict[str, Any]:
   """Random variables `{'params': ...}` for `model` (for tests and smoke runs)."""
   args, kwargs = _dummy_inputs(model)
   return model.init(jax.random.PRNGKey(seed), *args, **kwargs)
-
-
-class CheckpointMismatchError(ValueError):
-  """A checkpoint's keys or shapes do not match the model's parameter tree."""
-
-
-def load_checkpoint(path_or_npz: str | os.PathLike | Mapping[str, np.ndarray],
-                    model: nn.Module) -> dict[str, Any]:
-  """Reads an official VideoPrism `.npz` (keys '/'-joined, starting with `params/`) for `model`.
-
-  Args:
-    path_or_npz: a local path or `gs://...`-style path (read through etils.epath),
-      or an already opened mapping of key -> array (e.g. `np.load(...)`).
-    model: the module the parameters are for; its `jax.eval_shape`-d init is the
-      expected key set.
-
-  Returns:
-    variables `{'params': {...}}` (jax arrays in the model's param dtype), ready
-    for `model.apply(variables, ...)`.
-
-  Raises:
-    FileNotFoundError: no file at the path.
-    CheckpointMismatchError: listing every missing, unexpected and mis-shaped key.
-  """
-  expected = param_shapes(model)
-  if isinstance(path_or_npz, Mapping) or hasattr(path_or_npz, "files"):
-    where = "<in-memory arrays>"
-    arrays = {k: np.asarray(path_or_npz[k]) for k in path_or_npz.keys()}
-  else:
-    where = os.fspath(path_or_npz)
-    arrays = _read_npz(where)
-  missing = sorted(set(expected) - set(arrays))
-  unexpected = sorted(set(arrays) - set(expected))
-  misshaped = sorted(k for k in set(expected) & set(arrays)
-                     if tuple(arrays[k].shape) != tuple(expected[k].shape))
-  if missing or unexpected or misshaped:
-    lines = [f"checkpoint {where} does not match {type(model).__name__} "
-             f"({len(expected)} expected arrays, {len(arrays)} in file):"]
-    lines += [f"  missing key: {k} (expected shape {tuple(expected[k].shape)})" for k in missing]
-    lines += [f"  unexpected key: {k} (shape {tuple(arrays[k].shape)})" for k in unexpected]
-    lines += [f"  mis-shaped key: {k}: file has {tuple(arrays[k].shape)}, model expects "
-              f"{tuple(expected[k].shape)}" for k in misshaped]
-    raise CheckpointMismatchError("\n".join(lines))
-  return unflatten_params({k: jnp.asarray(v, dtype=expected[k].dtype) for k, v in arrays.items()})
-
-
-def _read_npz(path: str) -> dict[str, np.ndarray]:
-  if "://" in path:
-    from etils import epath  # Remote paths only; local reads need nothing beyond numpy.
-    data = epath.Path(path).read_bytes()
-    source: Any = io.BytesIO(data)
-  else:
-    if not os.path.exists(path):
-      raise FileNotFoundError(f"VideoPrism checkpoint not found: {path}")
-    source = path
-  try:
-    with np.load(source, allow_pickle=False) as npz:
-      return {k: npz[k] for k in npz.files}
-  except (ValueError, OSError, zipfile.BadZipFile) as e:
-    raise ValueError(f"VideoPrism checkpoint {path} is not a readable .npz file: {e}") from None
-
-
-def save_checkpoint(variables: Mapping[str, Any], path: str | os.PathLike) -> None:
-  """Writes `{'params': ...}` (a bare param tree is wrapped) as an `.npz` with '/'-joined keys, atomically."""
-  if "params" not in variables:
-    variables = {"params": variables}
-  flat = {k: np.asarray(v) for k, v in flatten_params(variables).items()}
-  buf = io.BytesIO()
-  np.savez(buf, **flat)
-  vio.atomic_write_bytes(path, buf.getvalue())
-
-
-def checkpoint_hash(path: str | os.PathLike) -> str:
-  """sha256 hex digest of a checkpoint file (for feature-store manifests)."""
-  h = hashlib.sha256()
-  with open(path, "rb") as f:
-    for chunk in iter(lambda: f.read(1 << 22), b""):
-      h.update(chunk)
-  return h.hexdigest()
