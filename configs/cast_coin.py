@@ -16,7 +16,7 @@ kinds `clip` and `text` (text keyed by clip id), e.g. from configs/extract_video
 Deviation note: the partial COIN copy in ../shared/data/coin uses PDPP's 70/30 re-split, not the
 official split; results on it are not comparable with the paper's.
 """
-from vidjax.experiments import cast
+from vidjax.defaults import cast
 
 
 def get_config(arg=None):

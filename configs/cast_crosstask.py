@@ -12,7 +12,7 @@ Data: with `data.annotations` empty the run uses the embedded SYNTHETIC procedur
 output synthetic. For real CrossTask: `--config.data.annotations=<crosstask_release folder>
 --config.data.features=<feature store>`.
 """
-from vidjax.experiments import cast
+from vidjax.defaults import cast
 
 
 def get_config(arg=None):

@@ -14,7 +14,7 @@ output synthetic. For real YouCook2:
 `--config.data.annotations=../shared/data/youcook2/youcookii_annotations_trainval.json
  --config.data.features=<feature store with kinds clip and text>`.
 """
-from vidjax.experiments import cast
+from vidjax.defaults import cast
 
 
 def get_config(arg=None):

@@ -15,6 +15,7 @@ from vidjax import evaluate
 from vidjax import losses
 from vidjax import metrics
 from vidjax.models import cast
+from vidjax.scorers import cast as cast_scorers
 
 D, B, HEADS = 16, 4, 8
 
@@ -319,9 +320,9 @@ def test_cast_learns_state_transition_and_beats_zero_shot():
   arrays = {"text": t, "history": h, "history_mask": m,
             "candidates": np.take_along_axis(cands, perm[..., None], axis=1),
             "neg_types": types[perm], "target_index": np.argmax(perm == 0, axis=1)}
-  cast_m = evaluate.evaluate_cvr(evaluate.EmbeddingPredictorScorer(model.apply, params), arrays,
+  cast_m = evaluate.evaluate_cvr(cast_scorers.PredictorScorer(model.apply, params), arrays,
                                  chunk=n)
-  zs_m = evaluate.evaluate_cvr(evaluate.ZeroShotScorer(), arrays, chunk=n)
+  zs_m = evaluate.evaluate_cvr(cast_scorers.ZeroShotScorer(), arrays, chunk=n)
   assert cast_m["acc"] > 80.0, cast_m
   assert cast_m["state_acc"] > 85.0 and cast_m["ident_acc"] > 85.0, cast_m
   assert zs_m["acc"] < 40.0, zs_m

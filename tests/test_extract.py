@@ -73,9 +73,9 @@ def clips(tmp_path_factory):
   bad = tmp_path_factory.mktemp("bad") / "corrupt.mp4"
   bad.write_bytes(b"\x00\x01garbage" * 300)
   segs = [(0.0, 1.0), (1.0, 2.5), (2.5, 4.0), (4.0, 6.0), (6.0, 8.0), (7.5, 11.0), (0.5, 0.9)]
-  out = [engine.Clip(f"drum#{i:03d}", str(MP4), s, e) for i, (s, e) in enumerate(segs)]
-  out.insert(3, engine.Clip("broken", str(bad)))
-  out.append(engine.Clip("drum_whole", str(MP4)))
+  out = [engine.VideoSegment(f"drum#{i:03d}", str(MP4), s, e) for i, (s, e) in enumerate(segs)]
+  out.insert(3, engine.VideoSegment("broken", str(bad)))
+  out.append(engine.VideoSegment("drum_whole", str(MP4)))
   return out  # 9 clips: 8 from the real mp4 (one past its end), 1 corrupt
 
 
@@ -202,7 +202,7 @@ def fn(x):
   seen.append((x.shape, len(x.sharding.device_set)))
   return {{"clip_mean": jnp.mean(x, axis=(1, 2, 3))}}
 store = engine.open_store({str(tmp_path / 's')!r}, {{}})
-clips = [engine.Clip(f"c{{i}}", {str(MP4)!r}, float(i), float(i) + 1) for i in range(3)]
+clips = [engine.VideoSegment(f"c{{i}}", {str(MP4)!r}, float(i), float(i) + 1) for i in range(3)]
 engine.extract_videos(store, clips, fn, num_frames=2, resolution=18, batch_size=3, kinds=("clip_mean",),
                       mesh=mesh, progress=False)
 assert seen == [((4, 2, 18, 18, 3), 2)], seen
@@ -319,7 +319,7 @@ def test_wrong_checkpoint_is_a_clear_error(tmp_path):
 def test_clip_lists_and_random_init(tmp_path):
   (tmp_path / "list.txt").write_text(f"{MP4}\nseg1\t{MP4}\t1.5\t3\n")
   clips, captions, _ = experiment.build_clips(_smoke_config(videos=str(tmp_path / "list.txt")).data)
-  assert clips == [engine.Clip("water_bottle_drumming", str(MP4)), engine.Clip("seg1", str(MP4), 1.5, 3.0)]
+  assert clips == [engine.VideoSegment("water_bottle_drumming", str(MP4)), engine.VideoSegment("seg1", str(MP4), 1.5, 3.0)]
   assert captions == {}
   (tmp_path / "bad.txt").write_text(f"a\t{MP4}\n")
   with pytest.raises(ValueError, match=r"bad.txt:1: expected a video path or 4 tab-separated fields"):

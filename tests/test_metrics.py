@@ -54,10 +54,10 @@ def test_cvr_metrics_match_numpy_loops(seed, ties):
   for k in want:
     np.testing.assert_allclose(got[k], want[k], rtol=1e-12, err_msg=k)
   np.testing.assert_array_equal(metrics.rank_of_target(scores, target), want_ranks)
-  r = metrics.recall_at_k(scores, target, (1, 3, 10))
+  r = metrics.retrieval_metrics(metrics.rank_of_target(scores, target), ks=(1, 3, 10))
   for k in (1, 3, 10):
-    assert r[f"R@{k}"] == pytest.approx(100 * np.mean(want_ranks <= k))
-  assert r["R@10"] == 100.0
+    assert r[f"r{k}"] == pytest.approx(100 * np.mean(want_ranks <= k))
+  assert r["r10"] == 100.0
 
 
 def test_ties_are_pessimistic():
@@ -85,3 +85,65 @@ def test_errors_name_the_problem():
     metrics.rank_of_target(np.zeros((1, 3)), np.array([3]))
   with pytest.raises(ValueError, match="neg_types"):
     metrics.cvr_metrics(np.zeros((1, 3)), np.array([0]), np.zeros((1, 2), int))
+
+
+# ------------------------------------------------------------------ retrieval, pairs, triplets
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_retrieval_metrics_match_loops(seed):
+  ranks = np.random.default_rng(seed).integers(1, 30, size=57)
+  got = metrics.retrieval_metrics(ranks, "t2v_")
+  for k in (1, 5, 10):
+    assert got[f"t2v_r{k}"] == pytest.approx(100.0 * sum(r <= k for r in ranks) / len(ranks))
+  srt = sorted(ranks)
+  assert got["t2v_mdr"] == pytest.approx((srt[28]))
+  assert got["t2v_mnr"] == pytest.approx(sum(ranks) / len(ranks))
+  with pytest.raises(ValueError, match="1-based"):
+    metrics.retrieval_metrics(np.array([0, 1]))
+
+
+def test_recall_from_ranked_matches_loop():
+  rng = np.random.default_rng(2)
+  ids = np.stack([rng.permutation(20)[:10] for _ in range(40)])
+  relevant = rng.integers(0, 20, size=40)
+  got = metrics.recall_from_ranked(ids, relevant)
+  for k in (1, 5, 10):
+    hits = sum(1 for q in range(40) if relevant[q] in list(ids[q, :k]))
+    assert got[f"r{k}"] == pytest.approx(100.0 * hits / 40)
+
+
+def test_binary_accuracy_ties_count_against():
+  rng = np.random.default_rng(3)
+  scores = rng.integers(0, 3, size=(50, 2)).astype(float)  # many ties
+  got = metrics.binary_accuracy(scores)
+  assert got["acc"] == pytest.approx(100.0 * sum(1 for a, b in scores if a > b) / 50) and got["n"] == 50
+
+
+def _np_triplet(scores):
+  out = {"acc_temp": 0, "acc_sem": 0, "acc_tri": 0, "r1": 0, "r5": 0, "r10": 0}
+  hist = {o: 0 for o in metrics.TRIPLET_ORDERS}
+  for row in scores:
+    m, t, s = row[:3]
+    out["acc_temp"] += m > t
+    out["acc_sem"] += m > s
+    out["acc_tri"] += (m > t) and (m > s)
+    rank = sum(1 for x in row if x >= m)
+    for k in (1, 5, 10):
+      out[f"r{k}"] += rank <= k
+    # Sort best first; ties: main last, then T before S.
+    keyed = sorted([(m, 2, "M"), (t, 0, "T"), (s, 1, "S")], key=lambda e: (-e[0], e[1]))
+    hist["".join(e[2] for e in keyed)] += 1
+  n = len(scores)
+  return {k: 100.0 * v / n for k, v in out.items()}, {k: 100.0 * v / n for k, v in hist.items()}
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_triplet_metrics_match_loops_including_ties(seed):
+  scores = np.random.default_rng(seed).integers(0, 4, size=(80, 14)).astype(float)
+  got = metrics.triplet_metrics(scores)
+  want, hist = _np_triplet(scores)
+  for k, v in want.items():
+    assert got[k] == pytest.approx(v), k
+  assert got["order_hist"] == pytest.approx(hist)
+  assert sum(got["order_hist"].values()) == pytest.approx(100.0)

@@ -73,6 +73,7 @@ _MULTI_DEVICE_SCRIPT = textwrap.dedent("""
     import json, sys, tempfile
     import jax, jax.numpy as jnp, numpy as np
     from vidjax import sharding, train
+    from vidjax.data import pipeline
 
     assert jax.device_count() == 8, jax.devices()
     rs = np.random.RandomState(0)
@@ -94,7 +95,7 @@ _MULTI_DEVICE_SCRIPT = textwrap.dedent("""
     for n in (8, 1):
       mesh = sharding.make_mesh(n)
       state, hist = train.fit(init_fn=init_fn, loss_fn=loss_fn, optimizer=opt,
-                              dataset=train.make_batches(source, 16, seed=1), num_steps=5,
+                              dataset=pipeline.make_batches(source, 16, seed=1), num_steps=5,
                               workdir=tempfile.mkdtemp(), mesh=mesh, log_every=1,
                               checkpoint_every=100, progress=False)
       out[n] = {"params": jax.tree.map(lambda a: np.asarray(a).tolist(), state.params),

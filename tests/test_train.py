@@ -12,6 +12,7 @@ import pytest
 
 from vidjax import sharding
 from vidjax import train
+from vidjax.data import pipeline
 
 DIM, OUT, NUM_EXAMPLES, BATCH = 4, 2, 48, 8
 _RS = np.random.RandomState(0)
@@ -41,7 +42,7 @@ def _fit(workdir, dataset=None, **kwargs):
   kwargs.setdefault("num_steps", 12)
   kwargs.setdefault("progress", False)
   return train.fit(init_fn=init_fn, loss_fn=loss_fn, optimizer=OPTIMIZER,
-                   dataset=train.make_batches(SOURCE, BATCH, seed=3) if dataset is None else dataset,
+                   dataset=pipeline.make_batches(SOURCE, BATCH, seed=3) if dataset is None else dataset,
                    workdir=workdir, seed=7, mesh=MESH, **kwargs)
 
 
@@ -208,7 +209,7 @@ def test_bf16_compute_keeps_float32_params_and_grads():
 
 
 def test_make_batches_is_seeded_and_reshuffles_every_epoch():
-  a, b, c = (train.make_batches(SOURCE, BATCH, seed=s) for s in (3, 3, 4))
+  a, b, c = (pipeline.make_batches(SOURCE, BATCH, seed=s) for s in (3, 3, 4))
   per_epoch = NUM_EXAMPLES // BATCH
   order = lambda ds, lo, hi: np.concatenate([ds[i]["idx"] for i in range(lo, hi)])
   np.testing.assert_array_equal(order(a, 0, 2 * per_epoch), order(b, 0, 2 * per_epoch))
@@ -272,7 +273,7 @@ def test_exact_resume_after_crash(tmp_path):
 
 
 def test_nan_loss_stops_with_clear_error_and_keeps_checkpoints(tmp_path):
-  clean = [train.make_batches(SOURCE, BATCH, seed=3)[i] for i in range(10)]
+  clean = [pipeline.make_batches(SOURCE, BATCH, seed=3)[i] for i in range(10)]
   poisoned = [dict(b) for b in clean]
   poisoned[6]["y"] = np.full_like(poisoned[6]["y"], np.nan)  # the batch of step 7
   with pytest.raises(FloatingPointError, match=r"loss is nan at step 7 .*last checkpoint \(step 6\)"):
@@ -289,32 +290,32 @@ def test_nan_loss_stops_with_clear_error_and_keeps_checkpoints(tmp_path):
 
 
 def test_fit_reports_exhausted_dataset(tmp_path):
-  one_epoch = train.make_batches(SOURCE, BATCH, seed=3, num_epochs=1)
+  one_epoch = pipeline.make_batches(SOURCE, BATCH, seed=3, num_epochs=1)
   with pytest.raises(ValueError, match="ran out of batches after 6 steps"):
     _fit(tmp_path, dataset=one_epoch, num_steps=8, checkpoint_every=100)
 
 
 def test_make_index_batches_epochs_are_seeded_permutations():
   seen = []
-  ds = train.make_index_batches(10, 3, seed=7, batch_fn=lambda idx: {"i": np.asarray(idx)})
-  assert len(train.make_index_batches(10, 3, seed=7, batch_fn=lambda i: i, num_epochs=2)) == 6
+  ds = pipeline.make_index_batches(10, 3, seed=7, batch_fn=lambda idx: {"i": np.asarray(idx)})
+  assert len(pipeline.make_index_batches(10, 3, seed=7, batch_fn=lambda i: i, num_epochs=2)) == 6
   for t in range(6):  # two epochs of 10 // 3 = 3 batches; the remainder of each epoch is dropped
     seen.append(ds[t]["i"])
   epoch0, epoch1 = np.concatenate(seen[:3]), np.concatenate(seen[3:])
   assert len(set(epoch0)) == 9 and len(set(epoch1)) == 9 and set(epoch0) <= set(range(10))
   assert not np.array_equal(epoch0, epoch1)  # a fresh permutation every epoch
-  again = train.make_index_batches(10, 3, seed=7, batch_fn=lambda idx: {"i": np.asarray(idx)})
+  again = pipeline.make_index_batches(10, 3, seed=7, batch_fn=lambda idx: {"i": np.asarray(idx)})
   np.testing.assert_array_equal(again[4]["i"], seen[4])
-  other = train.make_index_batches(10, 3, seed=8, batch_fn=lambda idx: {"i": np.asarray(idx)})
+  other = pipeline.make_index_batches(10, 3, seed=8, batch_fn=lambda idx: {"i": np.asarray(idx)})
   assert not all(np.array_equal(other[t]["i"], seen[t]) for t in range(3))
   with pytest.raises(ValueError, match="batch_size <= num_examples"):
-    train.make_index_batches(2, 3, seed=0, batch_fn=lambda i: i)
+    pipeline.make_index_batches(2, 3, seed=0, batch_fn=lambda i: i)
 
 
 def _index_batches():
   def collate(idx):
     return {k: np.stack([SOURCE[i][k] for i in idx]) for k in SOURCE[0]}
-  return train.make_index_batches(len(SOURCE), BATCH, seed=3, batch_fn=collate)
+  return pipeline.make_index_batches(len(SOURCE), BATCH, seed=3, batch_fn=collate)
 
 
 def test_exact_resume_with_index_batches(tmp_path):
@@ -333,3 +334,78 @@ def test_exact_resume_with_index_batches(tmp_path):
   a, b = _jsonl(tmp_path / "a" / "metrics.jsonl"), _jsonl(tmp_path / "b" / "metrics.jsonl")
   assert [r["train/first_idx"] for r in a] == [r["train/first_idx"] for r in b]
   assert len(set(r["train/first_idx"] for r in a)) > 1
+
+
+# ------------------------------------------------------------------------------------------------
+# Non-gradient model state.
+
+_STATEFUL_SCRIPT = """
+import os, signal, sys
+import jax, jax.numpy as jnp, numpy as np
+from vidjax import sharding, train
+from vidjax.data import pipeline
+
+rs = np.random.RandomState(0)
+xs = rs.randn(48, 4).astype(np.float32)
+w_true = rs.randn(4, 2).astype(np.float32)
+source = [{"x": x, "y": x @ w_true} for x in xs]
+
+def init_fn(rng):
+  params = {"w": 0.1 * jax.random.normal(rng, (4, 2)), "b": jnp.zeros((2,))}
+  return params, {"seen": jnp.zeros((), jnp.int32), "ema": jnp.zeros((4,))}
+
+def loss_fn(params, state, batch, rng):
+  ema = 0.9 * state["ema"] + 0.1 * batch["x"].mean(0)   # a running statistic, no gradient
+  pred = batch["x"] @ params["w"] + params["b"] + 1e-2 * jax.random.normal(rng, (batch["x"].shape[0], 2))
+  # The state shifts the loss, so the params depend on it being restored exactly.
+  loss = jnp.mean((pred - batch["y"]) ** 2) + jnp.mean((params["b"] - ema[:2]) ** 2)
+  return loss, ({"ema0": ema[0]}, {"seen": state["seen"] + batch["x"].shape[0], "ema": ema})
+
+def kill(params, step):
+  if step == int(sys.argv[2]):
+    import pathlib, time
+    for _ in range(300):  # the step-5 checkpoint is written asynchronously: kill once it is committed
+      if (pathlib.Path(sys.argv[1]) / "checkpoints" / "5").is_dir():
+        break
+      time.sleep(0.1)
+    os.kill(os.getpid(), signal.SIGKILL)   # a hard kill: no cleanup, no finally blocks
+  return {}
+
+state, _ = train.fit(init_fn=init_fn, loss_fn=loss_fn, optimizer=train.adamw(0.1, 1e-3),
+                     dataset=pipeline.loader(pipeline.make_batches(source, 8, seed=3)), num_steps=12,
+                     workdir=sys.argv[1], seed=7, mesh=sharding.make_mesh(1), log_every=1,
+                     checkpoint_every=5, progress=False, stateful=True,
+                     eval_fn=kill if int(sys.argv[2]) else None, eval_every=1)
+np.savez(sys.argv[1] + "/final.npz", seen=state.model_state["seen"], ema=state.model_state["ema"],
+         w=state.params["w"], b=state.params["b"])
+"""
+
+
+def test_model_state_is_updated_checkpointed_and_survives_a_kill(tmp_path):
+  import subprocess
+  import sys
+  script = tmp_path / "stateful.py"
+  script.write_text(_STATEFUL_SCRIPT)
+  run = lambda workdir, kill_at: subprocess.run(  # noqa: E731
+      [sys.executable, str(script), str(workdir), str(kill_at)], capture_output=True, text=True, timeout=300)
+  straight = run(tmp_path / "a", 0)
+  assert straight.returncode == 0, straight.stderr[-2000:]
+  killed = run(tmp_path / "b", 8)
+  assert killed.returncode == -9, killed.stderr[-2000:]  # SIGKILL at step 8, after the step-5 checkpoint
+  assert (tmp_path / "b" / "checkpoints" / "5").is_dir() and not (tmp_path / "b" / "final.npz").exists()
+  resumed = run(tmp_path / "b", 0)
+  assert resumed.returncode == 0, resumed.stderr[-2000:]
+  a, b = np.load(tmp_path / "a" / "final.npz"), np.load(tmp_path / "b" / "final.npz")
+  assert int(a["seen"]) == 12 * 8  # the loss updated the state on every step
+  for key in ("seen", "ema", "w", "b"):
+    np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+  # The running mean matches a NumPy replay of the same batches.
+  ema = np.zeros(4)
+  rs = np.random.RandomState(0)
+  xs = rs.randn(48, 4).astype(np.float32)
+  for t in range(12):
+    batch = pipeline.make_batches([{"x": x} for x in xs], 8, seed=3)[t]["x"]
+    ema = 0.9 * ema + 0.1 * batch.mean(0)
+  np.testing.assert_allclose(a["ema"], ema, rtol=1e-5)
+  history = _jsonl(tmp_path / "b" / "metrics.jsonl")
+  assert [r["step"] for r in history] == list(range(1, 13))

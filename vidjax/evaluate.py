@@ -1,344 +1,285 @@
-"""The Scorer protocol and the Consistent Video Retrieval (CVR) evaluator.
+"""The Scorer protocol and one evaluator per benchmark kind. Knows no method by name.
 
-Implements the inference side of CAST (../shared/papers/cast.txt §2.4 "Plug-and-Play Inference",
-eq. 10-13; §3.1 baselines and metrics; App. B ensemble-coefficient grid; §3.4 reranking of
-generated candidates). Knows no model by name: predictors plug in as `apply_fn(params, ...)`.
+A **Scorer** is an object with `score(batch) -> [Q, C]` (or a plain function of the batch): it
+maps a dict of arrays to one score per (query, candidate), higher = better. The batch holds the
+query fields (e.g. `text [Q, D]`, CAST's `history [Q, L, D]`, VEDJE's token ids) and the candidates:
 
-A Scorer maps a batch of queries and each query's own candidate pool to scores::
+    candidates [Q, C, ...]   one pool per query (CVR, Comp pairs, GenState triplets)
+    candidates [C, ...]      one gallery shared by every query (text-video retrieval R@K)
 
-    queries["text"]          [Q, D]     query text embeddings t_q
-    queries["history"]       [Q, L, D]  visual context, left-padded (last real slot = v_{t-1})
-    queries["history_mask"]  [Q, L]     1 = real clip
-    candidates               [Q, C, D]  candidate clip embeddings v_c
-    -> scores                [Q, C]     higher = better
+A **Retriever** (a recall stage: a dense index, GRDR's beam search) has
+`retrieve(queries, k) -> (ids [Q, K] int, scores [Q, K])`, best first.
 
-The three CVR score components (eq. 10-12) are A = sim(t_q, v_c) (semantic), B = sim(v_{t-1}, v_c)
-(visual continuity) and C = sim(v̂_t, v_c) (predicted next state); the Full Ensemble (eq. 13) is
-S = A + w_v·B + w_p·C. Every scorer jits its per-batch work; `evaluate_cvr` feeds it fixed-size
-chunks (the last one padded by repeating its final query) so each shape compiles once.
+Evaluators (each returns named metrics from `vidjax.metrics`):
+
+* `evaluate_cvr`       candidate pools with typed negatives (CAST §3.1): Acc, MnR, State/Ident Acc;
+* `evaluate_gallery`   R@1/5/10, MdR, MnR in both directions over a shared gallery (several
+                       captions per video allowed), scored in fixed-size blocks so memory stays
+                       bounded: no `[Q, C, D]` copy of the gallery, no `[Q, C]` score matrix;
+* `evaluate_binary`    pairwise preference (VideoComp): positive vs negative, ties count against;
+* `evaluate_triplets`  GenState triplets: main vs temporal / semantic negatives + distractors;
+* `evaluate_ranked`    R@K of a Retriever's ranked ids.
+
+Every scorer call gets fixed-size chunks (the last one padded by repeating its final row, the
+padding dropped), so a jitted scorer compiles once per shape. `JitScorer` jits a scorer function
+once, closing over it (never a static jit argument).
 """
 from __future__ import annotations
 
-import dataclasses
-import functools
 import math
 from typing import Any, Callable, Mapping, Optional, Protocol, Sequence
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from vidjax import metrics
+from vidjax.ops import cosine
 
-QUERY_KEYS = ("text", "history", "history_mask")
-CVR_KEYS = QUERY_KEYS + ("candidates", "target_index", "neg_types")
+Batch = Mapping[str, Any]
 DEFAULT_CHUNK = 256
-# App. B grid: w_v in {0.0, ..., 0.5}, w_p in {0.2, ..., 1.5}, step 0.1.
-W_V_GRID = np.round(np.arange(0, 0.51, 0.1), 2)
-W_P_GRID = np.round(np.arange(0.2, 1.51, 0.1), 2)
-
-# apply_fn(params, text [Q, D], history [Q, L, D], history_mask [Q, L]) -> v_hat [Q, D]
-PredictFn = Callable[..., jax.Array]
 
 
 class Scorer(Protocol):
-  """Anything that scores each query's candidate pool (see module docstring for shapes)."""
+  """Anything that scores candidates for a batch of queries (see the module docstring)."""
 
-  def score(self, queries: Mapping[str, np.ndarray], candidates: np.ndarray) -> np.ndarray:
-    """{text [Q, D], history [Q, L, D], history_mask [Q, L]}, candidates [Q, C, D] -> [Q, C]."""
+  def score(self, batch: Batch) -> np.ndarray:
+    """batch (query fields + `candidates`) -> [Q, C] scores."""
     ...
 
 
-# ----------------------------------------------------------------------------- score components
+class Retriever(Protocol):
+  """A recall stage: the top `k` corpus items per query."""
+
+  def retrieve(self, queries: Batch, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """queries -> (ids int [Q, k], scores [Q, k]), best first."""
+    ...
 
 
-def _unit(x):
-  x = jnp.asarray(x, jnp.float32)
-  sq = jnp.sum(x * x, axis=-1, keepdims=True)
-  ok = sq > 1e-12
-  return jnp.where(ok, x * jax.lax.rsqrt(jnp.where(ok, sq, 1.0)), 0.0)
+def score_fn(scorer: Scorer | Callable[[Batch], Any]) -> Callable[[Batch], Any]:
+  """The batch -> scores function of a Scorer object or a plain function."""
+  return scorer.score if hasattr(scorer, "score") else scorer
 
 
-def _sim(x, candidates):
-  """[Q, D], [Q, C, D] -> [Q, C] cosine; zero vectors score 0."""
-  return jnp.einsum("qd,qcd->qc", _unit(x), _unit(candidates))
+class JitScorer:
+  """A Scorer from a pure function `fn(params, batch) -> [Q, C]`, jitted once here.
 
-
-def _last_context(history, history_mask):
-  """[Q, L, D], [Q, L] -> [Q, D] the last real clip (0 when none)."""
-  q, l, d = history.shape
-  if l == 0:
-    return jnp.zeros((q, d), jnp.float32)
-  real = history_mask > 0
-  last = l - 1 - jnp.argmax(real[:, ::-1], axis=1)
-  v = jnp.take_along_axis(history, last[:, None, None], axis=1)[:, 0]
-  return jnp.where(jnp.any(real, axis=1, keepdims=True), v, 0.0)
-
-
-@jax.jit
-def _semantic_visual(text, history, history_mask, candidates):
-  return _sim(text, candidates), _sim(_last_context(history, history_mask), candidates)
-
-
-@jax.jit
-def _zero_shot(text, candidates):
-  return _sim(text, candidates)
-
-
-@functools.partial(jax.jit, static_argnums=0)
-def _predictor_components(apply_fn, params, text, history, history_mask, candidates):
-  a, b = _semantic_visual(text, history, history_mask, candidates)
-  v_hat = apply_fn(params, text, history, history_mask)
-  return a, b, _sim(v_hat, candidates)
-
-
-@functools.partial(jax.jit, static_argnums=0)
-def _apply_scores(apply_fn, params, text, history, history_mask, candidates):
-  return apply_fn(params, text, history, history_mask, candidates).astype(jnp.float32)
-
-
-def _unpack(queries: Mapping[str, np.ndarray], candidates: np.ndarray):
-  missing = [k for k in QUERY_KEYS if k not in queries]
-  if missing:
-    raise KeyError(f"queries lack {missing}; a CVR query batch needs {list(QUERY_KEYS)}")
-  text, history, mask = (np.asarray(queries[k]) for k in QUERY_KEYS)
-  candidates = np.asarray(candidates)
-  q = text.shape[0]
-  if (text.ndim != 2 or history.ndim != 3 or mask.shape != history.shape[:2]
-      or candidates.ndim != 3 or history.shape[0] != q or candidates.shape[0] != q):
-    raise ValueError(
-        "expected text [Q, D], history [Q, L, D], history_mask [Q, L], candidates [Q, C, D]; got "
-        f"text {text.shape}, history {history.shape}, history_mask {mask.shape}, "
-        f"candidates {candidates.shape}")
-  return text, history, mask, candidates
-
-
-# ----------------------------------------------------------------------------- scorers
-
-
-@dataclasses.dataclass(frozen=True)
-class ZeroShotScorer:
-  """Zero-Shot baseline (§3.1 (i)): S = A = sim(t_q, v_c), context-free."""
-
-  def score(self, queries, candidates):
-    text, _, _, candidates = _unpack(queries, candidates)
-    return np.asarray(_zero_shot(text, candidates))
-
-
-@dataclasses.dataclass(frozen=True)
-class LateFusionHeuristicScorer:
-  """Late Fusion (Heuristic) (§3.1 (ii)): S = A + α·B, α fixed.
-
-  The paper does not report α; the default 1.0 weighs semantic and visual evidence equally.
+  Keep one instance per model and reuse it: each instance compiles once per input shape.
   """
-  alpha: float = 1.0
 
-  def score(self, queries, candidates):
-    a, b = _semantic_visual(*_unpack(queries, candidates))
-    return np.asarray(a + self.alpha * b)
+  def __init__(self, fn: Callable[[Any, Batch], Any], params: Any = None):
+    self.params = params
+    self._fn = jax.jit(fn)
 
-
-@dataclasses.dataclass(frozen=True)
-class EmbeddingPredictorScorer:
-  """Scores with a next-state predictor (CAST, EarlyFusion): S = C = sim(v̂_t, v_c) (eq. 12).
-
-  Attributes:
-    apply_fn: `(params, text [Q, D], history [Q, L, D], history_mask [Q, L]) -> v_hat [Q, D]`,
-      e.g. `CAST(dim).apply` (deterministic by default). Must be hashable: it is a static jit
-      argument, so keep passing the same function to reuse compilations.
-    params: the variables passed to `apply_fn`.
-  """
-  apply_fn: PredictFn
-  params: Any
-
-  def components(self, queries, candidates) -> dict[str, np.ndarray]:
-    """{"A", "B", "C"} each [Q, C] (eq. 10-12)."""
-    text, history, mask, candidates = _unpack(queries, candidates)
-    a, b, c = _predictor_components(self.apply_fn, self.params, text, history, mask, candidates)
-    return {"A": np.asarray(a), "B": np.asarray(b), "C": np.asarray(c)}
-
-  def score(self, queries, candidates):
-    return self.components(queries, candidates)["C"]
+  def score(self, batch: Batch) -> np.ndarray:
+    return np.asarray(self._fn(self.params, dict(batch)), np.float32)
 
 
-@dataclasses.dataclass(frozen=True)
-class LateFusionLearnedScorer:
-  """Late Fusion (Learned) (§3.1 (iii)), or any model that scores candidates itself.
+class CosineScorer(JitScorer):
+  """Dual-encoder (zero-shot) scorer: cosine(batch[query_key], batch['candidates'])."""
 
-  Attributes:
-    apply_fn: `(params, text, history, history_mask, candidates [Q, C, D]) -> [Q, C]`, e.g.
-      `functools.partial(LateFusionLearned(dim).apply, method="score")` built once and reused.
-    params: the variables passed to `apply_fn`.
-  """
-  apply_fn: Callable[..., jax.Array]
-  params: Any
-
-  def score(self, queries, candidates):
-    text, history, mask, candidates = _unpack(queries, candidates)
-    return np.asarray(_apply_scores(self.apply_fn, self.params, text, history, mask, candidates))
+  def __init__(self, query_key: str = "text"):
+    self.query_key = query_key
+    super().__init__(lambda _, batch: cosine(batch[query_key], batch["candidates"]))
 
 
-@dataclasses.dataclass(frozen=True)
-class EnsembleScorer:
-  """Full Ensemble (eq. 13): S = A + w_v·B + w_p·C, with C from `predictor`.
-
-  w_v = 0 gives the Semantic Ensemble (A + C) of Table 5.
-  """
-  predictor: EmbeddingPredictorScorer
-  w_v: float
-  w_p: float
-
-  def components(self, queries, candidates) -> dict[str, np.ndarray]:
-    """{"A", "B", "C"} each [Q, C] (eq. 10-12)."""
-    return self.predictor.components(queries, candidates)
-
-  def score(self, queries, candidates):
-    c = self.components(queries, candidates)
-    return c["A"] + self.w_v * c["B"] + self.w_p * c["C"]
+# ----------------------------------------------------------------------------- chunking
 
 
-# ----------------------------------------------------------------------------- evaluation
+def _take(arrays: Batch, idx: np.ndarray) -> dict[str, np.ndarray]:
+  return {k: np.asarray(v)[idx] for k, v in arrays.items()}
 
 
-def _check_arrays(arrays: Mapping[str, np.ndarray]):
-  missing = [k for k in CVR_KEYS if k not in arrays]
-  if missing:
-    raise KeyError(f"CVR arrays lack {missing}; expected keys {list(CVR_KEYS)}")
-  q, c = np.shape(arrays["candidates"])[:2]
-  for key, shape in (("target_index", (q,)), ("neg_types", (q, c))):
-    if np.shape(arrays[key]) != shape:
-      raise ValueError(f"CVR arrays[{key!r}] must have shape {shape} (candidates are "
-                       f"{np.shape(arrays['candidates'])}), got {np.shape(arrays[key])}")
+def _leading(arrays: Batch, what: str) -> int:
+  sizes = {k: np.shape(v)[0] if np.ndim(v) else None for k, v in arrays.items()}
+  if not sizes or None in sizes.values() or len(set(sizes.values())) != 1:
+    raise ValueError(f"{what}: every array needs the same leading dimension, got shapes "
+                     f"{ {k: np.shape(v) for k, v in arrays.items()} }")
+  n = next(iter(sizes.values()))
+  if n == 0:
+    raise ValueError(f"{what}: nothing to score (leading dimension 0)")
+  return n
 
 
-def chunked(fn: Callable[[dict, np.ndarray], Any], queries: Mapping[str, np.ndarray],
-            candidates: np.ndarray, chunk: int = DEFAULT_CHUNK):
-  """Runs `fn(queries_chunk, candidates_chunk)` over fixed-size chunks of the Q axis.
+def chunked(fn: Callable[[dict], Any], arrays: Batch, chunk: int = DEFAULT_CHUNK):
+  """Runs `fn(rows)` over fixed-size chunks of the leading axis of every array in `arrays`.
 
-  Every chunk has exactly `chunk` rows (the last is padded by repeating its final query, and the
-  padded rows are dropped), so a jitted `fn` compiles once whatever Q is.
-
-  Args:
-    fn: returns an array [chunk, ...] or a dict of such arrays.
-    queries: {text [Q, D], history [Q, L, D], history_mask [Q, L]}.
-    candidates: [Q, C, D].
-    chunk: rows per call (>= 1).
+  Every chunk has exactly `chunk` rows (the last is padded by repeating its final row, and the
+  padded rows are dropped), so a jitted `fn` compiles once whatever the total size is.
 
   Returns:
-    fn's output for all Q rows (array or dict), concatenated in order.
+    fn's outputs (an array or a dict of arrays, `[chunk, ...]` each) concatenated over all rows.
   """
   if chunk < 1:
     raise ValueError(f"chunk must be >= 1, got {chunk}")
-  text, history, mask, candidates = _unpack(queries, candidates)
-  q = text.shape[0]
-  if q == 0:
-    raise ValueError("cannot score an empty query set (Q = 0)")
+  n = _leading(arrays, "chunked")
   outs = []
-  for start in range(0, q, chunk):
-    stop = min(start + chunk, q)
-    idx = np.minimum(np.arange(start, start + chunk), q - 1)  # pad by repeating the last row
-    part = {"text": text[idx], "history": history[idx], "history_mask": mask[idx]}
-    outs.append((fn(part, candidates[idx]), stop - start))
+  for start in range(0, n, chunk):
+    idx = np.minimum(np.arange(start, start + chunk), n - 1)  # pad by repeating the last row
+    outs.append((fn(_take(arrays, idx)), min(start + chunk, n) - start))
   if isinstance(outs[0][0], Mapping):
-    return {k: np.concatenate([np.asarray(o[k])[:n] for o, n in outs]) for k in outs[0][0]}
-  return np.concatenate([np.asarray(o)[:n] for o, n in outs])
+    return {k: np.concatenate([np.asarray(o[k])[:m] for o, m in outs]) for k in outs[0][0]}
+  return np.concatenate([np.asarray(o)[:m] for o, m in outs])
 
 
-def _queries(arrays):
-  return {k: arrays[k] for k in QUERY_KEYS}
+def score_pools(scorer: Scorer | Callable, inputs: Batch, chunk: int = DEFAULT_CHUNK) -> np.ndarray:
+  """Scores per-query candidate pools: inputs (query fields + candidates [Q, C, ...]) -> [Q, C]."""
+  if "candidates" not in inputs:
+    raise KeyError(f"pool inputs need 'candidates' [Q, C, ...]; got keys {sorted(inputs)}")
+  return np.asarray(chunked(score_fn(scorer), inputs, chunk), np.float64)
 
 
-def evaluate_cvr(scorer: Scorer, arrays: Mapping[str, np.ndarray],
-                 chunk: int = DEFAULT_CHUNK) -> dict[str, float]:
-  """CVR evaluation (§3.1) of any Scorer.
+# ----------------------------------------------------------------------------- candidate pools
+
+CVR_LABEL_KEYS = ("target_index", "neg_types")
+
+
+def _split_labels(arrays: Batch, label_keys: Sequence[str], what: str):
+  missing = [k for k in ("candidates", *label_keys) if k not in arrays]
+  if missing:
+    raise KeyError(f"{what} arrays lack {missing}; got keys {sorted(arrays)}")
+  inputs = {k: v for k, v in arrays.items() if k not in label_keys}
+  return inputs, {k: np.asarray(arrays[k]) for k in label_keys}
+
+
+def evaluate_cvr(scorer: Scorer | Callable, arrays: Batch, chunk: int = DEFAULT_CHUNK) -> dict[str, float]:
+  """CVR evaluation (CAST §3.1) of any Scorer.
 
   Args:
-    scorer: a `Scorer`.
-    arrays: {text [Q, D], history [Q, L, D], history_mask [Q, L], candidates [Q, C, D],
-      target_index [Q], neg_types [Q, C] (metrics.GT / STATE / IDENTITY / EASY)}.
+    scorer: scores `{text, history, history_mask, candidates [Q, C, D]}` batches.
+    arrays: the scorer's inputs plus `target_index [Q]` and `neg_types [Q, C]`
+      (`metrics.NEG_TYPE_CODES`), e.g. `vidjax.data.cvr.cvr_eval_arrays(...)`.
     chunk: queries per scorer call.
 
   Returns:
     `metrics.cvr_metrics` of the scores: acc, mnr, state_acc, ident_acc (+ counts).
   """
-  _check_arrays(arrays)
-  scores = chunked(scorer.score, _queries(arrays), arrays["candidates"], chunk)
-  return metrics.cvr_metrics(scores, arrays["target_index"], arrays["neg_types"])
+  inputs, labels = _split_labels(arrays, CVR_LABEL_KEYS, "CVR")
+  q, c = np.shape(inputs["candidates"])[:2]
+  for key, shape in (("target_index", (q,)), ("neg_types", (q, c))):
+    if labels[key].shape != shape:
+      raise ValueError(f"CVR arrays[{key!r}] must have shape {shape} (candidates are "
+                       f"{np.shape(inputs['candidates'])}), got {labels[key].shape}")
+  scores = score_pools(scorer, inputs, chunk)
+  return metrics.cvr_metrics(scores, labels["target_index"], labels["neg_types"])
 
 
-def score_components(predictor: EmbeddingPredictorScorer, arrays: Mapping[str, np.ndarray],
-                     chunk: int = DEFAULT_CHUNK) -> dict[str, np.ndarray]:
-  """The eq. 10-12 components over a whole benchmark: {"A", "B", "C"} each [Q, C].
-
-  Feed them (on the held-out subset) to `select_ensemble_weights`.
-  """
-  _check_arrays(arrays)
-  return chunked(predictor.components, _queries(arrays), arrays["candidates"], chunk)
+def evaluate_binary(scorer: Scorer | Callable, inputs: Batch, chunk: int = DEFAULT_CHUNK) -> dict[str, float]:
+  """Pairwise preference (VideoComp binary accuracy): candidates [Q, 2, ...], column 0 is the positive."""
+  scores = score_pools(scorer, inputs, chunk)
+  return metrics.binary_accuracy(scores)
 
 
-def select_ensemble_weights(A: np.ndarray, B: np.ndarray, C: np.ndarray,
-                            target_index: np.ndarray,
-                            w_v_grid: Sequence[float] = W_V_GRID,
-                            w_p_grid: Sequence[float] = W_P_GRID):
-  """Full-Ensemble coefficient selection (App. B "Inference Details").
-
-  Grid search over S = A + w_v·B + w_p·C on a held-out subset of the TRAINING split (never the
-  evaluation split). The winner has the highest Acc; ties go to the lower MnR, then to the first
-  point in grid order (w_v outer loop, w_p inner loop).
-
-  Args:
-    A, B, C: [Q, C] score components on the held-out subset.
-    target_index: [Q] GT column.
-    w_v_grid, w_p_grid: candidate coefficients (default: the paper's grid).
-
-  Returns:
-    (w_v, w_p, table) with table a list of {"w_v", "w_p", "acc", "mnr"} in grid order.
-  """
-  A, B, C = (np.asarray(x, np.float64) for x in (A, B, C))
-  if not A.shape == B.shape == C.shape:
-    raise ValueError(f"A, B, C must share one shape [Q, C], got {A.shape}, {B.shape}, {C.shape}")
-  if len(w_v_grid) == 0 or len(w_p_grid) == 0:
-    raise ValueError("ensemble weight grids must be non-empty")
-  table, best, best_key = [], None, None
-  for w_v in w_v_grid:
-    for w_p in w_p_grid:
-      ranks = metrics.rank_of_target(A + w_v * B + w_p * C, target_index)
-      # Integer counts compare exactly, unlike the derived percentages.
-      key = (-int(np.sum(ranks == 1)), int(np.sum(ranks)))
-      table.append({"w_v": float(w_v), "w_p": float(w_p),
-                    "acc": float(100.0 * np.mean(ranks == 1)), "mnr": float(np.mean(ranks))})
-      if best_key is None or key < best_key:
-        best, best_key = (float(w_v), float(w_p)), key
-  return best[0], best[1], table
+def evaluate_triplets(scorer: Scorer | Callable, inputs: Batch, chunk: int = DEFAULT_CHUNK) -> dict[str, Any]:
+  """GenState triplets: candidates [Q, 3 + n, ...] = (main, temporal neg, semantic neg, distractors)."""
+  scores = score_pools(scorer, inputs, chunk)
+  return metrics.triplet_metrics(scores)
 
 
-def rerank_generated(text: np.ndarray, context: np.ndarray, candidates: np.ndarray,
-                     predictor_apply: PredictFn, params: Any, w_v: float, w_p: float):
-  """§3.4 reranking of K generated continuations of one prompt.
+# ----------------------------------------------------------------------------- gallery retrieval
+
+
+def _blocks(n: int, size: int):
+  for start in range(0, n, size):
+    yield start, min(start + size, n)
+
+
+def gallery_ranks(scorer: Scorer | Callable, queries: Batch, gallery: Batch, relevant: np.ndarray, *,
+                  query_chunk: int = 1024, gallery_chunk: int = 4096) -> tuple[np.ndarray, np.ndarray]:
+  """Pessimistic 1-based ranks in both directions over a shared gallery, in bounded memory.
+
+  Text -> video: the rank of query q is 1 + the number of *other* gallery items scoring >= its
+  relevant item. Video -> text: for gallery item v with relevant queries R(v) (several captions of
+  one video), the rank is 1 + the number of queries outside R(v) scoring >= the best of R(v), i.e.
+  v is a hit at K when any of its captions ranks in the top K. Ties count against the model.
+
+  The scorer sees blocks `{**queries[qc rows], **gallery[gc rows]}` with `qc = query_chunk`,
+  `gc = gallery_chunk` (last blocks padded), so memory is O(qc * gc) scores plus the inputs.
+  Queries are processed sorted by their relevant item, so the first pass (finding each relevant
+  score) touches only the one or two gallery blocks each query block points into; the second pass
+  counts over every block.
 
   Args:
-    text: [D] instruction embedding.
-    context: [L, D] visual context (all real; the last row is v_{t-1}). L may be 0.
-    candidates: [K, D] embeddings of the generated candidate videos.
-    predictor_apply, params: a next-state predictor as in `EmbeddingPredictorScorer`.
-    w_v, w_p: Full-Ensemble coefficients (selected on retrieval, §3.4 reuses them).
+    scorer: batch -> [qc, gc] scores (e.g. `CosineScorer()` with gallery `{"candidates": [N, D]}`).
+    queries: dict of `[Q, ...]` arrays.
+    gallery: dict of `[N, ...]` arrays.
+    relevant: int [Q], the gallery row relevant to each query.
 
   Returns:
-    {"text_only": [K] candidate indices best-first by A (Standard Text Match),
-     "cast": [K] indices best-first by S = A + w_v·B + w_p·C (CAST Reranking),
-     "scores": {"A", "B", "C", "S"} each [K]}. Ties keep the generation order.
+    (t2v_ranks int64 [Q], v2t_ranks int64 [N]) with 0 for gallery items that no query points at.
   """
-  text, context, candidates = (np.asarray(x, np.float32) for x in (text, context, candidates))
-  if text.ndim != 1 or context.ndim != 2 or candidates.ndim != 2:
-    raise ValueError(f"expected text [D], context [L, D], candidates [K, D]; got {text.shape}, "
-                     f"{context.shape}, {candidates.shape}")
-  queries = {"text": text[None], "history": context[None],
-             "history_mask": np.ones((1, context.shape[0]), np.float32)}
-  comp = EmbeddingPredictorScorer(predictor_apply, params).components(queries, candidates[None])
-  scores = {k: v[0] for k, v in comp.items()}
-  scores["S"] = scores["A"] + w_v * scores["B"] + w_p * scores["C"]
-  order = lambda s: np.argsort(-s, kind="stable")
-  return {"text_only": order(scores["A"]), "cast": order(scores["S"]), "scores": scores}
+  fn = score_fn(scorer)
+  q = _leading(queries, "gallery_ranks queries")
+  n = _leading(gallery, "gallery_ranks gallery")
+  relevant = np.asarray(relevant, np.int64)
+  if relevant.shape != (q,) or relevant.min() < 0 or relevant.max() >= n:
+    raise ValueError(f"relevant must be int [Q={q}] with values in [0, {n}), got shape {relevant.shape}, "
+                     f"range [{relevant.min()}, {relevant.max()}]")
+  if query_chunk < 1 or gallery_chunk < 1:
+    raise ValueError(f"query_chunk and gallery_chunk must be >= 1, got {query_chunk}, {gallery_chunk}")
+  order = np.argsort(relevant, kind="stable")
+  rel_sorted = relevant[order]
+
+  def block(qs, qe, gs, ge):
+    qi = order[np.minimum(np.arange(qs, qs + query_chunk), qe - 1)]
+    gi = np.minimum(np.arange(gs, gs + gallery_chunk), ge - 1)
+    batch = {**_take(queries, qi), **_take(gallery, gi)}
+    scores = np.asarray(fn(batch), np.float64)
+    expected = (query_chunk, gallery_chunk)
+    if scores.shape != expected:
+      raise ValueError(f"the scorer returned shape {scores.shape} for a block of {expected[0]} queries x "
+                       f"{expected[1]} gallery items; expected {expected}")
+    return scores[:qe - qs, :ge - gs]
+
+  gt = np.empty(q)                      # score of each (sorted) query's relevant item
+  best = np.full(n, -np.inf)            # best relevant-query score per gallery item
+  for qs, qe in _blocks(q, query_chunk):
+    lo, hi = rel_sorted[qs], rel_sorted[qe - 1]
+    for gs, ge in _blocks(n, gallery_chunk):
+      if ge <= lo or gs > hi:
+        continue
+      s = block(qs, qe, gs, ge)
+      rows = np.flatnonzero((rel_sorted[qs:qe] >= gs) & (rel_sorted[qs:qe] < ge))
+      vals = s[rows, rel_sorted[qs + rows] - gs]
+      gt[qs + rows] = vals
+      np.maximum.at(best, rel_sorted[qs + rows], vals)
+
+  t2v = np.ones(q, np.int64)
+  v2t = np.ones(n, np.int64)
+  for qs, qe in _blocks(q, query_chunk):
+    for gs, ge in _blocks(n, gallery_chunk):
+      s = block(qs, qe, gs, ge)
+      own = rel_sorted[qs:qe, None] == np.arange(gs, ge)[None, :]  # (query, its relevant item)
+      t2v[qs:qe] += np.sum((s >= gt[qs:qe, None]) & ~own, axis=1)
+      v2t[gs:ge] += np.sum((s >= best[None, gs:ge]) & ~own, axis=0)
+  ranks = np.empty(q, np.int64)
+  ranks[order] = t2v
+  v2t[np.isneginf(best)] = 0
+  return ranks, v2t
+
+
+def evaluate_gallery(scorer: Scorer | Callable, queries: Batch, gallery: Batch, relevant: np.ndarray, *,
+                     query_chunk: int = 1024, gallery_chunk: int = 4096) -> dict[str, float]:
+  """Text-video retrieval metrics in both directions (see `gallery_ranks` for the protocol).
+
+  Returns:
+    {t2v_r1, t2v_r5, t2v_r10, t2v_mdr, t2v_mnr, v2t_... likewise, v2t_videos}: recalls in %, ranks as
+    ranks; the V2T metrics are over the gallery items that at least one query points at
+    (`v2t_videos` of them).
+  """
+  t2v, v2t = gallery_ranks(scorer, queries, gallery, relevant, query_chunk=query_chunk,
+                           gallery_chunk=gallery_chunk)
+  v2t = v2t[v2t > 0]
+  return {**metrics.retrieval_metrics(t2v, "t2v_"), **metrics.retrieval_metrics(v2t, "v2t_"),
+          "v2t_videos": int(v2t.size)}
+
+
+def evaluate_ranked(retriever: Retriever, queries: Batch, relevant: np.ndarray, k: int,
+                    ks: Sequence[int] = (1, 5, 10), chunk: int = DEFAULT_CHUNK) -> dict[str, float]:
+  """R@K (%) of a recall stage from its ranked ids; `ks` must not exceed the `k` it retrieves."""
+  if max(ks) > k:
+    raise ValueError(f"evaluate_ranked: ks={tuple(ks)} exceed the k={k} items retrieved")
+  ids = chunked(lambda rows: retriever.retrieve(rows, k)[0], queries, chunk)
+  return metrics.recall_from_ranked(ids, relevant, ks)
 
 
 # ----------------------------------------------------------------------------- tables
@@ -348,7 +289,7 @@ _HEADERS = {"acc": "Acc.", "mnr": "MnR", "state_acc": "State Acc.", "ident_acc":
 
 def format_table(rows: Mapping[str, Mapping[str, float]], title: str, synthetic: bool,
                  columns: Optional[Sequence[str]] = None) -> str:
-  """Plain-text results table shaped like the paper's Tables 2 / 4 / 5.
+  """Plain-text results table shaped like the papers' tables.
 
   Args:
     rows: {method: {metric: value}}, in display order.
@@ -375,7 +316,7 @@ def format_table(rows: Mapping[str, Mapping[str, float]], title: str, synthetic:
 
   body = [[str(m)] + [cell(r.get(c)) for c in columns] for m, r in rows.items()]
   widths = [max(len(x[i]) for x in [head] + body) for i in range(len(head))]
-  fmt = lambda cells: " | ".join(
+  fmt = lambda cells: " | ".join(  # noqa: E731
       c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
   line = "-+-".join("-" * w for w in widths)
   if synthetic:

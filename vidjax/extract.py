@@ -59,7 +59,7 @@ _LOG = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True)
-class Clip:
+class VideoSegment:
   """One clip to embed: a whole video (start = end = None) or the segment [start, end) seconds."""
   clip_id: str
   video: str
@@ -123,14 +123,14 @@ def _missing(store: FeatureStore, kinds: Sequence[str], item_id: str) -> bool:
   return any(not store.has(kind, item_id) for kind in kinds)
 
 
-def _group_by_video(clips: Sequence[Clip]) -> list[tuple[str, list[Clip]]]:
-  groups: dict[str, list[Clip]] = collections.OrderedDict()
+def _group_by_video(clips: Sequence[VideoSegment]) -> list[tuple[str, list[VideoSegment]]]:
+  groups: dict[str, list[VideoSegment]] = collections.OrderedDict()
   for clip in clips:
     groups.setdefault(clip.video, []).append(clip)
   return list(groups.items())
 
 
-def _decoded_clips(groups, num_frames, resolution, aspect, workers) -> Iterator[tuple[Clip, np.ndarray, np.ndarray]]:
+def _decoded_clips(groups, num_frames, resolution, aspect, workers) -> Iterator[tuple[VideoSegment, np.ndarray, np.ndarray]]:
   """Yields (clip, frames [T, H, W, 3] uint8, padded [T]) in order, decoding up to 2*workers videos ahead."""
   def decode(group):
     path, clips = group
@@ -163,7 +163,7 @@ def _batches(items: Iterator, batch_size: int) -> Iterator[list]:
     yield batch
 
 
-def extract_videos(store: FeatureStore, clips: Sequence[Clip], video_fn: Callable[[jax.Array], Mapping[str, Any]], *,
+def extract_videos(store: FeatureStore, clips: Sequence[VideoSegment], video_fn: Callable[[jax.Array], Mapping[str, Any]], *,
                    num_frames: int, resolution: int, batch_size: int, kinds: Sequence[str] = ("clip", "clip_mean"),
                    mesh: jax.sharding.Mesh | None = None, aspect: str = "squash", dtype: str | None = None,
                    flush_every: int = 256, decode_workers: int = 2, progress: bool = True,

@@ -1,5 +1,10 @@
 """Retrieval metrics, each a pure NumPy function of scores and ranks.
 
+Gallery retrieval (text <-> video): `retrieval_metrics(ranks)` gives R@1/5/10 (%), MdR and MnR from
+pessimistic 1-based ranks (`vidjax.evaluate.gallery_ranks` computes them in both directions);
+`recall_from_ranked` scores a recall stage's ranked ids. Pairwise and triplet pools (VideoComp,
+GenState-AI): `binary_accuracy`, `triplet_metrics`.
+
 CVR (../shared/papers/cast.txt §3.1 "Metrics"): every query ranks its own candidate pool
 (1 GT + 9 negatives in the paper's protocol) and we report
 
@@ -22,11 +27,12 @@ from typing import Sequence
 
 import numpy as np
 
-# Negative-type codes of a candidate pool (the `neg_types` array).
+# Negative-type codes of a candidate pool (the `neg_types` array); `vidjax.data.cvr` writes them.
 GT = 0
 STATE = 1
 IDENTITY = 2
 EASY = 3
+NEG_TYPE_CODES = {"gt": GT, "state": STATE, "identity": IDENTITY, "easy": EASY}
 
 
 def _check_scores(scores, target_index):
@@ -55,14 +61,6 @@ def rank_of_target(scores: np.ndarray, target_index: np.ndarray) -> np.ndarray:
   scores, target_index = _check_scores(scores, target_index)
   gt = np.take_along_axis(scores, target_index[:, None], axis=1)
   return np.sum(scores >= gt, axis=1).astype(np.int64)
-
-
-def recall_at_k(scores: np.ndarray, target_index: np.ndarray,
-                ks: Sequence[int] = (1, 5, 10)) -> dict[str, float]:
-  """Recall@K in %: [Q, C], [Q] -> {"R@k": % of queries whose target rank <= k}."""
-  ranks = rank_of_target(scores, target_index)
-  return {f"R@{k}": float(100.0 * np.mean(ranks <= k)) if ranks.size else float("nan")
-          for k in ks}
 
 
 def _beats_all(scores, gt, neg_types, code):
@@ -109,4 +107,86 @@ def cvr_metrics(scores: np.ndarray, target_index: np.ndarray,
       "n": int(ranks.size),
       "n_state": int(has_s.sum()),
       "n_ident": int(has_i.sum()),
+  }
+
+
+# ----------------------------------------------------------------------------- gallery retrieval
+
+
+def retrieval_metrics(ranks: np.ndarray, prefix: str = "", ks: Sequence[int] = (1, 5, 10)) -> dict[str, float]:
+  """R@K in %, median and mean rank from 1-based ranks: [N] -> {prefix r1, r5, r10, mdr, mnr}."""
+  ranks = np.asarray(ranks)
+  if ranks.ndim != 1 or (ranks.size and ranks.min() < 1):
+    raise ValueError(f"ranks must be 1-based [N], got shape {ranks.shape}"
+                     + (f" with minimum {ranks.min()}" if ranks.size else ""))
+  nan = float("nan")
+  out = {f"{prefix}r{k}": float(100.0 * np.mean(ranks <= k)) if ranks.size else nan for k in ks}
+  out[f"{prefix}mdr"] = float(np.median(ranks)) if ranks.size else nan
+  out[f"{prefix}mnr"] = float(np.mean(ranks)) if ranks.size else nan
+  return out
+
+
+def recall_from_ranked(ids: np.ndarray, relevant: np.ndarray, ks: Sequence[int] = (1, 5, 10)) -> dict[str, float]:
+  """R@K (%) of ranked ids: ids [Q, K] best first, relevant [Q] -> {"r1": ..., "r5": ..., ...}.
+
+  A query is a hit at k when its relevant id is among its first k ids (a recall stage's scores
+  have already broken ties).
+  """
+  ids, relevant = np.asarray(ids), np.asarray(relevant)
+  if ids.ndim != 2 or relevant.shape != (ids.shape[0],):
+    raise ValueError(f"expected ids [Q, K] and relevant [Q], got {ids.shape} and {relevant.shape}")
+  if max(ks) > ids.shape[1]:
+    raise ValueError(f"ks={tuple(ks)} exceed the K={ids.shape[1]} ranked ids")
+  hit = ids == relevant[:, None]
+  first = np.where(hit.any(axis=1), np.argmax(hit, axis=1) + 1, ids.shape[1] + 1)
+  return {f"r{k}": float(100.0 * np.mean(first <= k)) if first.size else float("nan") for k in ks}
+
+
+# ----------------------------------------------------------------------------- pairs and triplets
+
+
+def binary_accuracy(scores: np.ndarray) -> dict[str, float]:
+  """Pairwise preference: scores [Q, 2] with column 0 the positive -> {"acc": %, "n": Q}.
+
+  A pair counts only when the positive scores strictly higher (ties count against the model).
+  """
+  scores = np.asarray(scores, np.float64)
+  if scores.ndim != 2 or scores.shape[1] != 2:
+    raise ValueError(f"binary scores must be [Q, 2] (positive, negative), got {scores.shape}")
+  ok = scores[:, 0] > scores[:, 1]
+  return {"acc": float(100.0 * ok.mean()) if ok.size else float("nan"), "n": int(ok.size)}
+
+
+# The six relative orders of (main M, temporal negative T, semantic negative S), best first.
+TRIPLET_ORDERS = ("MTS", "MST", "TMS", "SMT", "TSM", "STM")
+
+
+def triplet_metrics(scores: np.ndarray) -> dict:
+  """GenState-AI triplet metrics (§4.3) from scores [Q, 3 + n]: columns main, temporal negative,
+  semantic negative, then n distractors.
+
+  Returns:
+    {"r1", "r5", "r10": % of queries whose main ranks within k of the whole pool (pessimistic
+     ties), "acc_temp": % main > temporal, "acc_sem": % main > semantic, "acc_tri": % both,
+     "order_hist": {order: % of queries} over `TRIPLET_ORDERS`, "n": Q}. Ties count against the
+    model: main loses every tie; a tie between the two negatives puts T before S.
+  """
+  scores = np.asarray(scores, np.float64)
+  if scores.ndim != 2 or scores.shape[1] < 3:
+    raise ValueError(f"triplet scores must be [Q, 3 + n] (main, temporal, semantic, distractors...), "
+                     f"got {scores.shape}")
+  ranks = rank_of_target(scores, np.zeros(scores.shape[0], np.int64))
+  m, t, s = scores[:, 0], scores[:, 1], scores[:, 2]
+  pct = lambda ok: float(100.0 * np.mean(ok)) if ok.size else float("nan")  # noqa: E731
+  # Position of each element in the best-first order under the tie rules above.
+  m_pos = (t >= m).astype(int) + (s >= m)
+  t_pos = (t < m).astype(int) + (s > t)
+  s_pos = (s < m).astype(int) + (t >= s)
+  names = np.array(["M", "T", "S"])
+  orders = ["".join(names[np.argsort([a, b, c], kind="stable")]) for a, b, c in zip(m_pos, t_pos, s_pos)]
+  return {
+      **{f"r{k}": pct(ranks <= k) for k in (1, 5, 10)},
+      "acc_temp": pct(m > t), "acc_sem": pct(m > s), "acc_tri": pct((m > t) & (m > s)),
+      "order_hist": {o: pct(np.array([x == o for x in orders])) for o in TRIPLET_ORDERS},
+      "n": int(scores.shape[0]),
   }

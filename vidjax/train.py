@@ -9,12 +9,17 @@ name. A method plugs in three things:
 
 and gets back the trained state and the logged history:
 
-  dataset = make_batches(examples, batch_size=64, seed=0)
+  dataset = pipeline.loader(pipeline.make_batches(examples, batch_size=64, seed=0))  # vidjax.data.pipeline
   state, history = fit(init_fn=init_fn, loss_fn=loss_fn, optimizer=adamw(1e-4, 1e-3),
                        dataset=dataset, num_steps=5000, workdir=workdir, seed=0)
 
+A method with non-gradient state (GRDR's codebook usage counts, k-means-initialized codebooks)
+passes `stateful=True`: `init_fn(rng) -> (params, model_state)` and
+`loss_fn(params, model_state, batch, rng) -> (loss, (aux, new_model_state))`; the new state is
+kept in `TrainState.model_state`, checkpointed and resumed with the params.
+
 What the loop does (ARCHITECTURE.md, "train.py"; STYLE.md items 3, 8-10):
-- The train state is a small pytree (`TrainState`: step, params, opt_state). The optimizer is not
+- The train state is a small pytree (`TrainState`: step, params, opt_state, model_state). The optimizer is not
   stored in it; it is closed over by `make_train_step`, so the state is pure data that orbax saves.
 - `make_train_step(loss_fn, optimizer)` builds the pure `train_step(state, batch, rng)`; `fit` jits
   it once with `donate_argnums=0` and explicit shardings from a `('data',)` mesh (batch split along
@@ -79,10 +84,14 @@ class TrainState:
     step: int32 scalar, the number of optimizer updates applied so far.
     params: the model parameters (a pytree, usually Flax's nested dict).
     opt_state: the optimizer state for `params`.
+    model_state: non-gradient state a stateful `loss_fn` updates (codebook usage counts, EMA
+      statistics, k-means-initialized codebooks, ...); an empty dict for plain losses. It is
+      checkpointed and restored with the rest.
   """
   step: jax.Array
   params: Any
   opt_state: Any
+  model_state: Any = flax.struct.field(default_factory=dict)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -163,97 +172,10 @@ def param_labels(params: Any, rules: Sequence[tuple[str, str]]) -> Any:
   return jax.tree_util.tree_map_with_path(label, params)
 
 
-# ----------------------------------------------------------------------------------------------
-# Data.
-
-
-def make_batches(source: Sequence[Mapping[str, np.ndarray]], batch_size: int, seed: int, *,
-                 num_epochs: int | None = None) -> grain.MapDataset:
-  """A deterministic, endlessly reshuffled Grain dataset of batches for this process.
-
-  The example stream is `source` shuffled with `seed` (a fresh permutation every epoch), repeated
-  `num_epochs` times (forever when None). Batch `t` of the global batch is stream items
-  `[t * batch_size, (t + 1) * batch_size)`; with several processes each loads an interleaved
-  `1 / process_count` of those rows, so the data order depends only on the seed.
-
-  Args:
-    source: any random-access sequence of examples, each a dict of numpy arrays.
-    batch_size: the global batch size (over all processes), divisible by the process count.
-    seed: shuffle seed.
-    num_epochs: number of passes over `source`; None repeats forever.
-
-  Returns:
-    A `grain.MapDataset` whose item `t` is a dict of `[batch_size / process_count, ...]` arrays.
-  """
-  if len(source) == 0:
-    raise ValueError("make_batches: the source has no examples.")
-  if batch_size < 1:
-    raise ValueError(f"make_batches: batch_size must be >= 1, got {batch_size}.")
-  local_batch = sharding_lib.process_batch_size(batch_size)
-  ds = grain.MapDataset.source(source).seed(seed).shuffle().repeat(num_epochs)
-  if jax.process_count() > 1:
-    ds = ds[jax.process_index()::jax.process_count()]
-  return ds.batch(local_batch, drop_remainder=True)
-
-
-class _IndexBatches(Sequence):
-  """Item `t`: the example indices of global batch `t` for this process (see `make_index_batches`)."""
-
-  def __init__(self, num_examples: int, batch_size: int, seed: int, num_epochs: int | None):
-    self.n, self.batch_size, self.seed = num_examples, batch_size, seed
-    self.per_epoch = num_examples // batch_size
-    # "Forever" is a length no run reaches; Grain needs a finite one.
-    self.length = self.per_epoch * (num_epochs if num_epochs is not None else 1 << 32)
-    self._cache: tuple[int, np.ndarray] | None = None
-
-  def __len__(self) -> int:
-    return self.length
-
-  def __getitem__(self, t: int) -> np.ndarray:
-    if not 0 <= t < self.length:
-      raise IndexError(t)
-    epoch, b = divmod(int(t), self.per_epoch)
-    if self._cache is None or self._cache[0] != epoch:
-      self._cache = (epoch, np.random.default_rng([self.seed, epoch]).permutation(self.n))
-    rows = self._cache[1][b * self.batch_size:(b + 1) * self.batch_size]
-    return rows[jax.process_index()::jax.process_count()]
-
-
-def make_index_batches(num_examples: int, batch_size: int, seed: int,
-                       batch_fn: Callable[[np.ndarray], Any], *,
-                       num_epochs: int | None = None) -> grain.MapDataset:
-  """Like `make_batches`, but shuffles example *indices* and builds each batch with one call.
-
-  Epoch `e` is the permutation `default_rng([seed, e]).permutation(num_examples)` cut into
-  `num_examples // batch_size` batches (the remainder of each epoch is dropped); batch `t` is
-  `batch_fn(indices)` of this process's rows of that slice. For sources whose examples are rows of
-  in-memory arrays this avoids per-example Python work, which dominates small models on CPU.
-
-  Args:
-    num_examples: size of the example set.
-    batch_size: global batch size, divisible by the process count.
-    seed: shuffle seed; the data order depends on nothing else.
-    batch_fn: `batch_fn(int64 indices [B_local]) -> dict of [B_local, ...] arrays`.
-    num_epochs: passes over the data; None repeats (practically) forever.
-
-  Returns:
-    A `grain.MapDataset` of batches (its iterator position is checkpointed by `fit`).
-  """
-  if batch_size < 1 or num_examples < batch_size:
-    raise ValueError(f"make_index_batches: need 1 <= batch_size <= num_examples, got batch_size={batch_size}, "
-                     f"num_examples={num_examples}.")
-  sharding_lib.process_batch_size(batch_size)  # checks divisibility by the process count
-  return grain.MapDataset.source(_IndexBatches(num_examples, batch_size, seed, num_epochs)).map(batch_fn)
-
-
 def _iterate(dataset: Any) -> Iterator[Any]:
-  if isinstance(dataset, grain.MapDataset):
-    # A few threads and a short queue: batches are usually cheap feature look-ups, and the
-    # default (16 threads, 500 batches ahead) would hold far too much memory for large batches.
-    dataset = dataset.to_iter_dataset(grain.ReadOptions(num_threads=2, prefetch_buffer_size=4))
   iterator = iter(dataset)
   if not (hasattr(iterator, "get_state") and hasattr(iterator, "set_state")):
-    raise TypeError(f"fit: dataset must be a grain MapDataset or IterDataset (its iterator state "
+    raise TypeError(f"fit: dataset must be a grain IterDataset or MapDataset (its iterator state "
                     f"is checkpointed), got {type(dataset).__name__}.")
   return iterator
 
@@ -263,19 +185,26 @@ def _iterate(dataset: Any) -> Iterator[Any]:
 
 
 def init_state(init_fn: Callable[[jax.Array], Any], optimizer: optax.GradientTransformation,
-               rng: jax.Array) -> TrainState:
-  """Builds the initial `TrainState` (step 0). Pure: jit it to create it sharded."""
-  params = init_fn(rng)
-  return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=optimizer.init(params))
+               rng: jax.Array, stateful: bool = False) -> TrainState:
+  """Builds the initial `TrainState` (step 0). Pure: jit it to create it sharded.
+
+  `init_fn(rng)` returns the params, or `(params, model_state)` when `stateful`.
+  """
+  params, model_state = init_fn(rng) if stateful else (init_fn(rng), {})
+  return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=optimizer.init(params),
+                    model_state=model_state)
 
 
-def make_train_step(loss_fn: LossFn, optimizer: optax.GradientTransformation):
+def make_train_step(loss_fn: LossFn, optimizer: optax.GradientTransformation, stateful: bool = False):
   """Builds the pure `train_step(state, batch, rng) -> (state, metrics)` for one loss.
 
   Args:
     loss_fn: `loss_fn(params, batch, rng) -> (loss, aux)` with a scalar `loss` and `aux` a dict
-      of scalar metrics (must not use the names 'loss' or 'grad_norm').
+      of scalar metrics (must not use the names 'loss' or 'grad_norm'). When `stateful`:
+      `loss_fn(params, model_state, batch, rng) -> (loss, (aux, new_model_state))`; no gradient
+      flows through `model_state`, and the new one replaces it in the state.
     optimizer: the optax transformation applied to the gradients.
+    stateful: whether `loss_fn` reads and updates `state.model_state`.
 
   Returns:
     `train_step(state, batch, rng)`: `batch` is a pytree of `[B, ...]` arrays; `rng` is the run's
@@ -285,7 +214,13 @@ def make_train_step(loss_fn: LossFn, optimizer: optax.GradientTransformation):
 
   def train_step(state: TrainState, batch: Any, rng: jax.Array):
     step_rng = jax.random.fold_in(rng, state.step)
-    (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, batch, step_rng)
+    if stateful:
+      frozen = jax.lax.stop_gradient(state.model_state)
+      (loss, (aux, model_state)), grads = jax.value_and_grad(
+          lambda p: loss_fn(p, frozen, batch, step_rng), has_aux=True)(state.params)
+    else:
+      (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, batch, step_rng)
+      model_state = state.model_state
     clash = set(aux) & set(CHECKED_METRICS)
     if clash:
       raise ValueError(f"loss_fn aux metrics must not be named {sorted(clash)}; the train step "
@@ -299,7 +234,8 @@ def make_train_step(loss_fn: LossFn, optimizer: optax.GradientTransformation):
     metrics = {name: jnp.asarray(v, jnp.float32) for name, v in aux.items()}
     metrics["loss"] = jnp.asarray(loss, jnp.float32)
     metrics["grad_norm"] = optax.tree.norm(grads).astype(jnp.float32)
-    return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
+    return state.replace(step=state.step + 1, params=params, opt_state=opt_state,
+                         model_state=model_state), metrics
 
   return train_step
 
@@ -309,24 +245,6 @@ def jit_train_step(train_step: Callable, mesh: jax.sharding.Mesh):
   repl = sharding_lib.replicated(mesh)
   return jax.jit(train_step, in_shardings=(repl, sharding_lib.data_sharded(mesh), repl),
                  out_shardings=(repl, repl), donate_argnums=0)
-
-
-def _build_jitted(init_fn, loss_fn, optimizer, mesh):
-  make_state = functools.partial(init_state, init_fn, optimizer)
-  init = jax.jit(make_state, out_shardings=sharding_lib.replicated(mesh))
-  return make_state, init, jit_train_step(make_train_step(loss_fn, optimizer), mesh)
-
-
-_build_jitted_cached = functools.lru_cache(maxsize=8)(_build_jitted)
-
-
-def _jitted(init_fn, loss_fn, optimizer, mesh):
-  # Every `jax.jit` of a fresh closure recompiles; caching on the user's functions means calling
-  # `fit` again (resume, tests, sweeps in a notebook) reuses the compiled step.
-  try:
-    return _build_jitted_cached(init_fn, loss_fn, optimizer, mesh)
-  except TypeError:  # unhashable callables: build uncached
-    return _build_jitted(init_fn, loss_fn, optimizer, mesh)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -409,16 +327,20 @@ def fit(*, init_fn: Callable[[jax.Array], Any], loss_fn: LossFn,
         workdir: str | Path, seed: int = 0, mesh: jax.sharding.Mesh | None = None,
         checkpoint_every: int = 1000, log_every: int = 50, max_to_keep: int = 2,
         eval_fn: EvalFn | None = None, eval_every: int | None = None, progress: bool = True,
-        description: str = "train") -> tuple[TrainState, list[dict[str, Any]]]:
+        description: str = "train", stateful: bool = False) -> tuple[TrainState, list[dict[str, Any]]]:
   """Trains for `num_steps` optimizer steps, resuming from `<workdir>/checkpoints` if present.
 
   Args:
-    init_fn: `init_fn(rng) -> params`.
-    loss_fn: `loss_fn(params, batch, rng) -> (loss, aux_metrics)`, see `make_train_step`.
+    init_fn: `init_fn(rng) -> params` (`-> (params, model_state)` when `stateful`).
+    loss_fn: `loss_fn(params, batch, rng) -> (loss, aux_metrics)`, or when `stateful`
+      `loss_fn(params, model_state, batch, rng) -> (loss, (aux_metrics, model_state))`; see
+      `make_train_step`.
     optimizer: an optax transformation (e.g. `adamw(...)`, or a `multi_transform`).
-    dataset: a Grain `MapDataset` (or `IterDataset`) whose items are batches, i.e. dicts of
-      `[B_local, ...]` numpy arrays for this process; usually `make_batches(...)`. Its iterator
-      position is checkpointed with the state.
+    dataset: a Grain `IterDataset` (or `MapDataset`) whose items are batches, i.e. dicts of
+      `[B_local, ...]` numpy arrays for this process; usually
+      `vidjax.data.pipeline.loader(make_index_batches(...))`, which sets vidjax's read options
+      (a bare `MapDataset` is read with Grain's defaults). Its iterator position is checkpointed
+      with the state.
     num_steps: total number of steps of the run (counting steps done before a resume).
     workdir: directory for checkpoints/, tb/ and metrics.jsonl.
     seed: seeds param init and the per-step rngs (data order is seeded by the dataset).
@@ -431,6 +353,7 @@ def fit(*, init_fn: Callable[[jax.Array], Any], loss_fn: LossFn,
     eval_every: call `eval_fn` every this many steps and at the last step.
     progress: show a tqdm bar (process 0 only).
     description: label of the bar and of error messages.
+    stateful: `loss_fn` reads and updates `state.model_state` (see `make_train_step`).
 
   Returns:
     `(state, history)`: the final `TrainState` and every logged record
@@ -453,7 +376,9 @@ def fit(*, init_fn: Callable[[jax.Array], Any], loss_fn: LossFn,
   is_main = jax.process_index() == 0
 
   init_rng, step_rng = jax.random.split(jax.random.PRNGKey(seed))
-  make_state, init_jit, train_step = _jitted(init_fn, loss_fn, optimizer, mesh)
+  # The user's functions are closed over here, once per call (never static jit arguments).
+  make_state = functools.partial(init_state, init_fn, optimizer, stateful=stateful)
+  train_step = jit_train_step(make_train_step(loss_fn, optimizer, stateful), mesh)
   data_iter = _iterate(dataset)
   manager = _checkpoint_manager(workdir, max_to_keep)
   writer = None
@@ -462,7 +387,7 @@ def fit(*, init_fn: Callable[[jax.Array], Any], loss_fn: LossFn,
     start = manager.latest_step()
     if start is None:
       start = 0
-      state = init_jit(init_rng)
+      state = sharding_lib.create_replicated(make_state, mesh, init_rng)
     else:
       abstract = sharding_lib.abstract_replicated(jax.eval_shape(make_state, init_rng), mesh)
       # Grain's orbax handler sets the iterator's position in place (one file per process).

@@ -74,6 +74,15 @@ Statistics (`stats.json`; `format_stats` prints them as a Table-1-style table)::
         identity_negatives, instances_state_fallback, instances_identity_fallback, padded_slots
     config: every mining parameter and the file names
 
+Model inputs (App. B) from these records and `vidjax.data.pipeline.FeatureTable`s of clip and text
+embeddings: `CVRTrainSource` (training batches; its `collate` is the pipeline's `batch_fn`) and
+`cvr_eval_arrays` (dense arrays of a 1-vs-9 benchmark for `vidjax.evaluate.evaluate_cvr`). History
+convention (shared with `vidjax.models.cast`): the context is *left-padded* to `context_len` with
+zeros and a 0 mask, oldest first, so the last slot is the anchor state v_{t-1}. Missing training
+negatives (App. B: "if both are unavailable, we use zero vectors") are zero vectors;
+`zero_negatives_in_loss` says whether their (constant) similarity stays in the loss denominators as
+in the paper (mask 1) or is dropped (mask 0).
+
 The paper builds YouCook2 only from clips "with valid video files" (Table 1: 414 of 457 validation
 videos): filter `videos` to those with extracted features before calling the builders.
 """
@@ -83,11 +92,13 @@ import dataclasses
 import os
 import zlib
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
 from vidjax import io
+from vidjax.data.pipeline import FeatureTable
+from vidjax.metrics import NEG_TYPE_CODES
 from vidjax.ops import l2_normalize
 from vidjax.data.annotations.types import Video
 from vidjax.data.annotations.types import split_by_video
@@ -105,11 +116,6 @@ DATASET_RULES = {
 EmbedFn = Callable[[list[str]], np.ndarray]
 
 _BENCHMARK_ROLE, _TRAIN_ROLE = 1, 2
-
-
-def split_videos(videos: Sequence[Video], fraction: float, seed: int) -> tuple[list[Video], list[Video]]:
-  """Video-disjoint seeded split: (rest, picked) with round(fraction * N) videos picked."""
-  return split_by_video(videos, fraction, seed)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -484,7 +490,7 @@ def build_cvr(videos_train: Sequence[Video], videos_eval: Sequence[Video], out_d
   if overlap:
     raise ValueError(f"build_cvr: {len(overlap)} videos are in both the training and the evaluation "
                      f"split (e.g. {sorted(overlap)[:3]}); CVR splits must be video-disjoint")
-  train_videos, heldout_videos = split_videos(videos_train, heldout_fraction, seed)
+  train_videos, heldout_videos = split_by_video(videos_train, heldout_fraction, seed)
   mining = dict(identity_rule=identity_rule, embed_fn=embed_fn, task_fallback=task_fallback,
                 context_len=context_len, num_state=num_state, num_identity=num_identity,
                 caption_topk=caption_topk, seed=seed)
@@ -516,7 +522,7 @@ def build_crosstask_cvr(videos: Sequence[Video], out_dir: str | os.PathLike, *, 
   Writes `crosstask_train.json` (training instances) and `crosstask_test.json` (the benchmark)
   in place of train.json / benchmark.json. Mining defaults to `DATASET_RULES['crosstask']`.
   """
-  train, test = split_videos(videos, test_fraction, split_seed)
+  train, test = split_by_video(videos, test_fraction, split_seed)
   kwargs = DATASET_RULES["crosstask"] | kwargs
   return build_cvr(train, test, out_dir, train_name="crosstask_train.json",
                    eval_name="crosstask_test.json", **kwargs)
@@ -538,3 +544,97 @@ def format_stats(stats: dict) -> str:
                f"{s['identity_negatives']:>8}{'-':>8}{fallback:>10}{'-':>10}")
   lines.append("(train: 'queries' = instances, 'backfill' = instances whose lists fell back to the other pool)")
   return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------------------------
+# Model inputs.
+
+
+def _history_rows(clips: FeatureTable, context: Sequence[str], context_len: int) -> np.ndarray:
+  if context_len == 0:
+    return np.zeros((0,), np.int32)
+  return clips.rows(context, context_len, left_pad=True)
+
+
+class CVRTrainSource:
+  """Training examples (App. B "Training Candidate Construction") as a random-access sequence.
+
+  Item `i` is a dict of float32 arrays: text [D], history [L, D], history_mask [L], positive [D],
+  state_negs [Ks, D], state_mask [Ks], ident_negs [Ki, D], ident_mask [Ki].
+  """
+
+  def __init__(self, instances: Sequence[Mapping], clips: FeatureTable, texts: FeatureTable,
+               context_len: int, num_state: int = 3, num_identity: int = 3,
+               zero_negatives_in_loss: bool = True):
+    self.clips, self.texts = clips, texts
+    self.zero_in_loss = zero_negatives_in_loss
+    self.text = np.array([texts.index[r["target"]] for r in instances], np.int32)
+    self.pos = clips.rows([r["target"] for r in instances])
+    self.hist = np.stack([_history_rows(clips, r["context"], context_len) for r in instances]) \
+        if instances else np.zeros((0, context_len), np.int32)
+    self.state = np.stack([clips.rows(r["state_negatives"], num_state) for r in instances])
+    self.ident = np.stack([clips.rows(r["identity_negatives"], num_identity) for r in instances])
+
+  def __len__(self) -> int:
+    return len(self.text)
+
+  def __getitem__(self, i: int) -> dict[str, np.ndarray]:
+    """One example (arrays without a batch dimension)."""
+    return {k: v[0] for k, v in self.collate([i]).items()}
+
+  def collate(self, indices: Sequence[int]) -> dict[str, np.ndarray]:
+    """The batch of examples `indices`, gathered at once: `[len(indices), ...]` arrays.
+
+    Use as the `batch_fn` of `vidjax.data.pipeline.make_index_batches`: a batch is then a handful
+    of vectorized gathers instead of per-example Python work.
+    """
+    i = np.asarray(indices, np.int64)
+    hist, state, ident = self.hist[i], self.state[i], self.ident[i]
+    neg_mask = lambda rows: (np.ones(rows.shape, np.float32) if self.zero_in_loss  # noqa: E731
+                             else (rows >= 0).astype(np.float32))
+    return {
+        "text": self.texts.gather(self.text[i]),
+        "history": self.clips.gather(hist),
+        "history_mask": (hist >= 0).astype(np.float32),
+        "positive": self.clips.gather(self.pos[i]),
+        "state_negs": self.clips.gather(state),
+        "state_mask": neg_mask(state),
+        "ident_negs": self.clips.gather(ident),
+        "ident_mask": neg_mask(ident),
+    }
+
+
+def cvr_eval_arrays(records: Sequence[Mapping], clips: FeatureTable, texts: FeatureTable,
+                    context_len: int) -> dict[str, np.ndarray]:
+  """Dense arrays of a 1-vs-9 benchmark (records as written by `build_cvr`).
+
+  Returns:
+    {text [Q, D], history [Q, L, D], history_mask [Q, L], candidates [Q, C, D], target_index [Q],
+     neg_types [Q, C] (`vidjax.metrics.NEG_TYPE_CODES`: 0 = GT, 1 = state, 2 = identity, 3 = easy)}.
+  """
+  if not records:
+    raise ValueError("the CVR benchmark has no queries")
+  hist = np.stack([_history_rows(clips, r["context"], context_len) for r in records]) \
+      if context_len else np.zeros((len(records), 0), np.int32)
+  cand = np.stack([clips.rows(r["candidates"]) for r in records])
+  target = np.array([r["candidates"].index(r["target"]) for r in records], np.int32)
+  types = np.array([[NEG_TYPE_CODES["gt"] if c == r["target"] else NEG_TYPE_CODES[r["negative_types"][c]]
+                     for c in r["candidates"]] for r in records], np.int32)
+  return {
+      "text": texts.gather(np.array([texts.index[r["target"]] for r in records])),
+      "history": clips.gather(hist),
+      "history_mask": (hist >= 0).astype(np.float32),
+      "candidates": clips.gather(cand),
+      "target_index": target,
+      "neg_types": types,
+  }
+
+
+def truncate_context(arrays: Mapping[str, np.ndarray], context_len: int) -> dict[str, np.ndarray]:
+  """Keeps only the last `context_len` history slots (the Figure 6 sweep); L = 0 drops all."""
+  out = dict(arrays)
+  length = arrays["history"].shape[1]
+  keep = slice(length - context_len, length) if context_len else slice(length, length)
+  out["history"] = arrays["history"][:, keep]
+  out["history_mask"] = arrays["history_mask"][:, keep]
+  return out

@@ -142,6 +142,20 @@ class FeatureStore:
 
   def get(self, kind: str, ids: Sequence[str]) -> np.ndarray:
     """Returns float32 `[len(ids), *item_shape]`; raises `MissingFeatureError` naming missing ids."""
+    names, shard, row = self.locate(kind, ids)
+    if not len(ids):
+      return np.zeros((0,), np.float32)
+    out = np.empty((len(ids),) + self.item_shape(kind), np.float32)
+    for n, name in enumerate(names):
+      sel = np.flatnonzero(shard == n)
+      out[sel] = self.read_rows(kind, name, row[sel])
+    return out
+
+  def locate(self, kind: str, ids: Sequence[str]) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """Where `ids` live: (shard names, shard number [N] into that list, row in the shard [N]).
+
+    Raises `MissingFeatureError` naming the missing ids, like `get`.
+    """
     index = self._kind_index(kind)
     missing = [i for i in ids if i not in index]
     if missing:
@@ -149,14 +163,27 @@ class FeatureStore:
       raise MissingFeatureError(
           f"feature store {self.root} has no {kind!r} features for {len(missing)} of {len(ids)} requested ids: "
           f"{shown} (the store holds {len(index)} {kind!r} ids)")
-    out = []
-    for item_id in ids:
-      shard, row = index[item_id]
-      array, dtype = self._shard(kind, shard)
-      out.append(_from_storage(array[row], dtype))
-    if not out:
-      return np.zeros((0,), np.float32)
-    return np.stack(out)
+    names: dict[str, int] = {}
+    shard = np.empty(len(ids), np.int64)
+    row = np.empty(len(ids), np.int64)
+    for n, item_id in enumerate(ids):
+      name, r = index[item_id]
+      shard[n] = names.setdefault(name, len(names))
+      row[n] = r
+    return list(names), shard, row
+
+  def read_rows(self, kind: str, shard: str, rows: np.ndarray) -> np.ndarray:
+    """float32 `[len(rows), *item_shape]` rows of one shard, read from its memory map."""
+    array, dtype = self._shard(kind, shard)
+    return _from_storage(array[np.asarray(rows)], dtype)
+
+  def item_shape(self, kind: str) -> tuple[int, ...]:
+    """Per-item shape of `kind` (from its first shard)."""
+    index = self._kind_index(kind)
+    if not index:
+      raise MissingFeatureError(f"feature store {self.root} has no {kind!r} features")
+    shard, _ = next(iter(index.values()))
+    return tuple(self._shard(kind, shard)[0].shape[1:])
 
   def get_one(self, kind: str, item_id: str) -> np.ndarray:
     return self.get(kind, [item_id])[0]

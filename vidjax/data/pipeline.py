@@ -1,45 +1,82 @@
-"""From CVR records + a feature store to model inputs (CAST paper §2.4, App. B).
+"""The Grain input pipelines of vidjax: feature tables over the store, batching, loaders.
 
-Two consumers:
-  * `CVRTrainSource`: a random-access source of training examples for the Grain pipeline in
-    `vidjax.train.make_batches`. Embeddings are gathered from one in-memory table per kind, so an
-    example costs a few row lookups and the table is read from the store once.
-  * `cvr_eval_arrays`: dense arrays of a 1-vs-9 benchmark for `vidjax.evaluate.evaluate_cvr`.
+Every method trains from the same pieces (ARCHITECTURE.md "Grain pipelines"; STYLE.md item 8):
 
-History convention (shared with `vidjax.models.cast`): the context is *left-padded* to `context_len`
-with zeros and a 0 mask, oldest first, so the last slot is the anchor state v_{t-1}.
-Missing training negatives (App. B: "if both are unavailable, we use zero vectors") are zero
-vectors; `zero_negatives_in_loss` says whether their (constant) similarity stays in the loss
-denominators as in the paper (mask 1) or is dropped (mask 0).
+  * `FeatureTable`: the rows of one feature kind for a fixed id set. A kind that fits the memory
+    budget is read once into RAM; a larger one (e.g. VEDJE's per-frame patch tokens `[T, N, D]`
+    of a whole corpus) stays memory-mapped in the store's shards and each batch reads only its
+    rows, so a corpus larger than RAM streams.
+  * `make_batches(source, ...)`: a random-access source of example dicts -> seeded, reshuffled
+    batches (Grain `MapDataset`), this process's slice of each global batch.
+  * `make_index_batches(n, ..., batch_fn)`: the same order over example *indices*, each batch built
+    by one vectorized `batch_fn(indices)` (no per-example Python work); method-specific collation
+    (CVR arrays: `vidjax.data.cvr.CVRTrainSource.collate`) is the `batch_fn`.
+  * `loader(dataset)`: the Grain `IterDataset` that `vidjax.train.fit` iterates, with vidjax's read
+    options (few threads, a short prefetch queue); its iterator position is checkpointed by `fit`.
+  * `text_token_batch(tokenizer, texts, max_length)`: fixed-length token id batches for text towers.
+
+Data order depends only on the seed: batch `t` of the global batch is stream items
+`[t * B, (t + 1) * B)`; with several processes each loads an interleaved `1 / process_count` of
+those rows (`rows[process_index::process_count]`).
 """
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
+import grain
+import jax
 import numpy as np
 
+from vidjax import sharding as sharding_lib
 from vidjax.data.features import FeatureStore
 
-NEG_CODES = {"state": 1, "identity": 2, "easy": 3}  # == vidjax.metrics STATE / IDENTITY / EASY; GT is 0
+# A few threads and a short queue: batches are usually cheap feature look-ups, and Grain's default
+# (16 threads, 500 batches ahead) would hold far too much memory for large batches.
+NUM_THREADS = 2
+PREFETCH = 4
+# Feature kinds up to this size are read into memory; larger ones stream from the memory-mapped store.
+DEFAULT_MEMORY_BUDGET_BYTES = 4 << 30
 
 
-class EmbeddingTable:
-  """Rows of one feature kind for a fixed id set: `rows(ids)` -> int indices, -1 for padding.
+# ----------------------------------------------------------------------------------------------
+# Feature tables.
 
-  Reading the whole set at construction makes a store that misses any id fail at once, with one
-  error naming the ids (`MissingFeatureError`), before any training starts.
+
+class FeatureTable:
+  """Rows of one feature kind for a fixed id set: `rows(ids)` -> int indices, `gather(rows)` -> arrays.
+
+  Construction checks that the store holds every id (one `MissingFeatureError` naming the missing
+  ones, before any training starts). When the kind's float32 size for these ids is at most
+  `memory_budget_bytes` the table is read once into memory; otherwise it streams: `gather` reads
+  the requested rows from the store's memory-mapped shards on every call.
+
+  Attributes:
+    ids: the sorted unique ids; `index[id]` is its row.
+    item_shape: per-item shape, e.g. `(D,)` or `(T, N, D)`.
+    in_memory: whether the rows were read into memory.
   """
 
-  def __init__(self, store: FeatureStore, kind: str, ids: Sequence[str]):
+  def __init__(self, store: FeatureStore, kind: str, ids: Sequence[str],
+               memory_budget_bytes: int | None = DEFAULT_MEMORY_BUDGET_BYTES):
+    self.kind = kind
     self.ids = sorted(set(ids))
     self.index = {i: n for n, i in enumerate(self.ids)}
-    emb = store.get(kind, self.ids)
-    # Row len(ids) is the zero vector used for padding (index -1 maps there via `gather`).
-    self.emb = np.concatenate([emb, np.zeros((1,) + emb.shape[1:], np.float32)]).astype(np.float32)
+    self._store = store
+    self._shards, self._shard, self._row = store.locate(kind, self.ids)
+    self.item_shape = store.item_shape(kind) if self.ids else (0,)
+    self.nbytes = 4 * len(self.ids) * int(np.prod(self.item_shape))
+    self.in_memory = memory_budget_bytes is None or self.nbytes <= memory_budget_bytes
+    if self.in_memory:
+      emb = store.get(kind, self.ids) if self.ids else np.zeros((0,) + self.item_shape, np.float32)
+      # Row len(ids) is the zero vector used for padding (index -1 maps there via `gather`).
+      self._emb = np.concatenate([emb, np.zeros((1,) + self.item_shape, np.float32)]).astype(np.float32)
 
   @property
   def dim(self) -> int:
-    return self.emb.shape[-1]
+    return self.item_shape[-1]
+
+  def __len__(self) -> int:
+    return len(self.ids)
 
   def rows(self, ids: Sequence[str], length: int | None = None, left_pad: bool = False) -> np.ndarray:
     """Indices of `ids`, padded with -1 to `length` (on the left when `left_pad`)."""
@@ -51,95 +88,123 @@ class EmbeddingTable:
     return np.asarray(rows, np.int32)
 
   def gather(self, rows: np.ndarray) -> np.ndarray:
-    """`rows` [...] -> embeddings [..., D]; -1 gives zeros."""
-    return self.emb[np.where(rows < 0, len(self.ids), rows)]
+    """`rows` int [...] -> float32 [..., *item_shape]; -1 gives zeros."""
+    rows = np.asarray(rows)
+    if self.in_memory:
+      return self._emb[np.where(rows < 0, len(self.ids), rows)]
+    flat = rows.reshape(-1)
+    out = np.zeros((flat.size,) + self.item_shape, np.float32)
+    real = np.flatnonzero(flat >= 0)
+    shard, row = self._shard[flat[real]], self._row[flat[real]]
+    for n in np.unique(shard):
+      sel = shard == n
+      out[real[sel]] = self._store.read_rows(self.kind, self._shards[n], row[sel])
+    return out.reshape(rows.shape + self.item_shape)
 
 
-def _history_rows(clips: EmbeddingTable, context: Sequence[str], context_len: int) -> np.ndarray:
-  if context_len == 0:
-    return np.zeros((0,), np.int32)
-  return clips.rows(context, context_len, left_pad=True)
+# ----------------------------------------------------------------------------------------------
+# Batching.
 
 
-class CVRTrainSource:
-  """Training examples (App. B "Training Candidate Construction") as a random-access sequence.
+def make_batches(source: Sequence[Mapping[str, np.ndarray]], batch_size: int, seed: int, *,
+                 num_epochs: int | None = None) -> grain.MapDataset:
+  """A deterministic, endlessly reshuffled Grain dataset of batches for this process.
 
-  Item `i` is a dict of float32 arrays: text [D], history [L, D], history_mask [L], positive [D],
-  state_negs [Ks, D], state_mask [Ks], ident_negs [Ki, D], ident_mask [Ki].
-  """
+  The example stream is `source` shuffled with `seed` (a fresh permutation every epoch), repeated
+  `num_epochs` times (forever when None), cut into global batches of `batch_size`.
 
-  def __init__(self, instances: Sequence[Mapping], clips: EmbeddingTable, texts: EmbeddingTable,
-               context_len: int, num_state: int = 3, num_identity: int = 3,
-               zero_negatives_in_loss: bool = True):
-    self.clips, self.texts = clips, texts
-    self.zero_in_loss = zero_negatives_in_loss
-    self.text = np.array([texts.index[r["target"]] for r in instances], np.int32)
-    self.pos = clips.rows([r["target"] for r in instances])
-    self.hist = np.stack([_history_rows(clips, r["context"], context_len) for r in instances]) \
-        if instances else np.zeros((0, context_len), np.int32)
-    self.state = np.stack([clips.rows(r["state_negatives"], num_state) for r in instances])
-    self.ident = np.stack([clips.rows(r["identity_negatives"], num_identity) for r in instances])
-
-  def __len__(self) -> int:
-    return len(self.text)
-
-  def __getitem__(self, i: int) -> dict[str, np.ndarray]:
-    """One example (arrays without a batch dimension)."""
-    return {k: v[0] for k, v in self.collate([i]).items()}
-
-  def collate(self, indices: Sequence[int]) -> dict[str, np.ndarray]:
-    """The batch of examples `indices`, gathered at once: `[len(indices), ...]` arrays.
-
-    Use as the `batch_fn` of `vidjax.train.make_index_batches`: a batch is then a handful of
-    vectorized gathers instead of per-example Python work.
-    """
-    i = np.asarray(indices, np.int64)
-    hist, state, ident = self.hist[i], self.state[i], self.ident[i]
-    neg_mask = lambda rows: (np.ones(rows.shape, np.float32) if self.zero_in_loss  # noqa: E731
-                             else (rows >= 0).astype(np.float32))
-    return {
-        "text": self.texts.gather(self.text[i]),
-        "history": self.clips.gather(hist),
-        "history_mask": (hist >= 0).astype(np.float32),
-        "positive": self.clips.gather(self.pos[i]),
-        "state_negs": self.clips.gather(state),
-        "state_mask": neg_mask(state),
-        "ident_negs": self.clips.gather(ident),
-        "ident_mask": neg_mask(ident),
-    }
-
-
-def cvr_eval_arrays(records: Sequence[Mapping], clips: EmbeddingTable, texts: EmbeddingTable,
-                    context_len: int) -> dict[str, np.ndarray]:
-  """Dense arrays of a 1-vs-9 benchmark (records as written by `vidjax.data.cvr`).
+  Args:
+    source: any random-access sequence of examples, each a dict of numpy arrays.
+    batch_size: the global batch size (over all processes), divisible by the process count.
+    seed: shuffle seed.
+    num_epochs: number of passes over `source`; None repeats forever.
 
   Returns:
-    {text [Q, D], history [Q, L, D], history_mask [Q, L], candidates [Q, C, D], target_index [Q],
-     neg_types [Q, C] (0 = GT, 1 = state, 2 = identity, 3 = easy)}.
+    A `grain.MapDataset` whose item `t` is a dict of `[batch_size / process_count, ...]` arrays.
   """
-  if not records:
-    raise ValueError("the CVR benchmark has no queries")
-  hist = np.stack([_history_rows(clips, r["context"], context_len) for r in records]) \
-      if context_len else np.zeros((len(records), 0), np.int32)
-  cand = np.stack([clips.rows(r["candidates"]) for r in records])
-  target = np.array([r["candidates"].index(r["target"]) for r in records], np.int32)
-  types = np.array([[0 if c == r["target"] else NEG_CODES[r["negative_types"][c]] for c in r["candidates"]]
-                    for r in records], np.int32)
-  return {
-      "text": texts.gather(np.array([texts.index[r["target"]] for r in records])),
-      "history": clips.gather(hist),
-      "history_mask": (hist >= 0).astype(np.float32),
-      "candidates": clips.gather(cand),
-      "target_index": target,
-      "neg_types": types,
-  }
+  if len(source) == 0:
+    raise ValueError("make_batches: the source has no examples.")
+  if batch_size < 1:
+    raise ValueError(f"make_batches: batch_size must be >= 1, got {batch_size}.")
+  local_batch = sharding_lib.process_batch_size(batch_size)
+  ds = grain.MapDataset.source(source).seed(seed).shuffle().repeat(num_epochs)
+  if jax.process_count() > 1:
+    ds = ds[jax.process_index()::jax.process_count()]
+  return ds.batch(local_batch, drop_remainder=True)
 
 
-def truncate_context(arrays: Mapping[str, np.ndarray], context_len: int) -> dict[str, np.ndarray]:
-  """Keeps only the last `context_len` history slots (the Figure 6 sweep); L = 0 drops all."""
-  out = dict(arrays)
-  length = arrays["history"].shape[1]
-  keep = slice(length - context_len, length) if context_len else slice(length, length)
-  out["history"] = arrays["history"][:, keep]
-  out["history_mask"] = arrays["history_mask"][:, keep]
-  return out
+class _IndexBatches(Sequence):
+  """Item `t`: the example indices of global batch `t` for this process (see `make_index_batches`)."""
+
+  def __init__(self, num_examples: int, batch_size: int, seed: int, num_epochs: int | None):
+    self.n, self.batch_size, self.seed = num_examples, batch_size, seed
+    self.per_epoch = num_examples // batch_size
+    # "Forever" is a length no run reaches; Grain needs a finite one.
+    self.length = self.per_epoch * (num_epochs if num_epochs is not None else 1 << 32)
+    self._cache: tuple[int, np.ndarray] | None = None
+
+  def __len__(self) -> int:
+    return self.length
+
+  def __getitem__(self, t: int) -> np.ndarray:
+    if not 0 <= t < self.length:
+      raise IndexError(t)
+    epoch, b = divmod(int(t), self.per_epoch)
+    if self._cache is None or self._cache[0] != epoch:
+      self._cache = (epoch, np.random.default_rng([self.seed, epoch]).permutation(self.n))
+    rows = self._cache[1][b * self.batch_size:(b + 1) * self.batch_size]
+    return rows[jax.process_index()::jax.process_count()]
+
+
+def make_index_batches(num_examples: int, batch_size: int, seed: int,
+                       batch_fn: Callable[[np.ndarray], Any], *,
+                       num_epochs: int | None = None) -> grain.MapDataset:
+  """Like `make_batches`, but shuffles example *indices* and builds each batch with one call.
+
+  Epoch `e` is the permutation `default_rng([seed, e]).permutation(num_examples)` cut into
+  `num_examples // batch_size` batches (the remainder of each epoch is dropped); batch `t` is
+  `batch_fn(indices)` of this process's rows of that slice. For sources whose examples are rows of
+  arrays (or of a `FeatureTable`) this avoids per-example Python work, which dominates small models
+  on CPU.
+
+  Args:
+    num_examples: size of the example set.
+    batch_size: global batch size, divisible by the process count.
+    seed: shuffle seed; the data order depends on nothing else.
+    batch_fn: `batch_fn(int64 indices [B_local]) -> dict of [B_local, ...] arrays`.
+    num_epochs: passes over the data; None repeats (practically) forever.
+
+  Returns:
+    A `grain.MapDataset` of batches.
+  """
+  if batch_size < 1 or num_examples < batch_size:
+    raise ValueError(f"make_index_batches: need 1 <= batch_size <= num_examples, got batch_size={batch_size}, "
+                     f"num_examples={num_examples}.")
+  sharding_lib.process_batch_size(batch_size)  # checks divisibility by the process count
+  return grain.MapDataset.source(_IndexBatches(num_examples, batch_size, seed, num_epochs)).map(batch_fn)
+
+
+def loader(dataset: grain.MapDataset, num_threads: int = NUM_THREADS,
+           prefetch: int = PREFETCH) -> grain.IterDataset:
+  """The `IterDataset` that `vidjax.train.fit` consumes: `num_threads` workers, `prefetch` batches ahead."""
+  if num_threads < 0 or prefetch < 0:
+    raise ValueError(f"loader: num_threads and prefetch must be >= 0, got {num_threads}, {prefetch}")
+  return dataset.to_iter_dataset(grain.ReadOptions(num_threads=num_threads, prefetch_buffer_size=prefetch))
+
+
+# ----------------------------------------------------------------------------------------------
+# Text.
+
+
+def text_token_batch(tokenizer: Callable[..., tuple[np.ndarray, np.ndarray]], texts: Sequence[str],
+                     max_length: int) -> dict[str, np.ndarray]:
+  """Texts -> `{"input_ids": int32 [B, S], "attention_mask": int32 [B, S]}`, S = `max_length`.
+
+  Every batch has the same S, so a jitted text tower compiles once. `tokenizer` is a
+  `vidjax.tokenizers.wordpiece.WordPieceTokenizer` (or anything with its
+  `__call__(texts, max_length, padding="max_length")`).
+  """
+  if isinstance(texts, str):
+    raise TypeError("text_token_batch expects a sequence of strings, got a single str")
+  ids, mask = tokenizer(list(texts), max_length=max_length, padding="max_length")
+  return {"input_ids": np.asarray(ids, np.int32), "attention_mask": np.asarray(mask, np.int32)}

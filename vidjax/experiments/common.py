@@ -1,4 +1,12 @@
-"""What every experiment does at the end: results.json, printed tables, plots.
+"""What every experiment shares: config loading and checks, the workdir, training by epochs, results.
+
+An experiment module (`vidjax/experiments/<kind>.py`) holds method logic only; it calls
+
+  validate with `check(...)` helpers      one clear error per bad config value, before any work
+  check_workdir(config, workdir)          refuses a workdir made by a different config
+  is_writer() / barrier(name)             multi-host: process 0 writes shared files, the others wait
+  train_epochs(...)                       epochs -> steps, then the one train loop (`vidjax.train.fit`)
+  write_results(workdir, results, tables) results.json + printed tables
 
 `results.json` always holds at least
 `{"experiment", "dataset", "synthetic", "metrics": {method: {metric: value}}}`; synthetic results
@@ -7,10 +15,17 @@ say so in the file, in the printed tables and in plot titles.
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
 
 from vidjax import io
+from vidjax import train
+from vidjax.data import pipeline
 
 REQUIRED_KEYS = ("experiment", "dataset", "synthetic", "metrics")
 
@@ -29,6 +44,132 @@ def load_config(spec: str | Path):
   config = module.get_config(arg or None)
   config.lock()
   return config
+
+
+# ----------------------------------------------------------------------------------------------
+# Config checks.
+
+
+def bad_value(key: str, value: Any, expected: str) -> None:
+  """Raises the one clear error for a bad config value."""
+  raise ValueError(f"config.{key}={value!r} is invalid: expected {expected}")
+
+
+def get_key(config, key: str) -> Any:
+  """`config['a.b.c']` for a dotted key."""
+  node = config
+  for part in key.split("."):
+    node = node[part]
+  return node
+
+
+def check_choice(config, key: str, choices: Sequence[Any]) -> None:
+  if get_key(config, key) not in choices:
+    bad_value(key, get_key(config, key), f"one of {tuple(choices)}")
+
+
+def check_positive_int(config, keys: Iterable[str]) -> None:
+  for key in keys:
+    value = get_key(config, key)
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+      bad_value(key, value, "a positive integer")
+
+
+def check_positive(config, keys: Iterable[str]) -> None:
+  for key in keys:
+    value = get_key(config, key)
+    if not (isinstance(value, (int, float, np.number)) and value > 0):
+      bad_value(key, value, "a positive number")
+
+
+def check_fraction(config, key: str) -> None:
+  value = get_key(config, key)
+  if not (isinstance(value, (int, float)) and 0.0 < value < 1.0):
+    bad_value(key, value, "a fraction in (0, 1)")
+
+
+def compute_dtype(config, key: str) -> Any:
+  """The jnp dtype named by a 'float32' | 'bfloat16' config field."""
+  check_choice(config, key, ("float32", "bfloat16"))
+  return jnp.dtype(get_key(config, key))
+
+
+# ----------------------------------------------------------------------------------------------
+# Workdir and processes.
+
+
+def is_writer() -> bool:
+  """Whether this process writes shared files (process 0; the others wait at a `barrier`)."""
+  return jax.process_index() == 0
+
+
+def barrier(name: str) -> None:
+  """Waits for every process (no-op on one host)."""
+  if jax.process_count() > 1:
+    from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+    multihost_utils.sync_global_devices(name)
+
+
+def _flat(d: Mapping, prefix: str = "") -> dict[str, Any]:
+  out = {}
+  for k, v in d.items():
+    out.update(_flat(v, f"{prefix}{k}.") if isinstance(v, Mapping) else {f"{prefix}{k}": v})
+  return out
+
+
+def check_workdir(config, workdir: str | Path, resumable: Iterable[str] = ()) -> None:
+  """Refuses to reuse a workdir made by a different config: its files and checkpoints would be stale.
+
+  Args:
+    config: the run's config; written to `<workdir>/config.json` on first use.
+    workdir: the run directory.
+    resumable: dotted keys that may change between runs in one workdir (logging, longer training).
+  """
+  path = Path(workdir) / "config.json"
+  current = json.loads(config.to_json_best_effort())
+  if path.exists():
+    old, new = _flat(io.read_json(path)), _flat(current)
+    changed = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k) and k not in set(resumable))
+    if changed:
+      raise ValueError(f"workdir {workdir} was made by a different config (changed: {', '.join(changed[:8])}); "
+                       "use a new --workdir (its features, benchmark files and checkpoints belong to that config)")
+  if is_writer():
+    io.atomic_write_json(path, current)
+
+
+# ----------------------------------------------------------------------------------------------
+# Training.
+
+
+def train_epochs(*, name: str, init_fn: Callable, loss_fn: Callable, num_examples: int,
+                 batch_fn: Callable[[np.ndarray], Any], tcfg, seed: int, workdir: str | Path,
+                 mesh=None, optimizer=None, stateful: bool = False, description: str = "") -> train.TrainState:
+  """Trains `tcfg.epochs` epochs of `num_examples // tcfg.batch_size` steps with the one train loop.
+
+  Batches come from `pipeline.make_index_batches(num_examples, batch_size, seed, batch_fn)`; the
+  optimizer defaults to AdamW with `tcfg.lr` and `tcfg.weight_decay`. Resumes from `workdir`.
+  `tcfg` also gives `checkpoint_every`, `log_every` and `progress`.
+
+  Returns:
+    the final `TrainState` (on the host).
+  """
+  steps_per_epoch = num_examples // tcfg.batch_size
+  if steps_per_epoch < 1:
+    raise ValueError(f"{name}: the training set has {num_examples} examples, fewer than "
+                     f"train.batch_size={tcfg.batch_size}")
+  num_steps = steps_per_epoch * tcfg.epochs
+  state, _ = train.fit(
+      init_fn=init_fn, loss_fn=loss_fn,
+      optimizer=optimizer if optimizer is not None else train.adamw(tcfg.lr, tcfg.weight_decay),
+      dataset=pipeline.loader(pipeline.make_index_batches(num_examples, tcfg.batch_size, seed, batch_fn)),
+      num_steps=num_steps, workdir=workdir, seed=seed, mesh=mesh,
+      checkpoint_every=tcfg.checkpoint_every, log_every=min(tcfg.log_every, num_steps),
+      progress=tcfg.progress, description=description or name, stateful=stateful)
+  return jax.device_get(state)
+
+
+# ----------------------------------------------------------------------------------------------
+# Results.
 
 
 def write_results(workdir: str | Path, results: Mapping, tables: Sequence[str] = ()) -> Path:

@@ -35,7 +35,7 @@ from vidjax import checkpoints
 from vidjax import extract as engine
 from vidjax import io
 from vidjax import sharding
-from vidjax.data.annotations import coin, crosstask, youcook2
+from vidjax.data.annotations import READERS, read_annotations
 from vidjax.experiments import common
 from vidjax.models import videoprism as vp
 from vidjax.ops import l2_normalize, unflatten_dict
@@ -66,7 +66,7 @@ def index_videos(folder: str | os.PathLike) -> dict[str, str]:
   return {k: str(v) for k, v in found.items()}
 
 
-def _read_list(path: Path) -> tuple[list[engine.Clip], dict[str, str]]:
+def _read_list(path: Path) -> tuple[list[engine.VideoSegment], dict[str, str]]:
   base = path.parent
   resolve = lambda p: str(p if Path(p).is_absolute() else base / p)
   clips, captions = [], {}
@@ -80,7 +80,7 @@ def _read_list(path: Path) -> tuple[list[engine.Clip], dict[str, str]]:
       if ("start" in e) != ("end" in e):
         raise ValueError(f"clip list {path}: entry {n} must give both 'start' and 'end' or neither, got {e!r}")
       clip_id = str(e.get("clip_id", Path(e["video"]).stem))
-      clips.append(engine.Clip(clip_id, resolve(e["video"]), e.get("start"), e.get("end")))
+      clips.append(engine.VideoSegment(clip_id, resolve(e["video"]), e.get("start"), e.get("end")))
       if e.get("text") is not None:
         captions[clip_id] = str(e["text"])
     return clips, captions
@@ -91,27 +91,20 @@ def _read_list(path: Path) -> tuple[list[engine.Clip], dict[str, str]]:
         continue
       fields = line.split("\t")
       if len(fields) == 1:
-        clips.append(engine.Clip(Path(fields[0].strip()).stem, resolve(fields[0].strip())))
+        clips.append(engine.VideoSegment(Path(fields[0].strip()).stem, resolve(fields[0].strip())))
       elif len(fields) == 4:
         try:
           start, end = float(fields[2]), float(fields[3])
         except ValueError:
           raise ValueError(f"clip list {path}:{n}: start/end must be numbers, got {fields[2:]!r}") from None
-        clips.append(engine.Clip(fields[0], resolve(fields[1]), start, end))
+        clips.append(engine.VideoSegment(fields[0], resolve(fields[1]), start, end))
       else:
         raise ValueError(f"clip list {path}:{n}: expected a video path or 4 tab-separated fields "
                          f"(clip_id, path, start, end), got {len(fields)} fields: {line!r}")
   return clips, captions
 
 
-def _read_annotations(fmt: str, path: str, split: str | None) -> list:
-  readers = {"youcook2": youcook2.read_youcook2, "coin": coin.read_coin, "crosstask": crosstask.read_crosstask}
-  if fmt not in readers:
-    raise ValueError(f"config.data.format must be 'youcook2', 'coin', 'crosstask' or '', got {fmt!r}")
-  return readers[fmt](path, split=split)
-
-
-def build_clips(data) -> tuple[list[engine.Clip], dict[str, str], dict[str, Any]]:
+def build_clips(data) -> tuple[list[engine.VideoSegment], dict[str, str], dict[str, Any]]:
   """Clips, captions `{id: text}` and bookkeeping (`missing_videos`) from `config.data`."""
   info: dict[str, Any] = {"missing_videos": 0}
   if not data.videos:
@@ -122,7 +115,9 @@ def build_clips(data) -> tuple[list[engine.Clip], dict[str, str], dict[str, Any]
     if not data.format:
       raise ValueError(f"config.data.annotations={data.annotations!r} needs config.data.format "
                        "('youcook2', 'coin' or 'crosstask')")
-    annotated = _read_annotations(data.format, data.annotations, data.split or None)
+    if data.format not in READERS:
+      raise ValueError(f"config.data.format must be one of {sorted(READERS)} or '', got {data.format!r}")
+    annotated = read_annotations(data.format, data.annotations, data.split or None)
     index = index_videos(videos)
     clips, missing = [], []
     for v in annotated:
@@ -130,7 +125,7 @@ def build_clips(data) -> tuple[list[engine.Clip], dict[str, str], dict[str, Any]
         missing.append(v.video_id)
         continue
       for c in v.clips:
-        clips.append(engine.Clip(c.clip_id, index[v.video_id], c.start, c.end))
+        clips.append(engine.VideoSegment(c.clip_id, index[v.video_id], c.start, c.end))
         captions[c.clip_id] = c.text
     if missing:
       _LOG.warning("%d of %d annotated videos have no file under %s and are skipped (e.g. %s)",
@@ -138,9 +133,9 @@ def build_clips(data) -> tuple[list[engine.Clip], dict[str, str], dict[str, Any]
     info["missing_videos"] = len(missing)
     info["missing_video_ids"] = missing[:100]
   elif videos.is_dir():
-    clips = [engine.Clip(stem, path) for stem, path in sorted(index_videos(videos).items())]
+    clips = [engine.VideoSegment(stem, path) for stem, path in sorted(index_videos(videos).items())]
   elif _is_video(videos):
-    clips = [engine.Clip(videos.stem, str(videos))]
+    clips = [engine.VideoSegment(videos.stem, str(videos))]
   elif videos.suffix in (".txt", ".json") and videos.is_file():
     clips, captions = _read_list(videos)
   else:
@@ -162,12 +157,6 @@ def build_clips(data) -> tuple[list[engine.Clip], dict[str, str], dict[str, Any]
 
 
 # ----------------------------------------------------------------------------- model functions
-
-def _dtype(name: str):
-  if name not in ("float32", "bfloat16"):
-    raise ValueError(f"config.model.fprop_dtype must be 'float32' or 'bfloat16', got {name!r}")
-  return jnp.dtype(name)
-
 
 def is_lvt(model) -> bool:
   return isinstance(model, vp.FactorizedVideoCLIP)
@@ -236,7 +225,7 @@ def load_model(config) -> tuple[Any, Any, dict]:
   overrides = dict(config.model.overrides)
   if "pos_emb_shape" in overrides:
     overrides["pos_emb_shape"] = tuple(overrides["pos_emb_shape"])
-  model = vp.get_model(config.model.name, fprop_dtype=_dtype(config.model.fprop_dtype), **overrides)
+  model = vp.get_model(config.model.name, fprop_dtype=common.compute_dtype(config, "model.fprop_dtype"), **overrides)
   meta = {"backbone": config.model.name, "model_overrides": {k: list(v) if isinstance(v, tuple) else v
                                                              for k, v in overrides.items()},
           "fprop_dtype": config.model.fprop_dtype}
@@ -307,7 +296,7 @@ def run(config, workdir: str) -> dict:
           "clips_skipped": stats.skipped, "texts_written": texts}},
   }
   table = _table(results)
-  if jax.process_index() == 0:
+  if common.is_writer():
     common.write_results(workdir, results, [table])
   else:
     print(table, flush=True)

@@ -1,0 +1,74 @@
+"""CAST experiment defaults: the paper's hyperparameters as an `ml_collections.ConfigDict`.
+
+Light on purpose (no jax, no flax): `configs/cast_<dataset>.py` build their configs from here, so
+loading a config is instant; `vidjax.experiments.cast` reads the result. Settings: CAST paper
+Tables 10-11 and App. B (AdamW lr 1e-4, weight decay 1e-3, batch 512, tau 0.07, lambda_s 5,
+lambda_i 1, L = 5, the Full-Ensemble grid w_v in {0..0.5}, w_p in {0.2..1.5}).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import ml_collections
+
+from vidjax.data.synthetic import ProceduralWorldConfig
+
+DATASETS = ("youcook2", "coin", "crosstask")
+METHODS = ("zero_shot", "late_fusion_heuristic", "late_fusion_learned", "early_fusion",
+           "early_fusion_residual", "cast")
+# The paper's ensemble grid (App. B, "Inference Details").
+W_V_GRID = tuple(round(0.1 * i, 1) for i in range(6))
+W_P_GRID = tuple(round(0.2 + 0.1 * i, 1) for i in range(14))
+
+
+def default_config(*, dataset: str, epochs: int, eval_split: str, identity_rule: str) -> ml_collections.ConfigDict:
+  """Shared CAST config; `configs/cast_<dataset>.py` fill in the dataset-specific values."""
+  c = ml_collections.ConfigDict()
+  c.experiment = "cast"
+  c.name = f"cast_{dataset}"
+  c.seed = 0  # drives the world, splits, negative sampling, initialization and data order
+  c.dataset = dataset
+  c.data = ml_collections.ConfigDict(dict(
+      annotations="",          # annotation file (YouCook2/COIN) or release folder (CrossTask); "" = synthetic world
+      features="",             # feature store directory (vidjax.data.features); required with annotations
+      clip_kind="clip",        # store kind of clip embeddings (VideoPrism LvT: "clip")
+      text_kind="text",        # store kind of caption embeddings, keyed by clip id
+      train_split="train",
+      eval_split=eval_split,
+      heldout_fraction=0.1,    # of training videos, for Full-Ensemble selection only (App. B)
+      identity_rule=identity_rule,
+      minilm_dir="",           # all-MiniLM-L6-v2 folder for caption_similarity ("" = the installed package)
+      crosstask_test_fraction=0.2,
+      crosstask_split_seed=42,  # paper App. B: 80/20 video-disjoint split with seed 42
+      memory_budget_mb=4096.0,  # feature kinds larger than this stream from the store (vidjax.data.pipeline)
+  ))
+  c.world = ml_collections.ConfigDict(dataclasses.asdict(ProceduralWorldConfig()))
+  c.model = ml_collections.ConfigDict(dict(
+      context_len=5,            # L (Table 11)
+      num_heads=8,              # cross-attention heads (Table 10)
+      dropout_rate=0.1,         # Path-1 dropout (Table 10)
+      residual_init_std=1e-3,   # init std of the residual branches' last layers; 0 = Flax default (see README)
+      compute_dtype="float32",  # or "bfloat16" (params and optimizer state stay float32)
+      late_fusion_alpha=1.0,    # heuristic late fusion S = A + alpha * B (the paper gives no alpha)
+      late_fusion_hidden=64,
+  ))
+  c.train = ml_collections.ConfigDict(dict(
+      epochs=epochs, batch_size=512, lr=1e-4, weight_decay=1e-3,  # Table 11
+      tau=0.07, lambda_s=5.0, lambda_i=1.0,                          # eq. 6-9
+      num_state_negatives=3, num_identity_negatives=3,
+      zero_negatives_in_loss=True,  # App. B: missing negatives are zero vectors (kept in the loss)
+      log_every=50, checkpoint_every=1000, progress=True,
+  ))
+  c.eval = ml_collections.ConfigDict(dict(w_v_grid=W_V_GRID, w_p_grid=W_P_GRID, chunk=1024))
+  c.sweep = ml_collections.ConfigDict(dict(context_lengths=(0, 1, 2, 3, 4, 5)))
+  return c
+
+
+def smoke(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+  """Shrinks a CAST config to seconds on a CPU (tests): tiny world, few steps, L in {0, 1, 2}."""
+  c.world.update(num_tasks=6, min_steps=4, max_steps=6, num_train_videos=160, num_eval_videos=40, dim=32)
+  c.model.context_len = 2
+  c.train.update(epochs=2, batch_size=64, log_every=5, progress=False)
+  c.eval.chunk = 128
+  c.sweep.context_lengths = (0, 1, 2)
+  return c

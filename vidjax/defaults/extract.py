@@ -1,0 +1,60 @@
+"""Feature-extraction defaults (CAST App. A, Table 7): VideoPrism LvT base into a feature store.
+
+Light on purpose (no jax): `configs/extract_videoprism.py` builds its config from here and
+`vidjax.experiments.extract` reads it.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import ml_collections
+
+
+def default_config() -> ml_collections.ConfigDict:
+  """The extraction defaults (VideoPrism LvT base, the paper's frame counts and resolution)."""
+  c = ml_collections.ConfigDict()
+  c.experiment = "extract_videoprism"
+  c.seed = 0
+
+  c.model = ml_collections.ConfigDict()
+  c.model.name = "videoprism_lvt_public_v1_base"
+  c.model.checkpoint = ""          # official .npz (local or gs://); "" = random init
+  c.model.fprop_dtype = "float32"  # or "bfloat16"
+  c.model.spm_path = "gs://t5-data/vocabs/cc_en.32000/sentencepiece.model"  # c4_en; a local copy offline
+  c.model.overrides = ml_collections.ConfigDict()  # constructor fields replacing the named config
+
+  c.data = ml_collections.ConfigDict()
+  c.data.videos = ""        # folder of videos, one video file, or a .txt / .json clip list
+  c.data.annotations = ""   # annotation file (CrossTask: its root folder)
+  c.data.format = ""        # 'youcook2' | 'coin' | 'crosstask' | '' (no annotations)
+  c.data.split = ""         # annotation split to extract ('' = all)
+  c.data.captions = ""      # optional JSON {caption_id: text}
+
+  c.num_frames = 8          # CAST App. A: 8 on YouCook2, 4 on COIN / CrossTask
+  c.resolution = 288
+  c.aspect = "squash"       # 'squash' (official demo) | 'center_crop'
+  c.batch_size = 8          # clips per step (rounded up to a multiple of the local device count)
+  c.text_batch_size = 64
+  c.decode_workers = 2
+  c.store = ""              # feature store directory; '' = <workdir>/features
+  c.store_dtype = "float32" # 'float32' | 'bfloat16'
+  c.save_tokens = False     # also store per-frame patch tokens [T, N, D] (VEDJE); large
+  c.progress = True
+  return c
+
+
+def smoke(c: ml_collections.ConfigDict, shared: Path) -> ml_collections.ConfigDict:
+  """A tiny random model on the real demo mp4 in `shared/data/videoprism_assets`, seconds on CPU."""
+  assets = Path(shared) / "data" / "videoprism_assets"
+  c.model.spm_path = str(assets / "test_spm.model")
+  c.model.overrides = ml_collections.ConfigDict(dict(
+      pos_emb_shape=(4, 2, 2), model_dim=32, num_heads=2, mlp_dim=64, num_spatial_layers=1,
+      num_temporal_layers=1, num_auxiliary_layers=1, num_unimodal_layers=1, vocabulary_size=1000))
+  c.data.videos = str(assets)
+  c.num_frames = 2
+  c.resolution = 36
+  c.batch_size = 2
+  c.text_batch_size = 4
+  c.save_tokens = True
+  c.progress = False
+  return c
