@@ -74,3 +74,19 @@ def test_cli_rejects_unknown_config_key(tmp_path):
   assert proc.returncode != 0
   assert "epochz" in proc.stderr
   assert not (tmp_path / "results.json").exists()
+
+
+def test_loading_every_config_imports_no_jax():
+  """Configs build from the light defaults modules: loading one must not import jax or flax."""
+  script = (
+      "import importlib.util, pathlib, sys\n"
+      "for path in sorted(pathlib.Path('configs').glob('*.py')):\n"
+      "  spec = importlib.util.spec_from_file_location(path.stem, path)\n"
+      "  module = importlib.util.module_from_spec(spec)\n"
+      "  spec.loader.exec_module(module)\n"
+      "  module.get_config(None); module.get_config('smoke')\n"
+      "heavy = sorted(m for m in ('jax', 'flax', 'optax', 'orbax', 'grain') if m in sys.modules)\n"
+      "assert not heavy, heavy\n"
+      "print('ok')\n")
+  proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
+  assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]

@@ -1,0 +1,64 @@
+"""The house rules of ../shared/ARCHITECTURE.md, checked on the source: every import points down."""
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# What each part may import from vidjax (besides itself). Leaves first; nothing imports upwards.
+ALLOWED = {
+    "ops": set(),
+    "io": set(),
+    "sharding": set(),
+    "tokenizers": {"io"},
+    "metrics": {"ops"},
+    "losses": {"ops"},
+    "models": {"ops", "tokenizers"},
+    "retrieval": {"ops", "io", "metrics"},
+    "data": {"ops", "io", "metrics", "sharding"},
+    "defaults": {"data"},  # only the numpy-level world configs; no jax (tests/test_configs.py)
+    "checkpoints": {"ops", "io", "models", "tokenizers"},
+    "train": {"io", "sharding", "losses"},
+    "evaluate": {"metrics", "ops", "retrieval"},
+    "extract": {"data", "sharding"},
+    "scorers": {"evaluate", "metrics", "models", "ops", "defaults"},
+    "experiments": {"checkpoints", "data", "defaults", "evaluate", "extract", "io", "losses", "metrics",
+                    "models", "ops", "scorers", "sharding", "train", "retrieval", "tokenizers"},
+    "main": {"experiments", "sharding"},
+}
+
+
+def _part(module: str) -> str:
+  return module.split(".")[1] if module.count(".") else module
+
+
+def _imports(path: Path):
+  for node in ast.walk(ast.parse(path.read_text())):
+    if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("vidjax"):
+      if node.module == "vidjax":
+        yield from (a.name for a in node.names)
+      else:
+        yield _part(node.module)
+    elif isinstance(node, ast.Import):
+      yield from (_part(a.name) for a in node.names if a.name.startswith("vidjax."))
+
+
+def test_every_import_points_down():
+  bad = []
+  for path in sorted((ROOT / "vidjax").rglob("*.py")):
+    rel = path.relative_to(ROOT / "vidjax")
+    part = rel.parts[0].removesuffix(".py")
+    if part == "__init__":
+      continue
+    assert part in ALLOWED, f"{rel}: new top-level part {part!r}; add it to ALLOWED with its layer"
+    for target in _imports(path):
+      if target != part and target not in ALLOWED[part]:
+        bad.append(f"{rel} imports vidjax.{target}")
+  assert not bad, "imports that point up or sideways:\n" + "\n".join(bad)
+
+
+def test_train_and_evaluate_know_no_method_by_name():
+  for name in ("train.py", "evaluate.py"):
+    text = (ROOT / "vidjax" / name).read_text().lower()
+    for method in ("cast", "vedje", "grdr", "videocomp", "genstate"):
+      code = [l for l in text.splitlines() if method in l and not l.strip().startswith(("#", '"', "'"))]
+      assert not any(f"import" in l or f"{method}." in l or f"{method}_" in l for l in code), (name, method, code)
