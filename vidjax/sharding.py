@@ -12,7 +12,7 @@ multi-host TPU pod slice / GPU cluster after `initialize_distributed()`:
   batch = sharding.shard_batch(local_batch, mesh)   # this process's rows -> one global array
 
 Multi-host input: every process loads its own slice of the global batch (Grain slices the
-example stream by process index, see `vidjax.train.make_batches`), and `shard_batch` assembles the
+example stream by process index, see `vidjax.data.pipeline.make_batches`), and `shard_batch` assembles the
 per-process numpy arrays into one global `jax.Array` with `jax.make_array_from_process_local_data`.
 """
 from __future__ import annotations
