@@ -30,8 +30,11 @@ def test_results_file_has_the_common_shape(smoke_run, capsys):
   assert on_disk["synthetic"] is True and "synthetic" in on_disk["dataset"]
   assert set(on_disk["metrics"]) == set(cast.METHODS) and list(results["metrics"]) == list(cast.METHODS)
   for method, m in on_disk["metrics"].items():
-    assert set(m) == {"acc", "mnr", "state_acc", "ident_acc"}, method
-    assert 0 <= m["acc"] <= 100 and 1 <= m["mnr"] <= 10
+    assert set(m) == {"acc", "r5", "mnr", "state_acc", "ident_acc"}, method
+    assert 0 <= m["acc"] <= m["r5"] <= 100 and 1 <= m["mnr"] <= 10
+    b = on_disk["top1_breakdown"][method]
+    assert b["top1_exact"] == pytest.approx(m["acc"], abs=1e-3)  # exact top-1 is R@1 (both pessimistic)
+    assert sum(b.values()) == pytest.approx(100.0, abs=1e-2)
   assert set(on_disk["context_sweep"]) == {"0", "1", "2"}
   w = on_disk["ensemble"]
   assert w["w_v"] in cast.W_V_GRID and w["w_p"] in cast.W_P_GRID
@@ -41,8 +44,8 @@ def test_run_writes_benchmark_files_and_plot(smoke_run):
   workdir, _ = smoke_run
   for name in ("benchmark.json", "train.json", "heldout.json", "stats.json"):
     assert (workdir / "cvr" / name).exists(), name
-  png = workdir / "context_sweep.png"
-  assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+  for name in ("context_sweep.png", "top1_breakdown.png"):
+    assert (workdir / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
   records = json.loads((workdir / "cvr" / "benchmark.json").read_text())
   assert all(len(set(r["candidates"])) == 10 and r["target"] in r["candidates"] for r in records)
   # Every method trained through the one loop and logged its loss.

@@ -9,6 +9,7 @@ ALLOWED = {
     "ops": set(),
     "io": set(),
     "sharding": set(),
+    "progress": set(),
     "tokenizers": {"io"},
     "metrics": {"ops"},
     "losses": {"ops"},
@@ -17,12 +18,12 @@ ALLOWED = {
     "data": {"ops", "io", "metrics", "sharding"},
     "defaults": {"data"},  # only the numpy-level world configs; no jax (tests/test_configs.py)
     "checkpoints": {"ops", "io", "models", "tokenizers"},
-    "train": {"io", "sharding", "losses"},
+    "train": {"io", "sharding", "losses", "progress"},
     "evaluate": {"metrics", "ops", "retrieval"},
-    "extract": {"data", "sharding"},
+    "extract": {"data", "sharding", "progress"},
     "scorers": {"evaluate", "metrics", "models", "ops", "defaults"},
     "experiments": {"checkpoints", "data", "defaults", "evaluate", "extract", "io", "losses", "metrics",
-                    "models", "ops", "scorers", "sharding", "train", "retrieval", "tokenizers"},
+                    "models", "ops", "progress", "scorers", "sharding", "train", "retrieval", "tokenizers"},
     "main": {"experiments", "sharding"},
 }
 

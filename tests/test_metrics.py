@@ -147,3 +147,22 @@ def test_triplet_metrics_match_loops_including_ties(seed):
     assert got[k] == pytest.approx(v), k
   assert got["order_hist"] == pytest.approx(hist)
   assert sum(got["order_hist"].values()) == pytest.approx(100.0)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_cvr_top1_breakdown_matches_loop_with_pessimistic_ties(seed):
+  rng = np.random.default_rng(seed)
+  scores = rng.integers(0, 3, size=(60, 10)).astype(float)
+  target = rng.integers(0, 10, size=60)
+  types = rng.integers(1, 4, size=(60, 10))
+  types[np.arange(60), target] = metrics.GT
+  got = metrics.cvr_top1_breakdown(scores, target, types)
+  rank = {metrics.IDENTITY: 0, metrics.EASY: 0, metrics.STATE: 1, metrics.GT: 2}  # worst first
+  counts = {"top1_identity_inconsistent": 0, "top1_identity_consistent": 0, "top1_exact": 0}
+  names = ["top1_identity_inconsistent", "top1_identity_consistent", "top1_exact"]
+  for q in range(60):
+    best = max(scores[q])
+    worst = min(rank[types[q, c]] for c in range(10) if scores[q, c] == best)
+    counts[names[worst]] += 1
+  assert got == pytest.approx({k: 100.0 * v / 60 for k, v in counts.items()})
+  assert sum(got.values()) == pytest.approx(100.0)

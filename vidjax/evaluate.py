@@ -284,7 +284,7 @@ def evaluate_ranked(retriever: Retriever, queries: Batch, relevant: np.ndarray, 
 
 # ----------------------------------------------------------------------------- tables
 
-_HEADERS = {"acc": "Acc.", "mnr": "MnR", "state_acc": "State Acc.", "ident_acc": "Ident. Acc."}
+_HEADERS = {"acc": "Acc.", "r5": "R@5", "mnr": "MnR", "state_acc": "State Acc.", "ident_acc": "Ident. Acc."}
 
 
 def format_table(rows: Mapping[str, Mapping[str, float]], title: str, synthetic: bool,
@@ -296,7 +296,7 @@ def format_table(rows: Mapping[str, Mapping[str, float]], title: str, synthetic:
     title: first line of the table.
     synthetic: when true the title line says SYNTHETIC, so synthetic-world numbers are never
       mistaken for the paper's.
-    columns: metric keys to show; default: acc, mnr, state_acc, ident_acc when present, else
+    columns: metric keys to show; default: acc, r5, mnr, state_acc, ident_acc when present, else
       every key in order of first appearance. Missing values print as "-".
 
   Returns:

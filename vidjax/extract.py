@@ -42,8 +42,8 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import jax
 import numpy as np
-import tqdm
 
+from vidjax import progress as progress_lib
 from vidjax import sharding
 from vidjax.data import video as video_lib
 from vidjax.data.features import FeatureStore
@@ -228,7 +228,7 @@ def extract_videos(store: FeatureStore, clips: Sequence[VideoSegment], video_fn:
       stats.failed_clips += int(padded.all())
     bar.update(len(batch))
 
-  with tqdm.tqdm(total=total, unit="clip", desc=f"extract p{pi}", disable=not progress, smoothing=0.1) as bar:
+  with progress_lib.bar(total, f"extract p{pi}", "clip", disable=not progress, smoothing=0.1) as bar:
     in_flight = None  # (batch, outputs) dispatched but not yet fetched
     for batch in _batches(_decoded_clips(todo_groups, num_frames, resolution, aspect, decode_workers), batch_size):
       frames = np.stack([f for _, f, _ in batch] + [zeros] * (batch_size - len(batch)))
@@ -274,7 +274,7 @@ def extract_texts(store: FeatureStore, captions: Mapping[str, str], text_fn: Cal
     return 0
   written = 0
   with store.writer(TEXT_KIND, shard_prefix=f"p{pi}", flush_every=flush_every, dtype=dtype) as w, \
-       tqdm.tqdm(total=len(todo), unit="text", desc=f"text p{pi}", disable=not progress) as bar:
+       progress_lib.bar(len(todo), f"text p{pi}", "text", disable=not progress) as bar:
     for batch_ids in _batches(iter(todo), batch_size):
       texts = [str(captions[i]) for i in batch_ids] + [""] * (batch_size - len(batch_ids))
       emb = np.asarray(jax.device_get(text_fn(texts)))

@@ -110,6 +110,27 @@ def cvr_metrics(scores: np.ndarray, target_index: np.ndarray,
   }
 
 
+def cvr_top1_breakdown(scores: np.ndarray, target_index: np.ndarray, neg_types: np.ndarray) -> dict[str, float]:
+  """What each query picks first (CAST Figure 5), in % of queries.
+
+  `top1_exact`: the ground truth; `top1_identity_consistent`: a state negative (same video, wrong
+  state); `top1_identity_inconsistent`: an identity or easy negative (another video). Ties count
+  against the model: among the top-scoring candidates the worst category is taken (other video,
+  then same video, then the ground truth).
+  """
+  scores, target_index = _check_scores(scores, target_index)
+  neg_types = np.asarray(neg_types)
+  if neg_types.shape != scores.shape:
+    raise ValueError(f"neg_types must match scores {scores.shape}, got {neg_types.shape}")
+  top = scores >= scores.max(axis=1, keepdims=True)
+  other_video = np.any(top & ((neg_types == IDENTITY) | (neg_types == EASY)), axis=1)
+  same_video = np.any(top & (neg_types == STATE), axis=1) & ~other_video
+  exact = ~other_video & ~same_video
+  pct = lambda x: float(100.0 * x.mean()) if x.size else float("nan")  # noqa: E731
+  return {"top1_exact": pct(exact), "top1_identity_consistent": pct(same_video),
+          "top1_identity_inconsistent": pct(other_video)}
+
+
 # ----------------------------------------------------------------------------- gallery retrieval
 
 

@@ -29,7 +29,8 @@ What the loop does (ARCHITECTURE.md, "train.py"; STYLE.md items 3, 8-10):
   data iterator's position in the same step; calling `fit` again on the same workdir resumes
   exactly where the last checkpoint left off (same params, same next batch, same rngs).
 - Logs: `<workdir>/metrics.jsonl` (one JSON object per logged step) and TensorBoard event files in
-  `<workdir>/tb`, written by process 0 only; a tqdm bar shows step, loss and examples/s.
+  `<workdir>/tb`, written by process 0 only; a progress bar shows step, loss and examples/s (on a
+  terminal; in a log file a plain line every 10 s, `vidjax.progress`).
 - A non-finite loss or gradient norm stops the run with a `FloatingPointError` naming the step;
   a state with NaNs is never checkpointed, and checkpoints already written are kept.
 
@@ -67,6 +68,7 @@ import optax
 import orbax.checkpoint as ocp
 
 from vidjax import io
+from vidjax import progress as progress_lib
 from vidjax import sharding as sharding_lib
 
 LossFn = Callable[[Any, Any, jax.Array], tuple[jax.Array, Mapping[str, jax.Array]]]
@@ -351,7 +353,7 @@ def fit(*, init_fn: Callable[[jax.Array], Any], loss_fn: LossFn,
     max_to_keep: number of checkpoints kept.
     eval_fn: optional `eval_fn(params, step) -> {name: scalar}`, logged as `eval/<name>`.
     eval_every: call `eval_fn` every this many steps and at the last step.
-    progress: show a tqdm bar (process 0 only).
+    progress: report progress (process 0 only; `vidjax.progress.bar`).
     description: label of the bar and of error messages.
     stateful: `loss_fn` reads and updates `state.model_state` (see `make_train_step`).
 
@@ -402,9 +404,7 @@ def fit(*, init_fn: Callable[[jax.Array], Any], loss_fn: LossFn,
     step_rng = jax.device_put(step_rng, sharding_lib.replicated(mesh))
     writer = MetricWriter(workdir, resume_step=start, enabled=is_main)
 
-    import tqdm  # pylint: disable=g-import-not-at-top
-    pbar = tqdm.tqdm(total=num_steps, initial=start, desc=description, unit="step",
-                     disable=not progress or not is_main, dynamic_ncols=True)
+    pbar = progress_lib.bar(num_steps, description, "step", initial=start, disable=not progress or not is_main)
     pending: list[tuple[int, dict[str, jax.Array]]] = []  # metrics not yet read back to host
     interval_start, interval_examples = time.perf_counter(), 0
 

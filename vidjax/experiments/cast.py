@@ -212,7 +212,18 @@ def ensemble(model, params, heldout_arrays, config) -> tuple[cast_scorers.Ensemb
 
 
 def _round(values: Mapping[str, float]) -> dict[str, float]:
-  return {k: round(float(v), 4) for k, v in values.items() if k in ("acc", "mnr", "state_acc", "ident_acc")}
+  return {k: round(float(v), 4) for k, v in values.items()
+          if k in ("acc", "r5", "mnr", "state_acc", "ident_acc") or k.startswith("top1_")}
+
+
+def evaluate_method(scorer, arrays, chunk: int) -> tuple[dict[str, float], dict[str, float]]:
+  """CVR metrics (§3.1, plus R@5) and the Figure-5 top-1 breakdown of one scorer on one benchmark."""
+  inputs = {k: v for k, v in arrays.items() if k not in evaluate.CVR_LABEL_KEYS}
+  scores = evaluate.score_pools(scorer, inputs, chunk)
+  target, types = arrays["target_index"], arrays["neg_types"]
+  values = metrics.cvr_metrics(scores, target, types)
+  values["r5"] = metrics.retrieval_metrics(metrics.rank_of_target(scores, target), ks=(5,))["r5"]
+  return _round(values), _round(metrics.cvr_top1_breakdown(scores, target, types))
 
 
 def inference_ablation(scorer: cast_scorers.EnsembleScorer, held: Mapping[str, Any], bench, heldout,
@@ -275,7 +286,9 @@ def run(config, workdir: str | Path) -> dict:
   for name in ("early_fusion", "early_fusion_residual"):
     scorers[name] = predictor_scorer(models[name], params[name])
   scorers["cast"], held = ensemble(models["cast"], params["cast"], heldout, config)
-  method_metrics = {name: _round(evaluate.evaluate_cvr(scorers[name], bench, chunk=chunk)) for name in METHODS}
+  evaluated = {name: evaluate_method(scorers[name], bench, chunk) for name in METHODS}
+  method_metrics = {name: m for name, (m, _) in evaluated.items()}
+  breakdown = {name: b for name, (_, b) in evaluated.items()}
 
   ablation = inference_ablation(scorers["cast"], held, bench, heldout, config)
   sweep = {}
@@ -287,7 +300,7 @@ def run(config, workdir: str | Path) -> dict:
                          tcfg.num_identity_negatives, tcfg.zero_negatives_in_loss)
     p = train_method(f"cast_L{length}", models["cast"], src, config, workdir, mesh)
     scorer, _ = ensemble(models["cast"], p, cvr.truncate_context(heldout, length), config)
-    sweep[length] = _round(evaluate.evaluate_cvr(scorer, cvr.truncate_context(bench, length), chunk=chunk))
+    sweep[length], _ = evaluate_method(scorer, cvr.truncate_context(bench, length), chunk)
 
   dataset = config.dataset + (" (synthetic procedural world)" if data.synthetic else "")
   results = {
@@ -296,6 +309,7 @@ def run(config, workdir: str | Path) -> dict:
       "synthetic": data.synthetic,
       "metrics": method_metrics,
       "ensemble": {"w_v": scorers["cast"].w_v, "w_p": scorers["cast"].w_p, "selected_on": "heldout subset of train"},
+      "top1_breakdown": breakdown,
       "inference_ablation": ablation,
       "context_sweep": {str(k): v for k, v in sorted(sweep.items())},
       "benchmark_stats": data.stats,
@@ -305,6 +319,8 @@ def run(config, workdir: str | Path) -> dict:
   }
   tables = [
       evaluate.format_table(method_metrics, f"CVR benchmark ({dataset}), Table 2 / Table 4 shape", data.synthetic),
+      evaluate.format_table(breakdown, f"Top-1 choice ({dataset}), Figure 5 shape (% of queries)", data.synthetic,
+                            columns=list(breakdown["cast"])),
       evaluate.format_table(ablation, f"Inference components ({dataset}), Table 5 shape; "
                             f"w_v={scorers['cast'].w_v}, w_p={scorers['cast'].w_p}", data.synthetic),
       evaluate.format_table({f"L={k}": v for k, v in sorted(sweep.items())},
@@ -313,5 +329,6 @@ def run(config, workdir: str | Path) -> dict:
   if common.is_writer():
     if len(sweep) > 1:
       common.plot_context_sweep(sweep, workdir / "context_sweep.png", title=dataset, synthetic=data.synthetic)
+    common.plot_top1_breakdown(breakdown, workdir / "top1_breakdown.png", title=dataset, synthetic=data.synthetic)
     common.write_results(workdir, results, tables)
   return results

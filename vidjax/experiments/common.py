@@ -201,6 +201,12 @@ def plot_context_sweep(sweep: Mapping[int, Mapping[str, float]], path: str | Pat
   ax.grid(alpha=0.3)
   ax.legend()
   ax.set_title(("SYNTHETIC: " if synthetic else "") + f"CAST vs context length, {title}", fontsize=9)
+  return _save(fig, path)
+
+
+def _save(fig, path: str | Path) -> Path:
+  """Writes a matplotlib figure as PNG atomically and closes it."""
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
   fig.tight_layout()
   path = Path(path)
   tmp = path.with_name("." + path.name + ".tmp.png")
@@ -208,3 +214,28 @@ def plot_context_sweep(sweep: Mapping[int, Mapping[str, float]], path: str | Pat
   plt.close(fig)
   tmp.replace(path)
   return path
+
+
+def plot_top1_breakdown(breakdown: Mapping[str, Mapping[str, float]], path: str | Path, title: str,
+                        synthetic: bool) -> Path:
+  """CAST Figure 5: per method, the % of queries whose top-1 is exact / same video / another video."""
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  methods = list(breakdown)
+  parts = (("top1_exact", "Exact match", "tab:green"),
+           ("top1_identity_consistent", "Identity consistent, state misaligned", "tab:blue"),
+           ("top1_identity_inconsistent", "Identity inconsistent", "tab:gray"))
+  fig, ax = plt.subplots(figsize=(6.5, 3.5), dpi=120)
+  left = np.zeros(len(methods))
+  for key, label, color in parts:
+    values = np.array([breakdown[m][key] for m in methods])
+    ax.barh(methods, values, left=left, color=color, label=label)
+    left += values
+  ax.set_xlim(0, 100)
+  ax.set_xlabel("% of queries (top-1 choice)")
+  ax.invert_yaxis()
+  ax.legend(fontsize=7, loc="lower right")
+  ax.set_title(("SYNTHETIC: " if synthetic else "") + f"Top-1 breakdown (CAST Fig. 5 shape), {title}", fontsize=9)
+  return _save(fig, path)
