@@ -16,9 +16,4 @@ from vidjax.defaults import cast
 
 
 def get_config(arg=None):
-  config = cast.default_config(dataset="crosstask", epochs=50, eval_split="test", identity_rule="task_step")
-  if arg == "smoke":
-    config = cast.smoke(config)
-  elif arg:
-    raise ValueError(f"configs/cast_crosstask.py: unknown variant {arg!r} (known: smoke)")
-  return config
+  return cast.get_config("crosstask", arg, eval_split="test", identity_rule="task_step")

@@ -18,13 +18,7 @@ from vidjax.defaults import cast
 
 
 def get_config(arg=None):
-  config = cast.default_config(dataset="youcook2", epochs=30, eval_split="val", identity_rule="caption_similarity")
-  # The synthetic world has no real captions to embed: mine its identity negatives structurally.
-  config.data.identity_rule = "task_step"
-  if arg == "smoke":
-    config = cast.smoke(config)
-  elif arg == "real":
-    config.data.identity_rule = "caption_similarity"
-  elif arg:
-    raise ValueError(f"configs/cast_youcook2.py: unknown variant {arg!r} (known: smoke, real)")
-  return config
+  # The synthetic world has no real captions to embed, so by default its identity negatives are mined
+  # structurally (task + step); the `real` variant mines caption neighbours with all-MiniLM-L6-v2.
+  real = lambda c: c.data.update(identity_rule="caption_similarity")  # noqa: E731
+  return cast.get_config("youcook2", arg, eval_split="val", identity_rule="task_step", variants={"real": real})

@@ -103,3 +103,30 @@ def test_workdir_of_another_config_is_refused(smoke_run):
   config.seed = 1  # another world: the stored features and checkpoints would be stale
   with pytest.raises(ValueError, match=r"made by a different config \(changed: seed\)"):
     cast.run(config, workdir)
+
+
+def test_skip_missing_videos_drops_them_before_the_benchmark_and_says_so(tmp_path, capsys):
+  videos = read_crosstask(CROSSTASK)
+  victim = videos[0].clips[1].clip_id
+  _store_for(videos, tmp_path / "store", drop=victim)
+  config = _crosstask_config(tmp_path / "store")
+  config.data.skip_missing_videos = True
+  results = cast.run(config, tmp_path / "run")
+  dropped = results["benchmark_stats"]["dropped_videos"]
+  assert dropped["count"] == 1 and dropped["ids"] == [videos[0].video_id]
+  assert f"dropped 1 videos" in capsys.readouterr().out
+  for name in ("crosstask_test.json", "crosstask_train.json", "heldout.json"):
+    records = json.loads((tmp_path / "run" / "cvr" / name).read_text())
+    assert all(r["video_id"] != videos[0].video_id for r in records)
+    assert all(victim not in r.get("candidates", []) + r["context"] for r in records)
+
+
+def test_available_videos_list(tmp_path):
+  videos = read_crosstask(CROSSTASK)
+  _store_for(videos, tmp_path / "store")
+  keep = [v.video_id for v in videos[2:]]
+  (tmp_path / "available.txt").write_text("\n".join(keep) + "\n")
+  config = _crosstask_config(tmp_path / "store")
+  config.data.available_videos = str(tmp_path / "available.txt")
+  results = cast.run(config, tmp_path / "run")
+  assert results["benchmark_stats"]["dropped_videos"]["ids"] == sorted(v.video_id for v in videos[:2])

@@ -24,7 +24,7 @@ def test_every_config_loads(name, arg):
   assert config.experiment and "seed" in config
 
 
-@pytest.mark.parametrize("name,epochs,split", [("cast_coin.py", 20, "test"), ("cast_youcook2.py", 30, "val"),
+@pytest.mark.parametrize("name,epochs,split", [("cast_coin.py", 30, "test"), ("cast_youcook2.py", 30, "val"),
                                                ("cast_crosstask.py", 50, "test")])
 def test_cast_configs_carry_paper_settings(name, epochs, split):
   c = load(name)
@@ -90,3 +90,12 @@ def test_loading_every_config_imports_no_jax():
       "print('ok')\n")
   proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
   assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
+
+
+def test_clip_variant_restores_the_clip_rows_and_variants_combine():
+  assert load("cast_coin.py", "clip").train.epochs == 20  # Table 11, CLIP row
+  assert load("cast_youcook2.py", "clip").train.epochs == 30 and load("cast_crosstask.py", "clip").train.epochs == 50
+  both = load("cast_youcook2.py", "smoke,real")
+  assert both.train.epochs == 2 and both.data.identity_rule == "caption_similarity"
+  with pytest.raises(ValueError, match="unknown variant 'bogus'"):
+    load("cast_coin.py", "bogus")

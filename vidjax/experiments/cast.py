@@ -89,6 +89,37 @@ def _embed_fn(config):
 RESUMABLE_CHANGES = ("train.progress", "train.log_every", "train.checkpoint_every", "train.epochs", "eval.chunk")
 
 
+def available_videos(videos, store: FeatureStore, config) -> tuple[list, list[str]]:
+  """The paper's rule for unavailable videos (Table 1: YouCook2 keeps the 414 validation videos with files).
+
+  With `data.available_videos` (a file of video ids, one a line) only those videos are kept; with
+  `data.skip_missing_videos` a video is kept only when the store has clip and text features for every
+  one of its clips. Either way this runs before the benchmark is built, so no pool points at a missing
+  clip, and the dropped videos are counted and reported (never silently). With neither, every video is
+  kept and a missing feature later stops the run with one error naming the ids.
+
+  Returns:
+    (kept videos, dropped video ids).
+  """
+  keep = None
+  if config.data.available_videos:
+    path = Path(config.data.available_videos)
+    if not path.is_file():
+      raise FileNotFoundError(f"config.data.available_videos: no such file {path}")
+    keep = {line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()}
+  if config.data.skip_missing_videos:
+    have = {kind: set(store.ids(kind)) for kind in (config.data.clip_kind, config.data.text_kind)}
+    complete = {v.video_id for v in videos if all(c.clip_id in ids for c in v.clips for ids in have.values())}
+    keep = complete if keep is None else keep & complete
+  if keep is None:
+    return list(videos), []
+  kept = [v for v in videos if v.video_id in keep]
+  if not kept:
+    raise ValueError(f"no annotated video is available ({len(videos)} annotated; available_videos="
+                     f"{config.data.available_videos!r}, skip_missing_videos={config.data.skip_missing_videos})")
+  return kept, sorted(v.video_id for v in videos if v.video_id not in keep)
+
+
 def prepare_data(config, workdir: Path) -> CVRData:
   """Reads or generates the videos, writes the CVR files to `<workdir>/cvr`, opens the store."""
   out = workdir / "cvr"
@@ -106,8 +137,11 @@ def prepare_data(config, workdir: Path) -> CVRData:
     if config.data.clip_kind != "clip" or config.data.text_kind != "text":
       raise ValueError("the synthetic world writes kinds 'clip' and 'text'; leave data.clip_kind/text_kind as is")
     is_synthetic = True
+    dropped = []
   else:
     videos = read_annotations(config.dataset, config.data.annotations)
+    store = FeatureStore(config.data.features)
+    videos, dropped = available_videos(videos, store, config)
     if config.dataset != "crosstask":  # CrossTask: split by video 80/20 with seed 42 (App. B), below
       train_videos = [v for v in videos if v.split == config.data.train_split]
       eval_videos = [v for v in videos if v.split == config.data.eval_split]
@@ -115,7 +149,6 @@ def prepare_data(config, workdir: Path) -> CVRData:
         if not vids:
           raise ValueError(f"{config.data.annotations}: no videos in the {split} split "
                            f"({config.data.train_split if split == 'train' else config.data.eval_split!r})")
-    store = FeatureStore(config.data.features)
     is_synthetic = bool(store.metadata.get("synthetic", False))
   rules = dict(cvr.DATASET_RULES[config.dataset], identity_rule=config.data.identity_rule,
                embed_fn=_embed_fn(config) if writer else None, context_len=config.model.context_len,
@@ -129,6 +162,12 @@ def prepare_data(config, workdir: Path) -> CVRData:
     cvr.build_cvr(train_videos, eval_videos, out, eval_name=names[0], train_name=names[1], **rules)
   common.barrier("vidjax_cast_cvr")
   stats = io.read_json(out / "stats.json")
+  stats["dropped_videos"] = {"count": len(dropped), "ids": dropped[:100],
+                             "rule": config.data.available_videos or
+                             ("no features in the store" if config.data.skip_missing_videos else "")}
+  if dropped:
+    print(f"dropped {len(dropped)} videos before building the benchmark ({stats['dropped_videos']['rule']}): "
+          f"{', '.join(dropped[:5])}{' ...' if len(dropped) > 5 else ''}", flush=True)
   benchmark = io.read_json(out / names[0])
   heldout = io.read_json(out / "heldout.json")
   instances = io.read_json(out / names[1])
