@@ -61,11 +61,29 @@ def initialize_distributed(env: Mapping[str, str] | None = None) -> bool:
   Returns:
     True when the distributed runtime was initialized (now or before), False on a single host.
   """
+  env = os.environ if env is None else env
   reason = multihost_reason(env)
   if reason is None:
     return False
   if jax.distributed.is_initialized():
     return True
+  logging.info("Multi-host environment (%s): calling jax.distributed.initialize().", reason)
+  # Cluster environments (TPU, Slurm, MPI) describe themselves; a plain local or hand-launched job
+  # says its size and rank with JAX_NUM_PROCESSES / JAX_PROCESS_ID beside JAX_COORDINATOR_ADDRESS.
+  explicit = {}
+  if env.get("JAX_NUM_PROCESSES") or env.get("JAX_PROCESS_ID"):
+    try:
+      explicit = dict(coordinator_address=env["JAX_COORDINATOR_ADDRESS"],
+                      num_processes=int(env["JAX_NUM_PROCESSES"]), process_id=int(env["JAX_PROCESS_ID"]))
+    except (KeyError, ValueError) as e:
+      raise ValueError("a hand-launched multi-process job needs JAX_COORDINATOR_ADDRESS=host:port, "
+                       "JAX_NUM_PROCESSES=N and JAX_PROCESS_ID=0..N-1 (integers); got "
+                       f"{ {k: env.get(k) for k in ('JAX_COORDINATOR_ADDRESS', 'JAX_NUM_PROCESSES', 'JAX_PROCESS_ID')} }"
+                       ) from e
+  jax.distributed.initialize(**explicit)
+  logging.info("Process %d of %d; %d local / %d global devices.", jax.process_index(),
+               jax.process_count(), jax.local_device_count(), jax.device_count())
+  return True
   logging.info("Multi-host environment (%s): calling jax.distributed.initialize().", reason)
   jax.distributed.initialize()
   logging.info("Process %d of %d; %d local / %d global devices.", jax.process_index(),

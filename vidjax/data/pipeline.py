@@ -16,8 +16,10 @@ Every method trains from the same pieces (ARCHITECTURE.md "Grain pipelines"; STY
   * `text_token_batch(tokenizer, texts, max_length)`: fixed-length token id batches for text towers.
 
 Data order depends only on the seed: batch `t` of the global batch is stream items
-`[t * B, (t + 1) * B)`; with several processes each loads an interleaved `1 / process_count` of
-those rows (`rows[process_index::process_count]`).
+`[t * B, (t + 1) * B)`; with several processes, process `p` loads the contiguous block
+`[p * B / P, (p + 1) * B / P)` of those rows, so the global batch that `sharding.shard_batch`
+assembles (in process order) is row for row the one a single process would load, and per-row
+randomness (dropout masks) falls on the same examples whatever the process count.
 """
 from __future__ import annotations
 
@@ -126,11 +128,18 @@ def make_batches(source: Sequence[Mapping[str, np.ndarray]], batch_size: int, se
     raise ValueError("make_batches: the source has no examples.")
   if batch_size < 1:
     raise ValueError(f"make_batches: batch_size must be >= 1, got {batch_size}.")
-  local_batch = sharding_lib.process_batch_size(batch_size)
+  sharding_lib.process_batch_size(batch_size)  # checks divisibility by the process count
   ds = grain.MapDataset.source(source).seed(seed).shuffle().repeat(num_epochs)
+  ds = ds.batch(batch_size, drop_remainder=True)
   if jax.process_count() > 1:
-    ds = ds[jax.process_index()::jax.process_count()]
-  return ds.batch(local_batch, drop_remainder=True)
+    ds = ds.map(lambda batch: jax.tree.map(_process_rows, batch))
+  return ds
+
+
+def _process_rows(rows: np.ndarray) -> np.ndarray:
+  """This process's contiguous block of a global batch's rows."""
+  local = len(rows) // jax.process_count()
+  return rows[jax.process_index() * local:(jax.process_index() + 1) * local]
 
 
 class _IndexBatches(Sequence):
@@ -152,8 +161,7 @@ class _IndexBatches(Sequence):
     epoch, b = divmod(int(t), self.per_epoch)
     if self._cache is None or self._cache[0] != epoch:
       self._cache = (epoch, np.random.default_rng([self.seed, epoch]).permutation(self.n))
-    rows = self._cache[1][b * self.batch_size:(b + 1) * self.batch_size]
-    return rows[jax.process_index()::jax.process_count()]
+    return _process_rows(self._cache[1][b * self.batch_size:(b + 1) * self.batch_size])
 
 
 def make_index_batches(num_examples: int, batch_size: int, seed: int,

@@ -1,0 +1,92 @@
+"""Two real JAX processes on this machine (local coordinator, gloo CPU collectives), as a pod would run.
+
+Checks what the per-process code paths promise: a 2-process CAST run trains on the same global batches
+as a 1-process run (same data order, same losses within float tolerance, the same results), only
+process 0 writes the shared files, and a 2-process feature extraction gives the same store, after the
+manifest merge, as a 1-process one. launch/README.md documents the command.
+"""
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from vidjax.data.features import FeatureStore
+
+REPO = Path(__file__).resolve().parents[1]
+MP4 = REPO.parent / "shared" / "data" / "videoprism_assets" / "water_bottle_drumming.mp4"
+
+
+def _free_port() -> int:
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
+
+
+def _run(config: str, workdir: Path, processes: int, extra=()):
+  """Runs `python -m vidjax.main` as `processes` processes; returns their completed processes."""
+  port = _free_port()
+  base = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "XLA_"))}
+  procs = []
+  for rank in range(processes):
+    env = dict(base, JAX_PLATFORMS="cpu", PYTHONPATH=str(REPO))
+    if processes > 1:
+      env.update(JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}", JAX_NUM_PROCESSES=str(processes),
+                 JAX_PROCESS_ID=str(rank))
+    procs.append(subprocess.Popen(
+        [sys.executable, "-m", "vidjax.main", "--config", config, "--workdir", str(workdir), *extra],
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+  outs = [p.communicate(timeout=400)[0] for p in procs]
+  for p, out in zip(procs, outs):
+    assert p.returncode == 0, out[-3000:]
+  return outs
+
+
+def _jsonl(path):
+  return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_two_process_cast_run_equals_one_process(tmp_path):
+  one = _run("configs/cast_coin.py:smoke", tmp_path / "one", 1)
+  two = _run("configs/cast_coin.py:smoke", tmp_path / "two", 2)
+  assert "2 process(es)" in two[0] and "results written" in two[0]
+  assert "results written" not in two[1]  # process 1 computes, process 0 writes
+  a = json.loads((tmp_path / "one" / "results.json").read_text())
+  b = json.loads((tmp_path / "two" / "results.json").read_text())
+  for key in ("metrics", "context_sweep", "inference_ablation", "top1_breakdown"):
+    for method in a[key]:
+      for metric, value in a[key][method].items():
+        assert b[key][method][metric] == pytest.approx(value, abs=0.75), (key, method, metric)  # 0.75 = a few queries
+  assert a["benchmark_stats"] == b["benchmark_stats"]
+  for method in ("cast", "late_fusion_learned", "early_fusion_residual"):
+    la = _jsonl(tmp_path / "one" / "train" / method / "metrics.jsonl")
+    lb = _jsonl(tmp_path / "two" / "train" / method / "metrics.jsonl")
+    assert [r["step"] for r in la] == [r["step"] for r in lb]  # one writer: no duplicated records
+    np.testing.assert_allclose([r["train/loss"] for r in lb], [r["train/loss"] for r in la], rtol=1e-4)
+    assert len(list((tmp_path / "two" / "train" / method / "tb").glob("events.*"))) == 1
+
+
+def test_two_process_extraction_store_equals_one_process(tmp_path):
+  videos = tmp_path / "videos"
+  videos.mkdir()
+  lines = []
+  for v in range(4):  # extraction splits by video: several files, so both processes get work
+    (videos / f"vid{v}.mp4").symlink_to(MP4)
+    lines += [f"vid{v}#{s}\t{videos / f'vid{v}.mp4'}\t{s * 0.5:.1f}\t{s * 0.5 + 1.0:.1f}" for s in range(2)]
+  (tmp_path / "clips.txt").write_text("\n".join(lines) + "\n")
+  extra = [f"--config.data.videos={tmp_path / 'clips.txt'}"]
+  _run("configs/extract_videoprism.py:smoke", tmp_path / "one", 1, extra)
+  _run("configs/extract_videoprism.py:smoke", tmp_path / "two", 2, extra)
+  one, two = FeatureStore(tmp_path / "one" / "features"), FeatureStore(tmp_path / "two" / "features")
+  assert sorted(p.name for p in (tmp_path / "two" / "features" / "clip").glob("*.ids.json")) == \
+      ["p0-00000.ids.json", "p1-00000.ids.json"]  # each process wrote its own shard
+  assert two.metadata["counts"]["clip"] == 8 and set(two.metadata["shards"]["clip"]) == {"p0-00000", "p1-00000"}
+  for kind in ("clip", "clip_mean", "tokens"):
+    ids = one.ids(kind)
+    assert ids == two.ids(kind) and len(ids) == 8
+    np.testing.assert_allclose(two.get(kind, ids), one.get(kind, ids), rtol=1e-5, atol=1e-6, err_msg=kind)
+  two.verify()
