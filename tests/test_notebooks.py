@@ -80,4 +80,6 @@ def test_notebook_runs_top_to_bottom(path, tmp_path):
     found = re.search(r"first in (\d+) prompts: text match (\d+), CAST reranking (\d+)", proc.stdout)
     assert found, proc.stdout[-2000:]
     prompts, text_only, reranked = map(int, found.groups())
-    assert prompts > 0 and 0 <= text_only <= prompts and 0 <= reranked <= prompts
+    assert prompts >= 50
+    # The notebook's point: with the trained CAST the true continuation comes first far more often.
+    assert reranked >= text_only + 0.2 * prompts, (prompts, text_only, reranked)
