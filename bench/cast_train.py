@@ -6,6 +6,10 @@ Times the real jitted train step of `vidjax.train` (CAST forward + type-aware lo
 parameters and optimizer state stay float32 in both modes) and reports examples/s, the achieved
 FLOP/s (XLA's cost analysis of the compiled step) and its ratio to a float32 matmul rate measured in
 the same run on the same device. Prints a table with the machine it ran on.
+
+Peer column: when `torch` is importable (never a vidjax dependency; `pip install torch` by hand for
+this), the same Table-10 model, type-aware loss and AdamW are timed as a plain PyTorch eager step on
+the same cores in the same run, and the table gives vidjax's examples/s as a ratio of it.
 """
 from __future__ import annotations
 
@@ -68,6 +72,71 @@ def bench_train_step(batch: int, dim: int, context: int, dtype, steps: int) -> d
   return {"step_ms": 1e3 * sec, "examples_per_s": batch / sec, "flops_per_step": flops, "flops_per_s": flops / sec}
 
 
+def bench_torch_step(batch: int, dim: int, context: int, steps: int) -> dict | None:
+  """The same step in PyTorch eager (float32): CAST (Table 10) + eq. 6-9 + AdamW. None without torch."""
+  try:
+    import torch  # pylint: disable=g-import-not-at-top
+    from torch import nn  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    return None
+  torch.manual_seed(0)
+  unit = lambda x: x / x.norm(dim=-1, keepdim=True).clamp_min(1e-6)  # noqa: E731
+
+  class Cast(nn.Module):
+    def __init__(self, d, heads=8):
+      super().__init__()
+      self.cond = nn.Sequential(nn.Linear(2 * d, 2 * d), nn.LayerNorm(2 * d), nn.ReLU(), nn.Dropout(0.1),
+                                nn.Linear(2 * d, d))
+      self.q_proj, self.h_proj = nn.Linear(d, d), nn.Linear(d, d)
+      self.attn = nn.MultiheadAttention(d, heads, batch_first=True)
+      self.ln = nn.LayerNorm(d)
+      self.fc1, self.fc2 = nn.Linear(d, d), nn.Linear(d, d)
+
+    def forward(self, text, history, mask):
+      q, h = unit(text), unit(history) * mask[..., None]
+      real = mask > 0
+      v_prev = h[:, -1] * real[:, -1:]  # left-padded: the last slot is v_{t-1}
+      delta_cond = self.cond(torch.cat([q, v_prev], -1))
+      hp = self.h_proj(h)
+      a, _ = self.attn(self.q_proj(q)[:, None], hp, hp, key_padding_mask=~real,
+                       need_weights=False)
+      a = a[:, 0] * real.any(1, keepdim=True)
+      delta_ctx = a + self.fc2(torch.relu(self.fc1(self.ln(a))))
+      return unit(v_prev + delta_cond + delta_ctx)
+
+  def loss_fn(v_hat, pos, state, ident, tau=0.07):
+    v, p, s, i = unit(v_hat), unit(pos), unit(state), unit(ident)
+    logits = v @ p.T / tau
+    l_batch = nn.functional.cross_entropy(logits, torch.arange(len(v)))
+    pos_logit = (v * p).sum(-1, keepdim=True) / tau
+    local = lambda negs: (torch.logsumexp(torch.cat([pos_logit, torch.einsum("bd,bkd->bk", v, negs) / tau], 1), 1)  # noqa: E731
+                          - pos_logit[:, 0]).mean()
+    return l_batch + 5.0 * local(s) + 1.0 * local(i)
+
+  model = Cast(dim)
+  opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=1e-3)
+  g = torch.Generator().manual_seed(0)
+  r = lambda *shape: unit(torch.randn(*shape, generator=g))  # noqa: E731
+  data = (r(batch, dim), r(batch, context, dim), torch.ones(batch, context), r(batch, dim), r(batch, 3, dim),
+          r(batch, 3, dim))
+
+  def step():
+    opt.zero_grad(set_to_none=True)
+    loss = loss_fn(model(*data[:3]), *data[3:])
+    loss.backward()
+    opt.step()
+    return loss
+
+  for _ in range(2):
+    step()
+  start = time.perf_counter()
+  for _ in range(steps):
+    step()
+  sec = (time.perf_counter() - start) / steps
+  return {"step_ms": 1e3 * sec, "examples_per_s": batch / sec, "version": torch.__version__,
+          "threads": torch.get_num_threads()}
+
+
 def main():
   ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   ap.add_argument("--batch", type=int, default=512)
@@ -80,10 +149,18 @@ def main():
   print(f"float32 matmul rate (2048^3, same run): {peak / 1e9:.1f} GFLOP/s")
   print(f"CAST train step, batch {args.batch}, d {args.dim}, L {args.context}")
   print(f"{'compute':<10}{'step ms':>10}{'examples/s':>13}{'GFLOP/step':>12}{'GFLOP/s':>10}{'of matmul':>11}")
+  rows = {}
   for name, dtype in (("float32", jnp.float32), ("bfloat16", jnp.bfloat16)):
-    r = bench_train_step(args.batch, args.dim, args.context, dtype, args.steps)
+    r = rows[name] = bench_train_step(args.batch, args.dim, args.context, dtype, args.steps)
     print(f"{name:<10}{r['step_ms']:>10.2f}{r['examples_per_s']:>13.0f}{r['flops_per_step'] / 1e9:>12.3f}"
           f"{r['flops_per_s'] / 1e9:>10.1f}{r['flops_per_s'] / peak:>10.1%}")
+  peer = bench_torch_step(args.batch, args.dim, args.context, args.steps)
+  if peer is None:
+    print("peer: torch is not importable; install it by hand (`pip install torch`) for the PyTorch column")
+    return
+  print(f"{'torch f32':<10}{peer['step_ms']:>10.2f}{peer['examples_per_s']:>13.0f}   (PyTorch {peer['version']} "
+        f"eager, {peer['threads']} threads, same model, loss and AdamW)")
+  print(f"vidjax float32 / PyTorch eager: {rows['float32']['examples_per_s'] / peer['examples_per_s']:.2f}x")
 
 
 if __name__ == "__main__":

@@ -342,3 +342,23 @@ def test_residual_init_starts_near_the_anchor_state():
   model = cast.CAST(16, num_heads=4, residual_init_std=None)
   v_hat = model.apply(model.init(jax.random.PRNGKey(0), text, hist, mask), text, hist, mask)
   assert np.max(np.abs(np.asarray(v_hat) - anchor)) > 0.2
+
+
+def test_single_query_attention_equals_the_library_layer():
+  """Same parameters (names, shapes, init values) and outputs as flax's MultiHeadDotProductAttention."""
+  import flax.linen as nn
+  b, l, d, h = 6, 5, 32, 8
+  rng = np.random.default_rng(0)
+  q = jnp.asarray(rng.normal(size=(b, d)), jnp.float32)
+  kv = jnp.asarray(rng.normal(size=(b, l, d)), jnp.float32)
+  mask = jnp.asarray(rng.random((b, l)) > 0.3).at[0].set(False)  # row 0: no real slot
+  ours = cast.SingleQueryAttention(h, d)
+  lib = nn.MultiHeadDotProductAttention(num_heads=h, qkv_features=d, out_features=d)
+  p_ours = ours.init(jax.random.key(3), q, kv, mask)
+  p_lib = lib.init(jax.random.key(3), q[:, None], kv, kv, mask=mask[:, None, None, :])
+  for x, y in zip(jax.tree.leaves(p_ours), jax.tree.leaves(p_lib)):
+    np.testing.assert_array_equal(x, y)
+  assert jax.tree.structure(p_ours) == jax.tree.structure(p_lib)
+  noisy = jax.tree.map(lambda x: x + 0.1 * jax.random.normal(jax.random.key(1), x.shape), p_lib)  # nonzero biases
+  np.testing.assert_allclose(ours.apply(noisy, q, kv, mask),
+                             lib.apply(noisy, q[:, None], kv, kv, mask=mask[:, None, None, :])[:, 0], atol=2e-6)

@@ -33,6 +33,7 @@ from typing import Any, Optional
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from vidjax.ops import cosine, l2_normalize
 
@@ -116,6 +117,65 @@ def _prepare(text, history, history_mask):
   return q, h, mask, v_prev, has_ctx
 
 
+def _flat_init(init, n_in: int):
+  """DenseGeneral's init: `init` on the flat (prod(in), prod(out)) matrix, reshaped (same values)."""
+  def wrapped(rng, shape, dtype=jnp.float32):
+    flat = (int(np.prod(shape[:n_in])), int(np.prod(shape[n_in:])))
+    return jnp.reshape(init(rng, flat, dtype), shape)
+  return wrapped
+
+
+class _KernelBias(nn.Module):
+  """The kernel and bias of one `nn.DenseGeneral` (same names, shapes and init), used by hand."""
+  kernel_shape: tuple[int, ...]
+  n_in: int
+  kernel_init: Any = nn.linear.default_kernel_init
+
+  @nn.compact
+  def __call__(self):
+    kernel = self.param("kernel", _flat_init(self.kernel_init, self.n_in), self.kernel_shape, jnp.float32)
+    bias = self.param("bias", nn.initializers.zeros, self.kernel_shape[self.n_in:], jnp.float32)
+    return kernel, bias
+
+
+class SingleQueryAttention(nn.Module):
+  """Multi-head attention of ONE query over L keys/values, computed without projecting every key.
+
+  The same function and parameters (names, shapes, init) as `nn.MultiHeadDotProductAttention` with a
+  length-1 query (query/key/value kernels [d, H, K], out kernel [H, K, d]), reassociated for a single
+  query: the key projection is applied to the query side (logits_h = (W_k,h^T q_h) . x_l + q_h . b_k,h)
+  and the value projection after the attention-weighted sum (sum_l a_l (W_v,h x_l + b_v,h) =
+  W_v,h (sum_l a_l x_l) + b_v,h). This costs O(B·H·L·d + B·d²) instead of O(B·L·d²): CAST's
+  attention over L = 5 history clips does about a third of the train step's FLOPs less.
+
+  Rows whose mask has no real slot attend uniformly (as the library layer does); CAST zeroes them.
+  """
+  num_heads: int
+  features: int
+  dtype: Dtype = jnp.float32
+  out_kernel_init: Any = nn.linear.default_kernel_init
+
+  @nn.compact
+  def __call__(self, query: jax.Array, kv: jax.Array, mask: jax.Array) -> jax.Array:
+    """query [B, d], kv [B, L, d], mask [B, L] bool -> [B, d]."""
+    d, h = self.features, self.num_heads
+    k = d // h
+    wq, bq = _KernelBias((query.shape[-1], h, k), 1, name="query")()
+    wk, bk = _KernelBias((kv.shape[-1], h, k), 1, name="key")()
+    wv, bv = _KernelBias((kv.shape[-1], h, k), 1, name="value")()
+    wo, bo = _KernelBias((h, k, d), 2, kernel_init=self.out_kernel_init, name="out")()
+    c = lambda x: jnp.asarray(x, self.dtype)  # noqa: E731
+    query, kv = c(query), c(kv)
+    q = (jnp.einsum("bd,dhk->bhk", query, c(wq)) + c(bq)) / jnp.sqrt(k).astype(self.dtype)
+    logits = jnp.einsum("bhd,bld->bhl", jnp.einsum("bhk,dhk->bhd", q, c(wk)), kv)
+    logits = logits + jnp.einsum("bhk,hk->bh", q, c(bk))[..., None]
+    logits = jnp.where(mask[:, None, :], logits, jnp.finfo(logits.dtype).min)
+    weights = jax.nn.softmax(logits, axis=-1)
+    mixed = jnp.einsum("bhl,bld->bhd", weights, kv)
+    values = jnp.einsum("bhd,dhk->bhk", mixed, c(wv)) + c(bv)
+    return jnp.einsum("bhk,hkd->bd", values, c(wo)) + c(bo)
+
+
 def _residual_init(std: Optional[float]):
   return nn.linear.default_kernel_init if std is None else nn.initializers.normal(std)
 
@@ -181,11 +241,8 @@ class CAST(nn.Module):
     # Path 2: temporal context attention.
     q_proj = dense(d, "ctx_query_proj")(q.astype(self.dtype))
     h_proj = dense(d, "ctx_history_proj")(h.astype(self.dtype))
-    attn = nn.MultiHeadDotProductAttention(
-        num_heads=self.num_heads, qkv_features=d, out_features=d, dtype=self.dtype,
-        param_dtype=jnp.float32, dropout_rate=0.0, deterministic=True, out_kernel_init=out_init,
-        name="ctx_attention")(
-            q_proj[:, None, :], h_proj, h_proj, mask=mask[:, None, None, :])[:, 0]
+    attn = SingleQueryAttention(self.num_heads, d, dtype=self.dtype, out_kernel_init=out_init,
+                                name="ctx_attention")(q_proj, h_proj, mask)
     attn = jnp.where(has_ctx, attn, 0)
     y = layer_norm("ctx_ln")(attn)
     y = dense(d, "ctx_fc2", out_init)(nn.relu(dense(d, "ctx_fc1")(y)))
