@@ -3,7 +3,6 @@ import functools
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from vidjax.data import annotations

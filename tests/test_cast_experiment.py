@@ -114,7 +114,7 @@ def test_skip_missing_videos_drops_them_before_the_benchmark_and_says_so(tmp_pat
   results = cast.run(config, tmp_path / "run")
   dropped = results["benchmark_stats"]["dropped_videos"]
   assert dropped["count"] == 1 and dropped["ids"] == [videos[0].video_id]
-  assert f"dropped 1 videos" in capsys.readouterr().out
+  assert "dropped 1 videos" in capsys.readouterr().out
   for name in ("crosstask_test.json", "crosstask_train.json", "heldout.json"):
     records = json.loads((tmp_path / "run" / "cvr" / name).read_text())
     assert all(r["video_id"] != videos[0].video_id for r in records)

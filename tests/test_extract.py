@@ -18,7 +18,6 @@ from vidjax import extract as engine
 from vidjax.data import video
 from vidjax.data.features import FeatureStore
 from vidjax.experiments import extract as experiment
-from vidjax.models import videoprism as vp
 
 REPO = Path(__file__).resolve().parents[1]
 MP4 = REPO / ".." / "shared" / "data" / "videoprism_assets" / "water_bottle_drumming.mp4"

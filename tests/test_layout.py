@@ -62,4 +62,4 @@ def test_train_and_evaluate_know_no_method_by_name():
     text = (ROOT / "vidjax" / name).read_text().lower()
     for method in ("cast", "vedje", "grdr", "videocomp", "genstate"):
       code = [l for l in text.splitlines() if method in l and not l.strip().startswith(("#", '"', "'"))]
-      assert not any(f"import" in l or f"{method}." in l or f"{method}_" in l for l in code), (name, method, code)
+      assert not any("import" in l or f"{method}." in l or f"{method}_" in l for l in code), (name, method, code)

@@ -51,7 +51,7 @@ def _jsonl(path):
 
 
 def test_two_process_cast_run_equals_one_process(tmp_path):
-  one = _run("configs/cast_coin.py:smoke", tmp_path / "one", 1)
+  _run("configs/cast_coin.py:smoke", tmp_path / "one", 1)
   two = _run("configs/cast_coin.py:smoke", tmp_path / "two", 2)
   assert "2 process(es)" in two[0] and "results written" in two[0]
   assert "results written" not in two[1]  # process 1 computes, process 0 writes

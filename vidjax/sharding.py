@@ -11,9 +11,9 @@ multi-host TPU pod slice / GPU cluster after `initialize_distributed()`:
   params = sharding.create_replicated(init_fn, mesh, rng)
   batch = sharding.shard_batch(local_batch, mesh)   # this process's rows -> one global array
 
-Multi-host input: every process loads its own slice of the global batch (Grain slices the
-example stream by process index, see `vidjax.data.pipeline.make_batches`), and `shard_batch` assembles the
-per-process numpy arrays into one global `jax.Array` with `jax.make_array_from_process_local_data`.
+Multi-host input: every process loads its own contiguous block of each global batch (see
+`vidjax.data.pipeline`), and `shard_batch` assembles the per-process numpy arrays, in process order,
+into one global `jax.Array` with `jax.make_array_from_process_local_data`.
 """
 from __future__ import annotations
 
@@ -81,11 +81,6 @@ def initialize_distributed(env: Mapping[str, str] | None = None) -> bool:
                        f"{ {k: env.get(k) for k in ('JAX_COORDINATOR_ADDRESS', 'JAX_NUM_PROCESSES', 'JAX_PROCESS_ID')} }"
                        ) from e
   jax.distributed.initialize(**explicit)
-  logging.info("Process %d of %d; %d local / %d global devices.", jax.process_index(),
-               jax.process_count(), jax.local_device_count(), jax.device_count())
-  return True
-  logging.info("Multi-host environment (%s): calling jax.distributed.initialize().", reason)
-  jax.distributed.initialize()
   logging.info("Process %d of %d; %d local / %d global devices.", jax.process_index(),
                jax.process_count(), jax.local_device_count(), jax.device_count())
   return True

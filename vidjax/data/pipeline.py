@@ -69,9 +69,9 @@ class FeatureTable:
     self.nbytes = 4 * len(self.ids) * int(np.prod(self.item_shape))
     self.in_memory = memory_budget_bytes is None or self.nbytes <= memory_budget_bytes
     if self.in_memory:
-      emb = store.get(kind, self.ids) if self.ids else np.zeros((0,) + self.item_shape, np.float32)
-      # Row len(ids) is the zero vector used for padding (index -1 maps there via `gather`).
-      self._emb = np.concatenate([emb, np.zeros((1,) + self.item_shape, np.float32)]).astype(np.float32)
+      # Read every row once (through the streaming path) and keep them; row len(ids) is the zero
+      # vector used for padding (index -1 maps there in `gather`).
+      self._emb = self._read(np.append(np.arange(len(self.ids)), -1))
 
   @property
   def dim(self) -> int:
@@ -94,6 +94,10 @@ class FeatureTable:
     rows = np.asarray(rows)
     if self.in_memory:
       return self._emb[np.where(rows < 0, len(self.ids), rows)]
+    return self._read(rows)
+
+  def _read(self, rows: np.ndarray) -> np.ndarray:
+    """Reads `rows` from the store's memory-mapped shards (-1 gives zeros)."""
     flat = rows.reshape(-1)
     out = np.zeros((flat.size,) + self.item_shape, np.float32)
     real = np.flatnonzero(flat >= 0)

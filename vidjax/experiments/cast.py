@@ -226,7 +226,7 @@ def train_method(name: str, model, source: cvr.CVRTrainSource, config, workdir: 
       name=name, init_fn=lambda rng: model.init(rng, *dummy)["params"], loss_fn=make_loss_fn(model, config.train),
       num_examples=len(source), batch_fn=source.collate, tcfg=config.train, seed=config.seed,
       workdir=Path(workdir) / "train" / name, mesh=mesh, description=f"{config.name}/{name}")
-  return state.params
+  return jax.device_get(state.params)  # the optimizer state stays on the device
 
 
 # ----------------------------------------------------------------------------------------------

@@ -151,7 +151,7 @@ def train_epochs(*, name: str, init_fn: Callable, loss_fn: Callable, num_example
   `tcfg` also gives `checkpoint_every`, `log_every` and `progress`.
 
   Returns:
-    the final `TrainState` (on the host).
+    the final `TrainState` (device arrays; fetch what you need, e.g. `jax.device_get(state.params)`).
   """
   steps_per_epoch = num_examples // tcfg.batch_size
   if steps_per_epoch < 1:
@@ -165,7 +165,7 @@ def train_epochs(*, name: str, init_fn: Callable, loss_fn: Callable, num_example
       num_steps=num_steps, workdir=workdir, seed=seed, mesh=mesh,
       checkpoint_every=tcfg.checkpoint_every, log_every=min(tcfg.log_every, num_steps),
       progress=tcfg.progress, description=description or name, stateful=stateful)
-  return jax.device_get(state)
+  return state
 
 
 # ----------------------------------------------------------------------------------------------

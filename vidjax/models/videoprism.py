@@ -35,13 +35,11 @@ key and shape against it (this module opens no files).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from typing import Any
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from vidjax.ops import flatten_dict, l2_normalize
 from vidjax.tokenizers.sentencepiece import C4_EN_SPM_PATH  # noqa: F401  (re-exported for configs)
