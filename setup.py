@@ -20,6 +20,7 @@ setup(
         "etils[epath]>=1.7",
         "safetensors>=0.4",      # MiniLM weights (read with numpy, no PyTorch)
         "sentencepiece>=0.2",    # VideoPrism text tokenizer
+        "tokenizers>=0.15",      # BERT WordPiece for MiniLM (Hugging Face's Rust tokenizer, no PyTorch)
         "av>=12.0",              # PyAV video decoding
         "matplotlib>=3.8",       # Figure-6-style plots
         "tensorboardX>=2.6",     # TensorBoard event files without TensorFlow

@@ -1,18 +1,27 @@
-"""BERT (uncased) WordPiece tokenization, written from scratch in pure Python.
+"""BERT (uncased) WordPiece tokenization on Hugging Face's `tokenizers` (Rust; no PyTorch).
 
 The text tower of all-MiniLM-L6-v2 (Sentence-BERT) reads BERT uncased WordPiece ids. CAST (App. B)
 mines YouCook2 identity negatives by all-MiniLM-L6-v2 caption similarity, and VEDJE reuses the same
 BERT encoder as its text tower, so both need ids that match the original tokenizer exactly.
 
-Pipeline (the same as the reference BERT tokenizer with ``do_lower_case=True``)::
+Pipeline (the model's own `tokenizer.json`: BertNormalizer, BertPreTokenizer, WordPiece)::
 
   split out special tokens written literally in the text ("[CLS]", "[SEP]", ...)
-  basic tokenizer:  clean text (drop NUL / U+FFFD / control chars, map whitespace to ' ')
-                    -> surround CJK ideographs with spaces -> split on whitespace
-                    -> lowercase -> strip accents (NFD, drop category Mn) -> split off punctuation
+  normalizer:       clean text (drop NUL / U+FFFD / control chars, map whitespace to ' ')
+                    -> surround CJK ideographs with spaces -> strip accents (NFD, drop Mn) -> lowercase
+  pre-tokenizer:    split on whitespace, split off punctuation (ASCII symbols and Unicode P*)
   wordpiece:        greedy longest-match-first over the vocab, '##' marks a word-internal piece;
                     a word longer than 100 characters or with an unmatchable rest -> [UNK]
-  framing:          [CLS] pieces[:max_length - 2] [SEP], right-padded with [PAD]
+  framing:          [CLS] pieces[:max_length - 2] [SEP], right-padded with [PAD] (done here, so one
+                    tokenizer serves any max_length without mutating the Rust object between calls)
+
+The library carries its own Unicode tables, so it differs from a pure-Python BERT tokenizer (which
+reads the running Python's `unicodedata`) only on characters none of our captions contain: code
+points unassigned in Python's Unicode version (Python drops them, the library keeps them -> [UNK]),
+~500 characters whose category is newer than the library's tables, the first 256 ideographs of CJK
+Extension F (U+2B820-U+2B91F, outside the library's CJK ranges) and a word-final Greek capital sigma
+(the library lowercases it to 'σ', Python to 'ς'). On all of these it gives what the model's own
+`tokenizer.json` gives. `bench/wordpiece.py` times both and compares ids on every real caption.
 
 Usage::
 
@@ -22,45 +31,12 @@ Usage::
 from __future__ import annotations
 
 import os
-import re
-import unicodedata
 from typing import Iterable, Mapping, Sequence
 
 import numpy as np
+from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
 
 _SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
-
-# CJK Unified Ideographs blocks (BERT's definition; Hangul and kana are written with spaces
-# or are handled by WordPiece like other scripts, so they are not in this list).
-_CJK_RANGES = (
-    (0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F),
-    (0x2B740, 0x2B81F), (0x2B820, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F),
-)
-
-
-def _is_whitespace(ch: str) -> bool:
-  if ch in (" ", "\t", "\n", "\r"):
-    return True
-  return unicodedata.category(ch) == "Zs"
-
-
-def _is_control(ch: str) -> bool:
-  # \t \n \r are Cc but count as whitespace, not as junk to drop.
-  if ch in ("\t", "\n", "\r"):
-    return False
-  return unicodedata.category(ch).startswith("C")
-
-
-def _is_punctuation(ch: str) -> bool:
-  cp = ord(ch)
-  # All non-alphanumeric ASCII counts, including '$', '^', '`' which Unicode files under S*.
-  if 33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126:
-    return True
-  return unicodedata.category(ch).startswith("P")
-
-
-def _is_cjk(cp: int) -> bool:
-  return any(lo <= cp <= hi for lo, hi in _CJK_RANGES)
 
 
 def load_vocab(path: str | os.PathLike) -> dict[str, int]:
@@ -79,6 +55,13 @@ def load_vocab(path: str | os.PathLike) -> dict[str, int]:
                        "a vocab file must list each token once")
     vocab[tok] = i
   return vocab
+
+
+def _check_texts(texts: Sequence[str]) -> None:
+  # The library would read a tuple as a (text, pair) input and a list as pre-split words.
+  for text in texts:
+    if not isinstance(text, str):
+      raise TypeError(f"WordPieceTokenizer expects str texts, got {type(text).__name__}: {text!r}")
 
 
 class WordPieceTokenizer:
@@ -111,9 +94,15 @@ class WordPieceTokenizer:
     self.unk_id = self.vocab["[UNK]"]
     self.cls_id = self.vocab["[CLS]"]
     self.sep_id = self.vocab["[SEP]"]
-    # Longest first so that no special token is matched by a prefix of another.
-    specials = sorted(_SPECIAL_TOKENS, key=len, reverse=True)
-    self._special_re = re.compile("(" + "|".join(re.escape(s) for s in specials) + ")")
+    tok = Tokenizer(models.WordPiece(self.vocab, unk_token="[UNK]",
+                                     max_input_chars_per_word=max_input_chars_per_word))
+    tok.normalizer = normalizers.BertNormalizer(
+        clean_text=True, handle_chinese_chars=tokenize_cjk_chars,
+        strip_accents=self.strip_accents, lowercase=lowercase)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    # Matched on the raw text before normalization, case-sensitively, and kept whole.
+    tok.add_special_tokens(list(_SPECIAL_TOKENS))
+    self._tok = tok
 
   @classmethod
   def from_vocab(cls, path: str | os.PathLike, lowercase: bool = True,
@@ -125,91 +114,27 @@ class WordPieceTokenizer:
   def vocab_size(self) -> int:
     return len(self.vocab)
 
-  # ---- basic tokenizer -------------------------------------------------------------------------
-
-  def _clean(self, text: str) -> str:
-    out = []
-    for ch in text:
-      cp = ord(ch)
-      if cp == 0 or cp == 0xFFFD or _is_control(ch):
-        continue
-      if _is_whitespace(ch):
-        out.append(" ")
-      elif self.tokenize_cjk_chars and _is_cjk(cp):
-        out.append(f" {ch} ")
-      else:
-        out.append(ch)
-    return "".join(out)
-
-  def _split_punctuation(self, word: str) -> list[str]:
-    pieces, current = [], []
-    for ch in word:
-      if _is_punctuation(ch):
-        if current:
-          pieces.append("".join(current))
-          current = []
-        pieces.append(ch)
-      else:
-        current.append(ch)
-    if current:
-      pieces.append("".join(current))
-    return pieces
-
   def basic_tokenize(self, text: str) -> list[str]:
     """Splits text into words and punctuation marks (no special-token handling)."""
-    words = []
-    for word in self._clean(text).split():
-      if self.lowercase:
-        word = word.lower()
-      if self.strip_accents:
-        word = "".join(c for c in unicodedata.normalize("NFD", word)
-                       if unicodedata.category(c) != "Mn")
-      words.extend(self._split_punctuation(word))
-    return words
-
-  # ---- wordpiece -------------------------------------------------------------------------------
+    _check_texts([text])
+    normalized = self._tok.normalizer.normalize_str(text)
+    return [word for word, _ in self._tok.pre_tokenizer.pre_tokenize_str(normalized)]
 
   def wordpiece(self, word: str) -> list[str]:
     """Greedy longest-match-first split of one word; ['[UNK]'] if it cannot be covered."""
-    if len(word) > self.max_input_chars_per_word:
-      return ["[UNK]"]
-    pieces, start = [], 0
-    while start < len(word):
-      end = len(word)
-      piece = None
-      while start < end:
-        candidate = word[start:end] if start == 0 else "##" + word[start:end]
-        if candidate in self.vocab:
-          piece = candidate
-          break
-        end -= 1
-      if piece is None:
-        return ["[UNK]"]
-      pieces.append(piece)
-      start = end
-    return pieces
+    _check_texts([word])
+    return [token.value for token in self._tok.model.tokenize(word)]
 
   def tokenize(self, text: str) -> list[str]:
     """Text -> WordPiece tokens, without [CLS]/[SEP]; literal special tokens are kept whole."""
-    if not isinstance(text, str):
-      raise TypeError(f"WordPieceTokenizer expects str texts, got {type(text).__name__}: {text!r}")
-    tokens = []
-    for i, part in enumerate(self._special_re.split(text)):
-      if i % 2:  # odd parts are the captured special tokens
-        tokens.append(part)
-        continue
-      for word in self.basic_tokenize(part):
-        tokens.extend(self.wordpiece(word))
-    return tokens
-
-  # ---- ids -------------------------------------------------------------------------------------
+    _check_texts([text])
+    return self._tok.encode(text, add_special_tokens=False).tokens
 
   def encode(self, text: str, max_length: int | None = None) -> list[int]:
     """Text -> [CLS] ids [SEP], truncated to max_length (default self.max_length) ids in all."""
-    max_length = self.max_length if max_length is None else max_length
-    if max_length < 2:
-      raise ValueError(f"max_length must be >= 2 to hold [CLS] and [SEP], got {max_length}")
-    ids = [self.vocab[t] for t in self.tokenize(text)][:max_length - 2]
+    max_length = self._check_max_length(max_length)
+    _check_texts([text])
+    ids = self._tok.encode(text, add_special_tokens=False).ids[:max_length - 2]
     return [self.cls_id, *ids, self.sep_id]
 
   def pad(self, sequences: Sequence[Sequence[int]],
@@ -242,13 +167,23 @@ class WordPieceTokenizer:
     Returns:
       (input_ids int32 [B, S], attention_mask int32 [B, S]).
     """
-    if isinstance(texts, str):
-      texts = [texts]
-    max_length = self.max_length if max_length is None else max_length
+    texts = [texts] if isinstance(texts, str) else list(texts)
     if padding not in ("longest", "max_length"):
       raise ValueError(f"padding must be 'longest' or 'max_length', got {padding!r}")
-    seqs = [self.encode(t, max_length) for t in texts]
+    max_length = self._check_max_length(max_length)
+    _check_texts(texts)
+    # encode_batch_fast (tokenizers >= 0.20) skips the character offsets we never read.
+    encode_batch = getattr(self._tok, "encode_batch_fast", self._tok.encode_batch)
+    cap = max_length - 2
+    seqs = [[self.cls_id, *e.ids[:cap], self.sep_id]
+            for e in encode_batch(texts, add_special_tokens=False)]
     return self.pad(seqs, max_length if padding == "max_length" else None)
 
   def convert_ids_to_tokens(self, ids: Iterable[int]) -> list[str]:
     return [self.inv_vocab[int(i)] for i in ids]
+
+  def _check_max_length(self, max_length: int | None) -> int:
+    max_length = self.max_length if max_length is None else max_length
+    if max_length < 2:
+      raise ValueError(f"max_length must be >= 2 to hold [CLS] and [SEP], got {max_length}")
+    return max_length
