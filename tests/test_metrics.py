@@ -166,3 +166,28 @@ def test_cvr_top1_breakdown_matches_loop_with_pessimistic_ties(seed):
     counts[names[worst]] += 1
   assert got == pytest.approx({k: 100.0 * v / 60 for k, v in counts.items()})
   assert sum(got.values()) == pytest.approx(100.0)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_two_way_retrieval_matches_loops_with_ties_and_several_captions(seed):
+  rng = np.random.default_rng(seed)
+  n_videos, q = 9, 30
+  relevant = rng.integers(0, n_videos - 1, size=q)  # several captions per video; the last video has none
+  scores = rng.integers(0, 4, size=(q, n_videos)).astype(float)  # coarse values: many ties
+  t2v, v2t = metrics.two_way_ranks(scores, relevant)
+  for i in range(q):
+    gt = scores[i, relevant[i]]
+    better = sum(1 for j in range(n_videos) if j != relevant[i] and scores[i, j] >= gt)
+    assert t2v[i] == 1 + better
+  for v in range(n_videos):
+    mine = [i for i in range(q) if relevant[i] == v]
+    if not mine:
+      assert v2t[v] == 0
+      continue
+    best = max(scores[i, v] for i in mine)
+    others = sum(1 for i in range(q) if i not in mine and scores[i, v] >= best)
+    assert v2t[v] == 1 + others
+  m = metrics.two_way_retrieval_metrics(scores, relevant)
+  hit = lambda ranks, k: 100.0 * np.mean([r <= k for r in ranks])  # noqa: E731
+  assert m["t2v_r5"] == pytest.approx(hit(t2v, 5)) and m["v2t_r1"] == pytest.approx(hit(v2t[v2t > 0], 1))
+  assert m["v2t_mnr"] == pytest.approx(np.mean(v2t[v2t > 0])) and m["t2v_mdr"] == pytest.approx(np.median(t2v))

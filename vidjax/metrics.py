@@ -147,6 +147,43 @@ def retrieval_metrics(ranks: np.ndarray, prefix: str = "", ks: Sequence[int] = (
   return out
 
 
+def two_way_ranks(scores: np.ndarray, relevant: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+  """Pessimistic 1-based ranks in both directions from a full text x video score matrix.
+
+  T2V: query q's rank is 1 + the number of other videos scoring >= its relevant video. V2T: video v's
+  rank is 1 + the number of queries outside R(v) (its own captions) scoring >= the best of R(v), so a
+  video is a hit at K when any of its captions is in the top K. Ties count against the model.
+  (`vidjax.evaluate.gallery_ranks` computes the same in bounded memory.)
+
+  Args:
+    scores: [Q, N]; relevant: int [Q], each query's video column.
+
+  Returns:
+    (t2v [Q], v2t [N]) int64, v2t = 0 for videos no query points at.
+  """
+  scores = np.asarray(scores, np.float64)
+  relevant = np.asarray(relevant, np.int64)
+  q, n = scores.shape if scores.ndim == 2 else (None, None)
+  if q is None or relevant.shape != (q,) or (q and (relevant.min() < 0 or relevant.max() >= n)):
+    raise ValueError(f"expected scores [Q, N] and relevant int [Q] in [0, N); got {np.shape(scores)}, "
+                     f"{relevant.shape}")
+  own = relevant[:, None] == np.arange(n)[None, :]
+  gt = scores[np.arange(q), relevant]
+  t2v = 1 + np.sum((scores >= gt[:, None]) & ~own, axis=1)
+  best = np.full(n, -np.inf)
+  np.maximum.at(best, relevant, gt)
+  v2t = 1 + np.sum((scores >= best[None, :]) & ~own, axis=0)
+  v2t[np.isneginf(best)] = 0
+  return t2v.astype(np.int64), v2t.astype(np.int64)
+
+
+def two_way_retrieval_metrics(scores: np.ndarray, relevant: np.ndarray,
+                              ks: Sequence[int] = (1, 5, 10)) -> dict[str, float]:
+  """{t2v_r1, t2v_r5, t2v_r10, t2v_mdr, t2v_mnr, v2t_...}: `retrieval_metrics` of `two_way_ranks`."""
+  t2v, v2t = two_way_ranks(scores, relevant)
+  return {**retrieval_metrics(t2v, "t2v_", ks), **retrieval_metrics(v2t[v2t > 0], "v2t_", ks)}
+
+
 def recall_from_ranked(ids: np.ndarray, relevant: np.ndarray, ks: Sequence[int] = (1, 5, 10)) -> dict[str, float]:
   """R@K (%) of ranked ids: ids [Q, K] best first, relevant [Q] -> {"r1": ..., "r5": ..., ...}.
 

@@ -1,0 +1,359 @@
+"""The moving-object world: the patch-level embedded default for retrieval (SYNTHETIC).
+
+ARCHITECTURE.md, "synthetic worlds". It stands in for frozen per-frame patch tokens of a video backbone
+(VideoPrism: `[T, P, d]`) so that the retrieval methods that read frame-local evidence (VEDJE's cache,
+VideoComp's order negatives, GenState's state triplets) run end to end on a fresh machine with no data.
+Everything it produces is labelled synthetic; its numbers demonstrate mechanisms, never the papers'.
+
+Generative story (dimension `dim`, unit vectors marked ^):
+  * a vocabulary of real English words (colours, shapes, directions, relations, function words), each
+    with a random word vector e_w^ (`WORDS`; every word is in the BERT uncased WordPiece vocabulary);
+  * an object is a (colour, shape) pair with code o = (e_colour + e_shape)^, so a video that shows the
+    red cube and a caption that says "red cube" meet in one space;
+  * a video has 2-3 distinct objects on a `grid` x `grid` board and `num_events` sequential events
+    ("the red cube moves left" by 1-2 cells), each taking an equal share of the T frames; every cell has a
+    zero-mean position code p_c^ and a per-video background b (the scene);
+  * patch tokens X[t, c] = p_c + sum of the codes of the objects in cell c at frame t + bg_weight * b
+    + noise * N(0, I) (`tokens` kind, `[T, P, dim]`, P = grid²);
+  * the stage-1 video embedding is order-blind by construction: clip = (mean_t sum_c X[t, c])^ (`clip`);
+  * the caption comes from a template grammar ("the red cube moves left, then the blue ball moves up,
+    ending above the green cone"), and its stage-1 embedding is a bag of words, (sum_w e_w)^ (`text`),
+    order-blind too.
+
+Every video belongs to a group of four (`KINDS`), each a real corpus video with its own caption:
+  * `base`;
+  * `twin`: the same frames in reverse order (its caption reverses the events and flips every
+    direction) -- identical frame-mean, so stage 1 cannot rank it below the base (temporal negative);
+  * `end_state`: the same objects, start and first events, but the last event goes another way, so the
+    end state differs (GenState's temporal negative);
+  * `semantic`: one object substituted by another colour or shape at the same place doing the same
+    (GenState's semantic negative).
+
+Calibration (defaults; `python -m vidjax.data.moving_objects`, tests/test_moving_objects.py): the
+linear probe of `twin_probe_accuracy` (caption event clauses x per-slot late-minus-early patch tokens)
+tells the base from its time-reversed twin on held-out groups with TWIN_PROBE accuracy, and the same
+probe on frame-mean tokens sits at exactly 50% (the twin's frame mean equals the base's). Two choices
+came from that measurement: the token noise is 0.05 per dimension (at 0.1 the probe reached only
+73-80%), and "palindromes" (one object moving one way and then back) are never drawn, because their
+twin is the same video (they capped even an oracle probe, built from the true codes, at about 90%).
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import numpy as np
+
+from vidjax.data.annotations.types import Caption, RetrievalData, RetrievalVideo
+from vidjax.ops import l2_normalize
+
+SYNTHETIC_NOTE = "SYNTHETIC moving-object world (vidjax.data.moving_objects): demonstrates mechanisms, not paper numbers"
+
+COLOURS = ("red", "blue", "green", "yellow", "purple", "orange")
+SHAPES = ("cube", "ball", "cone", "cylinder")
+DIRECTIONS = {"left": (0, -1), "right": (0, 1), "up": (-1, 0), "down": (1, 0)}
+OPPOSITE = {"left": "right", "right": "left", "up": "down", "down": "up"}
+RELATIONS = {"left": "left of", "right": "right of", "up": "above", "down": "below"}
+FUNCTION_WORDS = ("the", "moves", "then", "ending", "of", "above", "below", "at", "same", "place", "as")
+WORDS = tuple(dict.fromkeys(COLOURS + SHAPES + tuple(DIRECTIONS) + FUNCTION_WORDS))
+KINDS = ("base", "twin", "end_state", "semantic")
+
+
+@dataclasses.dataclass(frozen=True)
+class MovingObjectWorldConfig:
+  """Sizes and noise of the moving-object world (see module docstring)."""
+  num_train_groups: int = 1000    # groups of four videos (base, twin, end_state, semantic)
+  num_eval_groups: int = 150
+  frames: int = 16                # T (VEDJE App. A.2: T = 16)
+  grid: int = 4                   # P = grid² patches per frame
+  dim: int = 32                   # d_v of the patch tokens and of the stage-1 embeddings
+  min_objects: int = 2
+  max_objects: int = 3
+  num_events: int = 2
+  noise: float = 0.05             # per-dimension std of the token noise (unit-norm codes)
+  bg_weight: float = 0.3          # per-video background (scene) vector, in every patch
+
+  def validate(self):
+    for name in ("num_train_groups", "num_eval_groups", "dim", "num_events"):
+      if getattr(self, name) < 1:
+        raise ValueError(f"world.{name} must be >= 1, got {getattr(self, name)}")
+    if self.grid < 3:
+      raise ValueError(f"world.grid must be >= 3 (objects move up to 2 cells), got {self.grid}")
+    if self.frames < 2 * self.num_events:
+      raise ValueError(f"world.frames must be >= 2 * num_events, got {self.frames} < 2 * {self.num_events}")
+    if not 1 <= self.min_objects <= self.max_objects <= min(len(COLOURS), self.grid ** 2 // 2):
+      raise ValueError(f"world needs 1 <= min_objects <= max_objects <= {len(COLOURS)}, got "
+                       f"{self.min_objects}, {self.max_objects}")
+    if self.noise < 0 or self.bg_weight < 0:
+      raise ValueError(f"world.noise and world.bg_weight must be >= 0, got {self.noise}, {self.bg_weight}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Scene:
+  """One video's content: objects (colour, shape), their start cells and the events in order."""
+  objects: tuple[tuple[str, str], ...]
+  start: tuple[tuple[int, int], ...]
+  events: tuple[tuple[int, str, int], ...]  # (object index, direction, cells)
+
+  def positions(self, frames: int) -> np.ndarray:
+    """[frames, num_objects, 2] cell (row, col) of every object at every frame.
+
+    Event i owns frames [i·T/E, (i+1)·T/E); its object moves one cell at evenly spaced frames of it.
+    """
+    pos = np.tile(np.asarray(self.start), (frames, 1, 1))
+    span = frames // len(self.events)
+    for i, (o, direction, cells) in enumerate(self.events):
+      step = np.asarray(DIRECTIONS[direction])
+      for c in range(cells):
+        t = i * span + (c + 1) * span // (cells + 1)
+        pos[t:, o] += step
+    return pos
+
+
+def _name(obj: tuple[str, str]) -> str:
+  return f"{obj[0]} {obj[1]}"
+
+
+def caption(scene: Scene, frames: int) -> str:
+  """The template caption: the events in order, then the end state of the last moved object."""
+  clauses = [f"the {_name(scene.objects[o])} moves {d}" for o, d, _ in scene.events]
+  end = scene.positions(frames)[-1]
+  last = scene.events[-1][0]
+  others = [o for o in range(len(scene.objects)) if o != last]
+  rel = ""
+  if others:
+    ref = others[0]
+    dr, dc = end[last] - end[ref]
+    if dr == 0 and dc == 0:
+      rel = f", ending at the same place as the {_name(scene.objects[ref])}"
+    else:
+      key = ("up" if dr < 0 else "down") if abs(dr) > abs(dc) else ("left" if dc < 0 else "right")
+      rel = f", ending {RELATIONS[key]} the {_name(scene.objects[ref])}"
+  return ", then ".join(clauses) + rel
+
+
+def reverse(scene: Scene, frames: int) -> Scene:
+  """The time-reversed twin: starts where the scene ends, events reversed with directions flipped."""
+  end = scene.positions(frames)[-1]
+  events = tuple((o, OPPOSITE[d], c) for o, d, c in reversed(scene.events))
+  return Scene(scene.objects, tuple(map(tuple, end)), events)
+
+
+def _fits(scene: Scene, frames: int, grid: int) -> bool:
+  pos = scene.positions(frames)
+  return bool(np.all((pos >= 0) & (pos < grid)))
+
+
+@dataclasses.dataclass
+class MovingObjectWorld:
+  """Videos, captions and features of the moving-object world.
+
+  Attributes:
+    config: the generating config.
+    data: `RetrievalData` (videos sorted by id, split "train" / "test"; one caption per video with the
+      video's id as caption id).
+    scenes: {video id: Scene}; `group` {video id: group id}; `kind` {video id: one of KINDS}.
+    tokens: `[N, T, P, dim]` float32 patch tokens, rows in `data.videos` order.
+    clip: `[N, dim]` unit order-blind stage-1 video embeddings; text: `[N, dim]` unit bag-of-words
+      caption embeddings (same order: caption i describes video i).
+  """
+  config: MovingObjectWorldConfig
+  data: RetrievalData
+  scenes: dict[str, Scene]
+  group: dict[str, str]
+  kind: dict[str, str]
+  tokens: np.ndarray
+  clip: np.ndarray
+  text: np.ndarray
+
+  def ids(self, split: str | None = None, kinds: Sequence[str] = KINDS) -> list[str]:
+    return [v.video_id for v in self.data.videos if (split is None or v.split == split) and self.kind[v.video_id] in kinds]
+
+
+def _random_scene(cfg: MovingObjectWorldConfig, rng) -> Scene:
+  while True:
+    n = int(rng.integers(cfg.min_objects, cfg.max_objects + 1))
+    colours = rng.choice(len(COLOURS), size=n, replace=False)
+    objects = tuple((COLOURS[c], SHAPES[int(rng.integers(len(SHAPES)))]) for c in colours)
+    cells = rng.choice(cfg.grid ** 2, size=n, replace=False)
+    start = tuple((int(c) // cfg.grid, int(c) % cfg.grid) for c in cells)
+    events = tuple((int(rng.integers(n)), str(rng.choice(list(DIRECTIONS))), int(rng.integers(1, 3)))
+                   for _ in range(cfg.num_events))
+    scene = Scene(objects, start, events)
+    if _fits(scene, cfg.frames, cfg.grid):
+      return scene
+
+
+def _variants(scene: Scene, cfg: MovingObjectWorldConfig, rng) -> dict[str, Scene]:
+  """The group of a base scene: its twin, an end-state variant and a semantic variant."""
+  out = {"base": scene, "twin": reverse(scene, cfg.frames)}
+  if caption(out["twin"], cfg.frames) == caption(scene, cfg.frames):
+    return {}  # a palindrome ("moves left, then moves right" by one object): its twin is itself
+  o, d, c = scene.events[-1]
+  for new_d in rng.permutation([x for x in DIRECTIONS if x != d]):
+    alt = Scene(scene.objects, scene.start, scene.events[:-1] + ((o, str(new_d), c),))
+    if _fits(alt, cfg.frames, cfg.grid):
+      out["end_state"] = alt
+      break
+  else:
+    return {}
+  moved = scene.events[0][0]  # substitute the first moving object: colour or shape
+  used = {obj[0] for obj in scene.objects}
+  colour, shape = scene.objects[moved]
+  if rng.random() < 0.5:
+    colour = str(rng.choice([x for x in COLOURS if x not in used]))
+  else:
+    shape = str(rng.choice([x for x in SHAPES if x != shape]))
+  objects = tuple((colour, shape) if i == moved else obj for i, obj in enumerate(scene.objects))
+  out["semantic"] = Scene(objects, scene.start, scene.events)
+  return out
+
+
+def make_moving_object_world(config: MovingObjectWorldConfig | None = None, seed: int = 0) -> MovingObjectWorld:
+  """Generates the world deterministically from `seed` (about a second for the defaults)."""
+  cfg = config or MovingObjectWorldConfig()
+  cfg.validate()
+  rng = np.random.default_rng(np.random.SeedSequence([seed, 0x0B1EC7]))
+  d, g, t_len = cfg.dim, cfg.grid, cfg.frames
+  word_vec = dict(zip(WORDS, l2_normalize(rng.normal(size=(len(WORDS), d)))))
+  obj_code = {(c, s): l2_normalize(word_vec[c] + word_vec[s]) for c in COLOURS for s in SHAPES}
+  pos_code = rng.normal(size=(g * g, d))
+  pos_code = l2_normalize(pos_code - pos_code.mean(axis=0))
+
+  scenes, group, kind, split_of = {}, {}, {}, {}
+  total = cfg.num_train_groups + cfg.num_eval_groups
+  g_index = 0
+  while g_index < total:
+    members = _variants(_random_scene(cfg, rng), cfg, rng)
+    if not members:
+      continue
+    split = "train" if g_index < cfg.num_train_groups else "test"
+    for k, scene in members.items():
+      vid = f"mow{g_index:05d}_{k}"
+      scenes[vid], group[vid], kind[vid], split_of[vid] = scene, f"mow{g_index:05d}", k, split
+    g_index += 1
+
+  ids = sorted(scenes)
+  n, p = len(ids), g * g
+  tokens = np.empty((n, t_len, p, d), np.float32)
+  texts = []
+  for i, vid in enumerate(ids):
+    scene = scenes[vid]
+    if kind[vid] == "twin":  # the base's frames reversed, noise included: an exact time-reversed twin
+      continue
+    x = np.broadcast_to(pos_code, (t_len, p, d)).copy()
+    pos = scene.positions(t_len)
+    for o, obj in enumerate(scene.objects):
+      x[np.arange(t_len), pos[:, o, 0] * g + pos[:, o, 1]] += obj_code[obj]
+    x += cfg.bg_weight * l2_normalize(rng.normal(size=d)) + cfg.noise * rng.normal(size=(t_len, p, d))
+    tokens[i] = x
+  index = {vid: i for i, vid in enumerate(ids)}
+  for vid in ids:
+    if kind[vid] == "twin":
+      tokens[index[vid]] = tokens[index[group[vid] + "_base"]][::-1]
+  for vid in ids:
+    words = caption(scenes[vid], t_len).replace(",", "").split()
+    texts.append(l2_normalize(np.sum([word_vec[w] for w in words], axis=0)))
+  clip = l2_normalize(tokens.astype(np.float64).sum(axis=2).mean(axis=1))
+  for vid in ids:  # the same frame mean up to summation order: make the tie exact
+    if kind[vid] == "twin":
+      clip[index[vid]] = clip[index[group[vid] + "_base"]]
+  data = RetrievalData(
+      source=f"moving-object world (synthetic, seed {seed})",
+      videos=tuple(RetrievalVideo(vid, duration=float(t_len), split=split_of[vid]) for vid in ids),
+      captions=tuple(Caption(vid, vid, caption(scenes[vid], t_len)) for vid in ids))
+  return MovingObjectWorld(cfg, data, scenes, group, kind, tokens, clip.astype(np.float32),
+                           np.asarray(texts, np.float32))
+
+
+def world_config_from(fields) -> MovingObjectWorldConfig:
+  """Builds the config from any mapping / ConfigDict with (a subset of) the dataclass fields."""
+  names = {f.name for f in dataclasses.fields(MovingObjectWorldConfig)}
+  given = dict(fields)
+  unknown = sorted(set(given) - names)
+  if unknown:
+    raise ValueError(f"unknown moving-object-world fields {unknown}; known: {sorted(names)}")
+  return MovingObjectWorldConfig(**given)
+
+
+# ------------------------------------------------------------------------------------------------
+# The learnability check: is the order of events readable from the features at all?
+
+
+def _event_slots(text: str) -> list[tuple[str, str, str]]:
+  """(colour, shape, direction) of each event clause of a template caption, in order."""
+  slots = []
+  for clause in text.split(", ending")[0].split(", then "):
+    words = clause.split()  # "the <colour> <shape> moves <direction>"
+    if len(words) != 5 or words[0] != "the" or words[3] != "moves":
+      raise ValueError(f"not a moving-object caption clause: {clause!r}")
+    slots.append((words[1], words[2], words[4]))
+  return slots
+
+
+def twin_probe_accuracy(world: MovingObjectWorld, features: str = "ordered",
+                        ridges: Sequence[float] = (1.0, 10.0, 100.0, 1000.0)) -> float:
+  """Held-out accuracy of a linear probe telling each base video from its time-reversed twin.
+
+  The probe reads the caption's event clauses and, for event i, a descriptor of the video's i-th time
+  slot (the world's events share the T frames equally): phi_i = sum_p (row_p, col_p, 1) (x) delta_i[p]
+  with delta_i the late-minus-early half mean of the slot's patch tokens ("ordered"), or the frame mean
+  of the whole video ("frame_mean": order-blind, identical for a twin). Its features are
+  onehot(colour_i, direction_i) (x) phi_i and onehot(shape_i, direction_i) (x) phi_i summed over events,
+  its score linear in them; it is fit by ridge regression (+1 the caption's own video, -1 its twin) on
+  the training groups' base captions, the ridge picked on the last fifth of them. It is right on a test
+  group when the base outscores the twin under the base's caption; a tie counts as half (chance).
+  """
+  if features not in ("ordered", "frame_mean"):
+    raise ValueError(f"features must be 'ordered' or 'frame_mean', got {features!r}")
+  cfg = world.config
+  p = cfg.grid ** 2
+  coord = np.stack([np.arange(p) // cfg.grid, np.arange(p) % cfg.grid, np.ones(p)], axis=1)
+  span = cfg.frames // cfg.num_events
+  directions = list(DIRECTIONS)
+  index = {v.video_id: i for i, v in enumerate(world.data.videos)}
+  text = {c.video_id: c.text for c in world.data.captions}
+
+  def feature(caption_text: str, vid: str) -> np.ndarray:
+    x = world.tokens[index[vid]].astype(np.float64)
+    out = np.zeros((len(COLOURS) + len(SHAPES), len(directions), 3 * cfg.dim))
+    for i, (colour, shape, direction) in enumerate(_event_slots(caption_text)):
+      if features == "ordered":
+        seg = x[i * span:(i + 1) * span]
+        delta = seg[span // 2:].mean(axis=0) - seg[:span // 2].mean(axis=0)
+      else:
+        delta = x.mean(axis=0)
+      phi = (coord.T @ delta).ravel()
+      out[COLOURS.index(colour), directions.index(direction)] += phi
+      out[len(COLOURS) + SHAPES.index(shape), directions.index(direction)] += phi
+    return out.ravel()
+
+  def pairs(vids):
+    rows = [feature(text[v], other) for v in vids for other in (v, world.group[v] + "_twin")]
+    return np.asarray(rows), np.tile([1.0, -1.0], len(vids))
+
+  def accuracy(weights, x):
+    s = x @ weights
+    base, twin = s[0::2], s[1::2]
+    return float(np.mean(base > twin) + 0.5 * np.mean(base == twin))
+
+  def fit(x, y, ridge):  # ridge regression, in its dual form when there are fewer rows than features
+    if len(x) < x.shape[1]:
+      return x.T @ np.linalg.solve(x @ x.T + ridge * np.eye(len(x)), y)
+    return np.linalg.solve(x.T @ x + ridge * np.eye(x.shape[1]), x.T @ y)
+
+  train = world.ids("train", kinds=("base",))
+  cut = len(train) - max(1, len(train) // 5)
+  x_fit, y_fit = pairs(train[:cut])
+  x_val, _ = pairs(train[cut:])
+  best = max(ridges, key=lambda r: accuracy(fit(x_fit, y_fit, r), x_val))
+  x_train, y_train = pairs(train)
+  x_test, _ = pairs(world.ids("test", kinds=("base",)))
+  return accuracy(fit(x_train, y_train, best), x_test)
+
+
+if __name__ == "__main__":  # pragma: no cover - a calibration aid
+  for s in (0, 1, 2):
+    w = make_moving_object_world(seed=s)
+    print(f"seed {s}: {len(w.data.videos)} videos; twin probe ordered "
+          f"{twin_probe_accuracy(w, 'ordered'):.3f}, frame-mean {twin_probe_accuracy(w, 'frame_mean'):.3f}")
