@@ -165,3 +165,38 @@ def test_cast_learns_what_text_and_continuity_cannot_and_reranks_generations(tmp
     for key in wins:
       wins[key] += int(r["candidates"][out[key][0]] == r["target"])
   assert wins["cast"] >= wins["text_only"] + 0.2 * len(prompts), wins
+
+
+def test_history_world_run_reports_fair_comparisons_and_reuse_splits(tmp_path):
+  config = load_config(ROOT / "configs/cast_coin.py:smoke")
+  config.data.world = "history"
+  config.world.update(num_objects=3, max_objects=2)  # the smoke world's tasks are short
+  r = cast.run(config, tmp_path)
+  fair = r["fair_comparison"]
+  assert set(fair) == {"prediction_only", "same_ensemble"}
+  assert set(fair["prediction_only"]) == set(fair["same_ensemble"]) == set(cast.ADAPTERS)
+  # One computation, reported under three names: Table 4's baselines are their predictions alone,
+  # Table 5's C row is CAST's prediction alone, CAST's Table 2 row is its ensemble.
+  for name in ("early_fusion", "early_fusion_residual"):
+    assert fair["prediction_only"][name] == r["metrics"][name]
+  assert {k: v for k, v in fair["prediction_only"]["cast"].items() if k != "r5"} == \
+      {k: v for k, v in r["inference_ablation"]["C_cast_prediction"].items() if k != "r5"}
+  assert {k: v for k, v in fair["same_ensemble"]["cast"].items() if k in r["metrics"]["cast"]} == r["metrics"]["cast"]
+  sub = r["subsets"]
+  assert set(sub) == {"reuse", "non_reuse"} and sub["reuse"]["n"] > 0
+  assert sub["reuse"]["n"] + sub["non_reuse"]["n"] == r["benchmark_stats"]["benchmark"]["queries"]
+  assert set(r["context_sweep_reuse_by_gap"]) == {"0", "1", "2"}
+  assert all(k.startswith("gap=") for k in r["context_sweep_reuse_by_gap"]["2"])
+  text = (tmp_path / "results.json").read_text()
+  assert "reuse queries only" not in text  # tables are printed, results.json holds numbers
+
+
+def test_world_choice_is_checked(tmp_path):
+  config = load_config(ROOT / "configs/cast_coin.py:smoke")
+  config.data.world = "second_order"
+  with pytest.raises(ValueError, match="data.world"):
+    cast.run(config, tmp_path)
+  config.data.world = "history"
+  config.data.annotations, config.data.features = "x.json", "store"
+  with pytest.raises(ValueError, match="data.world"):
+    cast.run(config, tmp_path)

@@ -32,6 +32,36 @@ current state and the step only), so history beyond v_{t-1} carries no extra sig
 a larger `spread` or `w_sem` (or smaller `text_noise`) makes steps textually distinct and zero-shot State
 Acc rises past 60%; a larger `w_id` or smaller `w_noise` makes B decisive and late fusion climbs past
 60%; a larger `dim` shrinks the random cross terms and makes everything easier.
+
+The *history world* (`--config.data.world=history`, `WORLDS`) adds what the first-order world lacks:
+evidence that sits in the history beyond v_{t-1}, at a variable position (CAST's Table 4 claim).
+  * carried objects: each video carries 2-3 objects of distinct types m (6 types). A "prepare m" clip
+    shows object m's type appearance o_m and a variant u_r drawn from a codebook of 8 shared by every
+    type and video; the clips in between show neither; "use m", `gap` clips later (2-5, with probability
+    0.1 a gap of 6-7, beyond L = 5), is a close-up showing o_m and the variant transformed, T u_r (T a
+    fixed rotation). The captions name m ("prepare object 3", "use object 3") but never the variant, and
+    their texts share the task centroid as step texts do (`object_spread`), so the words tell the steps
+    apart but not which variant the video carries;
+  * cutaways: with probability 0.3 a clip is a close-up whose identity and state are faint (x 0.3), so
+    when v_{t-1} is one, identity must come from earlier clips; the persistent identity is weighted 1.2.
+Why query-driven attention should win: the variant needed for "use m" sits in the "prepare m" clip, at a
+position that varies with the gap. mean(H), what EF + residual sees, adds it to the other clips and, when
+two objects are carried at once, to the other object's variant: the sum cannot say which variant belongs
+to which type. CAST's instruction-as-query attention can find the clip whose type matches the query's
+object and read its variant. `history_control` keeps each carried variant visible in every clip up to
+its use, v_{t-1} included, so the anchor path alone sees it and CAST has nothing extra to find.
+
+Calibration of the history world (seed 0, the 1-vs-9 benchmark; tests/test_synthetic.py checks the
+bounds): 30% of queries are reuse queries; text-only Acc 19%, late fusion A + B 25%, B's Ident Acc 77%.
+How it was reached, measured with trained models on the COIN config (`bench/cast_synthetic.py`,
+BENCHMARKS.md): the issue's suggested design (variant only, no type appearance, "use" clips as ordinary
+clips) gave CAST's prediction only +0.8 Acc over EF + residual's (+3.5 on reuse queries), because
+identity and state already separated most candidates of a use step and the key that CAST's attention
+must find was faint. Two changes with a stated reason each: "use" clips are close-ups (so the carried
+variant, not identity, is what tells a use step's candidates apart) and prepare/use clips show the
+object's type (so the clip the query asks for can be found). Things that did not help: a codebook of 32
+or 64 variants (harder to learn T u for both), clutter variants in random clips (both models fell to
+the same accuracy), 3-4 objects per video.
 """
 from __future__ import annotations
 
@@ -48,7 +78,11 @@ SYNTHETIC_NOTE = "SYNTHETIC procedural world (vidjax.data.synthetic): demonstrat
 
 @dataclasses.dataclass(frozen=True)
 class ProceduralWorldConfig:
-  """Sizes and signal/noise levels of the procedural world (see module docstring)."""
+  """Sizes and signal/noise levels of the procedural world (see module docstring).
+
+  The fields after `text_noise` add history (the *history world*, `WORLDS["history"]`); their
+  defaults switch it off, and the first-order world draws exactly what it drew before they existed.
+  """
   num_tasks: int = 24
   min_steps: int = 6
   max_steps: int = 10
@@ -65,15 +99,56 @@ class ProceduralWorldConfig:
   w_sem: float = 0.6
   w_noise: float = 0.9
   text_noise: float = 0.15
+  # Carried objects: "prepare m" shows variant u_r of object type m, "use m" shows T u_r `gap` clips later.
+  num_objects: int = 0          # object types m (0 = no carried objects)
+  min_objects: int = 2          # carried objects per video (distinct types)
+  max_objects: int = 3
+  num_variants: int = 8         # the variant codebook u_1..u_R, shared by every object type and video
+  w_obj: float = 1.0            # weight of the object component in a clip
+  object_spread: float = 0.0    # > 0: "prepare/use m" texts are (task centroid + this * object direction)^
+  min_gap: int = 2              # clips from "prepare m" to "use m": uniform in [min_gap, max_gap] ...
+  max_gap: int = 5
+  long_gap_prob: float = 0.0    # ... or, with this probability, in [max_gap + 1, long_gap]
+  long_gap: int = 7
+  w_type: float = 0.0           # weight of object m's type appearance in its prepare and use clips
+  use_closeup: bool = False     # "use m" clips are close-ups of the object (identity and state faint)
+  carry_visible: bool = False   # control world: the object stays visible in every clip in between
+  # Cutaways: close-ups in which identity and state are faint.
+  cutaway_prob: float = 0.0
+  cutaway_scale: float = 0.2    # identity and state weights are multiplied by this in a cutaway
 
   def validate(self):
-    for name in ("num_tasks", "min_steps", "num_train_videos", "num_eval_videos", "dim"):
+    for name in ("num_tasks", "min_steps", "num_train_videos", "num_eval_videos", "dim", "num_variants"):
       if getattr(self, name) < 1:
         raise ValueError(f"world.{name} must be >= 1, got {getattr(self, name)}")
     if self.min_steps < 2 or self.max_steps < self.min_steps:
       raise ValueError(f"world needs 2 <= min_steps <= max_steps, got {self.min_steps}, {self.max_steps}")
-    if not 0.0 <= self.skip_prob < 1.0:
-      raise ValueError(f"world.skip_prob must be in [0, 1), got {self.skip_prob}")
+    for name in ("skip_prob", "long_gap_prob", "cutaway_prob"):
+      if not 0.0 <= getattr(self, name) < 1.0:
+        raise ValueError(f"world.{name} must be in [0, 1), got {getattr(self, name)}")
+    if self.num_objects < 0:
+      raise ValueError(f"world.num_objects must be >= 0, got {self.num_objects}")
+    if self.num_objects and not 1 <= self.min_objects <= self.max_objects <= self.num_objects:
+      raise ValueError("world needs 1 <= min_objects <= max_objects <= num_objects, got "
+                       f"{self.min_objects}, {self.max_objects}, {self.num_objects}")
+    if self.carry_visible and not self.num_objects:
+      raise ValueError("world.carry_visible needs carried objects (world.num_objects >= 1)")
+    if self.num_objects and not (1 <= self.min_gap <= self.max_gap and
+                                 (self.long_gap_prob == 0 or self.long_gap > self.max_gap)):
+      raise ValueError("world needs 1 <= min_gap <= max_gap < long_gap, got "
+                       f"{self.min_gap}, {self.max_gap}, {self.long_gap}")
+
+
+# The worlds `--config.data.world` selects: field values on top of the first-order defaults. Values a
+# config sets away from the first-order defaults (e.g. --config.world.w_id=0.5) win over the preset.
+# "history": measured with `python -m vidjax.data.synthetic --world history` (see the module docstring).
+HISTORY = dict(min_steps=3, max_steps=6, w_id=1.2, num_objects=6, min_objects=2, max_objects=3, object_spread=0.4,
+               w_type=1.5, long_gap_prob=0.1, use_closeup=True, cutaway_prob=0.3, cutaway_scale=0.3)
+WORLDS = {
+    "first_order": {},
+    "history": HISTORY,
+    "history_control": dict(HISTORY, carry_visible=True),
+}
 
 
 @dataclasses.dataclass
@@ -84,6 +159,7 @@ class ProceduralWorld:
     train_videos, eval_videos: `Video` lists (splits "train" / "val").
     clip_ids: `[M]` ids of all clips; `clip_emb` `[M, dim]` unit clip embeddings.
     text_emb: `[M, dim]` unit caption embeddings of the same clips (keyed by clip id).
+    reuse_gap: {clip id of a "use m" clip: clips since its "prepare m"} (history world; else empty).
   """
   config: ProceduralWorldConfig
   train_videos: list[Video]
@@ -91,6 +167,28 @@ class ProceduralWorld:
   clip_ids: list[str]
   clip_emb: np.ndarray
   text_emb: np.ndarray
+  reuse_gap: dict[str, int] = dataclasses.field(default_factory=dict)
+
+
+def _layout(num_task_steps: int, cfg: ProceduralWorldConfig, rng) -> list[tuple]:
+  """Clip order of one history-world video: ("step", i) task steps in order, ("prepare", o) and
+  ("use", o) for carried object o, each use exactly its gap after its prepare."""
+  n_obj = int(rng.integers(cfg.min_objects, cfg.max_objects + 1))
+  while True:
+    gaps = [int(rng.integers(cfg.max_gap + 1, cfg.long_gap + 1)) if rng.random() < cfg.long_gap_prob
+            else int(rng.integers(cfg.min_gap, cfg.max_gap + 1)) for _ in range(n_obj)]
+    n = num_task_steps + 2 * n_obj
+    slots: list = [None] * n
+    for o, gap in enumerate(gaps):
+      free = [p for p in range(n - gap) if slots[p] is None and slots[p + gap] is None]
+      if not free:
+        break
+      p = int(rng.choice(free))
+      slots[p], slots[p + gap] = ("prepare", o), ("use", o)
+    else:
+      steps = iter(range(num_task_steps))
+      return [s if s is not None else ("step", next(steps)) for s in slots]
+    n_obj -= 1  # no room for this gap: one object fewer (always fits with 0)
 
 
 def make_procedural_world(config: ProceduralWorldConfig | None = None, seed: int = 0) -> ProceduralWorld:
@@ -107,9 +205,16 @@ def make_procedural_world(config: ProceduralWorldConfig | None = None, seed: int
   semantics = [l2_normalize(centroids[k] + cfg.spread * l2_normalize(rng.normal(size=(n, d)))) for k, n in enumerate(num_steps)]
   transitions = [cfg.transition * l2_normalize(rng.normal(size=(n, d))) for n in num_steps]
   step_names = [[f"task {k:02d} step {j:02d}" for j in range(n)] for k, n in enumerate(num_steps)]
+  # History-world draws come from their own stream, so the first-order world is unchanged.
+  hrng = np.random.default_rng(np.random.SeedSequence([seed, 0x415]))
+  # "prepare m" and "use m" share object m's direction and differ in the action's.
+  obj_dir = l2_normalize(hrng.normal(size=(max(cfg.num_objects, 1), d)))
+  obj_sem = {kind: l2_normalize(obj_dir + l2_normalize(hrng.normal(size=d))) for kind in ("prepare", "use")}
+  variants = l2_normalize(hrng.normal(size=(cfg.num_variants, d)))
+  transform = np.linalg.qr(hrng.normal(size=(d, d)))[0]  # "use" shows the variant rotated: T u_r
 
   videos = {"train": [], "val": []}
-  clip_ids, clip_rows, text_rows = [], [], []
+  clip_ids, clip_rows, text_rows, reuse_gap = [], [], [], {}
   total = cfg.num_train_videos + cfg.num_eval_videos
   for v in range(total):
     split = "train" if v < cfg.num_train_videos else "val"
@@ -120,14 +225,42 @@ def make_procedural_world(config: ProceduralWorldConfig | None = None, seed: int
     identity = l2_normalize(rng.normal(size=d))
     z = l2_normalize(state_base[k] + cfg.start_noise * l2_normalize(rng.normal(size=d)))
     video_id = f"syn{v:05d}"
+    if cfg.num_objects:
+      layout = _layout(len(executed), cfg, hrng)
+      n_obj = 1 + max([o for kind, o in layout if kind != "step"], default=-1)
+      types = hrng.choice(cfg.num_objects, size=n_obj, replace=False)
+      chosen = hrng.integers(cfg.num_variants, size=n_obj)
+      where = {(kind, o): i for i, (kind, o) in enumerate(layout) if kind != "step"}
+    else:
+      layout = [("step", i) for i in range(len(executed))]
     clips, t = [], 0.0
-    for index, j in enumerate(executed):
-      z = z + transitions[k][j] + cfg.state_noise * gauss(d)
-      emb = cfg.w_id * identity + cfg.w_state * l2_normalize(z) + cfg.w_sem * semantics[k][j] + cfg.w_noise * gauss(d)
-      text = semantics[k][j] + cfg.text_noise * gauss(d)
+    for index, (kind, i) in enumerate(layout):
+      scale = cfg.cutaway_scale if cfg.cutaway_prob and hrng.random() < cfg.cutaway_prob else 1.0
+      if kind == "use" and cfg.use_closeup:
+        scale = cfg.cutaway_scale
+      if kind == "step":
+        j = executed[i]
+        z = z + transitions[k][j] + cfg.state_noise * gauss(d)
+        sem, name, step = semantics[k][j], step_names[k][j], str(j)
+        obj = np.zeros(d)
+      else:
+        m = int(types[i])
+        sem = (l2_normalize(centroids[k] + cfg.object_spread * obj_sem[kind][m]) if cfg.object_spread
+               else obj_sem[kind][m])
+        name, step = f"{kind} object {m}", f"{kind}{m}"
+        obj = variants[chosen[i]] if kind == "prepare" else transform @ variants[chosen[i]]
+        obj = obj + cfg.w_type * obj_dir[m]
+      if cfg.carry_visible:  # control: every carried object shows between its prepare and its use
+        obj = obj + sum((variants[chosen[o]] for (kd, o), p in where.items()
+                         if kd == "prepare" and p < index < where[("use", o)]), np.zeros(d))
+      emb = (scale * (cfg.w_id * identity + cfg.w_state * l2_normalize(z)) + cfg.w_sem * sem
+             + cfg.w_obj * obj + cfg.w_noise * gauss(d))
+      text = sem + cfg.text_noise * gauss(d)
       duration = float(rng.uniform(4.0, 20.0))
       clip = Clip(clip_id=f"{video_id}#{index:03d}", video_id=video_id, index=index, start=round(t, 2),
-                  end=round(t + duration, 2), text=step_names[k][j], task=f"{k:02d}", step=str(j))
+                  end=round(t + duration, 2), text=name, task=f"{k:02d}", step=step)
+      if kind == "use":
+        reuse_gap[clip.clip_id] = index - where[("prepare", i)]
       t += duration + 1.0
       clips.append(clip)
       clip_ids.append(clip.clip_id)
@@ -137,17 +270,25 @@ def make_procedural_world(config: ProceduralWorldConfig | None = None, seed: int
                                duration=round(t, 2)))
   return ProceduralWorld(cfg, videos["train"], videos["val"], clip_ids,
                          l2_normalize(np.asarray(clip_rows)).astype(np.float32),
-                         l2_normalize(np.asarray(text_rows)).astype(np.float32))
+                         l2_normalize(np.asarray(text_rows)).astype(np.float32), reuse_gap)
 
 
-def world_config_from(fields) -> ProceduralWorldConfig:
-  """Builds the config from any mapping / ConfigDict with (a subset of) the dataclass fields."""
-  names = {f.name for f in dataclasses.fields(ProceduralWorldConfig)}
+def world_config_from(fields, world: str = "first_order") -> ProceduralWorldConfig:
+  """Builds the config of `world` (a `WORLDS` name) from any mapping / ConfigDict of dataclass fields.
+
+  The world's preset is applied on top of the first-order defaults; a field in `fields` that differs
+  from the first-order default is a deliberate setting and wins over the preset.
+  """
+  if world not in WORLDS:
+    raise ValueError(f"unknown procedural world {world!r}; known: {', '.join(WORLDS)}")
+  defaults = dataclasses.asdict(ProceduralWorldConfig())
   given = dict(fields)
-  unknown = sorted(set(given) - names)
+  unknown = sorted(set(given) - set(defaults))
   if unknown:
-    raise ValueError(f"unknown procedural-world fields {unknown}; known: {sorted(names)}")
-  return ProceduralWorldConfig(**given)
+    raise ValueError(f"unknown procedural-world fields {unknown}; known: {sorted(defaults)}")
+  chosen = dict(WORLDS[world])
+  chosen.update({k: v for k, v in given.items() if v != defaults[k]})
+  return ProceduralWorldConfig(**{**defaults, **chosen})
 
 
 def _calibration_report(seeds: Sequence[int] = (0, 1, 2)) -> None:  # pragma: no cover - a CLI aid

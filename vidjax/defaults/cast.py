@@ -16,6 +16,8 @@ from vidjax.data.synthetic import ProceduralWorldConfig
 DATASETS = ("youcook2", "coin", "crosstask")
 METHODS = ("zero_shot", "late_fusion_heuristic", "late_fusion_learned", "early_fusion",
            "early_fusion_residual", "cast")
+# The next-state predictors, compared like with like (prediction alone; the same ensemble rule).
+ADAPTERS = ("early_fusion", "early_fusion_residual", "cast")
 # Training epochs (Table 11 / App. B): the VideoPrism rows are vidjax's defaults (its backbone);
 # the CLIP rows (the paper's main experiments) are the `clip` variant.
 EPOCHS = {"videoprism": {"youcook2": 30, "coin": 30, "crosstask": 50},
@@ -33,6 +35,7 @@ def default_config(*, dataset: str, epochs: int, eval_split: str, identity_rule:
   c.seed = 0  # drives the world, splits, negative sampling, initialization and data order
   c.dataset = dataset
   c.data = ml_collections.ConfigDict(dict(
+      world="first_order",     # synthetic world when annotations == "": first_order | history | history_control
       annotations="",          # annotation file (YouCook2/COIN) or release folder (CrossTask); "" = synthetic world
       features="",             # feature store directory (vidjax.data.features); required with annotations
       clip_kind="clip",        # store kind of clip embeddings (VideoPrism LvT: "clip")

@@ -24,13 +24,14 @@ from typing import Any, Mapping
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from vidjax import evaluate, io, losses, metrics, sharding
 from vidjax.data import cvr, synthetic
 from vidjax.data.annotations import read_annotations
 from vidjax.data.features import FeatureStore, write_arrays
 from vidjax.data.pipeline import FeatureTable
-from vidjax.defaults.cast import DATASETS, METHODS, W_P_GRID, W_V_GRID  # noqa: F401  (re-exported)
+from vidjax.defaults.cast import ADAPTERS, DATASETS, METHODS, W_P_GRID, W_V_GRID  # noqa: F401  (re-exported)
 from vidjax.experiments import common
 from vidjax.models import cast as cast_models
 from vidjax.scorers import cast as cast_scorers
@@ -43,6 +44,10 @@ from vidjax.scorers import cast as cast_scorers
 def validate(config) -> None:
   common.check_choice(config, "dataset", DATASETS)
   common.check_choice(config, "data.identity_rule", cvr.IDENTITY_RULES)
+  common.check_choice(config, "data.world", tuple(synthetic.WORLDS))
+  if config.data.annotations and config.data.world != "first_order":
+    common.bad_value("data.world", config.data.world, "'first_order' (the default) when data.annotations is set: "
+                     "worlds are synthetic and replace the annotations")
   common.check_fraction(config, "data.heldout_fraction")
   if config.data.annotations and not config.data.features:
     common.bad_value("data.features", config.data.features, "a feature store directory when data.annotations is set")
@@ -75,6 +80,7 @@ class CVRData:
   heldout: list[dict]
   instances: list[dict]
   stats: dict
+  reuse_gap: dict[str, int] = dataclasses.field(default_factory=dict)  # history world: "use m" clip -> gap
 
 
 def _embed_fn(config):
@@ -125,12 +131,13 @@ def prepare_data(config, workdir: Path) -> CVRData:
   out = workdir / "cvr"
   writer = common.is_writer()  # one process writes shared files; the others wait, then read
   if not config.data.annotations:
-    world = synthetic.make_procedural_world(synthetic.world_config_from(config.world), seed=config.seed)
+    world = synthetic.make_procedural_world(synthetic.world_config_from(config.world, config.data.world),
+                                            seed=config.seed)
     store_dir = workdir / "features"
     if writer:
       write_arrays(store_dir, {"clip": (world.clip_ids, world.clip_emb), "text": (world.clip_ids, world.text_emb)},
                    {"backbone": "synthetic-procedural-world", "synthetic": True, "seed": config.seed,
-                    "world": dict(config.world)})
+                    "world": dataclasses.asdict(world.config), "world_name": config.data.world})
     common.barrier("vidjax_cast_store")
     store = FeatureStore(store_dir)
     train_videos, eval_videos = world.train_videos, world.eval_videos
@@ -138,6 +145,7 @@ def prepare_data(config, workdir: Path) -> CVRData:
       raise ValueError("the synthetic world writes kinds 'clip' and 'text'; leave data.clip_kind/text_kind as is")
     is_synthetic = True
     dropped = []
+    reuse_gap = world.reuse_gap
   else:
     videos = read_annotations(config.dataset, config.data.annotations)
     store = FeatureStore(config.data.features)
@@ -150,6 +158,7 @@ def prepare_data(config, workdir: Path) -> CVRData:
           raise ValueError(f"{config.data.annotations}: no videos in the {split} split "
                            f"({config.data.train_split if split == 'train' else config.data.eval_split!r})")
     is_synthetic = bool(store.metadata.get("synthetic", False))
+    reuse_gap = {}
   rules = dict(cvr.DATASET_RULES[config.dataset], identity_rule=config.data.identity_rule,
                embed_fn=_embed_fn(config) if writer else None, context_len=config.model.context_len,
                heldout_fraction=config.data.heldout_fraction, seed=config.seed)
@@ -173,7 +182,7 @@ def prepare_data(config, workdir: Path) -> CVRData:
   instances = io.read_json(out / names[1])
   print(("SYNTHETIC DATA: " if is_synthetic else "") + "CVR benchmark statistics (Table 1 shape)")
   print(cvr.format_stats(stats), end="\n\n", flush=True)
-  return CVRData(is_synthetic, store, benchmark, heldout, instances, stats)
+  return CVRData(is_synthetic, store, benchmark, heldout, instances, stats, reuse_gap)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -255,23 +264,30 @@ def _round(values: Mapping[str, float]) -> dict[str, float]:
           if k in ("acc", "r5", "mnr", "state_acc", "ident_acc") or k.startswith("top1_")}
 
 
-def evaluate_method(scorer, arrays, chunk: int) -> tuple[dict[str, float], dict[str, float]]:
-  """CVR metrics (§3.1, plus R@5) and the Figure-5 top-1 breakdown of one scorer on one benchmark."""
-  inputs = {k: v for k, v in arrays.items() if k not in evaluate.CVR_LABEL_KEYS}
-  scores = evaluate.score_pools(scorer, inputs, chunk)
+def pool_metrics(scores: np.ndarray, arrays, mask: np.ndarray | None = None) -> tuple[dict, dict]:
+  """CVR metrics (§3.1, plus R@5) and the Figure-5 top-1 breakdown of `scores` [Q, C] on a benchmark,
+  or on the queries where `mask` [Q] is true."""
   target, types = arrays["target_index"], arrays["neg_types"]
+  if mask is not None:
+    scores, target, types = scores[mask], target[mask], types[mask]
   values = metrics.cvr_metrics(scores, target, types)
   values["r5"] = metrics.retrieval_metrics(metrics.rank_of_target(scores, target), ks=(5,))["r5"]
   return _round(values), _round(metrics.cvr_top1_breakdown(scores, target, types))
 
 
-def inference_ablation(scorer: cast_scorers.EnsembleScorer, held: Mapping[str, Any], bench, heldout,
-                       config) -> dict:
+def evaluate_method(scorer, arrays, chunk: int) -> tuple[dict[str, float], dict[str, float]]:
+  """`pool_metrics` of one scorer on one benchmark."""
+  inputs = {k: v for k, v in arrays.items() if k not in evaluate.CVR_LABEL_KEYS}
+  return pool_metrics(evaluate.score_pools(scorer, inputs, chunk), arrays)
+
+
+def inference_ablation(comp: Mapping[str, np.ndarray], held: Mapping[str, Any], w_v: float, w_p: float,
+                       heldout, bench, config) -> dict:
   """Table 5: the components A, B, C and the Semantic (A + C) and Full (A + B + C) ensembles.
 
-  `held` are the held-out components the Full Ensemble was selected on (reused, not recomputed).
+  `comp` are CAST's benchmark components, `held` the held-out ones the Full Ensemble (w_v, w_p) was
+  selected on; the Semantic Ensemble's w_p is selected on `held` with w_v = 0.
   """
-  comp = cast_scorers.score_components(scorer.predictor, bench, chunk=config.eval.chunk)
   _, w_p_sem, _ = cast_scorers.select_ensemble_weights(held["A"], held["B"], held["C"], heldout["target_index"],
                                                        (0.0,), tuple(config.eval.w_p_grid))
   score = lambda s: _round(metrics.cvr_metrics(s, bench["target_index"], bench["neg_types"]))  # noqa: E731
@@ -280,8 +296,23 @@ def inference_ablation(scorer: cast_scorers.EnsembleScorer, held: Mapping[str, A
       "B_visual_continuity": score(comp["B"]),
       "C_cast_prediction": score(comp["C"]),
       "semantic_ensemble_A+C": score(comp["A"] + w_p_sem * comp["C"]),
-      "full_ensemble_A+B+C": score(comp["A"] + scorer.w_v * comp["B"] + scorer.w_p * comp["C"]),
+      "full_ensemble_A+B+C": score(comp["A"] + w_v * comp["B"] + w_p * comp["C"]),
   }
+
+
+def query_subsets(data: CVRData) -> dict[str, np.ndarray]:
+  """Benchmark queries split by whether the target reuses a carried object (history world only)."""
+  if not data.reuse_gap:
+    return {}
+  reuse = np.array([r["target"] in data.reuse_gap for r in data.benchmark])
+  return {"reuse": reuse, "non_reuse": ~reuse}
+
+
+def gap_accuracy(scores: np.ndarray, arrays, data: CVRData) -> dict[str, float]:
+  """Acc on reuse queries by the gap from "prepare m" to "use m" (history world)."""
+  gaps = np.array([data.reuse_gap.get(r["target"], 0) for r in data.benchmark])
+  ranks = metrics.rank_of_target(scores, arrays["target_index"])
+  return {f"gap={g}": round(float(100.0 * np.mean(ranks[gaps == g] == 1)), 4) for g in sorted(set(gaps) - {0})}
 
 
 def run(config, workdir: str | Path) -> dict:
@@ -322,24 +353,53 @@ def run(config, workdir: str | Path) -> dict:
   late = models["late_fusion_learned"]
   scorers["late_fusion_learned"] = cast_scorers.LateFusionLearnedScorer(
       lambda p, *args: late.apply({"params": p}, *args, method="score"), params["late_fusion_learned"])
-  for name in ("early_fusion", "early_fusion_residual"):
-    scorers[name] = predictor_scorer(models[name], params[name])
-  scorers["cast"], held = ensemble(models["cast"], params["cast"], heldout, config)
-  evaluated = {name: evaluate_method(scorers[name], bench, chunk) for name in METHODS}
+  inputs = {k: v for k, v in bench.items() if k not in evaluate.CVR_LABEL_KEYS}
+  scores = {name: evaluate.score_pools(scorers[name], inputs, chunk) for name in scorers}
+  # Every next-state predictor under both rules, each with its own held-out coefficients: its
+  # prediction alone (S = C) and the Full Ensemble (S = A + w_v·B + w_p·C, eq. 13).
+  prediction_only, same_ensemble, weights, comps = {}, {}, {}, {}
+  for name in ADAPTERS:
+    ens, held = ensemble(models[name], params[name], heldout, config)
+    comps[name] = cast_scorers.score_components(ens.predictor, bench, chunk=chunk)
+    weights[name] = (ens.w_v, ens.w_p, held)
+    prediction_only[name] = comps[name]["C"]
+    same_ensemble[name] = comps[name]["A"] + ens.w_v * comps[name]["B"] + ens.w_p * comps[name]["C"]
+    if name == "cast":
+      scorers["cast"] = ens
+  # Table 2 / Table 4 rows as the paper reports them: the baselines' own predictions, CAST's ensemble.
+  scores.update({name: prediction_only[name] for name in ADAPTERS if name != "cast"}, cast=same_ensemble["cast"])
+  evaluated = {name: pool_metrics(scores[name], bench) for name in METHODS}
   method_metrics = {name: m for name, (m, _) in evaluated.items()}
   breakdown = {name: b for name, (_, b) in evaluated.items()}
+  w_v, w_p, held = weights["cast"]
+  ablation = inference_ablation(comps["cast"], held, w_v, w_p, heldout, bench, config)
+  fair = {"prediction_only": {n: pool_metrics(prediction_only[n], bench)[0] for n in ADAPTERS},
+          "same_ensemble": {n: dict(pool_metrics(same_ensemble[n], bench)[0], w_v=weights[n][0], w_p=weights[n][1])
+                            for n in ADAPTERS}}
+  subsets = {}
+  for subset, mask in query_subsets(data).items():
+    subsets[subset] = {
+        "n": int(mask.sum()),
+        "metrics": {n: pool_metrics(scores[n], bench, mask)[0] for n in METHODS},
+        "prediction_only": {n: pool_metrics(prediction_only[n], bench, mask)[0] for n in ADAPTERS},
+        "same_ensemble": {n: pool_metrics(same_ensemble[n], bench, mask)[0] for n in ADAPTERS},
+    }
 
-  ablation = inference_ablation(scorers["cast"], held, bench, heldout, config)
-  sweep = {}
+  sweep, sweep_gaps = {}, {}
   for length in config.sweep.context_lengths:
     if length == L:
-      sweep[length] = method_metrics["cast"]
-      continue
-    src = cvr.CVRTrainSource(data.instances, clips, texts, length, tcfg.num_state_negatives,
-                         tcfg.num_identity_negatives, tcfg.zero_negatives_in_loss)
-    p = train_method(f"cast_L{length}", models["cast"], src, config, workdir, mesh)
-    scorer, _ = ensemble(models["cast"], p, cvr.truncate_context(heldout, length), config)
-    sweep[length], _ = evaluate_method(scorer, cvr.truncate_context(bench, length), chunk)
+      sweep[length], sweep_scores = method_metrics["cast"], scores["cast"]
+    else:
+      src = cvr.CVRTrainSource(data.instances, clips, texts, length, tcfg.num_state_negatives,
+                               tcfg.num_identity_negatives, tcfg.zero_negatives_in_loss)
+      p = train_method(f"cast_L{length}", models["cast"], src, config, workdir, mesh)
+      scorer, _ = ensemble(models["cast"], p, cvr.truncate_context(heldout, length), config)
+      short = cvr.truncate_context(bench, length)
+      sweep_scores = evaluate.score_pools(scorer, {k: v for k, v in short.items()
+                                                   if k not in evaluate.CVR_LABEL_KEYS}, chunk)
+      sweep[length], _ = pool_metrics(sweep_scores, short)
+    if data.reuse_gap:
+      sweep_gaps[length] = gap_accuracy(sweep_scores, bench, data)
 
   dataset = config.dataset + (" (synthetic procedural world)" if data.synthetic else "")
   results = {
@@ -350,21 +410,36 @@ def run(config, workdir: str | Path) -> dict:
       "ensemble": {"w_v": scorers["cast"].w_v, "w_p": scorers["cast"].w_p, "selected_on": "heldout subset of train"},
       "top1_breakdown": breakdown,
       "inference_ablation": ablation,
+      "fair_comparison": fair,
       "context_sweep": {str(k): v for k, v in sorted(sweep.items())},
+      **({"subsets": subsets, "context_sweep_reuse_by_gap": {str(k): v for k, v in sorted(sweep_gaps.items())}}
+         if subsets else {}),
       "benchmark_stats": data.stats,
       "features": {k: data.store.metadata.get(k) for k in ("backbone", "checkpoint_hash", "random_init")},
       "seconds": round(time.time() - start, 1),
       "config": json.loads(config.to_json_best_effort()),
   }
+  fair_rows = {f"{n} ({rule})": m for rule, rows in (("C only", fair["prediction_only"]),
+                                                       ("ensemble", fair["same_ensemble"]))
+               for n, m in rows.items()}
   tables = [
       evaluate.format_table(method_metrics, f"CVR benchmark ({dataset}), Table 2 / Table 4 shape", data.synthetic),
+      evaluate.format_table(fair_rows, f"Adapters compared like with like ({dataset}): prediction alone and the "
+                            "same Full-Ensemble rule, each with its own held-out (w_v, w_p)", data.synthetic),
       evaluate.format_table(breakdown, f"Top-1 choice ({dataset}), Figure 5 shape (% of queries)", data.synthetic,
                             columns=list(breakdown["cast"])),
       evaluate.format_table(ablation, f"Inference components ({dataset}), Table 5 shape; "
-                            f"w_v={scorers['cast'].w_v}, w_p={scorers['cast'].w_p}", data.synthetic),
+                            f"w_v={w_v}, w_p={w_p}", data.synthetic),
       evaluate.format_table({f"L={k}": v for k, v in sorted(sweep.items())},
                             f"Context length sweep ({dataset}), Figure 6 shape", data.synthetic),
   ]
+  for subset, values in subsets.items():
+    rows = dict(values["metrics"], **{f"{n} (C only)": m for n, m in values["prediction_only"].items()})
+    tables.append(evaluate.format_table(rows, f"{subset} queries only (n={values['n']}) ({dataset})", data.synthetic))
+  if sweep_gaps:
+    tables.append(evaluate.format_table({f"L={k}": v for k, v in sorted(sweep_gaps.items())},
+                                        f"CAST Acc on reuse queries by prepare-to-use gap ({dataset}); the "
+                                        "prepare clip is in the context when gap <= L", data.synthetic))
   if common.is_writer():
     if len(sweep) > 1:
       common.plot_context_sweep(sweep, workdir / "context_sweep.png", title=dataset, synthetic=data.synthetic)
