@@ -17,11 +17,13 @@ from ml_collections import config_flags
 from vidjax import sharding
 from vidjax.experiments import cast as cast_experiment
 from vidjax.experiments import extract as extract_experiment
+from vidjax.experiments import retrieval as retrieval_experiment
 
 # Experiment kind (config.experiment) -> run function. Plain imports, no registry magic.
 EXPERIMENTS = {
     "cast": cast_experiment.run,
     "extract_videoprism": extract_experiment.run,
+    "retrieval": retrieval_experiment.run,
 }
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Path to a config file, e.g. configs/cast_coin.py:smoke.",

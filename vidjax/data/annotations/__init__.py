@@ -1,17 +1,31 @@
-"""Annotation readers for the public procedural-video datasets (CAST §2.2, §3.1).
+"""Annotation readers for the public video datasets.
 
-`read_annotations(fmt, path, split)` dispatches on the format name through `READERS`; each reader
-returns `Video`s (sorted by id) of `Clip`s (temporal order), the model in `types.py`.
+Procedural video (CAST §2.2, §3.1): `read_annotations(fmt, path, split)` dispatches on the format name
+through `READERS`; each reader returns `Video`s (sorted by id) of `Clip`s (temporal order), the model
+in `types.py`.
+
+Text-video retrieval: `read_msrvtt`, `read_didemo`, `read_activitynet_captions`, `read_msvd` and
+`read_lsmdc` return one `RetrievalData` (`RetrievalVideo`s sorted by id, `Caption`s in file order);
+`paragraphs` turns one into the paragraph-to-video protocol (one query per video).
 """
 from __future__ import annotations
 
 import os
 
+from vidjax.data.annotations.activitynet import read_activitynet_captions
 from vidjax.data.annotations.coin import read_coin
 from vidjax.data.annotations.crosstask import read_crosstask
 from vidjax.data.annotations.crosstask import read_crosstask_tasks
+from vidjax.data.annotations.didemo import read_didemo
+from vidjax.data.annotations.lsmdc import read_lsmdc
+from vidjax.data.annotations.msrvtt import read_msrvtt
+from vidjax.data.annotations.msvd import read_msvd
+from vidjax.data.annotations.types import Caption
 from vidjax.data.annotations.types import Clip
+from vidjax.data.annotations.types import RetrievalData
+from vidjax.data.annotations.types import RetrievalVideo
 from vidjax.data.annotations.types import Video
+from vidjax.data.annotations.types import paragraphs
 from vidjax.data.annotations.types import split_by_video
 from vidjax.data.annotations.youcook2 import read_youcook2
 
@@ -29,5 +43,7 @@ def read_annotations(fmt: str, path: str | os.PathLike, split: str | None = None
   return READERS[fmt](path, split)
 
 
-__all__ = ["Clip", "Video", "READERS", "read_annotations", "read_coin", "read_crosstask",
-           "read_crosstask_tasks", "read_youcook2", "split_by_video"]
+__all__ = ["Caption", "Clip", "READERS", "RetrievalData", "RetrievalVideo", "Video", "paragraphs",
+           "read_activitynet_captions", "read_annotations", "read_coin", "read_crosstask",
+           "read_crosstask_tasks", "read_didemo", "read_lsmdc", "read_msrvtt", "read_msvd", "read_youcook2",
+           "split_by_video"]

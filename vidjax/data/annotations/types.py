@@ -139,3 +139,87 @@ def split_by_video(videos: Sequence[Video], fraction: float, seed: int) -> tuple
   picked = {ids[i] for i in order[:n_pick]}
   rest = [by_id[i] for i in ids if i not in picked]
   return rest, [by_id[i] for i in ids if i in picked]
+
+
+# ------------------------------------------------------------------------------------------------
+# Text-video retrieval records (MSR-VTT, DiDeMo, ActivityNet Captions, MSVD, LSMDC readers).
+
+
+@dataclasses.dataclass(frozen=True)
+class Caption:
+  """One caption (or one paragraph) of one video.
+
+  Attributes:
+    caption_id: unique within a `RetrievalData`.
+    video_id: the video it describes.
+    text: the caption; never empty.
+    start, end: the described moment in seconds (0 <= start <= end), None when the caption
+      describes the whole video.
+  """
+  caption_id: str
+  video_id: str
+  text: str
+  start: float | None = None
+  end: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class RetrievalVideo:
+  """One video of a retrieval dataset: its id, duration in seconds when known, and split."""
+  video_id: str
+  duration: float | None = None
+  split: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class RetrievalData:
+  """What every retrieval reader returns: videos (sorted by id) and captions (file order).
+
+  Every caption's video is among `videos`; a video may have no caption (e.g. an id-list file).
+  """
+  source: str
+  videos: tuple[RetrievalVideo, ...]
+  captions: tuple[Caption, ...]
+
+  def video_ids(self) -> list[str]:
+    return [v.video_id for v in self.videos]
+
+  def captions_by_video(self) -> dict[str, list[Caption]]:
+    out: dict[str, list[Caption]] = {v.video_id: [] for v in self.videos}
+    for c in self.captions:
+      out[c.video_id].append(c)
+    return out
+
+
+def paragraphs(data: RetrievalData) -> RetrievalData:
+  """The paragraph-to-video protocol (DiDeMo, ActivityNet Captions): one query per video.
+
+  Every video's captions are joined with single spaces in time order into one `Caption` whose
+  `caption_id` is the video id. Time order: captions with times sorted by (start, end), exact ties
+  in file order (stable sort), then the captions without times, in file order. The paragraph's
+  `start` / `end` are the earliest start and the latest end when every caption has times, else None
+  (a caption without times describes the whole video, and so does the paragraph).
+
+  The videos are kept unchanged: a video without captions stays in `videos` (a corpus item, e.g. a
+  distractor) and simply has no paragraph. Paragraphs come in video order (sorted by id).
+
+  Args:
+    data: a reader's records.
+
+  Returns:
+    `RetrievalData` with the same source label (suffixed " [paragraphs]") and videos, and one
+    caption per captioned video.
+  """
+  out = []
+  for video_id, captions in data.captions_by_video().items():
+    if not captions:
+      continue
+    timed = sorted((c for c in captions if c.start is not None and c.end is not None),
+                   key=lambda c: (c.start, c.end))
+    untimed = [c for c in captions if c.start is None or c.end is None]
+    ordered = timed + untimed
+    start = min(c.start for c in timed) if not untimed else None
+    end = max(c.end for c in timed) if not untimed else None
+    out.append(Caption(caption_id=video_id, video_id=video_id,
+                       text=" ".join(c.text.strip() for c in ordered), start=start, end=end))
+  return RetrievalData(source=f"{data.source} [paragraphs]", videos=data.videos, captions=tuple(out))

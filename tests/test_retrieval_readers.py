@@ -1,0 +1,419 @@
+"""Tests for the text-video retrieval readers (MSR-VTT, DiDeMo, ActivityNet Captions, MSVD, LSMDC)
+and the paragraph protocol (vidjax/data/annotations)."""
+import collections
+import csv
+import functools
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from vidjax.data import annotations
+from vidjax.data.annotations import didemo as didemo_lib
+from vidjax.data.annotations import types
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+MSRVTT = SHARED / "msrvtt"
+DIDEMO = SHARED / "didemo"
+ANET = SHARED / "activitynet_captions"
+MSVD = SHARED / "msvd"
+FIXTURES = Path(__file__).parent / "fixtures" / "retrieval"
+
+
+def _check_model(data):
+  """The `RetrievalData` contract: sorted unique videos, unique caption ids, known videos, clean text."""
+  ids = data.video_ids()
+  assert ids == sorted(ids) and len(set(ids)) == len(ids)
+  caption_ids = [c.caption_id for c in data.captions]
+  assert len(set(caption_ids)) == len(caption_ids)
+  known = set(ids)
+  durations = {v.video_id: v.duration for v in data.videos}
+  for c in data.captions:
+    assert c.video_id in known and c.text and c.text == c.text.strip()
+    assert (c.start is None) == (c.end is None)
+    if c.start is not None:
+      assert 0 <= c.start <= c.end
+      if durations[c.video_id] is not None:
+        assert c.end <= durations[c.video_id]
+
+
+@functools.cache
+def _read(reader, *args):
+  return getattr(annotations, reader)(*args)
+
+
+# ------------------------------------------------------------------------------------------------
+# MSR-VTT
+
+
+def test_msrvtt_1ka_real_csv_matches_the_id_list():
+  data = _read("read_msrvtt", MSRVTT / "MSRVTT_JSFUSION_test.csv")
+  _check_model(data)
+  assert len(data.videos) == 1000 and len(data.captions) == 1000
+  listed = (MSRVTT / "val_list_jsfusion.txt").read_text().split()
+  assert set(data.video_ids()) == set(listed) and len(listed) == 1000
+  assert all(v.split == "test" and v.duration is None for v in data.videos)
+  first = data.captions[0]
+  assert (first.caption_id, first.video_id, first.text) == ("ret0", "video9770", "a person is connecting something to system")
+  by_video = {c.video_id: c.text for c in data.captions}
+  assert by_video["video9258"] == "a person is using a phone"
+  restricted = annotations.read_msrvtt(MSRVTT / "MSRVTT_JSFUSION_test.csv", MSRVTT / "val_list_jsfusion.txt")
+  assert restricted == data
+
+
+def test_msrvtt_comma_layout_of_the_real_file_reads_the_same(tmp_path):
+  rows = list(csv.reader(open(MSRVTT / "MSRVTT_JSFUSION_test.csv", newline=""), delimiter=";"))
+  comma = tmp_path / "MSRVTT_JSFUSION_test.csv"
+  with open(comma, "w", newline="") as f:
+    csv.writer(f).writerows(rows)  # the original comma-delimited layout, LF line ends
+  data = annotations.read_msrvtt(comma)
+  real = _read("read_msrvtt", MSRVTT / "MSRVTT_JSFUSION_test.csv")
+  assert data.videos == real.videos and data.captions == real.captions
+
+
+def test_msrvtt_fixture_layouts():
+  comma = annotations.read_msrvtt(FIXTURES / "msrvtt_jsfusion_comma.csv")
+  _check_model(comma)
+  assert [(c.caption_id, c.video_id, c.text) for c in comma.captions] == [
+      ("ret0", "video7020", "a woman creating a fondant baby and flower"),
+      ("ret1", "video7021", "a man, a dog and a red ball"),  # quoted field with the delimiter inside
+      ("ret2", "video7024", "people are dancing on a stage")]
+
+  train = annotations.read_msrvtt(FIXTURES / "msrvtt_train.csv")
+  assert train.video_ids() == ["video0", "video1", "video2"] and train.captions == ()
+  assert {v.split for v in train.videos} == {"train"}
+
+  data = annotations.read_msrvtt(FIXTURES / "MSRVTT_data.json")
+  _check_model(data)
+  assert [(v.video_id, v.split) for v in data.videos] == [("video0", "train"), ("video1", "val"), ("video2", "test")]
+  assert data.videos[0].duration == 11.72 and data.videos[2].duration == 10.0
+  assert [c.caption_id for c in data.captions] == ["0", "1", "20", "40", "41"]
+  assert data.captions[2].text == "a man is talking about cars"  # stripped
+
+  listed = annotations.read_msrvtt(FIXTURES / "MSRVTT_data.json", FIXTURES / "msrvtt_list.txt")
+  assert listed.video_ids() == ["video0", "video2"]
+  assert [c.caption_id for c in listed.captions] == ["0", "1", "40", "41"]
+  as_csv_list = annotations.read_msrvtt(FIXTURES / "MSRVTT_data.json", FIXTURES / "msrvtt_train.csv")
+  assert as_csv_list.video_ids() == ["video0", "video1", "video2"]  # a one-column csv works as a list
+
+
+# ------------------------------------------------------------------------------------------------
+# DiDeMo
+
+
+def test_didemo_real_test_and_val():
+  test = _read("read_didemo", DIDEMO / "test_data.json")
+  val = _read("read_didemo", DIDEMO / "val_data.json")
+  for data in (test, val):
+    _check_model(data)
+    assert all(c.start % 5 == 0 and c.end % 5 == 0 and c.end - c.start >= 5 for c in data.captions)
+    assert all(c.end <= 30 for c in data.captions)
+  assert len(test.captions) == 4021 and len(test.videos) == 1037
+  assert len(val.captions) == 4180 and len(val.videos) == 1094
+  assert len(annotations.paragraphs(test).captions) == 1037
+  assert len(annotations.paragraphs(val).captions) == 1094
+  raw = json.loads((DIDEMO / "test_data.json").read_text())
+  for entry, caption in list(zip(raw, test.captions))[::97]:
+    assert caption.caption_id == str(entry["annotation_id"]) and caption.video_id == entry["video"]
+    counts = collections.Counter(tuple(t) for t in entry["times"])
+    best = max(counts.values())
+    s, e = min(p for p, k in counts.items() if k == best)
+    assert (caption.start, caption.end) == (5.0 * s, 5.0 * (e + 1))
+  # The first test description: annotators say [4,4] x4 and [0,0] x3 -> [20 s, 25 s].
+  assert (test.captions[0].start, test.captions[0].end) == (20.0, 25.0)
+
+
+def test_didemo_fixture_time_rule():
+  data = annotations.read_didemo(FIXTURES / "didemo_data.json")
+  _check_model(data)
+  assert data.video_ids() == ["1234@N00_111_aaa.mov", "5678@N01_222_bbb.mp4"]
+  assert [(c.caption_id, c.text, c.start, c.end) for c in data.captions] == [
+      ("11", "the dog jumps into the water.", 10.0, 20.0),  # [2, 3] twice: the mode
+      ("12", "a boat passes by", 0.0, 5.0),                 # [4,5], [0,0], [1,1] twice each: earliest
+      ("20", "first time we see the red car", 0.0, 10.0)]   # all once: earliest [0, 1]
+  assert didemo_lib.consensus_moment([(4, 5), (0, 0), (4, 5), (0, 0)]) == (0, 0)
+  assert didemo_lib.consensus_moment([(0, 0), (4, 5), (4, 5)]) == (4, 5)
+  assert didemo_lib.moment_seconds(5, 5) == (25.0, 30.0)
+
+
+# ------------------------------------------------------------------------------------------------
+# ActivityNet Captions
+
+
+@pytest.mark.parametrize("name,videos,captions,clipped", [
+    ("val_1.json", 4917, 17505, 134),
+    ("val_2.json", 4885, 17031, 111),
+    ("train_modified.json", 10009, 37421, 261),
+])
+def test_activitynet_real_files(name, videos, captions, clipped):
+  data = _read("read_activitynet_captions", ANET / name)
+  _check_model(data)
+  assert len(data.videos) == videos and len(data.captions) == captions
+  assert len(annotations.paragraphs(data).captions) == videos
+  raw = json.loads((ANET / name).read_text())
+  raw_ends = [e for v in raw.values() for _, e in v["timestamps"]]
+  # Ends past `duration` (float rounding, at most 0.01 s) are clipped; nothing else changes.
+  assert sum(c.end != e for c, e in zip(data.captions, raw_ends)) == clipped
+  assert max(e - raw[c.video_id]["duration"] for c, e in zip(data.captions, raw_ends)) <= 0.0100001
+  v = data.videos[0]
+  assert v.duration == raw[v.video_id]["duration"]
+  first = next(c for c in data.captions if c.video_id == v.video_id)
+  assert first.caption_id == f"{v.video_id}#000" and first.text == raw[v.video_id]["sentences"][0].strip()
+
+
+def test_activitynet_fixture_clips_and_strips():
+  data = annotations.read_activitynet_captions(FIXTURES / "activitynet_captions.json")
+  _check_model(data)
+  assert [(v.video_id, v.duration) for v in data.videos] == [
+      ("v_fixture0001", 60.0), ("v_fixture0002", 20.01), ("v_fixture0003", 8.0)]
+  assert [c.caption_id for c in data.captions] == [
+      "v_fixture0001#000", "v_fixture0001#001", "v_fixture0001#002", "v_fixture0001#003", "v_fixture0002#000"]
+  assert data.captions[0].text == "Then he jumps." and data.captions[1].text == "A man stands on a board."
+  assert (data.captions[4].start, data.captions[4].end) == (5.0, 20.01)  # clipped to the duration
+
+
+def test_activitynet_negative_start_is_clipped_to_zero(tmp_path):
+  path = tmp_path / "anet.json"
+  path.write_text(json.dumps({"v_x": {"duration": 9.5, "timestamps": [[-0.5, 3.0]], "sentences": ["a cat."]}}))
+  (caption,) = annotations.read_activitynet_captions(path).captions
+  assert (caption.start, caption.end) == (0.0, 3.0)
+
+
+# ------------------------------------------------------------------------------------------------
+# MSVD and LSMDC
+
+
+def test_msvd_real_mapping():
+  data = _read("read_msvd", MSVD / "youtube_mapping.txt")
+  _check_model(data)
+  n_lines = len((MSVD / "youtube_mapping.txt").read_text().splitlines())
+  assert len(data.videos) == n_lines == 1970 and data.captions == ()
+  assert collections.Counter(v.split for v in data.videos) == {"train": 1200, "val": 100, "test": 670}
+  by_id = {v.video_id: v for v in data.videos}
+  assert by_id["-4wsuPCjDBc_5_15"] == types.RetrievalVideo("-4wsuPCjDBc_5_15", 10.0, "train")
+  assert all(2 <= v.duration <= 60 for v in data.videos)
+
+
+def test_msvd_fixture_with_captions():
+  data = annotations.read_msvd(FIXTURES / "msvd_youtube_mapping.txt", FIXTURES / "msvd_AllVideoDescriptions.txt")
+  _check_model(data)
+  assert data.videos == (
+      types.RetrievalVideo("-4wsuPCjDBc_5_15", 10.0, "train"),
+      types.RetrievalVideo("ab_cd-ef_gh_0_4", 4.0, "val"),  # '_' inside the YouTube id
+      types.RetrievalVideo("zzzzzzzzzzz_30_36", 6.0, "test"))
+  assert [(c.caption_id, c.text) for c in data.captions] == [
+      ("-4wsuPCjDBc_5_15#000", "a squirrel is eating a peanut in its shell"),
+      ("-4wsuPCjDBc_5_15#001", "A chipmunk is eating."),
+      ("zzzzzzzzzzz_30_36#000", "a man plays a guitar"),
+      ("-4wsuPCjDBc_5_15#002", "a small animal eats")]  # keyed by its vid<N> alias
+  assert all(c.start is None for c in data.captions)
+
+
+def test_lsmdc_fixture():
+  data = annotations.read_lsmdc(FIXTURES / "LSMDC16_annos_fixture.csv")
+  _check_model(data)
+  ab1, ab2, unb = data.videos
+  assert ab1.video_id == "0001_American_Beauty_00.00.51.926-00.00.54.129" and ab1.duration == 4.0
+  assert ab2.duration == 3.0 and unb.duration == 3.5 and unb.video_id.startswith("1012_Unbreakable")
+  assert [(c.caption_id.rsplit("#", 1)[1], c.text) for c in data.captions] == [
+      ("000", "Someone lies asleep in bed."), ("000", "Someone opens the door."), ("001", "He looks outside."),
+      ("000", "Someone walks into the station.")]
+  assert data.captions[2].video_id == ab2.video_id and all(c.start is None for c in data.captions)
+  assert annotations.lsmdc.parse_time("00.02.17.945") == pytest.approx(137.945)
+  assert annotations.lsmdc.parse_time("01.10.02.31") == pytest.approx(4202.31)
+  assert annotations.lsmdc.parse_time("00.61.00.000") is None
+
+
+# ------------------------------------------------------------------------------------------------
+# Paragraphs
+
+
+def test_paragraphs_time_order_on_fixture():
+  data = annotations.read_activitynet_captions(FIXTURES / "activitynet_captions.json")
+  para = annotations.paragraphs(data)
+  assert para.videos == data.videos  # the caption-less v_fixture0003 stays, without a paragraph
+  assert [c.caption_id for c in para.captions] == ["v_fixture0001", "v_fixture0002"]
+  first = para.captions[0]
+  # File order is 30.5, 0 (ends 12.25), 12.25, 0 (ends 10): by (start, end) -> #003 #001 #002 #000.
+  assert first.text == "The water is calm. A man stands on a board. He paddles out Then he jumps."
+  assert (first.start, first.end) == (0.0, 59.999999999) and first.video_id == "v_fixture0001"
+  assert (para.captions[1].text, para.captions[1].end) == ("Someone is cooking.", 20.01)
+  didemo = annotations.paragraphs(annotations.read_didemo(FIXTURES / "didemo_data.json"))
+  assert didemo.captions[0].text == "a boat passes by the dog jumps into the water."
+  assert (didemo.captions[0].start, didemo.captions[0].end) == (0.0, 20.0)
+
+
+def test_paragraphs_ties_and_untimed_captions():
+  C = types.Caption
+  data = types.RetrievalData(
+      source="hand-made",
+      videos=(types.RetrievalVideo("a"), types.RetrievalVideo("b"), types.RetrievalVideo("c")),
+      captions=(C("b1", "b", "untimed first"), C("a1", "a", "tie one", 3.0, 4.0), C("b2", "b", "timed", 5.0, 6.0),
+                C("a2", "a", "early", 1.0, 9.0), C("a3", "a", "tie two", 3.0, 4.0), C("b3", "b", "untimed last")))
+  para = annotations.paragraphs(data)
+  assert para.source == "hand-made [paragraphs]" and para.videos == data.videos
+  assert para.captions == (
+      C("a", "a", "early tie one tie two", 1.0, 9.0),        # exact ties keep file order
+      C("b", "b", "timed untimed first untimed last", None, None))  # timed first, then file order
+  msrvtt = annotations.read_msrvtt(FIXTURES / "MSRVTT_data.json")
+  assert annotations.paragraphs(msrvtt).captions[0] == C(
+      "video0", "video0", "a cartoon animals runs through an ice cave in a video game a character is running in the snow")
+
+
+# ------------------------------------------------------------------------------------------------
+# Malformed inputs: one ValueError naming the file, the place and what was expected.
+
+_MSRVTT_JSON = json.loads((FIXTURES / "MSRVTT_data.json").read_text())
+_DIDEMO = json.loads((FIXTURES / "didemo_data.json").read_text())
+_ANET = json.loads((FIXTURES / "activitynet_captions.json").read_text())
+
+
+def _edit(obj, fn):
+  obj = json.loads(json.dumps(obj))
+  fn(obj)
+  return json.dumps(obj)
+
+
+_LSMDC_OK = "clip_a\t00.00.01.000\t00.00.02.000\t00.00.00.500\t00.00.02.500\tSomeone runs.\n"
+
+MALFORMED = [
+    # MSR-VTT csv
+    ("read_msrvtt", "msrvtt_bad.csv", "key\tvid_key\tvideo_id\tsentence\nret0\tmsr1\tvideo1\ta cat\n",
+     "header line: expected the columns key,vid_key,video_id,sentence"),
+    ("read_msrvtt", "msrvtt_bad.csv", "key;vid_key;video_id;sentence\r\nret0;msr1;video1\r\n",
+     "line 2: expected 4 ';'-delimited fields"),
+    ("read_msrvtt", "msrvtt_bad.csv", "key,vid_key,video_id,sentence\nret0,msr1,video1,a cat\nret0,msr2,video2,a dog\n",
+     "line 3: caption key 'ret0' appears twice"),
+    ("read_msrvtt", "msrvtt_bad.csv", "key,vid_key,video_id,sentence\nret0,msr1,video1,  \n",
+     "line 2: 'sentence' must be a non-empty caption"),
+    ("read_msrvtt", "msrvtt_bad.csv", "video_id\nvideo1\nvideo1\n", "line 3: video 'video1' is listed twice"),
+    # MSR-VTT json
+    ("read_msrvtt", "msrvtt_bad.json", json.dumps(_MSRVTT_JSON)[:200], "is not valid JSON"),
+    ("read_msrvtt", "msrvtt_bad.json", _edit(_MSRVTT_JSON, lambda d: d.pop("sentences")),
+     "top level: missing key 'sentences'"),
+    ("read_msrvtt", "msrvtt_bad.json", _edit(_MSRVTT_JSON, lambda d: d["sentences"][3].update(video_id="video9")),
+     r"sentences\[3\] \(sen_id 40\): unknown video 'video9'"),
+    ("read_msrvtt", "msrvtt_bad.json", _edit(_MSRVTT_JSON, lambda d: d["sentences"][1].update(sen_id=0)),
+     "sen_id 0 appears twice"),
+    ("read_msrvtt", "msrvtt_bad.json", _edit(_MSRVTT_JSON, lambda d: d["videos"][1].update({"end time": 10.0})),
+     r"videos\[1\] \('video1'\): 'start time' and 'end time' must be seconds with 0 <= start <= end"),
+    ("read_msrvtt", "msrvtt_bad.json", _edit(_MSRVTT_JSON, lambda d: d["videos"][0].update({"start time": "1:02"})),
+     "'start time' must be int or float, got str"),
+    ("read_msrvtt", "msrvtt_bad.json", _edit(_MSRVTT_JSON, lambda d: d["videos"][2].update(split="dev")),
+     "'split' must be one of"),
+    ("read_msrvtt", "msrvtt_bad.json", _edit(_MSRVTT_JSON, lambda d: d["videos"].append(d["videos"][0])),
+     r"videos\[3\] \('video0'\): video 'video0' appears twice"),
+    # DiDeMo
+    ("read_didemo", "didemo_bad.json", json.dumps(_DIDEMO)[:-30], "is not valid JSON"),
+    ("read_didemo", "didemo_bad.json", json.dumps({"x": _DIDEMO}), "top level: expected a JSON list of descriptions"),
+    ("read_didemo", "didemo_bad.json", _edit(_DIDEMO, lambda d: d[2].update(annotation_id=11)),
+     r"description #2 \(annotation_id 11\): annotation_id 11 appears twice \(first at description #0\)"),
+    ("read_didemo", "didemo_bad.json", _edit(_DIDEMO, lambda d: d[1].pop("description")),
+     "description #1 .*missing key 'description'"),
+    ("read_didemo", "didemo_bad.json", _edit(_DIDEMO, lambda d: d[1].update(description=" ")),
+     "'description' must be a non-empty caption"),
+    ("read_didemo", "didemo_bad.json", _edit(_DIDEMO, lambda d: d[0].update(times=[[2, "3"]])),
+     r"'times'\[0\] must be \[start_chunk, end_chunk\] \(two integers\)"),
+    ("read_didemo", "didemo_bad.json", _edit(_DIDEMO, lambda d: d[0].update(times=[[2, 3], [-1, 3]])),
+     r"'times'\[1\] must satisfy 0 <= start_chunk <= end_chunk"),
+    ("read_didemo", "didemo_bad.json", _edit(_DIDEMO, lambda d: d[0].update(times=[[3, 2]])),
+     r"'times'\[0\] must satisfy 0 <= start_chunk <= end_chunk < num_segments = 6, got \[3, 2\]"),
+    ("read_didemo", "didemo_bad.json", _edit(_DIDEMO, lambda d: d[2].update(times=[[0, 5]])),
+     "end_chunk < num_segments = 5"),
+    ("read_didemo", "didemo_bad.json", _edit(_DIDEMO, lambda d: d[0].update(times=[])),
+     "'times' must list at least one"),
+    # ActivityNet Captions
+    ("read_activitynet_captions", "anet_bad.json", json.dumps(_ANET)[:50], "is not valid JSON"),
+    ("read_activitynet_captions", "anet_bad.json", json.dumps([_ANET]), "top level: expected a JSON object"),
+    ("read_activitynet_captions", "anet_bad.json",
+     _edit(_ANET, lambda d: d["v_fixture0001"]["timestamps"].__setitem__(2, [40.0, 12.25])),
+     r"video 'v_fixture0001' sentence #2: timestamp must satisfy start <= end, got reversed \[40.0, 12.25\]"),
+    ("read_activitynet_captions", "anet_bad.json",
+     _edit(_ANET, lambda d: d["v_fixture0002"]["timestamps"].__setitem__(0, [-5, -1])),
+     r"sentence #0: timestamp \[-5.0, -1.0\] must overlap the video \[0, duration = 20.01\]"),
+    ("read_activitynet_captions", "anet_bad.json",
+     _edit(_ANET, lambda d: d["v_fixture0002"]["timestamps"].__setitem__(0, [21, 25])),
+     "must overlap the video"),
+    ("read_activitynet_captions", "anet_bad.json",
+     _edit(_ANET, lambda d: d["v_fixture0001"]["timestamps"].__setitem__(1, ["0.0", 12.25])),
+     r"sentence #1: timestamp must be \[start, end\] in seconds \(two finite numbers\)"),
+    ("read_activitynet_captions", "anet_bad.json", _edit(_ANET, lambda d: d["v_fixture0001"]["sentences"].pop()),
+     "'timestamps' and 'sentences' must have the same length, got 4 and 3"),
+    ("read_activitynet_captions", "anet_bad.json", _edit(_ANET, lambda d: d["v_fixture0003"].update(duration="8s")),
+     "video 'v_fixture0003': 'duration' must be int or float, got str"),
+    ("read_activitynet_captions", "anet_bad.json", _edit(_ANET, lambda d: d["v_fixture0003"].update(duration=0)),
+     "'duration' must be a positive number of seconds"),
+    ("read_activitynet_captions", "anet_bad.json",
+     _edit(_ANET, lambda d: d["v_fixture0002"]["sentences"].__setitem__(0, "   ")),
+     "sentence #0: sentence must be a non-empty caption"),
+    ("read_activitynet_captions", "anet_bad.json", _edit(_ANET, lambda d: d["v_fixture0002"].pop("timestamps")),
+     "video 'v_fixture0002': missing key 'timestamps'"),
+    # MSVD mapping
+    ("read_msvd", "mapping_bad.txt", "-4wsuPCjDBc_5_15 vid1\nabc_1_2 vid2 extra\n",
+     r"line 2: expected '<youtube clip name> vid<N>'"),
+    ("read_msvd", "mapping_bad.txt", "-4wsuPCjDBc_15_5 vid1\n", "line 1: clip '-4wsuPCjDBc_15_5' must satisfy start <= end"),
+    ("read_msvd", "mapping_bad.txt", "-4wsuPCjDBc_5_x vid1\n", r"clip name must be '<youtube id>_<start>_<end>'"),
+    ("read_msvd", "mapping_bad.txt", "aaa_1_2 vid1\nbbb_1_2 vid1\n", "line 2: clip 'bbb_1_2' / vid1 is mapped twice"),
+    ("read_msvd", "mapping_bad.txt", "aaa_1_2 vid1971\n", "clip number must be vid1..vid1970"),
+]
+
+
+@pytest.mark.parametrize("reader,name,content,message", MALFORMED,
+                         ids=[f"{i:02d}-{case[1]}" for i, case in enumerate(MALFORMED)])
+def test_malformed_inputs(tmp_path, reader, name, content, message):
+  path = tmp_path / name
+  path.write_text(content)
+  with pytest.raises(ValueError, match=f"{re.escape(name)}.*{message}"):
+    getattr(annotations, reader)(path)
+
+
+@pytest.mark.parametrize("content,message", [
+    ("-4wsuPCjDBc_5_15 a squirrel\nvid9 a dog runs\n",
+     "line 2: unknown video 'vid9': expected a clip name \\(or vid<N>\\)"),
+    ("# header\nzzzzzzzzzzz_30_36\n", "line 2: expected '<clip name> <description>', got an empty description"),
+])
+def test_msvd_malformed_captions(tmp_path, content, message):
+  path = tmp_path / "captions_bad.txt"
+  path.write_text(content)
+  with pytest.raises(ValueError, match=f"captions_bad.txt.*{message}"):
+    annotations.read_msvd(FIXTURES / "msvd_youtube_mapping.txt", path)
+
+
+@pytest.mark.parametrize("content,message", [
+    (_LSMDC_OK.replace("\tSomeone", "Someone"), "line 1: expected 6 tab-separated fields"),
+    (_LSMDC_OK.replace("\t", ","), "line 1: expected 6 tab-separated fields"),  # wrong delimiter
+    (_LSMDC_OK.replace("00.00.02.000", "00.00.xx.000"),
+     "'end_aligned' must be a timestamp hh.mm.ss.mmm \\(e.g. 00.02.17.945\\), got '00.00.xx.000'"),
+    (_LSMDC_OK.replace("00.00.01.000\t00.00.02.000", "00.00.03.000\t00.00.02.000"),
+     "the aligned times must satisfy start <= end"),
+    (_LSMDC_OK.replace("Someone runs.", " "), "'sentence' must be a non-empty caption"),
+    (_LSMDC_OK + _LSMDC_OK.replace("00.00.02.500", "00.00.03.500"),
+     "line 2: clip 'clip_a' is extracted from .* with other times at line 1"),
+    ("\n\n", "expected at least one annotation line"),
+])
+def test_lsmdc_malformed(tmp_path, content, message):
+  path = tmp_path / "lsmdc_bad.csv"
+  path.write_text(content)
+  with pytest.raises(ValueError, match=f"lsmdc_bad.csv.*{message}"):
+    annotations.read_lsmdc(path)
+
+
+@pytest.mark.parametrize("content,message", [
+    ("video0\nvideo9\n", "lsts_bad.txt: video list: 1 listed video ids are not videos of"),
+    ("video0\nvideo0\n", "lsts_bad.txt: line 2: video id 'video0' is listed twice"),
+    ("video0,video1\n", "lsts_bad.txt: line 1: expected one video id per line"),
+])
+def test_msrvtt_bad_video_list(tmp_path, content, message):
+  path = tmp_path / "lsts_bad.txt"
+  path.write_text(content)
+  with pytest.raises(ValueError, match=message):
+    annotations.read_msrvtt(FIXTURES / "MSRVTT_data.json", path)
+
+
+def test_missing_files_are_file_not_found(tmp_path):
+  for reader in ("read_msrvtt", "read_didemo", "read_activitynet_captions", "read_msvd", "read_lsmdc"):
+    with pytest.raises(FileNotFoundError, match="nope"):
+      getattr(annotations, reader)(tmp_path / "nope.json")
+  with pytest.raises(FileNotFoundError, match="nope.csv"):
+    annotations.read_msrvtt(tmp_path / "nope.csv")

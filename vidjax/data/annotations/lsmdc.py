@@ -1,0 +1,104 @@
+r"""Reader for LSMDC (the Large Scale Movie Description Challenge, Rohrbach et al. 2017).
+
+Format (`LSMDC16_annos_training.csv`, `LSMDC16_annos_val.csv`, `LSMDC16_challenge_1000_publictect.csv`,
+as read by CLIP4Clip): no header, one sentence a line, six TAB-separated fields (the second
+line shows the shape only; its extracted times are illustrative)::
+
+    <CLIP_ID>\t<START_ALIGNED>\t<END_ALIGNED>\t<START_EXTRACTED>\t<END_EXTRACTED>\t<SENTENCE>
+    0001_American_Beauty_00.00.51.926-00.00.54.129\t00.00.51.926\t00.00.54.129\t00.00.51.000\t00.00.55.000\tSomeone ...
+
+Times are positions in the movie written `hh.mm.ss.mmm` (e.g. 00.02.17.945 = 137.945 s): the
+ALIGNED pair is the sentence's alignment to the movie, the EXTRACTED pair the span cut out into the
+clip's video file. A clip id is not necessarily unique: one clip may carry several sentences (the
+1,000-clip test file has one each).
+
+The retrieval unit is the clip: `video_id` is the clip id and `duration` the length of the
+extracted span (END_EXTRACTED - START_EXTRACTED); a clip's lines must agree on that span. One
+`Caption` per line, in file order: `caption_id` is f"{clip_id}#{i:03d}" with i the sentence's index
+among its clip's lines, the text is the stripped sentence, and start / end are None (a sentence
+describes its whole clip; the movie-time columns are validated, 0 <= start <= end in both pairs,
+but are not clip times). The split is not in the file, so it is "".
+"""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from vidjax.data.annotations import types
+
+COLUMNS = ("clip_id", "start_aligned", "end_aligned", "start_extracted", "end_extracted", "sentence")
+_TIME = re.compile(r"(\d+)\.(\d{1,2})\.(\d{1,2})\.(\d{1,3})")
+
+
+def parse_time(text: str) -> float | None:
+  """Seconds of an LSMDC `hh.mm.ss.mmm` timestamp; None when `text` is not one."""
+  match = _TIME.fullmatch(text.strip())
+  if match is None:
+    return None
+  h, m, s, frac = match.groups()
+  if int(m) >= 60 or int(s) >= 60:
+    return None
+  return int(h) * 3600 + int(m) * 60 + int(s) + int(frac) / 10 ** len(frac)
+
+
+def read_lsmdc(path: str | os.PathLike) -> types.RetrievalData:
+  """Reads an LSMDC tab-separated annotation file (see the module docstring).
+
+  Args:
+    path: e.g. `LSMDC16_annos_val.csv` or `LSMDC16_challenge_1000_publictect.csv`.
+
+  Returns:
+    `RetrievalData`: clips sorted by id with their extracted length, captions in file order.
+
+  Raises:
+    FileNotFoundError: when the file does not exist.
+    ValueError: naming the file, the line and what was expected, on malformed input.
+  """
+  path = Path(path)
+  if not path.exists():
+    raise FileNotFoundError(f"LSMDC annotation file not found: {path}")
+  try:
+    lines = path.read_text(encoding="utf-8-sig").splitlines()
+  except UnicodeDecodeError as e:
+    types.fail(path, "file", f"expected UTF-8 text ({e})")
+  videos: dict[str, types.RetrievalVideo] = {}
+  spans: dict[str, tuple[float, float, int]] = {}
+  counts: dict[str, int] = {}
+  captions = []
+  for n, line in enumerate(lines, start=1):
+    if not line.strip():
+      continue
+    where = f"line {n}"
+    fields = line.split("\t")
+    if len(fields) != len(COLUMNS):
+      types.fail(path, where, f"expected {len(COLUMNS)} tab-separated fields ({', '.join(COLUMNS)}), "
+                 f"got {len(fields)}: {line[:120]!r}")
+    clip_id, sentence = fields[0].strip(), fields[5].strip()
+    if not clip_id:
+      types.fail(path, where, "'clip_id' must be a non-empty clip name")
+    times = []
+    for name, value in zip(COLUMNS[1:5], fields[1:5]):
+      seconds = parse_time(value)
+      if seconds is None:
+        types.fail(path, where, f"{name!r} must be a timestamp hh.mm.ss.mmm (e.g. 00.02.17.945), got {value!r}")
+      times.append(seconds)
+    for (a, b), label in (((0, 1), "aligned"), ((2, 3), "extracted")):
+      if times[a] > times[b]:
+        types.fail(path, where, f"the {label} times must satisfy start <= end, got reversed "
+                   f"{fields[1 + a]!r} > {fields[1 + b]!r}")
+    if not sentence:
+      types.fail(path, where, f"'sentence' must be a non-empty caption (clip {clip_id!r})")
+    first = spans.setdefault(clip_id, (times[2], times[3], n))
+    if first[:2] != (times[2], times[3]):
+      types.fail(path, where, f"clip {clip_id!r} is extracted from {fields[3]!r} to {fields[4]!r} here but "
+                 f"with other times at line {first[2]}: a clip has one extracted span")
+    videos.setdefault(clip_id, types.RetrievalVideo(clip_id, round(times[3] - times[2], 6)))
+    i = counts.get(clip_id, 0)
+    counts[clip_id] = i + 1
+    captions.append(types.Caption(caption_id=f"{clip_id}#{i:03d}", video_id=clip_id, text=sentence))
+  if not captions:
+    types.fail(path, "file", "expected at least one annotation line, found none")
+  return types.RetrievalData(source=f"LSMDC {path}",
+                             videos=tuple(videos[v] for v in sorted(videos)),
+                             captions=tuple(captions))

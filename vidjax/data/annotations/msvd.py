@@ -1,0 +1,129 @@
+"""Reader for MSVD (the Microsoft Research Video Description Corpus, Chen & Dolan 2011).
+
+Two files:
+
+* `youtube_mapping.txt` (the 1,970-clip release used since Venugopalan et al. 2015 / Yao et al.
+  2015): one clip a line, `<youtube clip name> vid<N>`::
+
+      -4wsuPCjDBc_5_15 vid1
+      -7KMZQEsJW4_205_208 vid2
+
+  A clip name is `<youtube id>_<start>_<end>` with the clip's start / end in whole seconds of its
+  YouTube source (YouTube ids may themselves contain '_' and '-': the last two '_' split it).
+* optional English captions in the layout of the official `AllVideoDescriptions.txt` (from the
+  MSVD project page; the English subset of the corpus): lines starting with '#' are comments (the
+  file's header), blank lines are skipped, every other line is `<clip name> <description>`, the
+  description running to the end of the line::
+
+      # (header comment lines)
+      -4wsuPCjDBc_5_15 a squirrel is eating a peanut in it's shell
+      -4wsuPCjDBc_5_15 a chipmunk is eating
+
+  The key may also be the clip's `vid<N>` alias from the mapping (the "vid<N> caption" text layout
+  of several re-packings). Every key must be a clip of the mapping; a caption of another clip is an
+  error, not silently dropped.
+
+Videos: `video_id` is the clip name (the name of the clip's video file, `YouTubeClips/<name>.avi`,
+and the key of the captions), `duration` is end - start, and the split is the standard one by the
+vid number: vid1-1200 "train", vid1201-1300 "val", vid1301-1970 "test". Captions: `caption_id` is
+f"{video_id}#{i:03d}" with i the caption's index among its clip's captions in file order; captions
+describe the whole clip (no times).
+"""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from vidjax.data.annotations import types
+
+NUM_CLIPS = 1970
+SPLIT_BOUNDS = ((1200, "train"), (1300, "val"), (NUM_CLIPS, "test"))
+_VID = re.compile(r"vid(\d+)")
+
+
+def split_of(number: int) -> str:
+  """The standard MSVD split of clip vid<number> (1-1200 train, 1201-1300 val, 1301-1970 test)."""
+  return next(split for bound, split in SPLIT_BOUNDS if number <= bound)
+
+
+def _lines(path: Path, what: str) -> list[str]:
+  if not path.exists():
+    raise FileNotFoundError(f"MSVD {what} not found: {path}")
+  try:
+    return path.read_text(encoding="utf-8-sig").splitlines()
+  except UnicodeDecodeError as e:
+    types.fail(path, "file", f"expected UTF-8 text ({e})")
+
+
+def _clip_duration(name: str) -> float | None:
+  """end - start of a `<youtube id>_<start>_<end>` clip name, None when it is not one."""
+  parts = name.rsplit("_", 2)
+  if len(parts) != 3 or not parts[0] or not parts[1].isdigit() or not parts[2].isdigit():
+    return None
+  return float(int(parts[2]) - int(parts[1]))
+
+
+def read_msvd(mapping_path: str | os.PathLike,
+              captions_path: str | os.PathLike | None = None) -> types.RetrievalData:
+  """Reads the MSVD clip mapping and, optionally, its English captions (see the module docstring).
+
+  Args:
+    mapping_path: `youtube_mapping.txt`.
+    captions_path: `AllVideoDescriptions.txt` layout; None gives the videos without captions.
+
+  Returns:
+    `RetrievalData`: videos (clip names) sorted by id with duration and split, captions in file order.
+
+  Raises:
+    FileNotFoundError: when a file does not exist.
+    ValueError: naming the file, the line and what was expected, on malformed input.
+  """
+  mapping_path = Path(mapping_path)
+  videos, alias, lines_of = {}, {}, {}
+  for n, line in enumerate(_lines(mapping_path, "clip mapping"), start=1):
+    if not line.strip():
+      continue
+    where = f"line {n}"
+    fields = line.split()
+    match = _VID.fullmatch(fields[-1]) if len(fields) == 2 else None
+    if match is None:
+      types.fail(mapping_path, where, f"expected '<youtube clip name> vid<N>', got {line!r}")
+    name, vid = fields
+    duration = _clip_duration(name)
+    if duration is None:
+      types.fail(mapping_path, where, f"clip name must be '<youtube id>_<start>_<end>' (whole seconds), got {name!r}")
+    if duration < 0:
+      types.fail(mapping_path, where, f"clip {name!r} must satisfy start <= end")
+    number = int(match.group(1))
+    if not 1 <= number <= NUM_CLIPS:
+      types.fail(mapping_path, where, f"clip number must be vid1..vid{NUM_CLIPS}, got {vid!r}")
+    if name in lines_of or vid in alias:
+      first = lines_of[name] if name in lines_of else lines_of[alias[vid]]
+      types.fail(mapping_path, where, f"clip {name!r} / {vid} is mapped twice (first at line {first})")
+    lines_of[name] = n
+    alias[vid] = name
+    videos[name] = types.RetrievalVideo(name, duration, split_of(number))
+  if not videos:
+    types.fail(mapping_path, "file", "expected at least one '<youtube clip name> vid<N>' line, found none")
+  captions = []
+  if captions_path is not None:
+    captions_path = Path(captions_path)
+    counts: dict[str, int] = {}
+    for n, line in enumerate(_lines(captions_path, "caption file"), start=1):
+      if not line.strip() or line.lstrip().startswith("#"):
+        continue
+      where = f"line {n}"
+      key, *rest = line.split(None, 1)
+      text = rest[0].strip() if rest else ""
+      video_id = alias.get(key, key)
+      if video_id not in videos:
+        types.fail(captions_path, where, f"unknown video {key!r}: expected a clip name (or vid<N>) of {mapping_path}")
+      if not text:
+        types.fail(captions_path, where, f"expected '<clip name> <description>', got an empty description for {key!r}")
+      i = counts.get(video_id, 0)
+      counts[video_id] = i + 1
+      captions.append(types.Caption(caption_id=f"{video_id}#{i:03d}", video_id=video_id, text=text))
+  return types.RetrievalData(source=f"MSVD {mapping_path}",
+                             videos=tuple(videos[v] for v in sorted(videos)),
+                             captions=tuple(captions))

@@ -1,0 +1,96 @@
+"""Text-video retrieval benchmarks built from the readers' records (the standard R@K protocol).
+
+A `RetrievalBenchmark` is a query set and a corpus:
+
+  * queries: one per caption (T2V): its id, text and the one video it is relevant to;
+  * corpus: video ids, sorted; every video of the chosen split is in it, captioned or not (an
+    uncaptioned video is a distractor for T2V and has no V2T rank).
+
+Multi-caption rules (MSR-VTT's 20 sentences per video in the `MSRVTT_data.json` layout, DiDeMo's and
+ActivityNet's per-moment captions): T2V ranks every caption's query against the whole corpus; V2T
+counts a video as a hit at K when ANY of its captions ranks in the top K among all queries. Ties count
+against the model in both directions. `vidjax.evaluate.evaluate_gallery` applies the rules;
+`vidjax.metrics.two_way_ranks` is the same computation on a full score matrix.
+
+The paragraph-to-video protocol (DiDeMo, ActivityNet Captions) joins every caption of a video in time
+order first (`vidjax.data.annotations.paragraphs`), so there is one query per video.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import numpy as np
+
+from vidjax.data.annotations.types import Caption, RetrievalData, paragraphs
+
+PROTOCOLS = ("captions", "paragraphs")
+
+
+@dataclasses.dataclass(frozen=True)
+class RetrievalBenchmark:
+  """Queries (captions) and the corpus (video ids) they are ranked against.
+
+  Attributes:
+    name: where it came from (file, split, protocol), printed with the results.
+    queries: one `Caption` per query; `caption_id` is the query id, `video_id` its relevant video.
+    corpus: sorted video ids.
+  """
+  name: str
+  queries: tuple[Caption, ...]
+  corpus: tuple[str, ...]
+
+  def __post_init__(self):
+    if len(set(self.corpus)) != len(self.corpus):
+      raise ValueError(f"{self.name}: the corpus repeats video ids")
+    ids = [q.caption_id for q in self.queries]
+    if len(set(ids)) != len(ids):
+      raise ValueError(f"{self.name}: query ids repeat")
+    known = set(self.corpus)
+    stray = sorted({q.video_id for q in self.queries} - known)
+    if stray:
+      raise ValueError(f"{self.name}: {len(stray)} queries point at videos outside the corpus, e.g. {stray[:3]}")
+    if not self.queries:
+      raise ValueError(f"{self.name}: no queries")
+
+  @property
+  def query_ids(self) -> list[str]:
+    return [q.caption_id for q in self.queries]
+
+  @property
+  def texts(self) -> list[str]:
+    return [q.text for q in self.queries]
+
+  def relevant(self) -> np.ndarray:
+    """int64 [Q]: the corpus row of each query's video."""
+    row = {v: i for i, v in enumerate(self.corpus)}
+    return np.array([row[q.video_id] for q in self.queries], np.int64)
+
+  def stats(self) -> dict:
+    captioned = len({q.video_id for q in self.queries})
+    return {"name": self.name, "queries": len(self.queries), "corpus_videos": len(self.corpus),
+            "videos_with_queries": captioned,
+            "queries_per_video": round(len(self.queries) / max(captioned, 1), 3)}
+
+
+def build_benchmark(data: RetrievalData, *, protocol: str = "captions", split: str | None = None,
+                    name: str | None = None) -> RetrievalBenchmark:
+  """The benchmark of `data`'s videos in `split` (None = all) under `protocol` (see module docstring)."""
+  if protocol not in PROTOCOLS:
+    raise ValueError(f"retrieval protocol must be one of {PROTOCOLS}, got {protocol!r}")
+  videos = [v for v in data.videos if split is None or v.split == split]
+  if not videos:
+    splits = sorted({v.split for v in data.videos})
+    raise ValueError(f"{data.source}: no videos in split {split!r} (splits present: {splits})")
+  keep = {v.video_id for v in videos}
+  source = paragraphs(data) if protocol == "paragraphs" else data
+  queries = tuple(c for c in source.captions if c.video_id in keep)
+  label = name or f"{data.source} [{split or 'all'}, {protocol}]"
+  return RetrievalBenchmark(label, queries, tuple(sorted(keep)))
+
+
+def subset(benchmark: RetrievalBenchmark, video_ids: Sequence[str], name: str) -> RetrievalBenchmark:
+  """The benchmark restricted to `video_ids` (queries of other videos dropped)."""
+  keep = set(video_ids)
+  return RetrievalBenchmark(name, tuple(q for q in benchmark.queries if q.video_id in keep),
+                            tuple(v for v in benchmark.corpus if v in keep))

@@ -1,0 +1,50 @@
+"""Stage-1 text-video retrieval defaults (`configs/retrieval_<dataset>.py`): jax-free, instant to load.
+
+Zero-shot dual-encoder retrieval from a feature store (text and clip kinds, e.g. VideoPrism-LvT
+embeddings from configs/extract_videoprism.py), evaluated with the standard R@K protocol in both
+directions (`vidjax.data.retrieval`). With `data.features` empty the run uses the embedded SYNTHETIC
+moving-object world (`vidjax.data.moving_objects`) and labels every output synthetic.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import ml_collections
+
+from vidjax.data.moving_objects import MovingObjectWorldConfig
+
+# dataset -> (reader protocol, evaluation split) of its standard text-to-video benchmark.
+DATASETS = {
+    "msrvtt": ("captions", ""),         # 1k-A: 1,000 test videos, one caption each (JSFusion csv)
+    "didemo": ("paragraphs", ""),       # test_data.json: all descriptions of a video, in time order
+    "activitynet": ("paragraphs", ""),  # val_1.json: paragraph-to-video
+}
+
+
+def get_config(dataset: str, arg: str | None = None) -> ml_collections.ConfigDict:
+  """What `configs/retrieval_<dataset>.py` return; `arg` may be `smoke` (a tiny world, for tests)."""
+  if dataset not in DATASETS:
+    raise ValueError(f"unknown retrieval dataset {dataset!r}; known: {sorted(DATASETS)}")
+  protocol, split = DATASETS[dataset]
+  c = ml_collections.ConfigDict()
+  c.experiment = "retrieval"
+  c.name = f"retrieval_{dataset}"
+  c.seed = 0  # drives the synthetic world
+  c.dataset = dataset
+  c.data = ml_collections.ConfigDict(dict(
+      annotations="",     # the dataset's annotation file (see configs/retrieval_<dataset>.py)
+      video_list="",      # MSR-VTT: optional id-list file restricting the videos (e.g. val_list_jsfusion.txt)
+      features="",        # feature store directory; "" = the synthetic moving-object world
+      clip_kind="clip",   # store kind of video embeddings, keyed by video id
+      text_kind="text",   # store kind of caption embeddings, keyed by caption id (paragraphs: video id)
+      protocol=protocol,  # "captions" (one query per caption) or "paragraphs" (one per video)
+      split=split,        # reader split to evaluate ("" = every video the file lists)
+  ))
+  c.world = ml_collections.ConfigDict(dataclasses.asdict(MovingObjectWorldConfig()))
+  c.eval = ml_collections.ConfigDict(dict(query_chunk=1024, gallery_chunk=4096))
+  for name in [a for a in (arg or "").split(",") if a]:
+    if name != "smoke":
+      raise ValueError(f"configs/retrieval_{dataset}.py: unknown variant {name!r} (known: smoke)")
+    c.world.update(num_train_groups=40, num_eval_groups=30)
+    c.eval.update(query_chunk=64, gallery_chunk=128)
+  return c

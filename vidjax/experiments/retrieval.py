@@ -1,0 +1,137 @@
+"""Stage-1 text-video retrieval: zero-shot dual-encoder R@K in both directions from a feature store.
+
+`run(config, workdir)`:
+  1. data: the dataset's annotations through its reader (`vidjax.data.annotations`) and a feature
+     store, or, when `config.data.features` is empty, the embedded SYNTHETIC moving-object world
+     (`vidjax.data.moving_objects`), whose store (kinds `tokens`, `clip`, `text`) is written to
+     `<workdir>/features` for the methods that build on it;
+  2. the benchmark by the standard protocol (`vidjax.data.retrieval`);
+  3. cosine scores of every query against the whole corpus, in bounded memory
+     (`vidjax.evaluate.evaluate_gallery`): R@1/5/10, MdR, MnR for T2V and V2T;
+  4. writes `<workdir>/results.json` (method `stage1`) and prints the table.
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from vidjax import evaluate
+from vidjax.data import annotations, moving_objects
+from vidjax.data.features import FeatureStore, MissingFeatureError, write_arrays
+from vidjax.data.retrieval import PROTOCOLS, RetrievalBenchmark, build_benchmark
+from vidjax.defaults.retrieval import DATASETS
+from vidjax.experiments import common
+
+RESUMABLE_CHANGES = ("eval.query_chunk", "eval.gallery_chunk")
+
+
+def validate(config) -> None:
+  common.check_choice(config, "dataset", tuple(DATASETS))
+  common.check_choice(config, "data.protocol", PROTOCOLS)
+  common.check_positive_int(config, ("eval.query_chunk", "eval.gallery_chunk"))
+  if config.data.features and not config.data.annotations:
+    common.bad_value("data.annotations", config.data.annotations,
+                     "the dataset's annotation file when data.features is set")
+
+
+def read_dataset(config) -> annotations.RetrievalData:
+  """The dataset's records through its reader."""
+  path = config.data.annotations
+  if config.dataset == "msrvtt":
+    return annotations.read_msrvtt(path, config.data.video_list or None)
+  if config.data.video_list:
+    common.bad_value("data.video_list", config.data.video_list, "'' (only MSR-VTT reads an id list)")
+  if config.dataset == "didemo":
+    return annotations.read_didemo(path)
+  return annotations.read_activitynet_captions(path)
+
+
+def synthetic_world(config, workdir: Path):
+  """The moving-object world, its store under `<workdir>/features` and its test benchmark."""
+  world = moving_objects.make_moving_object_world(moving_objects.world_config_from(config.world), seed=config.seed)
+  store_dir = workdir / "features"
+  if common.is_writer():
+    ids = world.data.video_ids()
+    write_arrays(store_dir, {"tokens": (ids, world.tokens), "clip": (ids, world.clip),
+                             "text": ([c.caption_id for c in world.data.captions], world.text)},
+                 {"backbone": "synthetic-moving-object-world", "synthetic": True, "seed": config.seed,
+                  "world": dict(config.world)})
+  common.barrier("vidjax_retrieval_store")
+  bench = build_benchmark(world.data, protocol="captions", split="test",
+                          name=f"moving-object world test groups (synthetic, seed {config.seed})")
+  return world, FeatureStore(store_dir), bench
+
+
+def _features(store: FeatureStore, kind: str, ids, what: str) -> np.ndarray:
+  try:
+    return np.asarray(store.get(kind, list(ids)), np.float32)
+  except MissingFeatureError as e:
+    raise MissingFeatureError(f"{what}: {e}") from None
+
+
+def twin_check(world, bench: RetrievalBenchmark, scores: np.ndarray) -> dict:
+  """Stage 1 on the moving-object world's hard cases: how often each negative of a base query
+  scores at least as high as the base video (ties count against the model; 100% = chance or worse)."""
+  col = {v: i for i, v in enumerate(bench.corpus)}
+  rows = [i for i, q in enumerate(bench.queries) if world.kind[q.video_id] == "base"]
+  out = {}
+  for kind in moving_objects.KINDS[1:]:
+    hits = [scores[i, col[world.group[bench.queries[i].video_id] + "_" + kind]]
+            >= scores[i, col[bench.queries[i].video_id]] for i in rows]
+    out[f"{kind}_scores_at_least_base_pct"] = round(100.0 * float(np.mean(hits)), 2)
+  return out
+
+
+def run(config, workdir: str | Path) -> dict:
+  """Runs stage-1 retrieval; returns (and writes) the results dict."""
+  validate(config)
+  workdir = Path(workdir)
+  workdir.mkdir(parents=True, exist_ok=True)
+  common.check_workdir(config, workdir, RESUMABLE_CHANGES)
+  start = time.time()
+  world = None
+  if config.data.features:
+    store = FeatureStore(config.data.features)
+    bench = build_benchmark(read_dataset(config), protocol=config.data.protocol, split=config.data.split or None)
+    synthetic = bool(store.metadata.get("synthetic", False))
+  else:
+    world, store, bench = synthetic_world(config, workdir)
+    synthetic = True
+  print(("SYNTHETIC DATA: " if synthetic else "") + "retrieval benchmark: " +
+        ", ".join(f"{k}={v}" for k, v in bench.stats().items()), flush=True)
+  text = _features(store, config.data.text_kind, bench.query_ids, "query texts")
+  video = _features(store, config.data.clip_kind, bench.corpus, "corpus videos")
+  if text.shape[-1] != video.shape[-1]:
+    raise ValueError(f"text embeddings have width {text.shape[-1]} but video embeddings {video.shape[-1]}: "
+                     "stage 1 needs one joint text-video space")
+  relevant = bench.relevant()
+  values = evaluate.evaluate_gallery(evaluate.CosineScorer(), {"text": text}, {"candidates": video}, relevant,
+                                     query_chunk=config.eval.query_chunk, gallery_chunk=config.eval.gallery_chunk)
+  stage1 = {k: round(float(v), 4) for k, v in values.items() if k != "v2t_videos"}
+  dataset = config.dataset + (" (synthetic moving-object world)" if synthetic else "")
+  results = {
+      "experiment": config.name,
+      "dataset": dataset,
+      "synthetic": synthetic,
+      "metrics": {"stage1": stage1},
+      "benchmark": {**bench.stats(), "v2t_videos": values["v2t_videos"]},
+      "features": {k: store.metadata.get(k) for k in ("backbone", "checkpoint_hash", "random_init")},
+      "config": json.loads(config.to_json_best_effort()),
+  }
+  tables = [evaluate.format_table({"stage1 (zero-shot cosine)": stage1}, f"Text-video retrieval ({dataset}), "
+                                  f"{bench.stats()['queries']} queries x {len(bench.corpus)} videos", synthetic)]
+  if world is not None:
+    scores = text.astype(np.float64) @ video.astype(np.float64).T  # the synthetic test corpus is small
+    results["world_checks"] = twin_check(world, bench, scores)
+    results["world_checks"]["note"] = moving_objects.SYNTHETIC_NOTE
+    tables.append(evaluate.format_table({"stage1": results["world_checks"]},
+                                        "Hard negatives at stage 1 (% of base queries where the negative scores "
+                                        ">= the base video)", synthetic,
+                                        columns=[k for k in results["world_checks"] if k != "note"]))
+  results["seconds"] = round(time.time() - start, 1)
+  if common.is_writer():
+    common.write_results(workdir, results, tables)
+  return results
