@@ -17,8 +17,9 @@ Generative story (dimension `dim`, unit vectors marked ^):
     + noise * N(0, I) (`tokens` kind, `[T, P, dim]`, P = grid²);
   * the stage-1 video embedding is order-blind by construction: clip = (mean_t sum_c X[t, c])^ (`clip`);
   * the caption comes from a template grammar ("the red cube moves left, then the blue ball moves up,
-    ending above the green cone"), and its stage-1 embedding is a bag of words, (sum_w e_w)^ (`text`),
-    order-blind too.
+    ending above the green cone"), and its stage-1 embedding is a bag of its object words (colours and
+    shapes), (sum_w e_w)^ (`text`): blind to order and direction, it finds the videos with the right
+    objects and leaves the rest to a second stage.
 
 Every video belongs to a group of four (`KINDS`), each a real corpus video with its own caption:
   * `base`;
@@ -31,11 +32,16 @@ Every video belongs to a group of four (`KINDS`), each a real corpus video with 
 
 Calibration (defaults; `python -m vidjax.data.moving_objects`, tests/test_moving_objects.py): the
 linear probe of `twin_probe_accuracy` (caption event clauses x per-slot late-minus-early patch tokens)
-tells the base from its time-reversed twin on held-out groups with TWIN_PROBE accuracy, and the same
-probe on frame-mean tokens sits at exactly 50% (the twin's frame mean equals the base's). Two choices
+tells the base from its time-reversed twin on held-out groups with 96.7-99.3% accuracy (defaults, seeds
+0-2), and the same probe on frame-mean tokens sits at exactly 50% (the twin's frame mean equals the
+base's). Two choices
 came from that measurement: the token noise is 0.05 per dimension (at 0.1 the probe reached only
 73-80%), and "palindromes" (one object moving one way and then back) are never drawn, because their
 twin is the same video (they capped even an oracle probe, built from the true codes, at about 90%).
+Stage 1 (bag of object words against the frame mean; test groups of seeds 0-1, 120 videos) reaches
+T2V R@10 of 79-88%; the background weight is 0.05 because at 0.3 the scene vector dominated the frame
+mean and R@10 fell to 18-23%, and the bag leaves out function and direction words (with them R@10 was
+56-63%). The twin ties its base at stage 1 for every query.
 """
 from __future__ import annotations
 
@@ -57,6 +63,7 @@ RELATIONS = {"left": "left of", "right": "right of", "up": "above", "down": "bel
 FUNCTION_WORDS = ("the", "moves", "then", "ending", "of", "above", "below", "at", "same", "place", "as")
 WORDS = tuple(dict.fromkeys(COLOURS + SHAPES + tuple(DIRECTIONS) + FUNCTION_WORDS))
 KINDS = ("base", "twin", "end_state", "semantic")
+OBJECT_WORDS = frozenset(COLOURS + SHAPES)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,7 +78,7 @@ class MovingObjectWorldConfig:
   max_objects: int = 3
   num_events: int = 2
   noise: float = 0.05             # per-dimension std of the token noise (unit-norm codes)
-  bg_weight: float = 0.3          # per-video background (scene) vector, in every patch
+  bg_weight: float = 0.05         # per-video background (scene) vector, in every patch
 
   def validate(self):
     for name in ("num_train_groups", "num_eval_groups", "dim", "num_events"):
@@ -251,8 +258,8 @@ def make_moving_object_world(config: MovingObjectWorldConfig | None = None, seed
   for vid in ids:
     if kind[vid] == "twin":
       tokens[index[vid]] = tokens[index[group[vid] + "_base"]][::-1]
-  for vid in ids:
-    words = caption(scenes[vid], t_len).replace(",", "").split()
+  for vid in ids:  # stage-1 text: a bag of the caption's object words, blind to order and direction
+    words = [w for w in caption(scenes[vid], t_len).replace(",", "").split() if w in OBJECT_WORDS]
     texts.append(l2_normalize(np.sum([word_vec[w] for w in words], axis=0)))
   clip = l2_normalize(tokens.astype(np.float64).sum(axis=2).mean(axis=1))
   for vid in ids:  # the same frame mean up to summation order: make the tie exact
