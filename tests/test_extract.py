@@ -358,3 +358,28 @@ def test_bfloat16_storage_rounds_the_float32_features(clips, full_run, tmp_path)
   got = store.get("clip", ids)
   np.testing.assert_allclose(got, want, rtol=2 ** -8, atol=1e-6)
   assert not np.array_equal(got, want)
+
+
+def test_retrieval_datasets_resolve_videos_for_whole_videos_paragraphs_and_segments(tmp_path):
+  (tmp_path / "videos").mkdir()
+  # MSR-VTT 1k-A: whole videos; the csv's first video stands in for the real mp4.
+  os.symlink(MP4, tmp_path / "videos" / "video9770.mp4")
+  csv = REPO / ".." / "shared" / "data" / "msrvtt" / "MSRVTT_JSFUSION_test.csv"
+  config = _smoke_config(videos=str(tmp_path / "videos"), annotations=str(csv), format="msrvtt")
+  clips, captions, info = experiment.build_clips(config.data)
+  assert [c.clip_id for c in clips] == ["video9770"] and clips[0].start is None
+  assert list(captions) == ["ret0"] and info["missing_videos"] == 999
+  # ActivityNet val_1: one timed segment per sentence, or one paragraph keyed by the video id.
+  ann = REPO / ".." / "shared" / "data" / "activitynet_captions" / "val_1.json"
+  first = sorted(json.loads(ann.read_text()))[0]
+  os.symlink(MP4, tmp_path / "videos" / f"{first}.mp4")
+  config = _smoke_config(videos=str(tmp_path / "videos"), annotations=str(ann), format="activitynet", unit="segment")
+  clips, captions, info = experiment.build_clips(config.data)
+  assert len(clips) == len(captions) > 1 and all(c.clip_id.startswith(first + "#") for c in clips)
+  assert all(0 <= c.start <= c.end for c in clips) and info["missing_videos"] == 4916
+  config.data.unit, config.data.protocol = "video", "paragraphs"
+  clips, captions, _ = experiment.build_clips(config.data)
+  assert [c.clip_id for c in clips] == [first] and list(captions) == [first]
+  config.data.unit = "frames"
+  with pytest.raises(ValueError, match="data.unit"):
+    experiment.build_clips(config.data)

@@ -26,7 +26,9 @@ def default_config() -> ml_collections.ConfigDict:
   c.data = ml_collections.ConfigDict()
   c.data.videos = ""        # folder of videos, one video file, or a .txt / .json clip list
   c.data.annotations = ""   # annotation file (CrossTask: its root folder)
-  c.data.format = ""        # 'youcook2' | 'coin' | 'crosstask' | '' (no annotations)
+  c.data.format = ""        # 'youcook2' | 'coin' | 'crosstask' | 'msrvtt' | 'didemo' | 'activitynet' | 'lsmdc' | ''
+  c.data.unit = "video"     # retrieval formats: 'video' (whole videos) | 'segment' (each timed caption)
+  c.data.protocol = "captions"  # retrieval formats: 'captions' | 'paragraphs' (one text per video)
   c.data.split = ""         # annotation split to extract ('' = all)
   c.data.captions = ""      # optional JSON {caption_id: text}
 

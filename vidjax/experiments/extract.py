@@ -15,6 +15,10 @@ Clip list (`config.data`):
     video file, a `.txt` list (a video path per line, or tab-separated `clip_id, path, start, end`),
     or a `.json` list of `{"clip_id", "video", "start"?, "end"?, "text"?}` (texts become captions
     keyed by clip id). Relative paths are relative to the list file.
+  * `annotations` + `format` ('msrvtt' | 'didemo' | 'activitynet' | 'lsmdc', the retrieval readers):
+    whole videos (`unit='video'`, clip id = video id) with their captions keyed by caption id, or one
+    paragraph per video keyed by video id (`protocol='paragraphs'`); or every timed caption's segment
+    (`unit='segment'`, clip id = caption id), e.g. ActivityNet segments for VideoComp.
   * `captions`: optional JSON `{caption_id: text}` merged into the captions.
 
 Outputs: the store at `config.store` (default `<workdir>/features`) and `<workdir>/results.json`.
@@ -35,7 +39,7 @@ from vidjax import checkpoints
 from vidjax import extract as engine
 from vidjax import io
 from vidjax import sharding
-from vidjax.data.annotations import READERS, read_annotations
+from vidjax.data.annotations import READERS, RETRIEVAL_READERS, paragraphs, read_annotations
 from vidjax.experiments import common
 from vidjax.models import videoprism as vp
 from vidjax.ops import l2_normalize, unflatten_dict
@@ -104,6 +108,35 @@ def _read_list(path: Path) -> tuple[list[engine.VideoSegment], dict[str, str]]:
   return clips, captions
 
 
+UNITS = ("video", "segment")
+
+
+def _retrieval_clips(data, index: dict[str, str]):
+  """Clips of a retrieval dataset: whole videos (`data.unit='video'`, clip id = video id, captions keyed
+  by caption id, or by video id with `data.protocol='paragraphs'`) or timed caption segments
+  (`data.unit='segment'`, clip id = caption id). A video id with a file extension (DiDeMo) also matches
+  a file by its stem."""
+  if data.unit not in UNITS:
+    raise ValueError(f"config.data.unit must be one of {UNITS}, got {data.unit!r}")
+  records = RETRIEVAL_READERS[data.format](data.annotations)
+  if data.protocol == "paragraphs":
+    records = paragraphs(records)
+  elif data.protocol != "captions":
+    raise ValueError(f"config.data.protocol must be 'captions' or 'paragraphs', got {data.protocol!r}")
+  split = {v.video_id: v.split for v in records.videos}
+  path_of = lambda vid: index.get(vid) or index.get(Path(vid).stem)  # noqa: E731
+  wanted = [v for v in records.video_ids() if not data.split or split[v] == data.split]
+  missing = [v for v in wanted if path_of(v) is None]
+  keep = set(wanted) - set(missing)
+  captions = {c.caption_id: c.text for c in records.captions if c.video_id in keep}
+  if data.unit == "video":
+    clips = [engine.VideoSegment(v, path_of(v)) for v in wanted if v in keep]
+  else:
+    clips = [engine.VideoSegment(c.caption_id, path_of(c.video_id), c.start, c.end)
+             for c in records.captions if c.video_id in keep]
+  return clips, captions, missing, len(wanted)
+
+
 def build_clips(data) -> tuple[list[engine.VideoSegment], dict[str, str], dict[str, Any]]:
   """Clips, captions `{id: text}` and bookkeeping (`missing_videos`) from `config.data`."""
   info: dict[str, Any] = {"missing_videos": 0}
@@ -111,12 +144,20 @@ def build_clips(data) -> tuple[list[engine.VideoSegment], dict[str, str], dict[s
     raise ValueError("config.data.videos is empty: give a video folder, a video file or a clip list (.txt/.json)")
   videos = Path(data.videos)
   captions: dict[str, str] = {}
-  if data.annotations:
+  if data.annotations and data.format in RETRIEVAL_READERS:
+    clips, captions, missing, total = _retrieval_clips(data, index_videos(videos))
+    if missing:
+      _LOG.warning("%d of %d annotated videos have no file under %s and are skipped (e.g. %s)",
+                   len(missing), total, videos, ", ".join(missing[:5]))
+    info["missing_videos"] = len(missing)
+    info["missing_video_ids"] = missing[:100]
+  elif data.annotations:
     if not data.format:
       raise ValueError(f"config.data.annotations={data.annotations!r} needs config.data.format "
                        "('youcook2', 'coin' or 'crosstask')")
     if data.format not in READERS:
-      raise ValueError(f"config.data.format must be one of {sorted(READERS)} or '', got {data.format!r}")
+      raise ValueError(f"config.data.format must be one of {sorted(READERS) + sorted(RETRIEVAL_READERS)} or '', "
+                       f"got {data.format!r}")
     annotated = read_annotations(data.format, data.annotations, data.split or None)
     index = index_videos(videos)
     clips, missing = [], []

@@ -39,14 +39,11 @@ def validate(config) -> None:
 
 def read_dataset(config) -> annotations.RetrievalData:
   """The dataset's records through its reader."""
-  path = config.data.annotations
   if config.dataset == "msrvtt":
-    return annotations.read_msrvtt(path, config.data.video_list or None)
+    return annotations.read_msrvtt(config.data.annotations, config.data.video_list or None)
   if config.data.video_list:
     common.bad_value("data.video_list", config.data.video_list, "'' (only MSR-VTT reads an id list)")
-  if config.dataset == "didemo":
-    return annotations.read_didemo(path)
-  return annotations.read_activitynet_captions(path)
+  return annotations.RETRIEVAL_READERS[config.dataset](config.data.annotations)
 
 
 def synthetic_world(config, workdir: Path):

@@ -36,6 +36,15 @@ READERS = {
 }
 
 
+# Retrieval dataset name -> reader of its one annotation file (MSVD needs two files: call read_msvd).
+RETRIEVAL_READERS = {
+    "msrvtt": read_msrvtt,
+    "didemo": read_didemo,
+    "activitynet": read_activitynet_captions,
+    "lsmdc": read_lsmdc,
+}
+
+
 def read_annotations(fmt: str, path: str | os.PathLike, split: str | None = None) -> list[Video]:
   """Reads annotations of format 'youcook2' | 'coin' | 'crosstask' (a file, or CrossTask's folder)."""
   if fmt not in READERS:
@@ -43,7 +52,7 @@ def read_annotations(fmt: str, path: str | os.PathLike, split: str | None = None
   return READERS[fmt](path, split)
 
 
-__all__ = ["Caption", "Clip", "READERS", "RetrievalData", "RetrievalVideo", "Video", "paragraphs",
+__all__ = ["Caption", "Clip", "READERS", "RETRIEVAL_READERS", "RetrievalData", "RetrievalVideo", "Video", "paragraphs",
            "read_activitynet_captions", "read_annotations", "read_coin", "read_crosstask",
            "read_crosstask_tasks", "read_didemo", "read_lsmdc", "read_msrvtt", "read_msvd", "read_youcook2",
            "split_by_video"]
