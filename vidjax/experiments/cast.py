@@ -317,10 +317,7 @@ def gap_accuracy(scores: np.ndarray, arrays, data: CVRData) -> dict[str, float]:
 
 def run(config, workdir: str | Path) -> dict:
   """Runs the whole CAST experiment; returns (and writes) the results dict."""
-  validate(config)
-  workdir = Path(workdir)
-  workdir.mkdir(parents=True, exist_ok=True)
-  common.check_workdir(config, workdir, RESUMABLE_CHANGES)
+  workdir = common.start_run(config, workdir, validate, RESUMABLE_CHANGES)
   start = time.time()
   data = prepare_data(config, workdir)
   clip_ids = set()

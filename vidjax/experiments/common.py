@@ -117,6 +117,16 @@ def _flat(d: Mapping, prefix: str = "") -> dict[str, Any]:
   return out
 
 
+def start_run(config, workdir: str | Path, validate, resumable: Iterable[str] = ()) -> Path:
+  """What every experiment's `run` does first: `validate(config)` (one clear error per bad value, before
+  any work), create the workdir and refuse one made by a different config (`check_workdir`)."""
+  validate(config)
+  workdir = Path(workdir)
+  workdir.mkdir(parents=True, exist_ok=True)
+  check_workdir(config, workdir, resumable)
+  return workdir
+
+
 def check_workdir(config, workdir: str | Path, resumable: Iterable[str] = ()) -> None:
   """Refuses to reuse a workdir made by a different config: its files and checkpoints would be stale.
 

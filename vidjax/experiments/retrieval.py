@@ -84,10 +84,7 @@ def twin_check(world, bench: RetrievalBenchmark, scores: np.ndarray) -> dict:
 
 def run(config, workdir: str | Path) -> dict:
   """Runs stage-1 retrieval; returns (and writes) the results dict."""
-  validate(config)
-  workdir = Path(workdir)
-  workdir.mkdir(parents=True, exist_ok=True)
-  common.check_workdir(config, workdir, RESUMABLE_CHANGES)
+  workdir = common.start_run(config, workdir, validate, RESUMABLE_CHANGES)
   start = time.time()
   world = None
   if config.data.features:

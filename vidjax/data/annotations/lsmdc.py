@@ -56,12 +56,7 @@ def read_lsmdc(path: str | os.PathLike) -> types.RetrievalData:
     ValueError: naming the file, the line and what was expected, on malformed input.
   """
   path = Path(path)
-  if not path.exists():
-    raise FileNotFoundError(f"LSMDC annotation file not found: {path}")
-  try:
-    lines = path.read_text(encoding="utf-8-sig").splitlines()
-  except UnicodeDecodeError as e:
-    types.fail(path, "file", f"expected UTF-8 text ({e})")
+  lines = types.read_lines(path, "LSMDC annotation file")
   videos: dict[str, types.RetrievalVideo] = {}
   spans: dict[str, tuple[float, float, int]] = {}
   counts: dict[str, int] = {}

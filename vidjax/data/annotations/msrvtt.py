@@ -78,12 +78,7 @@ def read_msrvtt(path: str | os.PathLike, video_list: str | os.PathLike | None = 
 def read_video_list(path: str | os.PathLike) -> list[str]:
   """Video ids of an id-list file (one a line; an optional first line `video_id` is a csv header)."""
   path = Path(path)
-  if not path.exists():
-    raise FileNotFoundError(f"MSR-VTT video list not found: {path}")
-  try:
-    lines = path.read_text(encoding="utf-8-sig").splitlines()
-  except UnicodeDecodeError as e:
-    types.fail(path, "file", f"expected UTF-8 text ({e})")
+  lines = types.read_lines(path, "MSR-VTT video list")
   ids, seen = [], {}
   for n, line in enumerate(lines, start=1):
     token = line.strip()

@@ -48,12 +48,7 @@ def split_of(number: int) -> str:
 
 
 def _lines(path: Path, what: str) -> list[str]:
-  if not path.exists():
-    raise FileNotFoundError(f"MSVD {what} not found: {path}")
-  try:
-    return path.read_text(encoding="utf-8-sig").splitlines()
-  except UnicodeDecodeError as e:
-    types.fail(path, "file", f"expected UTF-8 text ({e})")
+  return types.read_lines(path, f"MSVD {what}")
 
 
 def _clip_duration(name: str) -> float | None:

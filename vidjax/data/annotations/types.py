@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 import numpy as np
@@ -78,6 +79,18 @@ def make_video(video_id: str, task: str, split: str,
 def fail(path: str | os.PathLike, where: str, message: str) -> None:
   """Raises the one error a malformed annotation produces: file, record, what was expected."""
   raise ValueError(f"{path}: {where}: {message}")
+
+
+def read_lines(path: str | os.PathLike, what: str) -> list[str]:
+  """The lines of a UTF-8 text file (a BOM is dropped); FileNotFoundError naming `what`, or one clear
+  ValueError when the file is not UTF-8."""
+  path = Path(path)
+  if not path.exists():
+    raise FileNotFoundError(f"{what} not found: {path}")
+  try:
+    return path.read_text(encoding="utf-8-sig").splitlines()
+  except UnicodeDecodeError as e:
+    fail(path, "file", f"expected UTF-8 text ({e})")
 
 
 def check_split_arg(split: str | None, allowed: Sequence[str], reader: str) -> None:
