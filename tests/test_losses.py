@@ -117,3 +117,68 @@ def test_shape_errors_are_clear():
   with pytest.raises(ValueError, match="sim_batch"):
     losses.type_aware_contrastive(np.zeros(3), np.zeros((3, 2)), np.zeros((3, 1)),
                                   np.ones((3, 1)), np.zeros((3, 1)), np.ones((3, 1)))
+
+
+# ------------------------------------------------------------------------------------------------
+# VEDJE losses against straightforward NumPy.
+
+
+def _np_log_softmax(x):
+  x = x - x.max()
+  return x - math.log(np.exp(x).sum())
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_vtm_loss_matches_numpy_with_padding(seed):
+  rng = np.random.default_rng(seed)
+  scores = rng.normal(size=(4, 6)) * 3
+  positive = rng.integers(0, 3, size=4)
+  mask = np.ones((4, 6)); mask[:, 4:] = 0; mask[1, 3] = 0
+  expected = np.mean([-_np_log_softmax(scores[b][mask[b] > 0] / 0.5)[list(np.flatnonzero(mask[b])).index(positive[b])]
+                      for b in range(4)])
+  got = losses.vtm_loss(jnp.asarray(scores), jnp.asarray(positive), jnp.asarray(mask), tau=0.5)
+  assert float(got) == pytest.approx(expected, rel=1e-5)
+  full = np.mean([-_np_log_softmax(scores[b])[positive[b]] for b in range(4)])
+  assert float(losses.vtm_loss(jnp.asarray(scores), jnp.asarray(positive))) == pytest.approx(full, rel=1e-5)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_vtc_loss_matches_numpy(seed):
+  rng = np.random.default_rng(seed)
+  t, v = rng.normal(size=(5, 7)), rng.normal(size=(5, 7))
+  tn, vn = t / np.linalg.norm(t, axis=1, keepdims=True), v / np.linalg.norm(v, axis=1, keepdims=True)
+  logits = 20.0 * tn @ vn.T
+  t2v = np.mean([-_np_log_softmax(logits[i])[i] for i in range(5)])
+  v2t = np.mean([-_np_log_softmax(logits[:, j])[j] for j in range(5)])
+  assert float(losses.vtc_loss(jnp.asarray(t), jnp.asarray(v))) == pytest.approx((t2v + v2t) / 2, rel=1e-5)
+
+
+def test_mlm_loss_matches_numpy_and_ignores_unmasked_positions():
+  rng = np.random.default_rng(2)
+  logits, labels = rng.normal(size=(2, 5, 11)), rng.integers(0, 11, size=(2, 5))
+  mask = np.zeros((2, 5)); mask[0, 1] = mask[1, 3] = mask[1, 4] = 1
+  expected = np.mean([-_np_log_softmax(logits[b, s])[labels[b, s]] for b, s in zip(*np.nonzero(mask))])
+  got = losses.mlm_loss(jnp.asarray(logits), jnp.asarray(labels), jnp.asarray(mask))
+  assert float(got) == pytest.approx(expected, rel=1e-5)
+  assert float(losses.mlm_loss(jnp.asarray(logits), jnp.asarray(labels), jnp.zeros((2, 5)))) == 0.0
+
+
+@pytest.mark.parametrize("absolute", [False, True])
+def test_future_delta_loss_matches_eq4_loops(absolute):
+  rng = np.random.default_rng(3)
+  b, t_len, p, d, horizons = 2, 6, 3, 4, (2, 3)
+  x = rng.normal(size=(b, t_len, p, d))
+  pred = rng.normal(size=(b, t_len, len(horizons), p, d))
+  targets, valid = losses.future_delta_targets(jnp.asarray(x), horizons, absolute=absolute)
+  got = losses.future_delta_loss(jnp.asarray(pred), targets, valid)
+  per_example = []
+  for i in range(b):
+    terms = []
+    for t in range(t_len):
+      for k, h in enumerate(horizons):
+        if t + h < t_len:  # Omega: 1 <= t, t + h <= T in the paper's 1-based indices
+          target = x[i, t + h] if absolute else x[i, t + h] - x[i, t]
+          terms.append(np.mean((pred[i, t, k] - target) ** 2))
+    per_example.append(np.mean(terms))
+  assert float(got) == pytest.approx(np.mean(per_example), rel=1e-5)
+  assert np.asarray(valid).sum() == (t_len - 2) + (t_len - 3)

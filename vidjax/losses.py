@@ -1,5 +1,10 @@
 """Training objectives, each a pure function of arrays.
 
+VEDJE (../shared/papers/vedje.txt eq. 4, 6, App. A.3): L = L_vtm + L_vtc + L_mlm + L_delta at equal
+weights -- `vtm_loss` (softmax cross-entropy over each query's candidate scores, tau = 1),
+`vtc_loss` (symmetric InfoNCE, logit scale 20, against frozen stage-1 video embeddings),
+`mlm_loss` (cross-entropy on the masked text positions) and `future_delta_loss` (eq. 4).
+
 CAST (../shared/papers/cast.txt §2.4, eq. 6-9): the type-aware contrastive objective
     L = L_batch + λ_s·L_state + λ_i·L_ident
 with an in-batch InfoNCE term (eq. 6) and two local terms that contrast the positive against its
@@ -101,3 +106,115 @@ def cast_loss(v_hat: jax.Array, pos: jax.Array, state_negs: jax.Array,
   return type_aware_contrastive(
       jnp.sum(v * p, axis=-1), sim_batch, jnp.einsum("bd,bkd->bk", v, s), state_mask,
       jnp.einsum("bd,bkd->bk", v, i), ident_mask, tau=tau, lambda_s=lambda_s, lambda_i=lambda_i)
+
+
+# ------------------------------------------------------------------------------------------------
+# VEDJE (eq. 4, 6; App. A.3).
+
+
+def _masked_logits(logits: jax.Array, mask: Optional[jax.Array]) -> jax.Array:
+  logits = jnp.asarray(logits, jnp.float32)
+  if mask is None:
+    return logits
+  _check("mask", mask, logits.shape)
+  return jnp.where(jnp.asarray(mask) > 0, logits, -jnp.inf)
+
+
+def vtm_loss(scores: jax.Array, positive: jax.Array, mask: Optional[jax.Array] = None,
+             tau: float = 1.0) -> jax.Array:
+  """L_vtm: softmax cross-entropy over each query's candidate scores with the positive as target.
+
+  Args:
+    scores: [B, K] pair scores s(q_b, v_k) (the positive among them).
+    positive: int [B], the positive's column.
+    mask: [B, K] 1 = a real candidate (padding slots are left out of the softmax); None = all real.
+    tau: temperature (1.0 in App. A.3).
+
+  Returns:
+    the mean over rows of -log softmax(scores / tau)[positive].
+  """
+  if scores.ndim != 2:
+    raise ValueError(f"scores must be [B, K], got {tuple(scores.shape)}")
+  _check("positive", positive, scores.shape[:1])
+  logits = _masked_logits(scores, mask) / tau
+  logp = jax.nn.log_softmax(logits, axis=-1)
+  return -jnp.mean(jnp.take_along_axis(logp, jnp.asarray(positive)[:, None], axis=1))
+
+
+def vtc_loss(text: jax.Array, video: jax.Array, logit_scale: float = 20.0) -> jax.Array:
+  """L_vtc: symmetric in-batch InfoNCE between text projections and frozen video embeddings.
+
+  Args:
+    text: [B, D] projected text [CLS] vectors; video: [B, D] stage-1 video embeddings of the
+      matching videos (row b matches row b). Both are L2-normalized here.
+    logit_scale: 20.0 (App. A.3).
+
+  Returns:
+    (CE(text -> video) + CE(video -> text)) / 2, each averaged over the batch.
+  """
+  _check("video", video, text.shape)
+  t, v = l2_normalize(jnp.asarray(text, jnp.float32)), l2_normalize(jnp.asarray(video, jnp.float32))
+  logits = logit_scale * t @ v.T
+  diag = jnp.arange(t.shape[0])
+  t2v = -jnp.mean(jax.nn.log_softmax(logits, axis=1)[diag, diag])
+  v2t = -jnp.mean(jax.nn.log_softmax(logits, axis=0)[diag, diag])
+  return 0.5 * (t2v + v2t)
+
+
+def mlm_loss(logits: jax.Array, labels: jax.Array, mask: jax.Array) -> jax.Array:
+  """L_mlm: cross-entropy of the vocabulary logits at the masked text positions.
+
+  Args:
+    logits: [B, S, V]; labels: int [B, S] original token ids; mask: [B, S] 1 = a masked position
+      to predict.
+
+  Returns:
+    the mean over masked positions (0 when nothing is masked).
+  """
+  if logits.ndim != 3:
+    raise ValueError(f"logits must be [B, S, V], got {tuple(logits.shape)}")
+  _check("labels", labels, logits.shape[:2])
+  _check("mask", mask, logits.shape[:2])
+  logp = jax.nn.log_softmax(jnp.asarray(logits, jnp.float32), axis=-1)
+  nll = -jnp.take_along_axis(logp, jnp.asarray(labels)[..., None], axis=-1)[..., 0]
+  m = jnp.asarray(mask, jnp.float32)
+  return jnp.sum(nll * m) / jnp.maximum(jnp.sum(m), 1.0)
+
+
+def future_delta_targets(patches: jax.Array, horizons=(3,), absolute: bool = False):
+  """The targets of eq. 4 and their validity: Delta_{t,h} = X_{t+h} - X_t over Omega.
+
+  Args:
+    patches: [B, T, P, d_v] frozen patch features X.
+    horizons: the horizon set H ({3} by default, A.3).
+    absolute: the A.14 ablation: the target is X_{t+h} itself instead of the delta.
+
+  Returns:
+    (targets [B, T, |H|, P, d_v], valid [T, |H|]) with valid[t, i] = t + h_i < T (0-based t).
+  """
+  b, t_len, p, d = patches.shape
+  x = jnp.asarray(patches, jnp.float32)
+  targets, valid = [], []
+  for h in horizons:
+    if not 1 <= h:
+      raise ValueError(f"horizons must be >= 1, got {tuple(horizons)}")
+    future = jnp.concatenate([x[:, h:], jnp.zeros((b, min(h, t_len), p, d), x.dtype)], axis=1)[:, :t_len]
+    targets.append(future if absolute else future - x)
+    valid.append(jnp.arange(t_len) + h < t_len)
+  return jnp.stack(targets, axis=2), jnp.stack(valid, axis=1).astype(jnp.float32)
+
+
+def future_delta_loss(pred: jax.Array, targets: jax.Array, valid: jax.Array) -> jax.Array:
+  """L_delta (eq. 4): the per-element mean squared error, averaged over the valid (t, h) in Omega.
+
+  Args:
+    pred: [B, T, |H|, P, d_v] predicted deltas; targets: same shape; valid: [T, |H|] (or
+      [B, T, |H|]) 1 = (t, h) in Omega.
+
+  Returns:
+    (1/|Omega|) sum over Omega of mean_{p, d} (pred - target)^2, averaged over the batch.
+  """
+  _check("targets", targets, pred.shape)
+  err = jnp.mean(jnp.square(jnp.asarray(pred, jnp.float32) - targets), axis=(-2, -1))  # [B, T, |H|]
+  w = jnp.broadcast_to(jnp.asarray(valid, jnp.float32), err.shape)
+  return jnp.sum(err * w) / jnp.maximum(jnp.sum(w), 1.0)
