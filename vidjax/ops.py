@@ -77,3 +77,61 @@ def unflatten_dict(flat: Mapping[str, Any], sep: str = "/") -> dict[str, Any]:
       node = node.setdefault(part, {})
     node[leaf] = v
   return tree
+
+
+# ------------------------------------------------------------------------------------------------
+# Low-precision storage (VEDJE App. A.4: bf16 caches by default, fp8-e4m3 and fp4-e2m1 by
+# quantize -> dequantize; no scale factors, so the on-disk size is exactly bits / 8 per element).
+
+STORAGE_BITS = {"float32": 32, "bfloat16": 16, "float8_e4m3": 8, "float4_e2m1": 4}
+
+
+def _ml_dtype(fmt: str):
+  import ml_dtypes  # ships with jax
+  return {"bfloat16": ml_dtypes.bfloat16, "float8_e4m3": ml_dtypes.float8_e4m3fn,
+          "float4_e2m1": ml_dtypes.float4_e2m1fn}[fmt]
+
+
+# The largest finite value of each format: values beyond it saturate instead of becoming NaN
+# (float8_e4m3fn has no infinity and maps overflow to NaN).
+STORAGE_MAX = {"float8_e4m3": 448.0, "float4_e2m1": 6.0}
+
+
+def storage_bytes(num_elements: int, fmt: str) -> int:
+  """Exact bytes of `num_elements` values stored in `fmt` (fp4: two values a byte, rounded up)."""
+  if fmt not in STORAGE_BITS:
+    raise ValueError(f"storage format must be one of {sorted(STORAGE_BITS)}, got {fmt!r}")
+  return (num_elements * STORAGE_BITS[fmt] + 7) // 8
+
+
+def quantize_dequantize(x: np.ndarray, fmt: str) -> np.ndarray:
+  """Rounds float values to `fmt` (round to nearest even, saturating) and back to float32."""
+  if fmt not in STORAGE_BITS:
+    raise ValueError(f"storage format must be one of {sorted(STORAGE_BITS)}, got {fmt!r}")
+  x = np.asarray(x, np.float32)
+  if not np.all(np.isfinite(x)):
+    raise ValueError("quantize_dequantize: the input has NaN or infinite values")
+  if fmt == "float32":
+    return x.copy()
+  if fmt in STORAGE_MAX:
+    x = np.clip(x, -STORAGE_MAX[fmt], STORAGE_MAX[fmt])
+  return x.astype(_ml_dtype(fmt)).astype(np.float32)
+
+
+def pack_fp4(x: np.ndarray) -> np.ndarray:
+  """float values -> uint8 [ceil(N / 2)]: two fp4-e2m1 codes a byte (element 2i in the low nibble)."""
+  codes = np.clip(np.asarray(x, np.float32).ravel(), -6.0, 6.0).astype(_ml_dtype("float4_e2m1")).view(np.uint8)
+  codes = codes & 0x0F
+  if codes.size % 2:
+    codes = np.concatenate([codes, np.zeros(1, np.uint8)])
+  return (codes[0::2] | (codes[1::2] << 4)).astype(np.uint8)
+
+
+def unpack_fp4(packed: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+  """The inverse of `pack_fp4`: uint8 bytes -> float32 values of `shape`."""
+  packed = np.asarray(packed, np.uint8).ravel()
+  n = int(np.prod(shape))
+  if packed.size != (n + 1) // 2:
+    raise ValueError(f"unpack_fp4: {packed.size} bytes cannot hold {n} values of shape {shape}")
+  codes = np.stack([packed & 0x0F, packed >> 4], axis=1).ravel()[:n]
+  return codes.view(_ml_dtype("float4_e2m1")).astype(np.float32).reshape(shape)
