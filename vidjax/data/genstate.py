@@ -1,0 +1,127 @@
+"""GenState-AI triplet benchmarks (../shared/papers/genstate_ai.txt §3-§5): metadata format, reader, pools.
+
+The GenState-AI clips are not released, so vidjax reads a small metadata file that a user writes for
+their own clips (and that `from_moving_object_world` builds for the embedded SYNTHETIC world). Format,
+a JSON list with one object per query::
+
+    [{"id": "q0001",                          # unique query id
+      "query": "the teddy bear moves from next to the mug to in front of it",
+      "main": "clip_0001",                    # video id of the ground truth
+      "temporal_negative": "clip_0001_t",     # same scene and objects, other end state or order
+      "semantic_negative": "clip_0001_s",     # same motion structure, another object or target
+      "subset": "Home",                       # the paper's Home / Toy / Cartoon / Manipulation, or any name
+      "distractors": ["clip_0042"]},          # optional: extra videos for this query's pool
+     ...]
+
+Video ids are keys of a feature store (or files for extraction); every id is a non-empty string and the
+three roles of one query are three different videos.
+
+Candidate pools exactly as §5.1: the ground truth, its temporal negative, its semantic negative, and,
+as distractors, the videos of every other query of the same subset (their main and both negatives),
+plus the entry's own `distractors`; no video appears twice in a pool. Columns are ordered main,
+temporal, semantic, then the distractors sorted by id, which is what `vidjax.metrics.triplet_metrics`
+(R@1/5/10, Acc_temp, Acc_sem, Acc_tri, the relative-order histogram; ties count against the model) reads.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Sequence
+
+from vidjax import io
+
+ROLES = ("main", "temporal_negative", "semantic_negative")
+
+
+@dataclasses.dataclass(frozen=True)
+class Triplet:
+  """One GenState query: its text, its three videos, its subset and optional extra distractors."""
+  query_id: str
+  query: str
+  main: str
+  temporal_negative: str
+  semantic_negative: str
+  subset: str
+  distractors: tuple[str, ...] = ()
+
+  @property
+  def videos(self) -> tuple[str, str, str]:
+    return (self.main, self.temporal_negative, self.semantic_negative)
+
+
+def _fail(path, where: str, message: str):
+  raise ValueError(f"{path}: {where}: {message}")
+
+
+def parse_triplets(entries, source: str = "<metadata>") -> list[Triplet]:
+  """Validates a list of metadata entries (see module docstring); one clear error per malformed entry."""
+  if not isinstance(entries, list):
+    _fail(source, "top level", f"expected a JSON list of query objects, got {type(entries).__name__}")
+  out, seen = [], set()
+  for i, e in enumerate(entries):
+    where = f"entry {i}"
+    if not isinstance(e, dict):
+      _fail(source, where, f"expected a JSON object, got {type(e).__name__}")
+    for key in ("id", "query", *ROLES, "subset"):
+      if key not in e:
+        _fail(source, where, f"missing key {key!r} (keys present: {sorted(e)})")
+      if not isinstance(e[key], str) or not e[key].strip():
+        _fail(source, where, f"{key!r} must be a non-empty string, got {e[key]!r}")
+    where = f"entry {i} (id {e['id']!r})"
+    if e["id"] in seen:
+      _fail(source, where, "duplicate query id")
+    seen.add(e["id"])
+    if len({e[r] for r in ROLES}) != 3:
+      _fail(source, where, f"main, temporal_negative and semantic_negative must be three different videos, "
+                           f"got {[e[r] for r in ROLES]}")
+    extra = e.get("distractors", [])
+    if not isinstance(extra, list) or not all(isinstance(x, str) and x for x in extra):
+      _fail(source, where, f"'distractors' must be a list of video ids, got {extra!r}")
+    out.append(Triplet(e["id"], e["query"].strip(), e["main"], e["temporal_negative"], e["semantic_negative"],
+                       e["subset"], tuple(extra)))
+  if not out:
+    _fail(source, "top level", "no queries")
+  return out
+
+
+def read_triplets(path: str | os.PathLike) -> list[Triplet]:
+  """Reads a GenState metadata file (module docstring)."""
+  return parse_triplets(io.read_json(path, "GenState metadata file"), str(path))
+
+
+def pools(triplets: Sequence[Triplet]) -> list[list[str]]:
+  """The §5.1 candidate pool of every query: [main, temporal, semantic, distractors sorted by id]."""
+  by_subset: dict[str, set[str]] = {}
+  for t in triplets:
+    by_subset.setdefault(t.subset, set()).update(t.videos)
+  out = []
+  for t in triplets:
+    own = set(t.videos)
+    rest = sorted((by_subset[t.subset] | set(t.distractors)) - own)
+    out.append(list(t.videos) + rest)
+  return out
+
+
+def subsets(triplets: Sequence[Triplet]) -> dict[str, list[int]]:
+  """{subset: query rows}, subsets in first-appearance order."""
+  out: dict[str, list[int]] = {}
+  for i, t in enumerate(triplets):
+    out.setdefault(t.subset, []).append(i)
+  return out
+
+
+def from_moving_object_world(world, split: str = "test", subset_by: str = "objects") -> list[Triplet]:
+  """GenState triplets of the SYNTHETIC moving-object world (`vidjax.data.moving_objects`).
+
+  Each base video is a main clip; its temporal negative is the end-state variant (same objects, start
+  and first events; the last event ends elsewhere) and its semantic negative the substituted-object
+  variant. Subsets group queries by the number of objects in the scene ("2 objects", "3 objects"), or
+  all in one ("moving objects") with `subset_by="none"`.
+  """
+  text = {c.video_id: c.text for c in world.data.captions}
+  out = []
+  for vid in world.ids(split, kinds=("base",)):
+    group = world.group[vid]
+    subset = (f"{len(world.scenes[vid].objects)} objects" if subset_by == "objects" else "moving objects")
+    out.append(Triplet(group, text[vid], vid, group + "_end_state", group + "_semantic", subset))
+  return out
