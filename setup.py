@@ -28,5 +28,6 @@ setup(
     ],
     extras_require={
         "test": ["pytest>=8.0", "pytest-xdist>=3.5"],
+        "faiss": ["faiss-cpu>=1.7"],  # DenseIndex(backend="faiss"); bench/dense_index.py's faiss column
     },
 )

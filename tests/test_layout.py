@@ -14,7 +14,7 @@ ALLOWED = {
     "metrics": {"ops"},
     "losses": {"ops"},
     "models": {"ops", "tokenizers"},
-    "retrieval": {"ops", "io", "metrics"},
+    "retrieval": {"ops", "io", "metrics", "data"},
     "data": {"ops", "io", "metrics", "sharding"},
     "defaults": {"data"},  # only the numpy-level world configs; no jax (tests/test_configs.py)
     "checkpoints": {"ops", "io", "models", "tokenizers"},

@@ -51,7 +51,7 @@ class Retriever(Protocol):
   """A recall stage: the top `k` corpus items per query."""
 
   def retrieve(self, queries: Batch, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """queries -> (ids int [Q, k], scores [Q, k]), best first."""
+    """queries -> (ids [Q, k] (corpus ids or rows), scores [Q, k]), best first."""
     ...
 
 

@@ -1,0 +1,159 @@
+"""Stage-1 dense recall: `vidjax.retrieval.DenseIndex` against faiss and a NumPy baseline.
+
+    python bench/dense_index.py [--sizes 1000,10000,100000,1000000] [--dim 512] [--k 10]
+                                [--batches 1,256] [--min-seconds 1.0] [--min-repeats 3] [--max-repeats 20]
+                                [--chunk N] [--query-batch N] [--no-faiss]
+
+Random unit vectors (corpus and queries, seed 0). For every corpus size and query batch size it
+times, in the same process and one after the other: vidjax `DenseIndex` with float32 and with
+bfloat16 storage, `faiss.IndexFlatIP` (when faiss is importable; '-' otherwise) and NumPy
+(`queries @ corpus.T`, `argpartition`, sort of the k best). Each measurement is one warm-up
+call (compiles) and then repeated calls on fresh query batches until `--min-seconds` (within
+`--min-repeats` .. `--max-repeats` calls); the median is reported as ms/query and queries/s.
+Also: the achieved FLOP/s (2 N D per query) as a fraction of a float32 matmul measured in the
+same process (bench/machine.py; bfloat16 storage can pass 100%: its matmuls run in bfloat16),
+the vidjax/faiss throughput ratio, the stored bytes per video (vectors, with the last chunk's
+padding), and the fraction of vidjax float32's top-k ids equal to faiss's (else NumPy's) on the
+last timed batch.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+# faiss's OpenMP threads otherwise spin-wait between calls and starve BLAS and XLA threads on a
+# small machine (measured on 2 cores: faiss itself 4-10x slower at batch 256, NumPy up to 100x
+# at batch 1). Must be set before faiss (and its OpenMP runtime) is loaded.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import machine  # noqa: E402  (bench/machine.py)
+from vidjax.retrieval import dense  # noqa: E402
+
+try:
+  import faiss  # noqa: E402
+except ImportError:
+  faiss = None
+
+
+def unit_rows(rng: np.random.Generator, n: int, d: int, block: int = 65536) -> np.ndarray:
+  """float32 [n, d] random unit vectors, generated in blocks (no float64 copy of the whole)."""
+  out = np.empty((n, d), np.float32)
+  for s in range(0, n, block):
+    x = rng.standard_normal((min(block, n - s), d), dtype=np.float32)
+    out[s:s + len(x)] = x / np.linalg.norm(x, axis=1, keepdims=True)
+  return out
+
+
+def numpy_search(corpus: np.ndarray, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+  """The baseline: one matmul, argpartition, sort of the k best (corpus rows are unit vectors)."""
+  q = queries / np.linalg.norm(queries, axis=1, keepdims=True)
+  s = q @ corpus.T
+  part = np.argpartition(-s, k - 1, axis=1)[:, :k]
+  top = np.take_along_axis(s, part, 1)
+  order = np.argsort(-top, axis=1, kind="stable")
+  return np.take_along_axis(part, order, 1), np.take_along_axis(top, order, 1)
+
+
+def timed(fn, make_queries, min_seconds: float, min_repeats: int, max_repeats: int):
+  """(median seconds per call, last result); one warm-up call first, fresh queries every call."""
+  fn(make_queries())
+  times, out = [], None
+  start = time.perf_counter()
+  while len(times) < max_repeats and (len(times) < min_repeats or time.perf_counter() - start < min_seconds):
+    q = make_queries()
+    t = time.perf_counter()
+    out = fn(q)
+    times.append(time.perf_counter() - t)
+  return float(np.median(times)), out, q
+
+
+HEAD = ("| N | batch | vidjax f32 q/s (ms/q) | vidjax bf16 q/s (ms/q) | faiss flat q/s (ms/q) | "
+        "NumPy q/s (ms/q) | f32 / faiss | bf16 / faiss | f32 % matmul | bf16 % matmul | "
+        "bytes/video f32, bf16 | ids = faiss |")
+
+
+def bench_size(n: int, args, matmul: float, use_faiss: bool) -> list[str]:
+  """The table rows of one corpus size (every index of it is freed on return)."""
+  d, k = args.dim, args.k
+  rng = np.random.default_rng(0)
+  corpus = unit_rows(rng, n, d)
+  ids = np.char.add("v", np.char.zfill(np.arange(n).astype(str), 8))  # sorted = row order
+  built, build_s = {}, {}
+  for dt in ("float32", "bfloat16"):
+    t = time.perf_counter()
+    built[dt] = dense.DenseIndex(ids, corpus, dtype=dt, chunk=args.chunk, query_batch=args.query_batch)
+    build_s[dt] = time.perf_counter() - t
+  methods = {"f32": lambda q: built["float32"].search(q, k), "bf16": lambda q: built["bfloat16"].search(q, k)}
+  if use_faiss:
+    flat = faiss.IndexFlatIP(d)
+    flat.add(corpus)
+    methods["faiss"] = lambda q: flat.search(q / np.linalg.norm(q, axis=1, keepdims=True), k)[::-1]
+  methods["numpy"] = lambda q: numpy_search(corpus, q, k)
+  rows = []
+  for b in (int(b) for b in args.batches.split(",")):
+    res = {}
+    for name, fn in methods.items():
+      seconds, out, q = timed(fn, lambda: unit_rows(rng, b, d), args.min_seconds, args.min_repeats,
+                              args.max_repeats)
+      res[name] = seconds / b
+      if name == "f32":
+        f32_ids = np.char.lstrip(out[0], "v").astype(np.int64)
+        ref = methods["faiss" if use_faiss else "numpy"](q)[0]
+        res["agree"] = float(np.mean(f32_ids == ref))
+    flops = 2.0 * n * d  # per query
+    cell = lambda m: f"{1 / res[m]:,.0f} ({1e3 * res[m]:.3f})" if m in res else "-"  # noqa: E731
+    ratio = lambda m: f"{res['faiss'] / res[m]:.2f}x" if "faiss" in res else "-"  # noqa: E731
+    rows.append(f"| {n:,} | {b} | {cell('f32')} | {cell('bf16')} | {cell('faiss')} | {cell('numpy')} | "
+                f"{ratio('f32')} | {ratio('bf16')} | {100 * flops / res['f32'] / matmul:.1f}% | "
+                f"{100 * flops / res['bf16'] / matmul:.1f}% | "
+                f"{built['float32'].nbytes / n:.0f}, {built['bfloat16'].nbytes / n:.0f} | "
+                f"{100 * res['agree']:.1f}%{'' if use_faiss else ' (NumPy)'} |")
+    print(rows[-1], flush=True)
+  print(f"  (N={n:,}: index build {build_s['float32']:.1f}s f32, {build_s['bfloat16']:.1f}s bf16)", flush=True)
+  return rows
+
+
+def main():
+  p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  p.add_argument("--sizes", default="1000,10000,100000,1000000", help="corpus sizes, comma-separated")
+  p.add_argument("--batches", default="1,256", help="query batch sizes, comma-separated")
+  p.add_argument("--dim", type=int, default=512)
+  p.add_argument("--k", type=int, default=10)
+  p.add_argument("--min-seconds", type=float, default=1.0, help="time each cell at least this long")
+  p.add_argument("--min-repeats", type=int, default=3, help="at least this many timed calls")
+  p.add_argument("--max-repeats", type=int, default=20, help="and at most this many")
+  p.add_argument("--chunk", type=int, default=None, help="default: dense.DEFAULT_CHUNK[dtype]")
+  p.add_argument("--query-batch", type=int, default=dense.DEFAULT_QUERY_BATCH)
+  p.add_argument("--no-faiss", action="store_true", help="leave faiss out even when importable")
+  args = p.parse_args()
+  use_faiss = faiss is not None and not args.no_faiss
+
+  matmul = machine.matmul_flops_per_s()
+  print(f"machine: {machine.describe()}")
+  print(f"f32 matmul (2048^3, this process): {matmul / 1e9:.0f} GFLOP/s")
+  faiss_line = (f"faiss {faiss.__version__} ({faiss.omp_get_max_threads()} OpenMP threads, "
+                f"OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']})" if use_faiss else "faiss: not used")
+  print(f"{faiss_line} | DenseIndex chunk={args.chunk or dense.DEFAULT_CHUNK} query_batch={args.query_batch} | "
+        f"k={args.k}, D={args.dim} | per cell: {args.min_repeats}-{args.max_repeats} timed calls, "
+        f"at least {args.min_seconds}s")
+  rows = []
+  for n in (int(s) for s in args.sizes.split(",")):
+    rows += bench_size(n, args, matmul, use_faiss)
+    gc.collect()
+  print()
+  print(HEAD)
+  print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+  print("\n".join(rows))
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,331 @@
+"""Tests for vidjax/retrieval: DenseIndex against a brute-force NumPy top-K, and the TwoStage pipeline.
+
+Every index here uses D=16, chunk=128 (40 rows: one chunk; 300 rows: three, the last ragged) and
+query_batch=8 (queries run as batches of 8 and a padded 4), so the jitted chunk step compiles for
+a handful of shapes shared by all tests. faiss is an
+optional extra: only `test_faiss_backend_matches_dense` needs it (skipped, with the reason
+reported, when it is not installed); the NumPy comparisons cover the index fully without it.
+"""
+import sys
+
+import jax
+import ml_dtypes
+import numpy as np
+import pytest
+
+from vidjax import evaluate
+from vidjax.data.features import FeatureStore, write_arrays
+from vidjax.ops import l2_normalize
+from vidjax.retrieval import DenseIndex, TwoStage, TwoStageResult
+from vidjax.retrieval import dense
+from vidjax.retrieval.dense import query_batches
+
+D, CHUNK, QB, K = 16, 128, 8, 5
+
+
+def _ids(n, rng):
+  """n distinct ids in a random order (so sorting by id permutes the rows)."""
+  return [f"vid{i:05d}" for i in rng.permutation(n)]
+
+
+def _index(ids, x, dtype="float32", **kw):
+  return DenseIndex(ids, x, dtype=dtype, chunk=CHUNK, query_batch=QB, **kw)
+
+
+def brute_force(ids, x, queries, k, dtype="float32"):
+  """Top-k by (cosine desc, id asc) over the full float64 score matrix of the stored vectors."""
+  order = np.argsort(np.asarray(ids))
+  sorted_ids = np.asarray(ids)[order]
+  corpus = l2_normalize(np.asarray(x, np.float32)[order])
+  if dtype == "bfloat16":
+    corpus = corpus.astype(ml_dtypes.bfloat16).astype(np.float32)
+  s = l2_normalize(np.asarray(queries, np.float32)).astype(np.float64) @ corpus.astype(np.float64).T
+  top = np.lexsort((np.broadcast_to(np.arange(len(ids)), s.shape), -s), axis=-1)[:, :k]
+  return sorted_ids[top], np.take_along_axis(s, top, 1)
+
+
+def tie_vectors(n, rng):
+  """Rows with four entries +-1 (norm 2, so unit rows are +-0.5 and 0): every cosine between two
+  such rows is a multiple of 1/4, exact in any summation order; many scores tie exactly, and
+  some rows repeat."""
+  x = np.zeros((n, D), np.float32)
+  for row in x:
+    row[rng.choice(D, 4, replace=False)] = rng.choice([-1.0, 1.0], 4)
+  x[n // 2:n // 2 + 10] = x[0]  # exact duplicates
+  return x
+
+
+# ----------------------------------------------------------------------------- exactness
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("n", [40, 300])  # one chunk (padded); several chunks with a ragged last one
+def test_random_data_matches_brute_force(n, dtype):
+  rng = np.random.default_rng(n)
+  ids, x = _ids(n, rng), rng.normal(size=(n, D)).astype(np.float32)
+  queries = rng.normal(size=(19, D)).astype(np.float32)  # batches of 8, 8 and a padded 3
+  index = _index(ids, x, dtype)
+  # 40 rows: one chunk of 128 (88 padding rows); 300: three chunks of 128 (the last holds 44 rows).
+  assert (index.chunk, len(index._chunks), len(index)) == (128, 1 if n == 40 else 3, n)
+  got_ids, got_s = index.search(queries, K)
+  want_ids, want_s = brute_force(ids, x, queries, K, dtype)
+  assert got_ids.shape == (19, K) and got_ids.dtype.kind == "U" and got_s.dtype == np.float32
+  np.testing.assert_array_equal(got_ids, want_ids)
+  np.testing.assert_allclose(got_s, want_s, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_exact_ties_rank_the_smaller_id_first(dtype):
+  rng = np.random.default_rng(7)
+  n = 200
+  ids, x = _ids(n, rng), tie_vectors(n, rng)
+  queries = np.concatenate([x[:1], x[n // 2 + 3:n // 2 + 4], tie_vectors(17, rng)])  # 19 queries
+  index = _index(ids, x, dtype)  # +-0.5 is exact in bfloat16 too
+  got_ids, got_s = index.search(queries, K)
+  want_ids, want_s = brute_force(ids, x, queries, K)
+  np.testing.assert_array_equal(got_ids, want_ids)
+  np.testing.assert_array_equal(got_s, want_s.astype(np.float32))
+  # The 11 copies of row 0 all score exactly 1 for the first query: the 5 smallest of their ids.
+  copies = sorted(np.asarray(ids)[[0, *range(n // 2, n // 2 + 10)]])
+  assert list(got_ids[0]) == copies[:K] and np.all(got_s[0] == 1.0)
+
+
+def test_full_ranking_with_k_larger_than_a_chunk():
+  rng = np.random.default_rng(8)
+  n = 200
+  ids, x = _ids(n, rng), tie_vectors(n, rng)
+  queries = tie_vectors(3, rng)  # one padded batch of 4
+  got_ids, got_s = _index(ids, x).search(queries, n)  # k = N > chunk: every row, in order
+  want_ids, want_s = brute_force(ids, x, queries, n)
+  np.testing.assert_array_equal(got_ids, want_ids)
+  np.testing.assert_array_equal(got_s, want_s.astype(np.float32))
+
+
+def test_zero_vectors_score_zero_and_tie_by_id():
+  rng = np.random.default_rng(9)
+  ids, x = _ids(40, rng), rng.normal(size=(40, D)).astype(np.float32)
+  x[5] = 0.0
+  queries = np.zeros((3, D), np.float32)  # zero queries: every score is 0, so the order is the ids'
+  got_ids, got_s = _index(ids, x).search(queries, K)
+  assert np.all(got_s == 0) and np.all(got_ids == np.asarray(sorted(ids)[:K]))
+  queries = -x[:3]  # the zero row (score 0) sits in the middle of every ranking
+  got_ids, got_s = _index(ids, x).search(queries, 40)
+  want_ids, want_s = brute_force(ids, x, queries, 40)
+  np.testing.assert_array_equal(got_ids, want_ids)
+  np.testing.assert_allclose(got_s, want_s, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("k", [1, 3, 7, 8])
+def test_two_level_top_k_equals_lax_top_k_with_ties(k):
+  # Scores from 3 values: most blocks tie on their maximum, and most rows on their k-th value.
+  scores = np.random.default_rng(k).integers(0, 3, size=(4, 128)).astype(np.float32)
+  scores[1] = 0.0
+  scores[2, 100:] = -np.inf  # padding
+  scores[3, :112] = 0.0
+  got = jax.jit(dense._top_k_by_blocks, static_argnums=1)(scores, k)
+  want = jax.lax.top_k(scores, k)
+  np.testing.assert_array_equal(got[0], want[0])
+  np.testing.assert_array_equal(got[1], want[1])
+  np.testing.assert_array_equal(want[1], np.argsort(-scores, axis=1, kind="stable")[:, :k])
+
+
+def test_query_batches_cover_every_row_with_bounded_shapes():
+  assert list(query_batches(19, 8)) == [(0, 8, 8), (8, 16, 8), (16, 19, 4)]
+  assert list(query_batches(1, 256)) == [(0, 1, 1)]
+  assert list(query_batches(300, 256)) == [(0, 256, 256), (256, 300, 64)]
+  assert {size for n in range(1, 600) for _, _, size in query_batches(n, 256)} == {1, 2, 4, 8, 16, 32, 64, 128, 256}
+
+
+def test_vectors_retrieve_and_evaluate_ranked():
+  rng = np.random.default_rng(10)
+  ids, x = _ids(40, rng), rng.normal(size=(40, D)).astype(np.float32)
+  index = _index(ids, x)
+  pick = [ids[3], ids[0]]
+  np.testing.assert_allclose(index.vectors(pick), l2_normalize(x[[3, 0]]), atol=1e-7)
+  assert index.vectors(np.asarray([pick, pick])).shape == (2, 2, D)
+  assert index.nbytes == CHUNK * D * 4
+  with pytest.raises(KeyError, match="nope"):
+    index.vectors(["nope", ids[1]])
+  # The evaluate.Retriever protocol: a dict batch, read through query_key.
+  queries = x[:8] + 0.01 * rng.normal(size=(8, D)).astype(np.float32)
+  got_ids, _ = index.retrieve({"text": queries}, K)
+  np.testing.assert_array_equal(got_ids, index.search(queries, K)[0])
+  assert np.all(got_ids[:, 0] == np.asarray(ids[:8]))
+  got = evaluate.evaluate_ranked(index, {"text": queries}, np.asarray(ids[:8]), k=K, ks=(1,), chunk=QB)
+  assert got == {"r1": 100.0}
+  with pytest.raises(KeyError, match="query_key"):
+    index.retrieve({"video": queries}, K)
+
+
+# ----------------------------------------------------------------------------- feature store
+
+
+def test_from_store_equals_from_arrays(tmp_path):
+  rng = np.random.default_rng(11)
+  n = 200
+  ids, x = _ids(n, rng), rng.normal(size=(n, D)).astype(np.float32)
+  # Two shards whose ids interleave in sorted order, written as float32.
+  store = write_arrays(tmp_path / "store", {"clip": (ids[:120], x[:120])})
+  with store.writer("clip", shard_prefix="p1") as w:
+    for i, row in zip(ids[120:], x[120:]):
+      w.add(i, row)
+  store = FeatureStore(tmp_path / "store")
+  queries = rng.normal(size=(19, D)).astype(np.float32)
+  for dtype in ("float32", "bfloat16"):
+    from_store = DenseIndex.from_store(store, "clip", dtype=dtype, chunk=CHUNK, query_batch=QB)
+    want_ids, want_s = _index(ids, x, dtype).search(queries, K)
+    got_ids, got_s = from_store.search(queries, K)
+    np.testing.assert_array_equal(got_ids, want_ids)
+    np.testing.assert_array_equal(got_s, want_s)
+    np.testing.assert_array_equal(got_ids, brute_force(ids, x, queries, K, dtype)[0])
+
+
+def test_from_store_errors(tmp_path):
+  rng = np.random.default_rng(12)
+  store = write_arrays(tmp_path / "store", {"tokens": (["a", "b"], rng.normal(size=(2, 3, D)))})
+  with pytest.raises(ValueError, match=r"shape \(3, 16\)"):
+    DenseIndex.from_store(store, "tokens")
+  with pytest.raises(ValueError, match="no 'clip' features"):
+    DenseIndex.from_store(store, "clip")
+  bad = rng.normal(size=(3, D)).astype(np.float32)
+  bad[1, 4] = np.nan
+  store = write_arrays(tmp_path / "nan", {"clip": (["a", "b", "c"], bad)})
+  with pytest.raises(ValueError, match="id 'b' has NaN"):
+    DenseIndex.from_store(store, "clip", chunk=CHUNK)
+
+
+# ----------------------------------------------------------------------------- errors
+
+
+def test_errors_are_clear():
+  rng = np.random.default_rng(13)
+  ids, x = _ids(40, rng), rng.normal(size=(40, D)).astype(np.float32)
+  index = _index(ids, x)
+  q = rng.normal(size=(3, D)).astype(np.float32)
+  with pytest.raises(ValueError, match=r"k must be an integer in \[1, 40\]"):
+    index.search(q, 41)
+  with pytest.raises(ValueError, match="k must be"):
+    index.search(q, 0)
+  with pytest.raises(ValueError, match=r"no queries \(Q = 0\)"):
+    index.search(np.zeros((0, D)), K)
+  with pytest.raises(ValueError, match=r"queries must be \[Q, D=16\], got shape \(3, 15\)"):
+    index.search(q[:, :15], K)
+  with pytest.raises(ValueError, match=r"queries must be \[Q, D=16\], got shape \(16,\)"):
+    index.search(q[0], K)
+  q[2, 0] = np.inf
+  with pytest.raises(ValueError, match=r"queries \[2\] have NaN or Inf"):
+    index.search(q, K)
+  x_bad = x.copy()
+  x_bad[7, 3] = np.nan
+  with pytest.raises(ValueError, match=f"id '{ids[7]}' has NaN or Inf"):
+    _index(ids, x_bad)
+  with pytest.raises(ValueError, match=f"ids must be distinct; 1 repeated: '{ids[0]}'"):
+    _index([ids[0]] + ids[1:39] + [ids[0]], x)
+  with pytest.raises(ValueError, match="39 ids for 40 embedding rows"):
+    _index(ids[:39], x)
+  with pytest.raises(ValueError, match="non-empty"):
+    _index([], np.zeros((0, D)))
+  with pytest.raises(ValueError, match="dtype must be one of"):
+    _index(ids, x, "float16")
+  with pytest.raises(ValueError, match="backend must be one of"):
+    _index(ids, x, backend="annoy")
+  with pytest.raises(ValueError, match="chunk must be a positive integer"):
+    DenseIndex(ids, x, chunk=0)
+
+
+def test_faiss_backend_missing_names_the_extra(monkeypatch):
+  monkeypatch.setitem(sys.modules, "faiss", None)  # makes `import faiss` raise ImportError
+  rng = np.random.default_rng(14)
+  with pytest.raises(ImportError, match=r"pip install vidjax\[faiss\]"):
+    _index(_ids(40, rng), rng.normal(size=(40, D)), backend="faiss")
+
+
+def test_faiss_backend_matches_dense():
+  pytest.importorskip("faiss", reason="faiss-cpu is an optional extra (pip install vidjax[faiss]); "
+                                      "the NumPy brute-force tests cover DenseIndex without it")
+  rng = np.random.default_rng(15)
+  n = 200
+  ids, x = _ids(n, rng), tie_vectors(n, rng)
+  queries = np.concatenate([x[:1], tie_vectors(18, rng)])
+  flat = _index(ids, x, backend="faiss")
+  want_ids, want_s = _index(ids, x).search(queries, K)
+  got_ids, got_s = flat.search(queries, K)
+  np.testing.assert_array_equal(got_ids, want_ids)  # including the order of exact ties
+  np.testing.assert_array_equal(got_s, want_s)
+  np.testing.assert_array_equal(flat.vectors(ids[:3]), _index(ids, x).vectors(ids[:3]))
+  rx = rng.normal(size=(n, D)).astype(np.float32)
+  np.testing.assert_array_equal(_index(ids, rx, backend="faiss").search(queries, K)[0],
+                                brute_force(ids, rx, queries, K)[0])
+
+
+# ----------------------------------------------------------------------------- two stages
+
+
+class ReverseCosine:
+  """A reranker that reverses stage 1: minus the cosine of the query with each candidate."""
+
+  def __init__(self):
+    self.batches = []
+
+  def score(self, batch):
+    self.batches.append(batch)
+    return -np.einsum("qd,qkd->qk", l2_normalize(np.asarray(batch["text"], np.float32)), batch["candidates"])
+
+
+def test_two_stage_rerank_reverses_and_reports_latency():
+  rng = np.random.default_rng(16)
+  n = 200
+  ids, x = _ids(n, rng), rng.normal(size=(n, D)).astype(np.float32)
+  index = _index(ids, x)
+  queries = rng.normal(size=(19, D)).astype(np.float32)
+  reranker = ReverseCosine()
+  result = TwoStage(index, k_recall=K, reranker=reranker, query_batch=QB).search(queries, 3)
+  assert isinstance(result, TwoStageResult)
+  s1_ids, s1_scores = index.search(queries, K)
+  np.testing.assert_array_equal(result.recall_ids, s1_ids)
+  np.testing.assert_array_equal(result.recall_scores, s1_scores)
+  np.testing.assert_array_equal(result.ids, s1_ids[:, ::-1][:, :3])
+  np.testing.assert_allclose(result.scores, -s1_scores[:, ::-1][:, :3], atol=1e-6)
+  assert set(result.latency_ms) == {"recall", "rerank", "total"}
+  assert all(v >= 0 for v in result.latency_ms.values())
+  # The default batch: queries, the index's vectors of the candidates, stage-1 scores as the prior.
+  assert [b["candidates"].shape for b in reranker.batches] == [(8, K, D), (8, K, D), (4, K, D)]
+  first = reranker.batches[0]
+  np.testing.assert_array_equal(first["candidates"], index.vectors(s1_ids[:8]))
+  np.testing.assert_array_equal(first["prior"], s1_scores[:8])
+
+
+def test_two_stage_without_reranker_is_stage_one():
+  rng = np.random.default_rng(17)
+  ids, x = _ids(40, rng), rng.normal(size=(40, D)).astype(np.float32)
+  index = _index(ids, x)
+  queries = rng.normal(size=(5, D)).astype(np.float32)
+  stack = TwoStage(index, k_recall=K, query_batch=QB)
+  result = stack.search(queries, 2)
+  s1_ids, s1_scores = index.search(queries, K)
+  np.testing.assert_array_equal(result.ids, s1_ids[:, :2])
+  np.testing.assert_array_equal(result.scores, s1_scores[:, :2])
+  assert result.latency_ms["rerank"] == 0.0
+  np.testing.assert_array_equal(stack.retrieve({"text": queries}, 2)[0], s1_ids[:, :2])
+
+
+def test_two_stage_generic_recall_batch_fn_and_errors():
+  class Fixed:  # a recall stage without stored vectors (e.g. generative recall)
+    def retrieve(self, queries, k):
+      q = len(queries["tokens"])
+      return np.tile(np.arange(k), (q, 1)), np.tile(-np.arange(k, dtype=np.float32), (q, 1))
+
+  queries = {"tokens": np.arange(6).reshape(3, 2)}
+  with pytest.raises(TypeError, match="pass batch_fn"):
+    TwoStage(Fixed(), 4, reranker=lambda b: b["prior"])
+  stack = TwoStage(Fixed(), 4, reranker=lambda b: b["cand"].astype(np.float32) % 2, query_batch=QB,
+                   batch_fn=lambda q, cand, prior: {"cand": cand, **q})
+  result = stack.search(queries, 4)
+  # Scores 0/1 by parity; equal scores keep the stage-1 order.
+  np.testing.assert_array_equal(result.ids, np.tile([1, 3, 0, 2], (3, 1)))
+  with pytest.raises(ValueError, match=r"k must be an integer in \[1, k_recall=4\]"):
+    stack.search(queries, 5)
+  with pytest.raises(ValueError, match="expected \\(4, 4\\)"):
+    TwoStage(Fixed(), 4, reranker=lambda b: np.zeros((4, 3)), batch_fn=lambda *a: {}).search(queries, 2)
+  with pytest.raises(ValueError, match="no queries"):
+    stack.search({"tokens": np.zeros((0, 2))}, 2)

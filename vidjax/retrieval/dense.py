@@ -1,0 +1,392 @@
+"""Dense stage-1 index: exact cosine top-K over a corpus of embeddings with string ids.
+
+The recall stage of the retrieval stack (ARCHITECTURE.md "At query time"): a query embedding
+`[D]` against every corpus embedding, best K kept. It is exact (brute force), so it is also the
+reference that approximate or generative recall (GRDR) is measured against.
+
+    index = DenseIndex(ids, embeddings)                       # [N] str ids, [N, D] float
+    index = DenseIndex.from_store(store, "clip")              # streams a feature store kind
+    ids, scores = index.search(queries, k=10)                 # [Q, K] str, [Q, K] float32
+
+How it works:
+
+* The corpus is L2-normalised (`vidjax.ops.l2_normalize`), sorted by id and stored on the default
+  device as equal chunks `[chunk, D]` (the last one zero-padded), in float32 or bfloat16.
+  Building it streams one chunk at a time, so the index never holds a second copy of the corpus.
+* A search runs one jit-compiled step per chunk: scores `[Qb, chunk]` (float32, also with
+  bfloat16 storage: see `_scores`), the chunk's top K (`_top_k_by_blocks`, equal to
+  `lax.top_k`), merged with the running `[Qb, K]` best. The step compiles once per (query
+  batch, chunk, D, storage dtype, K).
+* Queries go in batches of `query_batch` rows; a remainder (or a query set smaller than one
+  batch) is padded to the next power of two, so single queries do not pay for 256 and there are
+  at most log2(query_batch) + 1 query shapes.
+* Ties: equal scores rank the smaller id first. Corpus positions are id order, `lax.top_k`
+  returns the lower index first among equal values (its documented contract), and every merge
+  puts the running best (earlier chunks, smaller positions) before the new chunk's. `top_k`
+  orders -0.0 below +0.0, so exact zeros are canonicalised to +0.0 first.
+
+`backend="faiss"` answers the same searches with `faiss.IndexFlatIP` (optional extra:
+`pip install vidjax[faiss]`), with the same tie rule applied to faiss's results.
+"""
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Mapping
+from typing import Any, Iterator, Sequence
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+
+from vidjax.data.features import FeatureStore
+from vidjax.ops import l2_normalize
+
+DTYPES = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16}
+BACKENDS = ("jax", "faiss")
+# Defaults tuned on CPU (2-core Sapphire Rapids VM, bench/dense_index.py, N=100k, batch 256):
+# float32 chunks of 4096-16384 rows are within noise of each other; bfloat16 storage scores 3 x 256
+# query rows per chunk (see `_scores`) and runs 2x slower at 16384 rows (the [768, chunk] float32
+# product no longer stays in cache), so its chunks are half as long.
+DEFAULT_CHUNK = {"float32": 8192, "bfloat16": 4096}
+DEFAULT_QUERY_BATCH = 256
+# Chunk lengths are multiples of this many rows (see `_build`).
+_ROW_ALIGN = 128
+# Positions per block in the two-level top-k of one chunk (`_top_k_by_blocks`).
+_BLOCK = 16
+
+
+def query_batches(n: int, batch: int) -> Iterator[tuple[int, int, int]]:
+  """Splits `n` query rows into `(start, stop, padded_size)` batches.
+
+  Full batches have `batch` rows; the remainder is padded to the next power of two (at most
+  `batch`), so a jitted consumer sees at most log2(batch) + 1 shapes.
+  """
+  for start in range(0, n, batch):
+    stop = min(start + batch, n)
+    size = batch if stop - start == batch else min(batch, 1 << (stop - start - 1).bit_length())
+    yield start, stop, size
+
+
+def pad_rows(x: np.ndarray, size: int) -> np.ndarray:
+  """`x [m, ...]` -> `[size, ...]`, padded by repeating the last row (m >= 1)."""
+  if x.shape[0] == size:
+    return x
+  return x[np.minimum(np.arange(size), x.shape[0] - 1)]
+
+
+_CONTRACT_D = (((1,), (1,)), ((), ()))
+
+
+def _scores(queries: jax.Array, chunk: jax.Array) -> jax.Array:
+  """float32 unit queries [Qb, D] x corpus chunk [C, D] -> float32 cosine scores [Qb, C].
+
+  float32 storage: one float32 matmul at HIGHEST precision (no TF32 / bf16 passes on
+  accelerators). bfloat16 storage: the query is split exactly into three bfloat16 terms
+  (hi + mid + lo carry all 24 significand bits), so each product with a bfloat16 corpus value
+  is exact and the three bfloat16 matmuls accumulate in float32: float32 scores of the
+  bfloat16-rounded corpus, from the native bfloat16 matmul (AMX / tensor cores / MXU) and
+  without materialising a float32 copy of the chunk.
+  """
+  if chunk.dtype == jnp.float32:
+    return jax.lax.dot_general(queries, chunk, _CONTRACT_D, precision=jax.lax.Precision.HIGHEST,
+                               preferred_element_type=jnp.float32)
+  hi = queries.astype(jnp.bfloat16)
+  rest = queries - hi.astype(jnp.float32)
+  mid = rest.astype(jnp.bfloat16)
+  lo = (rest - mid.astype(jnp.float32)).astype(jnp.bfloat16)
+  qb = queries.shape[0]
+  s = jax.lax.dot_general(jnp.concatenate([hi, mid, lo]), chunk.astype(jnp.bfloat16), _CONTRACT_D,
+                          preferred_element_type=jnp.float32)
+  return (s[:qb] + s[qb:2 * qb]) + s[2 * qb:]
+
+
+def _top_k_by_blocks(scores: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
+  """`lax.top_k(scores [Qb, C], min(k, C))` with the same result, ties included, at less cost.
+
+  The row is cut into blocks of `_BLOCK` consecutive positions; only the k blocks with the
+  largest maxima (ties: the lower block) can hold a top-k element: a block ranked below k others
+  has each of them holding an element that beats all of its own (higher score, or equal score at
+  a smaller position). Those k blocks, put back in position order, go through `top_k`, so the
+  tie order is top_k's own. One max-reduction over the row replaces the partial sort of it
+  (about 5x cheaper on CPU).
+  """
+  qb, c = scores.shape
+  if c % _BLOCK or c // _BLOCK <= k:
+    return jax.lax.top_k(scores, min(k, c))
+  blocks = scores.reshape(qb, c // _BLOCK, _BLOCK)
+  _, best_blocks = jax.lax.top_k(blocks.max(axis=-1), k)
+  best_blocks = jnp.sort(best_blocks, axis=-1)  # position order, so top_k's tie rule holds below
+  cand = jnp.take_along_axis(blocks, best_blocks[:, :, None], axis=1).reshape(qb, k * _BLOCK)
+  cand_pos = (best_blocks[:, :, None] * _BLOCK + jnp.arange(_BLOCK, dtype=best_blocks.dtype)).reshape(qb, -1)
+  top_s, sel = jax.lax.top_k(cand, k)
+  return top_s, jnp.take_along_axis(cand_pos, sel, axis=1)
+
+
+@functools.partial(jax.jit, static_argnames=("k",))
+def _merge_chunk(queries, chunk, offset, n_valid, best_scores, best_pos, *, k: int):
+  """One corpus chunk merged into the running top-k.
+
+  Args:
+    queries: float32 [Qb, D], unit norm.
+    chunk: [C, D] (float32 or bfloat16), corpus rows `offset .. offset + C`.
+    offset, n_valid: int32 scalars; rows at positions >= n_valid are padding.
+    best_scores, best_pos: [Qb, k] running best, earlier chunks (all positions < offset).
+
+  Returns:
+    the new (best_scores float32 [Qb, k], best_pos int32 [Qb, k]), best first, ties by position.
+  """
+  scores = _scores(queries, chunk)
+  pos = offset + jnp.arange(chunk.shape[0], dtype=jnp.int32)
+  # top_k's total order puts -0.0 below +0.0; equal scores must tie, so canonicalise zeros.
+  scores = jnp.where(pos[None, :] < n_valid, jnp.where(scores == 0, 0.0, scores), -jnp.inf)
+  top_s, top_i = _top_k_by_blocks(scores, k)
+  # Running best first: on equal scores top_k keeps the lower index, i.e. the smaller position.
+  all_s = jnp.concatenate([best_scores, top_s], axis=1)
+  all_p = jnp.concatenate([best_pos, top_i + offset], axis=1)
+  new_s, sel = jax.lax.top_k(all_s, k)
+  return new_s, jnp.take_along_axis(all_p, sel, axis=1)
+
+
+@jax.jit
+def _gather_rows(chunk, rows):
+  return chunk[rows].astype(jnp.float32)
+
+
+def _import_faiss():
+  try:
+    import faiss  # pylint: disable=g-import-not-at-top
+  except ImportError as e:
+    raise ImportError("DenseIndex(backend='faiss') needs faiss, an optional extra: "
+                      "pip install vidjax[faiss]   (or: pip install faiss-cpu)") from e
+  return faiss
+
+
+class DenseIndex:
+  """Exact cosine top-K over `[N, D]` embeddings with string ids (see the module docstring).
+
+  Attributes:
+    ids: str [N], sorted; corpus position p holds `ids[p]`.
+    dim: D.
+    dtype: "float32" | "bfloat16" (storage; scores are float32 either way).
+    chunk: corpus rows per search step.
+    query_batch: queries per search step.
+    backend: "jax" | "faiss".
+  """
+
+  def __init__(self, ids: Sequence[str], embeddings: Any, dtype: str = "float32",
+               chunk: int | None = None, query_batch: int = DEFAULT_QUERY_BATCH,
+               backend: str = "jax", query_key: str = "text"):
+    """Builds the index from arrays.
+
+    Args:
+      ids: N distinct string ids.
+      embeddings: [N, D] float array (any float dtype, a memory map is fine: it is read one
+        chunk at a time). Rows are L2-normalised here; zero rows stay zero (they score 0).
+      dtype: storage dtype, "float32" or "bfloat16" (the unit vectors rounded to bfloat16).
+      chunk: at most this many corpus rows per search step; default `DEFAULT_CHUNK[dtype]`. The
+        corpus is cut into ceil(N / chunk) equal chunks (multiples of 128 rows), so a corpus
+        smaller than one chunk is one chunk of its own size.
+      query_batch: queries per search step.
+      backend: "jax" (default) or "faiss" (`faiss.IndexFlatIP`, optional extra).
+      query_key: the query field `retrieve` reads when given a dict batch.
+    """
+    ids = [str(i) for i in ids]
+    shape = np.shape(embeddings)
+    if len(shape) != 2 or shape[0] == 0 or shape[1] == 0:
+      raise ValueError(f"DenseIndex embeddings must be a non-empty [N, D] array, got shape {shape}")
+    if len(ids) != shape[0]:
+      raise ValueError(f"DenseIndex: {len(ids)} ids for {shape[0]} embedding rows")
+    if not isinstance(embeddings, np.ndarray):
+      embeddings = np.asarray(embeddings)
+    order = np.argsort(np.asarray(ids), kind="stable")
+
+    def read(positions):  # sorted positions -> float32 rows of the caller's array, one block at a time
+      rows = order[positions]
+      by_row = np.argsort(rows, kind="stable")  # a memory-mapped input is read in file order
+      out = np.empty((len(rows), shape[1]), np.float32)
+      out[by_row] = embeddings[rows[by_row]]
+      return out
+
+    self._build(np.asarray(ids)[order], shape[1], read, dtype, chunk, query_batch, backend, query_key)
+
+  @classmethod
+  def from_store(cls, store: FeatureStore, kind: str, dtype: str = "float32", chunk: int | None = None,
+                 query_batch: int = DEFAULT_QUERY_BATCH, backend: str = "jax",
+                 query_key: str = "text") -> "DenseIndex":
+    """Builds the index over every id of one feature-store kind (items of shape [D]).
+
+    Rows stream from the store's memory-mapped shards one chunk at a time, so only the index's
+    own (device) copy of the corpus is ever held. Arguments as in the constructor.
+    """
+    ids = store.ids(kind)
+    if not ids:
+      raise ValueError(f"feature store {store.root} has no {kind!r} features to index")
+    item_shape = store.item_shape(kind)
+    if len(item_shape) != 1:
+      raise ValueError(f"DenseIndex indexes one vector per item; feature store {store.root} kind {kind!r} "
+                       f"has items of shape {item_shape} (expected [D])")
+    names, shard, row = store.locate(kind, ids)
+
+    def read(positions):
+      out = np.empty((len(positions), item_shape[0]), np.float32)
+      for n in np.unique(shard[positions]):
+        sel = np.flatnonzero(shard[positions] == n)
+        rows = row[positions[sel]]
+        by_row = np.argsort(rows, kind="stable")  # memory-map reads in file order
+        out[sel[by_row]] = store.read_rows(kind, names[n], rows[by_row])
+      return out
+
+    index = cls.__new__(cls)
+    index._build(np.asarray(ids), item_shape[0], read, dtype, chunk, query_batch, backend, query_key)
+    return index
+
+  # -- construction ------------------------------------------------------------------------------
+  def _build(self, sorted_ids: np.ndarray, dim: int, read, dtype: str, chunk: int, query_batch: int,
+             backend: str, query_key: str) -> None:
+    """Fills the index from `read(sorted positions int64 [m]) -> float32 [m, D]`, one chunk at a time."""
+    if dtype not in DTYPES:
+      raise ValueError(f"DenseIndex dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
+    if backend not in BACKENDS:
+      raise ValueError(f"DenseIndex backend must be one of {BACKENDS}, got {backend!r}")
+    chunk = DEFAULT_CHUNK[dtype] if chunk is None else chunk
+    for name, value in (("chunk", chunk), ("query_batch", query_batch)):
+      if not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"DenseIndex {name} must be a positive integer, got {value!r}")
+    n = len(sorted_ids)
+    dup = np.flatnonzero(sorted_ids[1:] == sorted_ids[:-1])
+    if dup.size:
+      shown = ", ".join(repr(str(sorted_ids[i])) for i in dup[:5]) + (" ..." if dup.size > 5 else "")
+      raise ValueError(f"DenseIndex ids must be distinct; {dup.size} repeated: {shown}")
+    self.ids, self.dim, self.dtype, self.backend = sorted_ids, int(dim), dtype, backend
+    self.query_batch, self.query_key = int(query_batch), query_key
+    # As few chunks as `chunk` allows, made equal in size (rounded up to `_ROW_ALIGN` rows), so
+    # the padding of the last one stays small: N=10,000 with chunk 8192 is 2 x 5120 rows, not 2 x 8192.
+    align = min(_ROW_ALIGN, chunk)
+    self.chunk = int(min(chunk, align * math.ceil(math.ceil(n / math.ceil(n / chunk)) / align)))
+    faiss_index = _import_faiss().IndexFlatIP(self.dim) if backend == "faiss" else None
+    self._chunks: list[jax.Array] = []
+    for start in range(0, n, self.chunk):
+      positions = np.arange(start, min(start + self.chunk, n))
+      rows = read(positions)
+      bad = np.flatnonzero(~np.isfinite(rows).all(axis=1))
+      if bad.size:
+        raise ValueError(f"DenseIndex: the embedding of id {str(sorted_ids[positions[bad[0]]])!r} has NaN or Inf "
+                         f"values ({bad.size} such rows among ids {sorted_ids[positions[0]]!r}.."
+                         f"{sorted_ids[positions[-1]]!r})")
+      rows = l2_normalize(rows).astype(DTYPES[dtype])
+      if faiss_index is not None:
+        faiss_index.add(np.ascontiguousarray(rows, np.float32))
+      else:
+        self._chunks.append(jax.device_put(np.pad(rows, ((0, self.chunk - len(rows)), (0, 0)))))
+    self._faiss = faiss_index
+    self._offsets = [jax.device_put(np.int32(c * self.chunk)) for c in range(len(self._chunks))]
+    self._n_valid = jax.device_put(np.int32(n))
+
+  # -- properties --------------------------------------------------------------------------------
+  def __len__(self) -> int:
+    return len(self.ids)
+
+  @property
+  def nbytes(self) -> int:
+    """Bytes of the stored vectors (with the last chunk's padding; ids not counted)."""
+    if self._faiss is not None:
+      return 4 * len(self) * self.dim
+    return sum(c.nbytes for c in self._chunks)
+
+  def positions(self, ids: Any) -> np.ndarray:
+    """Corpus positions (int64, same shape) of `ids`; one KeyError naming the unknown ones."""
+    ids = np.asarray(ids).astype(str)
+    pos = np.minimum(np.searchsorted(self.ids, ids), len(self.ids) - 1)
+    missing = ids[self.ids[pos] != ids]
+    if missing.size:
+      shown = ", ".join(repr(str(m)) for m in missing[:10]) + (" ..." if missing.size > 10 else "")
+      raise KeyError(f"DenseIndex has no ids {shown} ({missing.size} unknown of {ids.size})")
+    return pos.astype(np.int64)
+
+  def vectors(self, ids: Any) -> np.ndarray:
+    """The stored unit vectors of `ids [...]` as float32 `[..., D]` (bfloat16 storage upcast)."""
+    pos = self.positions(ids)
+    flat = pos.reshape(-1)
+    out = np.empty((flat.size, self.dim), np.float32)
+    if self._faiss is not None:
+      out[:] = self._faiss.reconstruct_batch(flat)
+    else:
+      which, rows = flat // self.chunk, (flat % self.chunk).astype(np.int32)
+      for c in np.unique(which):
+        sel = np.flatnonzero(which == c)
+        out[sel] = np.asarray(_gather_rows(self._chunks[c], rows[sel]))
+    return out.reshape(pos.shape + (self.dim,))
+
+  # -- search ------------------------------------------------------------------------------------
+  def _check_queries(self, queries: Any, k: int) -> np.ndarray:
+    queries = np.asarray(queries)
+    if queries.ndim != 2 or queries.shape[1] != self.dim:
+      raise ValueError(f"DenseIndex.search: queries must be [Q, D={self.dim}], got shape {queries.shape}")
+    if queries.shape[0] == 0:
+      raise ValueError("DenseIndex.search: no queries (Q = 0)")
+    if not np.issubdtype(queries.dtype, np.floating) and not np.issubdtype(queries.dtype, np.integer):
+      raise ValueError(f"DenseIndex.search: queries must be a float array, got dtype {queries.dtype}")
+    queries = np.asarray(queries, np.float32)
+    if not np.isfinite(queries).all():
+      bad = np.flatnonzero(~np.isfinite(queries).all(axis=1))
+      raise ValueError(f"DenseIndex.search: queries {bad[:10].tolist()} have NaN or Inf values "
+                       f"({bad.size} of {queries.shape[0]})")
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= len(self):
+      raise ValueError(f"DenseIndex.search: k must be an integer in [1, {len(self)}] (the corpus size), got {k!r}")
+    return queries
+
+  def search(self, queries: Any, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Exact cosine top-k.
+
+    Args:
+      queries: float [Q, D] (normalised here; a zero query scores 0 everywhere).
+      k: 1 <= k <= N.
+
+    Returns:
+      (ids str [Q, k], scores float32 [Q, k]), best first; equal scores rank the smaller id first.
+    """
+    queries = l2_normalize(self._check_queries(queries, k))
+    k = int(k)
+    pos = np.empty((queries.shape[0], k), np.int64)
+    scores = np.empty((queries.shape[0], k), np.float32)
+    for start, stop, size in query_batches(queries.shape[0], self.query_batch):
+      s, p = self._search_batch(pad_rows(queries[start:stop], size), k)
+      scores[start:stop], pos[start:stop] = s[:stop - start], p[:stop - start]
+    return self.ids[pos], scores
+
+  def retrieve(self, queries: Any, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The `vidjax.evaluate.Retriever` protocol: `search` of an array or of `queries[query_key]`."""
+    if isinstance(queries, Mapping):
+      if self.query_key not in queries:
+        raise KeyError(f"DenseIndex.retrieve: the query batch has no {self.query_key!r} field "
+                       f"(keys {sorted(queries)}); set query_key")
+      queries = queries[self.query_key]
+    return self.search(queries, k)
+
+  def _search_batch(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Unit queries float32 [Qb, D] -> (scores float32 [Qb, k], positions [Qb, k])."""
+    if self._faiss is not None:
+      return self._faiss_batch(queries, k)
+    # Host-side inputs and a single transfer back: at small sizes the per-call dispatch, not the
+    # arithmetic, is the cost.
+    q = jax.device_put(queries) if len(self._chunks) > 1 else queries
+    best = (np.full((len(queries), k), -np.inf, np.float32), np.full((len(queries), k), -1, np.int32))
+    for chunk, offset in zip(self._chunks, self._offsets):
+      best = _merge_chunk(q, chunk, offset, self._n_valid, *best, k=k)
+    return jax.device_get(best)
+
+  def _faiss_batch(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    # faiss's order among equal scores is its own; fetch until the k-th score's tie block is
+    # complete (the last fetched score is below it, or everything was fetched), then re-rank by
+    # (score desc, position asc).
+    fetch = min(len(self), k + 1)
+    while True:
+      s, p = self._faiss.search(np.ascontiguousarray(queries), fetch)
+      s = np.where(s == 0, np.float32(0), s)
+      if fetch == len(self) or np.all(s[:, -1] < s[:, k - 1]):
+        break
+      fetch = min(len(self), 2 * fetch)
+    order = np.lexsort((p, -s), axis=-1)[:, :k]
+    return np.take_along_axis(s, order, 1), np.take_along_axis(p, order, 1)
