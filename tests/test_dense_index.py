@@ -90,6 +90,23 @@ def test_exact_ties_rank_the_smaller_id_first(dtype):
   assert list(got_ids[0]) == copies[:K] and np.all(got_s[0] == 1.0)
 
 
+def test_small_batches_take_the_numpy_path_and_agree_with_the_jitted_one():
+  from vidjax.retrieval import dense
+  rng = np.random.default_rng(11)
+  n = 300
+  ids, x = _ids(n, rng), tie_vectors(n, rng)
+  queries = np.concatenate([x[:1], tie_vectors(7, rng)])  # 8 queries: one jitted batch
+  index = _index(ids, x)
+  assert index._host_chunks is not None  # float32 on the CPU
+  batched = index.search(queries, K)
+  singles = [index.search(q[None], K) for q in queries]  # 1 <= SMALL_BATCH: the NumPy path
+  np.testing.assert_array_equal(np.concatenate([i for i, _ in singles]), batched[0])
+  np.testing.assert_array_equal(np.concatenate([sc for _, sc in singles]), batched[1])
+  assert _index(ids, x, "bfloat16")._host_chunks is None  # bf16 storage always runs jitted
+  s, pos = dense.numpy_top_k(np.array([[1.0, 3.0, 3.0, 2.0, 3.0]], np.float32), 2)
+  assert pos.tolist() == [[1, 2]] and s.tolist() == [[3.0, 3.0]]
+
+
 def test_full_ranking_with_k_larger_than_a_chunk():
   rng = np.random.default_rng(8)
   n = 200

@@ -20,6 +20,9 @@ How it works:
 * Queries go in batches of `query_batch` rows; a remainder (or a query set smaller than one
   batch) is padded to the next power of two, so single queries do not pay for 256 and there are
   at most log2(query_batch) + 1 query shapes.
+* Up to `SMALL_BATCH` queries against a float32 corpus on a CPU skip XLA: a BLAS matrix-vector
+  product per chunk (zero-copy views of the same buffers) and an exact NumPy top-k with the same tie
+  rule (`numpy_top_k`); XLA's fixed per-call cost dominated single-query search below 100k vectors.
 * Ties: equal scores rank the smaller id first. Corpus positions are id order, `lax.top_k`
   returns the lower index first among equal values (its documented contract), and every merge
   puts the running best (earlier chunks, smaller positions) before the new chunk's. `top_k`
@@ -55,6 +58,28 @@ DEFAULT_QUERY_BATCH = 256
 _ROW_ALIGN = 128
 # Positions per block in the two-level top-k of one chunk (`_top_k_by_blocks`).
 _BLOCK = 16
+# Query batches up to this size on a CPU with float32 storage take the NumPy path (`_numpy_batch`):
+# XLA's CPU matrix-vector product has a fixed cost of ~80 µs per call, BLAS gemv does not.
+SMALL_BATCH = 4
+
+
+def numpy_top_k(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+  """Exact top-k of each row of `scores [Q, N]`, equal scores by smaller position first.
+
+  Returns (scores float32 [Q, k], positions int64 [Q, k]), best first.
+  """
+  q, n = scores.shape
+  part = np.argpartition(-scores, k - 1, axis=1)[:, :k] if k < n else np.tile(np.arange(n), (q, 1))
+  kth = np.min(np.take_along_axis(scores, part, axis=1), axis=1, keepdims=True)
+  out_s = np.empty((q, k), np.float32)
+  out_p = np.empty((q, k), np.int64)
+  for i in range(q):  # the k-th score may tie with positions argpartition left out: take them in order
+    above = np.flatnonzero(scores[i] > kth[i])
+    tied = np.flatnonzero(scores[i] == kth[i])[:k - above.size]
+    pos = np.concatenate([above, tied])
+    order = np.lexsort((pos, -scores[i, pos]))
+    out_p[i], out_s[i] = pos[order], scores[i, pos[order]]
+  return out_s, out_p
 
 
 def query_batches(n: int, batch: int) -> Iterator[tuple[int, int, int]]:
@@ -281,6 +306,10 @@ class DenseIndex:
       else:
         self._chunks.append(jax.device_put(np.pad(rows, ((0, self.chunk - len(rows)), (0, 0)))))
     self._faiss = faiss_index
+    # Zero-copy NumPy views of the chunks for `_numpy_batch` (float32 storage on a CPU only).
+    cpu = all(d.platform == "cpu" for c in self._chunks for d in c.devices())
+    self._host_chunks = ([np.asarray(c) for c in self._chunks] if self._chunks and cpu and dtype == "float32"
+                         else None)
     self._offsets = [jax.device_put(np.int32(c * self.chunk)) for c in range(len(self._chunks))]
     self._n_valid = jax.device_put(np.int32(n))
 
@@ -369,6 +398,8 @@ class DenseIndex:
     """Unit queries float32 [Qb, D] -> (scores float32 [Qb, k], positions [Qb, k])."""
     if self._faiss is not None:
       return self._faiss_batch(queries, k)
+    if self._host_chunks is not None and len(queries) <= SMALL_BATCH:
+      return self._numpy_batch(queries, k)
     # Host-side inputs and a single transfer back: at small sizes the per-call dispatch, not the
     # arithmetic, is the cost.
     q = jax.device_put(queries) if len(self._chunks) > 1 else queries
@@ -376,6 +407,13 @@ class DenseIndex:
     for chunk, offset in zip(self._chunks, self._offsets):
       best = _merge_chunk(q, chunk, offset, self._n_valid, *best, k=k)
     return jax.device_get(best)
+
+  def _numpy_batch(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Few queries against a float32 corpus on the CPU: BLAS matrix-vector products, exact top-k."""
+    n = len(self)
+    scores = np.concatenate([c @ queries.T for c in self._host_chunks], axis=0)[:n].T
+    scores = np.where(scores == 0, np.float32(0), scores)  # -0.0 and +0.0 are one score
+    return numpy_top_k(np.ascontiguousarray(scores, np.float32), k)
 
   def _faiss_batch(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     # faiss's order among equal scores is its own; fetch until the k-th score's tie block is
