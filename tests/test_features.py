@@ -96,3 +96,26 @@ def test_command_line_verify_merge_import(tmp_path, capsys):
   np.save(next((tmp_path / "s" / "clip").glob("*.npy")), np.full((2, 3), np.inf, np.float32))
   assert features.main(["verify", store]) == 1
   assert "NaN or Inf" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("dtype, bits", [("float8_e4m3", 8), ("float4_e2m1", 4)])
+def test_low_precision_kinds_store_exact_bytes_and_read_back_quantized(tmp_path, dtype, bits):
+  from vidjax import ops
+  rng = np.random.default_rng(0)
+  caches = rng.normal(size=(3, 16, 384)).astype(np.float32) * 2  # VEDJE's compact cache: 16 tokens x 384
+  odd = rng.normal(size=(3, 5, 3)).astype(np.float32)           # an odd number of values per item
+  store = features.FeatureStore.create(tmp_path / "s", {"backbone": "test"})
+  for kind, arrays in (("cache", caches), ("odd", odd)):
+    with store.writer(kind, dtype=dtype) as w:
+      for i, a in enumerate(arrays):
+        w.add(f"v{i}", a)
+  store = features.FeatureStore(tmp_path / "s")
+  for kind, arrays in (("cache", caches), ("odd", odd)):
+    got = store.get(kind, ["v2", "v0"])
+    assert got.dtype == np.float32 and store.item_shape(kind) == arrays.shape[1:]
+    np.testing.assert_array_equal(got, ops.quantize_dequantize(arrays[[2, 0]], dtype))
+  on_disk = np.load(next((tmp_path / "s" / "cache").glob("*.npy")))
+  assert on_disk.nbytes == 3 * ops.storage_bytes(16 * 384, dtype) == 3 * 16 * 384 * bits // 8
+  assert store.verify()["cache"] == {"items": 3, "shape": [16, 384], "shards": 1}
+  with pytest.raises(ValueError, match="feature store dtype"):
+    store.writer("x", dtype="int4")

@@ -6,8 +6,9 @@ Every method in vidjax reads its inputs from a feature store; `vidjax/extract.py
 Layout of one store (one directory per backbone)::
 
     <root>/manifest.json                  metadata: backbone, checkpoint hash, frames, resolution, dtype, ...
-    <root>/<kind>/<shard>.npy             array [n, ...] (bfloat16 is stored as its uint16 bit pattern)
-    <root>/<kind>/<shard>.ids.json        {"ids": [n ids], "dtype": "float32" | "bfloat16", "shape": [...]}
+    <root>/<kind>/<shard>.npy             array [n, ...] (bfloat16 / float8_e4m3 as their uint16 / uint8 bit
+                                          patterns; float4_e2m1 as two codes a byte, [n, ceil(items / 2)])
+    <root>/<kind>/<shard>.ids.json        {"ids": [n ids], "dtype": one of STORAGE_DTYPES, "shape": [...]}
 
 A *kind* is one family of arrays with one per-item shape, e.g. ``clip`` ([D] clip embeddings),
 ``text`` ([D] caption embeddings), ``tokens`` ([T, N, D] per-frame patch tokens). A shard is
@@ -38,6 +39,7 @@ import ml_dtypes
 import numpy as np
 
 from vidjax import io
+from vidjax.ops import pack_fp4, quantize_dequantize, unpack_fp4
 
 MANIFEST = "manifest.json"
 _IDS_SUFFIX = ".ids.json"
@@ -50,17 +52,35 @@ class MissingFeatureError(KeyError):
     return str(self.args[0])
 
 
+STORAGE_DTYPES = ("float32", "bfloat16", "float8_e4m3", "float4_e2m1")
+
+
 def _to_storage(array: np.ndarray, dtype: str) -> np.ndarray:
-  if dtype == "bfloat16":
-    return np.asarray(array, dtype=ml_dtypes.bfloat16).view(np.uint16)
+  """float rows [n, *shape] -> the on-disk array: bf16 / fp8 as bit patterns (uint16 / uint8), fp4 as
+  two codes a byte per row ([n, ceil(prod(shape) / 2)] uint8); fp8 and fp4 saturate (VEDJE A.4)."""
   if dtype == "float32":
     return np.asarray(array, dtype=np.float32)
-  raise ValueError(f"feature store dtype must be 'float32' or 'bfloat16', got {dtype!r}")
+  if dtype == "bfloat16":
+    return np.asarray(array, dtype=ml_dtypes.bfloat16).view(np.uint16)
+  if dtype == "float8_e4m3":
+    return quantize_dequantize(array, dtype).astype(ml_dtypes.float8_e4m3fn).view(np.uint8)
+  if dtype == "float4_e2m1":
+    flat = np.asarray(array, np.float32).reshape(len(array), -1)
+    flat = np.pad(flat, ((0, 0), (0, flat.shape[1] % 2)))  # rows of even length: bytes never straddle rows
+    return pack_fp4(flat).reshape(len(array), -1)
+  raise ValueError(f"feature store dtype must be one of {STORAGE_DTYPES}, got {dtype!r}")
 
 
-def _from_storage(array: np.ndarray, dtype: str) -> np.ndarray:
+def _from_storage(array: np.ndarray, dtype: str, shape: Sequence[int]) -> np.ndarray:
+  """The inverse of `_to_storage`: float32 [n, *shape]."""
   if dtype == "bfloat16":
     return np.asarray(array).view(ml_dtypes.bfloat16).astype(np.float32)
+  if dtype == "float8_e4m3":
+    return np.asarray(array).view(ml_dtypes.float8_e4m3fn).astype(np.float32)
+  if dtype == "float4_e2m1":
+    n, size = len(array), int(np.prod(shape))
+    flat = unpack_fp4(np.asarray(array), (n, size + size % 2))
+    return flat[:, :size].reshape((n, *shape))
   return np.asarray(array, dtype=np.float32)
 
 
@@ -132,12 +152,13 @@ class FeatureStore:
   def __len__(self) -> int:
     return sum(len(self._kind_index(k)) for k in self.kinds())
 
-  def _shard(self, kind: str, shard: str) -> tuple[np.ndarray, str]:
+  def _shard(self, kind: str, shard: str) -> tuple[np.ndarray, str, tuple[int, ...]]:
+    """(memory-mapped on-disk array, storage dtype, per-item shape as read back)."""
     key = (kind, shard)
     if key not in self._shards:
       meta = io.read_json(self.root / kind / (shard + _IDS_SUFFIX), "feature shard id list")
       array = np.load(self.root / kind / (shard + ".npy"), mmap_mode="r")
-      self._shards[key] = (array, meta.get("dtype", "float32"))
+      self._shards[key] = (array, meta.get("dtype", "float32"), tuple(meta.get("shape", array.shape[1:])))
     return self._shards[key]
 
   def get(self, kind: str, ids: Sequence[str]) -> np.ndarray:
@@ -174,8 +195,8 @@ class FeatureStore:
 
   def read_rows(self, kind: str, shard: str, rows: np.ndarray) -> np.ndarray:
     """float32 `[len(rows), *item_shape]` rows of one shard, read from its memory map."""
-    array, dtype = self._shard(kind, shard)
-    return _from_storage(array[np.asarray(rows)], dtype)
+    array, dtype, shape = self._shard(kind, shard)
+    return _from_storage(array[np.asarray(rows)], dtype, shape)
 
   def item_shape(self, kind: str) -> tuple[int, ...]:
     """Per-item shape of `kind` (from its first shard)."""
@@ -183,7 +204,7 @@ class FeatureStore:
     if not index:
       raise MissingFeatureError(f"feature store {self.root} has no {kind!r} features")
     shard, _ = next(iter(index.values()))
-    return tuple(self._shard(kind, shard)[0].shape[1:])
+    return self._shard(kind, shard)[2]
 
   def get_one(self, kind: str, item_id: str) -> np.ndarray:
     return self.get(kind, [item_id])[0]
@@ -218,13 +239,13 @@ class FeatureStore:
         npy = self.root / kind / (shard + ".npy")
         if not npy.exists():
           raise ValueError(f"feature store {self.root}: shard {kind}/{shard} has ids but no array file {npy.name}")
-        array, dtype = self._shard(kind, shard)
+        array, dtype, shape = self._shard(kind, shard)
         n_ids = len(io.read_json(ids_file)["ids"])
         if array.shape[0] != n_ids:
           raise ValueError(f"feature store {self.root}: shard {kind}/{shard} has {n_ids} ids but {array.shape[0]} rows")
-        if not np.all(np.isfinite(_from_storage(array, dtype))):
+        if not np.all(np.isfinite(_from_storage(array, dtype, shape))):
           raise ValueError(f"feature store {self.root}: shard {kind}/{shard} contains NaN or Inf")
-        shapes.add(tuple(array.shape[1:]))
+        shapes.add(shape)
         n_shards += 1
       if len(shapes) > 1:
         raise ValueError(f"feature store {self.root}: kind {kind!r} mixes item shapes {sorted(shapes)}")
