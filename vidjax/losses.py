@@ -218,3 +218,29 @@ def future_delta_loss(pred: jax.Array, targets: jax.Array, valid: jax.Array) -> 
   err = jnp.mean(jnp.square(jnp.asarray(pred, jnp.float32) - targets), axis=(-2, -1))  # [B, T, |H|]
   w = jnp.broadcast_to(jnp.asarray(valid, jnp.float32), err.shape)
   return jnp.sum(err * w) / jnp.maximum(jnp.sum(w), 1.0)
+
+
+def vedje_loss(outputs, batch, *, tau_vtm: float = 1.0, logit_scale: float = 20.0,
+               weights=(1.0, 1.0, 1.0, 1.0)):
+  """L = L_vtm + L_vtc + L_mlm + L_delta (eq. 6, equal weights in the paper).
+
+  Args:
+    outputs: `vidjax.models.vedje.Vedje`'s training outputs: 'scores' [B, K], 'text_embedding'
+      [B, D_clip], 'mlm_logits' [B, S, V], 'deltas' [B, T, |H|, P, d_v].
+    batch: 'positive' int [B] (the positive's column of 'scores'), optional 'candidate_mask' [B, K],
+      'stage1_video' [B, D_clip] (frozen stage-1 embeddings of the batch's videos), 'input_ids'
+      [B, S] (original ids) and 'mlm_mask' [B, S], 'delta_targets' and 'delta_valid' from
+      `future_delta_targets`.
+    weights: (vtm, vtc, mlm, delta); a zero drops a term (the A.13 loss-stack ablation).
+
+  Returns:
+    (loss, {"vtm", "vtc", "mlm", "delta"}).
+  """
+  terms = {
+      "vtm": vtm_loss(outputs["scores"], batch["positive"], batch.get("candidate_mask"), tau=tau_vtm),
+      "vtc": vtc_loss(outputs["text_embedding"], batch["stage1_video"], logit_scale=logit_scale),
+      "mlm": mlm_loss(outputs["mlm_logits"], batch["input_ids"], batch["mlm_mask"]),
+      "delta": future_delta_loss(outputs["deltas"], batch["delta_targets"], batch["delta_valid"]),
+  }
+  loss = sum(w * terms[k] for w, k in zip(weights, ("vtm", "vtc", "mlm", "delta")))
+  return loss, terms
