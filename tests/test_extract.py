@@ -383,3 +383,29 @@ def test_retrieval_datasets_resolve_videos_for_whole_videos_paragraphs_and_segme
   config.data.unit = "frames"
   with pytest.raises(ValueError, match="data.unit"):
     experiment.build_clips(config.data)
+
+
+def test_transform_kind_writes_a_cache_kind_resumably_in_low_precision(tmp_path):
+  from vidjax import ops
+  rng = np.random.default_rng(0)
+  ids = [f"v{i:02d}" for i in range(7)]
+  tokens = rng.normal(size=(7, 4, 3, 5)).astype(np.float32)
+  store = FeatureStore.create(tmp_path / "s", {"backbone": "test"})
+  with store.writer("tokens") as w:
+    for i, t in zip(ids, tokens):
+      w.add(i, t)
+  calls = []
+
+  def compress(x):  # [B, T, P, D] -> [B, T, D]: a stand-in for VEDJE's compressor
+    calls.append(x.shape)
+    return jnp.mean(jnp.asarray(x), axis=2)
+
+  assert engine.transform_kind(store, "tokens", "cache", compress, batch_size=3, ids=ids[:4],
+                                   dtype="float8_e4m3", progress=False) == 4
+  assert engine.transform_kind(store, "tokens", "cache", compress, batch_size=3, dtype="float8_e4m3",
+                                   progress=False) == 3  # resumes: only the 3 missing ids
+  assert set(calls) == {(3, 4, 3, 5)}  # every batch padded to one shape
+  got = FeatureStore(tmp_path / "s").get("cache", ids)
+  np.testing.assert_array_equal(got, ops.quantize_dequantize(tokens.mean(axis=2), "float8_e4m3"))
+  with pytest.raises(FloatingPointError, match="NaN"):
+    engine.transform_kind(store, "tokens", "bad", lambda x: x * np.nan, batch_size=2, progress=False)

@@ -286,6 +286,46 @@ def extract_texts(store: FeatureStore, captions: Mapping[str, str], text_fn: Cal
   return written
 
 
+def transform_kind(store: FeatureStore, src_kind: str, dst_kind: str, fn: Callable[[np.ndarray], Any], *,
+                   batch_size: int, ids: Sequence[str] | None = None, dtype: str | None = None,
+                   flush_every: int = 1024, progress: bool = True, process_index: int | None = None,
+                   process_count: int | None = None) -> int:
+  """Writes `dst_kind = fn(src_kind)` for every id not yet in `dst_kind` (resumable, one compile).
+
+  The offline half of a cached method: e.g. VEDJE's compressor turns per-frame patch tokens
+  (`tokens`) into its cache (`cache`, in float32 / bfloat16 / float8_e4m3 / float4_e2m1 storage).
+  Batches always hold `batch_size` items (the last is padded by repeating its first row, and the
+  padding's outputs are dropped), so a jitted `fn` compiles once. Each process takes every
+  `process_count`-th id and writes its own shards, as extraction does.
+
+  Args:
+    fn: float32 `[batch_size, *src_shape]` -> `[batch_size, *dst_shape]`.
+    ids: the ids to transform (default: every id of `src_kind`).
+  Returns:
+    Number of items written by this call.
+  """
+  pi = jax.process_index() if process_index is None else process_index
+  pc = jax.process_count() if process_count is None else process_count
+  todo = [i for i in sorted(store.ids(src_kind) if ids is None else ids)[pi::pc] if not store.has(dst_kind, i)]
+  if not todo:
+    return 0
+  written = 0
+  with store.writer(dst_kind, shard_prefix=f"p{pi}", flush_every=flush_every, dtype=dtype) as w, \
+       progress_lib.bar(len(todo), f"{dst_kind} p{pi}", "item", disable=not progress) as bar:
+    for batch_ids in _batches(iter(todo), batch_size):
+      x = store.get(src_kind, batch_ids)
+      x = np.concatenate([x, np.repeat(x[:1], batch_size - len(batch_ids), axis=0)])
+      out = np.asarray(jax.device_get(fn(x)), np.float32)
+      if out.shape[0] != batch_size:
+        raise ValueError(f"transform_kind: fn returned {out.shape[0]} rows for a batch of {batch_size}")
+      if not np.all(np.isfinite(out[:len(batch_ids)])):
+        raise FloatingPointError(f"transform_kind: fn gave NaN or Inf for {dst_kind} of ids {batch_ids[:5]}")
+      for row, i in enumerate(batch_ids):
+        written += int(w.add(i, out[row]))
+      bar.update(len(batch_ids))
+  return written
+
+
 def decode_report(store: FeatureStore) -> dict:
   """Counts from the store's `padded_frames`: clips with any / all frames padded, padded frames."""
   ids = store.ids(PADDED_KIND)
