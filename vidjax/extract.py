@@ -266,22 +266,39 @@ def extract_texts(store: FeatureStore, captions: Mapping[str, str], text_fn: Cal
   Returns:
     Number of captions written by this call.
   """
-  pi = jax.process_index() if process_index is None else process_index
-  pc = jax.process_count() if process_count is None else process_count
-  ids = sorted(captions)[pi::pc]
-  todo = [i for i in ids if not store.has(TEXT_KIND, i)]
+  pi, pc = _process(process_index, process_count)
+  todo = [i for i in sorted(captions)[pi::pc] if not store.has(TEXT_KIND, i)]
+
+  def compute(batch_ids):
+    return text_fn([str(captions[i]) for i in batch_ids] + [""] * (batch_size - len(batch_ids)))
+
+  return _write_batches(store, TEXT_KIND, todo, compute, batch_size=batch_size, dtype=dtype,
+                        flush_every=flush_every, progress=progress, label=f"text p{pi}", prefix=f"p{pi}",
+                        unit="text")
+
+
+def _process(process_index: int | None, process_count: int | None) -> tuple[int, int]:
+  return (jax.process_index() if process_index is None else process_index,
+          jax.process_count() if process_count is None else process_count)
+
+
+def _write_batches(store: FeatureStore, kind: str, todo: Sequence[str], compute, *, batch_size: int,
+                   dtype: str | None, flush_every: int, progress: bool, label: str, prefix: str, unit: str,
+                   check_finite: bool = False) -> int:
+  """Runs `compute(batch_ids) -> [batch_size, ...]` over `todo` in batches and stores each real row."""
   if not todo:
     return 0
   written = 0
-  with store.writer(TEXT_KIND, shard_prefix=f"p{pi}", flush_every=flush_every, dtype=dtype) as w, \
-       progress_lib.bar(len(todo), f"text p{pi}", "text", disable=not progress) as bar:
+  with store.writer(kind, shard_prefix=prefix, flush_every=flush_every, dtype=dtype) as w, \
+       progress_lib.bar(len(todo), label, unit, disable=not progress) as bar:
     for batch_ids in _batches(iter(todo), batch_size):
-      texts = [str(captions[i]) for i in batch_ids] + [""] * (batch_size - len(batch_ids))
-      emb = np.asarray(jax.device_get(text_fn(texts)))
-      if emb.shape[0] != batch_size:
-        raise ValueError(f"text_fn returned {emb.shape[0]} rows for a batch of {batch_size} texts")
+      out = np.asarray(jax.device_get(compute(batch_ids)))
+      if out.shape[0] != batch_size:
+        raise ValueError(f"{kind}: the function returned {out.shape[0]} rows for a batch of {batch_size}")
+      if check_finite and not np.all(np.isfinite(out[:len(batch_ids)])):
+        raise FloatingPointError(f"{kind}: NaN or Inf for ids {batch_ids[:5]}")
       for row, i in enumerate(batch_ids):
-        written += int(w.add(i, emb[row]))
+        written += int(w.add(i, out[row]))
       bar.update(len(batch_ids))
   return written
 
@@ -304,26 +321,16 @@ def transform_kind(store: FeatureStore, src_kind: str, dst_kind: str, fn: Callab
   Returns:
     Number of items written by this call.
   """
-  pi = jax.process_index() if process_index is None else process_index
-  pc = jax.process_count() if process_count is None else process_count
+  pi, pc = _process(process_index, process_count)
   todo = [i for i in sorted(store.ids(src_kind) if ids is None else ids)[pi::pc] if not store.has(dst_kind, i)]
-  if not todo:
-    return 0
-  written = 0
-  with store.writer(dst_kind, shard_prefix=f"p{pi}", flush_every=flush_every, dtype=dtype) as w, \
-       progress_lib.bar(len(todo), f"{dst_kind} p{pi}", "item", disable=not progress) as bar:
-    for batch_ids in _batches(iter(todo), batch_size):
-      x = store.get(src_kind, batch_ids)
-      x = np.concatenate([x, np.repeat(x[:1], batch_size - len(batch_ids), axis=0)])
-      out = np.asarray(jax.device_get(fn(x)), np.float32)
-      if out.shape[0] != batch_size:
-        raise ValueError(f"transform_kind: fn returned {out.shape[0]} rows for a batch of {batch_size}")
-      if not np.all(np.isfinite(out[:len(batch_ids)])):
-        raise FloatingPointError(f"transform_kind: fn gave NaN or Inf for {dst_kind} of ids {batch_ids[:5]}")
-      for row, i in enumerate(batch_ids):
-        written += int(w.add(i, out[row]))
-      bar.update(len(batch_ids))
-  return written
+
+  def compute(batch_ids):
+    x = store.get(src_kind, batch_ids)
+    return np.asarray(fn(np.concatenate([x, np.repeat(x[:1], batch_size - len(batch_ids), axis=0)])), np.float32)
+
+  return _write_batches(store, dst_kind, todo, compute, batch_size=batch_size, dtype=dtype,
+                        flush_every=flush_every, progress=progress, label=f"{dst_kind} p{pi}", prefix=f"p{pi}",
+                        unit="item", check_finite=True)
 
 
 def decode_report(store: FeatureStore) -> dict:
