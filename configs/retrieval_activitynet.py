@@ -1,6 +1,7 @@
 """Stage-1 zero-shot text-video retrieval on ActivityNet Captions: R@1/5/10, MdR, MnR in both directions.
 
     python -m vidjax.main --config configs/retrieval_activitynet.py --workdir /tmp/retrieval_activitynet          # synthetic world
+    python -m vidjax.main --config configs/retrieval_activitynet.py:smoke --workdir /tmp/retrieval_activitynet_smoke  # seconds (tests)
     python -m vidjax.main --config configs/retrieval_activitynet.py --workdir DIR \
         --config.data.annotations=<val_1.json (../shared/data/activitynet_captions)> --config.data.features=<feature store>
 
@@ -13,4 +14,5 @@ from vidjax.defaults import retrieval
 
 
 def get_config(arg=None):
+  """`arg`: None (the defaults) or "smoke" (a tiny moving-object world, seconds on a CPU)."""
   return retrieval.get_config("activitynet", arg)

@@ -1,6 +1,7 @@
 """Stage-1 zero-shot text-video retrieval on DiDeMo: R@1/5/10, MdR, MnR in both directions.
 
     python -m vidjax.main --config configs/retrieval_didemo.py --workdir /tmp/retrieval_didemo          # synthetic world
+    python -m vidjax.main --config configs/retrieval_didemo.py:smoke --workdir /tmp/retrieval_didemo_smoke  # seconds (tests)
     python -m vidjax.main --config configs/retrieval_didemo.py --workdir DIR \
         --config.data.annotations=<test_data.json (../shared/data/didemo)> --config.data.features=<feature store>
 
@@ -13,4 +14,5 @@ from vidjax.defaults import retrieval
 
 
 def get_config(arg=None):
+  """`arg`: None (the defaults) or "smoke" (a tiny moving-object world, seconds on a CPU)."""
   return retrieval.get_config("didemo", arg)

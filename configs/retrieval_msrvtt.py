@@ -1,6 +1,7 @@
 """Stage-1 zero-shot text-video retrieval on MSR-VTT 1k-A: R@1/5/10, MdR, MnR in both directions.
 
     python -m vidjax.main --config configs/retrieval_msrvtt.py --workdir /tmp/retrieval_msrvtt          # synthetic world
+    python -m vidjax.main --config configs/retrieval_msrvtt.py:smoke --workdir /tmp/retrieval_msrvtt_smoke  # seconds (tests)
     python -m vidjax.main --config configs/retrieval_msrvtt.py --workdir DIR \
         --config.data.annotations=<MSRVTT_JSFUSION_test.csv (../shared/data/msrvtt; semicolon- or comma-delimited) or MSRVTT_data.json with --config.data.video_list> --config.data.features=<feature store>
 
@@ -13,4 +14,5 @@ from vidjax.defaults import retrieval
 
 
 def get_config(arg=None):
+  """`arg`: None (the defaults) or "smoke" (a tiny moving-object world, seconds on a CPU)."""
   return retrieval.get_config("msrvtt", arg)

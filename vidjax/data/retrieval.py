@@ -18,8 +18,6 @@ order first (`vidjax.data.annotations.paragraphs`), so there is one query per vi
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
-
 import numpy as np
 
 from vidjax.data.annotations.types import Caption, RetrievalData, paragraphs
@@ -57,10 +55,6 @@ class RetrievalBenchmark:
   def query_ids(self) -> list[str]:
     return [q.caption_id for q in self.queries]
 
-  @property
-  def texts(self) -> list[str]:
-    return [q.text for q in self.queries]
-
   def relevant(self) -> np.ndarray:
     """int64 [Q]: the corpus row of each query's video."""
     row = {v: i for i, v in enumerate(self.corpus)}
@@ -87,10 +81,3 @@ def build_benchmark(data: RetrievalData, *, protocol: str = "captions", split: s
   queries = tuple(c for c in source.captions if c.video_id in keep)
   label = name or f"{data.source} [{split or 'all'}, {protocol}]"
   return RetrievalBenchmark(label, queries, tuple(sorted(keep)))
-
-
-def subset(benchmark: RetrievalBenchmark, video_ids: Sequence[str], name: str) -> RetrievalBenchmark:
-  """The benchmark restricted to `video_ids` (queries of other videos dropped)."""
-  keep = set(video_ids)
-  return RetrievalBenchmark(name, tuple(q for q in benchmark.queries if q.video_id in keep),
-                            tuple(v for v in benchmark.corpus if v in keep))

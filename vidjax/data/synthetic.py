@@ -66,7 +66,6 @@ the same accuracy), 3-4 objects per video.
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
 
 import numpy as np
 
@@ -141,7 +140,7 @@ class ProceduralWorldConfig:
 
 # The worlds `--config.data.world` selects: field values on top of the first-order defaults. Values a
 # config sets away from the first-order defaults (e.g. --config.world.w_id=0.5) win over the preset.
-# "history": measured with `python -m vidjax.data.synthetic --world history` (see the module docstring).
+# "history": measured with `python -m vidjax.data.synthetic history` (see the module docstring).
 HISTORY = dict(min_steps=3, max_steps=6, w_id=1.2, num_objects=6, min_objects=2, max_objects=3, object_spread=0.4,
                w_type=1.5, long_gap_prob=0.1, use_closeup=True, cutaway_prob=0.3, cutaway_scale=0.3)
 WORLDS = {
@@ -291,28 +290,30 @@ def world_config_from(fields, world: str = "first_order") -> ProceduralWorldConf
   return ProceduralWorldConfig(**{**defaults, **chosen})
 
 
-def _calibration_report(seeds: Sequence[int] = (0, 1, 2)) -> None:  # pragma: no cover - a CLI aid
-  """Prints zero-shot and late-fusion metrics of the default world on the paper's 1-vs-9 pools."""
+def calibration(world: ProceduralWorld, seed: int = 0) -> dict:
+  """Text-only (A), visual continuity (B) and late fusion (A + B) on the world's 1-vs-9 benchmark
+  (task+step identity rule), and the share of reuse queries: what the calibration notes quote."""
   from vidjax import metrics
   from vidjax.data import cvr
-  for seed in seeds:
-    world = make_procedural_world(seed=seed)
-    index = {c: i for i, c in enumerate(world.clip_ids)}
-    records, _ = cvr.build_benchmark(world.eval_videos, identity_rule="task_step", seed=seed)
-    cand = np.array([[index[c] for c in r["candidates"]] for r in records])
-    codes = {"state": metrics.STATE, "identity": metrics.IDENTITY, "easy": metrics.EASY}
-    types = np.array([[metrics.GT if c == r["target"] else codes[r["negative_types"][c]] for c in r["candidates"]]
-                      for r in records])
-    target = np.array([r["candidates"].index(r["target"]) for r in records])
-    text = world.text_emb[[index[r["target"]] for r in records]]
-    last = world.clip_emb[[index[r["context"][-1]] for r in records]]
-    ce = world.clip_emb[cand]
-    a = np.einsum("qd,qcd->qc", text, ce)
-    b = np.einsum("qd,qcd->qc", last, ce)
-    for name, s in (("zero_shot", a), ("late_fusion_heuristic", a + b)):
-      m = metrics.cvr_metrics(s, target, types)
-      print(f"seed {seed} {name:24s} " + " ".join(f"{k}={v:.1f}" for k, v in m.items()))
+  index = {c: i for i, c in enumerate(world.clip_ids)}
+  records, _ = cvr.build_benchmark(world.eval_videos, identity_rule="task_step", seed=seed)
+  codes = {"state": metrics.STATE, "identity": metrics.IDENTITY, "easy": metrics.EASY}
+  types = np.array([[metrics.GT if c == r["target"] else codes[r["negative_types"][c]] for c in r["candidates"]]
+                    for r in records])
+  target = np.array([r["candidates"].index(r["target"]) for r in records])
+  cands = world.clip_emb[[[index[c] for c in r["candidates"]] for r in records]]
+  a = np.einsum("qd,qcd->qc", world.text_emb[[index[r["target"]] for r in records]], cands)
+  b = np.einsum("qd,qcd->qc", world.clip_emb[[index[r["context"][-1]] for r in records]], cands)
+  out = {name: metrics.cvr_metrics(sc, target, types) for name, sc in (("A", a), ("B", b), ("A+B", a + b))}
+  out["reuse_fraction"] = float(np.mean([r["target"] in world.reuse_gap for r in records]))
+  return out
 
 
-if __name__ == "__main__":  # pragma: no cover
-  _calibration_report()
+if __name__ == "__main__":  # pragma: no cover - a calibration aid: python -m vidjax.data.synthetic [world]
+  import sys
+  name = sys.argv[1] if len(sys.argv) > 1 else "first_order"
+  for seed in (0, 1, 2):
+    report = calibration(make_procedural_world(world_config_from({}, name), seed=seed), seed)
+    print(f"{name} seed {seed}: reuse {100 * report['reuse_fraction']:.1f}% | " + " | ".join(
+        f"{k} acc={m['acc']:.1f} state={m['state_acc']:.1f} ident={m['ident_acc']:.1f}"
+        for k, m in report.items() if k != "reuse_fraction"))

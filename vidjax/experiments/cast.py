@@ -275,12 +275,6 @@ def pool_metrics(scores: np.ndarray, arrays, mask: np.ndarray | None = None) -> 
   return _round(values), _round(metrics.cvr_top1_breakdown(scores, target, types))
 
 
-def evaluate_method(scorer, arrays, chunk: int) -> tuple[dict[str, float], dict[str, float]]:
-  """`pool_metrics` of one scorer on one benchmark."""
-  inputs = {k: v for k, v in arrays.items() if k not in evaluate.CVR_LABEL_KEYS}
-  return pool_metrics(evaluate.score_pools(scorer, inputs, chunk), arrays)
-
-
 def inference_ablation(comp: Mapping[str, np.ndarray], held: Mapping[str, Any], w_v: float, w_p: float,
                        heldout, bench, config) -> dict:
   """Table 5: the components A, B, C and the Semantic (A + C) and Full (A + B + C) ensembles.
