@@ -1,7 +1,8 @@
 """What every benchmark reports besides its own numbers: the machine, and its own limit.
 
-`matmul_flops_per_s` measures a float32 matmul on the default device in the same process, so each
-benchmark can state its achieved FLOP/s as a fraction of what this machine actually does.
+`matmul_flops_per_s` measures a float32 (or, asked for, e.g. bfloat16) matmul on the default device
+in the same process, so each benchmark can state its achieved FLOP/s as a fraction of what this
+machine actually does.
 """
 from __future__ import annotations
 
@@ -43,8 +44,9 @@ def timed(fn, *args, iters: int) -> float:
   return float(np.median(times))
 
 
-def matmul_flops_per_s(n: int = 2048, iters: int = 10) -> float:
-  """float32 [n, n] @ [n, n] rate on the default device (2 n^3 FLOPs per product)."""
-  a = jax.random.normal(jax.random.PRNGKey(0), (n, n), jnp.float32)
-  b = jax.random.normal(jax.random.PRNGKey(1), (n, n), jnp.float32)
+def matmul_flops_per_s(n: int = 2048, iters: int = 10, dtype: str = "float32") -> float:
+  """[n, n] @ [n, n] rate on the default device (2 n^3 FLOPs per product), operands and result in
+  `dtype` (default float32; e.g. "bfloat16" for the rate bfloat16 computation can reach)."""
+  a = jax.random.normal(jax.random.PRNGKey(0), (n, n), jnp.dtype(dtype))
+  b = jax.random.normal(jax.random.PRNGKey(1), (n, n), jnp.dtype(dtype))
   return 2 * n ** 3 / timed(jax.jit(lambda x, y: x @ y), a, b, iters=iters)

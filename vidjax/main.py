@@ -18,12 +18,14 @@ from vidjax import sharding
 from vidjax.experiments import cast as cast_experiment
 from vidjax.experiments import extract as extract_experiment
 from vidjax.experiments import retrieval as retrieval_experiment
+from vidjax.experiments import vedje as vedje_experiment
 
 # Experiment kind (config.experiment) -> run function. Plain imports, no registry magic.
 EXPERIMENTS = {
     "cast": cast_experiment.run,
     "extract_videoprism": extract_experiment.run,
     "retrieval": retrieval_experiment.run,
+    "vedje": vedje_experiment.run,
 }
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Path to a config file, e.g. configs/cast_coin.py:smoke.",

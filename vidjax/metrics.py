@@ -184,6 +184,27 @@ def two_way_retrieval_metrics(scores: np.ndarray, relevant: np.ndarray,
   return {**retrieval_metrics(t2v, "t2v_", ks), **retrieval_metrics(v2t[v2t > 0], "v2t_", ks)}
 
 
+def candidate_ranks(scores: np.ndarray, relevant: np.ndarray) -> np.ndarray:
+  """Pessimistic 1-based ranks within each query's own K scored candidates (a second stage's view).
+
+  Rank = 1 + the number of non-relevant candidates scoring >= the best relevant one (ties count
+  against the model, as `two_way_ranks`); a query with no relevant candidate gets K + 1, a miss at
+  every cut-off <= K.
+
+  Args:
+    scores: [Q, K]; relevant: bool [Q, K], True where the candidate is relevant to the query.
+
+  Returns:
+    int64 [Q].
+  """
+  scores, relevant = np.asarray(scores, np.float64), np.asarray(relevant, bool)
+  if scores.ndim != 2 or relevant.shape != scores.shape:
+    raise ValueError(f"expected scores [Q, K] and relevant [Q, K], got {scores.shape} and {relevant.shape}")
+  best = np.where(relevant, scores, -np.inf).max(axis=1)
+  ranks = 1 + np.sum((scores >= best[:, None]) & ~relevant, axis=1)
+  return np.where(relevant.any(axis=1), ranks, scores.shape[1] + 1).astype(np.int64)
+
+
 def recall_from_ranked(ids: np.ndarray, relevant: np.ndarray, ks: Sequence[int] = (1, 5, 10)) -> dict[str, float]:
   """R@K (%) of ranked ids: ids [Q, K] best first, relevant [Q] -> {"r1": ..., "r5": ..., ...}.
 

@@ -102,8 +102,9 @@ class TrainState:
 
 def adamw(learning_rate: float, weight_decay: float, warmup_steps: int = 0,
           total_steps: int | None = None, *, b1: float = 0.9, b2: float = 0.999,
-          eps: float = 1e-8, mask: Any = None) -> optax.GradientTransformation:
-  """AdamW with an optional linear warmup and an optional cosine decay.
+          eps: float = 1e-8, mask: Any = None, warmup_init: float = 0.0,
+          decay_every: int | None = None, decay_rate: float = 1.0) -> optax.GradientTransformation:
+  """AdamW with an optional linear warmup and an optional cosine or step decay.
 
   Weight decay is decoupled and scaled by the learning rate, as in PyTorch's `AdamW`
   (CAST Sec. 3 "Implementation Details" and App. B Table 10: AdamW, lr 1e-4, weight decay 1e-3).
@@ -113,6 +114,9 @@ def adamw(learning_rate: float, weight_decay: float, warmup_steps: int = 0,
     weight_decay: decoupled weight decay coefficient (>= 0).
     warmup_steps: linear warmup from 0 to `learning_rate` over this many steps.
     total_steps: when given, cosine-decay to 0 at this step; otherwise constant after warmup.
+    warmup_init: the warmup's starting learning rate (VEDJE A.3: 1e-6).
+    decay_every, decay_rate: step decay after warmup, lr * decay_rate ** (step // decay_every)
+      (VEDJE A.3: x0.9 per epoch); not with total_steps.
     b1, b2, eps: Adam moments and epsilon.
     mask: optional pytree / function of params saying which leaves get weight decay.
   """
@@ -122,17 +126,33 @@ def adamw(learning_rate: float, weight_decay: float, warmup_steps: int = 0,
     raise ValueError(f"adamw: weight_decay must be >= 0, got {weight_decay}.")
   if warmup_steps < 0:
     raise ValueError(f"adamw: warmup_steps must be >= 0, got {warmup_steps}.")
-  if total_steps is not None:
+  schedule = lr_schedule(learning_rate, warmup_steps, total_steps, warmup_init=warmup_init,
+                         decay_every=decay_every, decay_rate=decay_rate)
+  return optax.adamw(schedule, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay, mask=mask)
+
+
+def lr_schedule(learning_rate: float, warmup_steps: int = 0, total_steps: int | None = None, *,
+                warmup_init: float = 0.0, decay_every: int | None = None, decay_rate: float = 1.0):
+  """The learning-rate schedule of `adamw` (same arguments): a float or an optax schedule."""
+  if decay_every is not None and (total_steps is not None or decay_every < 1 or not 0 < decay_rate <= 1):
+    raise ValueError(f"adamw: step decay needs decay_every >= 1 and 0 < decay_rate <= 1 and no total_steps, "
+                     f"got decay_every={decay_every}, decay_rate={decay_rate}, total_steps={total_steps}.")
+  if decay_every is not None:
+    def schedule(step):
+      warm = warmup_init + (learning_rate - warmup_init) * step / max(warmup_steps, 1)
+      decayed = learning_rate * decay_rate ** (step // decay_every)
+      return jnp.where(step < warmup_steps, warm, decayed)
+  elif total_steps is not None:
     if total_steps <= warmup_steps:
       raise ValueError(f"adamw: total_steps={total_steps} must exceed warmup_steps={warmup_steps}.")
-    schedule = optax.warmup_cosine_decay_schedule(0.0, learning_rate, warmup_steps, total_steps, 0.0)
+    schedule = optax.warmup_cosine_decay_schedule(warmup_init, learning_rate, warmup_steps, total_steps, 0.0)
   elif warmup_steps:
     schedule = optax.join_schedules(
-        [optax.linear_schedule(0.0, learning_rate, warmup_steps), optax.constant_schedule(learning_rate)],
+        [optax.linear_schedule(warmup_init, learning_rate, warmup_steps), optax.constant_schedule(learning_rate)],
         [warmup_steps])
   else:
     schedule = learning_rate
-  return optax.adamw(schedule, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay, mask=mask)
+  return schedule
 
 
 def param_path(path: Sequence[Any]) -> str:

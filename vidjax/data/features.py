@@ -206,6 +206,12 @@ class FeatureStore:
     shard, _ = next(iter(index.values()))
     return self._shard(kind, shard)[2]
 
+  def storage_dtype(self, kind: str) -> str:
+    """Storage dtype of `kind` (one of STORAGE_DTYPES, from its first shard)."""
+    self.item_shape(kind)  # a clear error when the kind is absent
+    shard, _ = next(iter(self._kind_index(kind).values()))
+    return self._shard(kind, shard)[1]
+
   def get_one(self, kind: str, item_id: str) -> np.ndarray:
     return self.get(kind, [item_id])[0]
 

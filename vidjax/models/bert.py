@@ -154,17 +154,19 @@ class BertSelfAttention(nn.Module):
     cfg = self.config
     b, s, d = x.shape
     h = cfg.num_heads
-    split = lambda t: t.reshape(b, s, h, d // h)
+    # Heads in front ([B, H, S, c]) before the two attention products: XLA:CPU runs them as
+    # batched matmuls about twice as fast as with heads in the middle (bench/vedje_rerank.py).
+    split = lambda t: t.reshape(b, s, h, d // h).transpose(0, 2, 1, 3)
     q = split(_dense(d, cfg, "query")(x))
     k = split(_dense(d, cfg, "key")(x))
     v = split(_dense(d, cfg, "value")(x))
-    logits = jnp.einsum("bqhc,bkhc->bhqk", q, k).astype(jnp.float32) / math.sqrt(d // h)
+    logits = jnp.einsum("bhqc,bhkc->bhqk", q, k).astype(jnp.float32) / math.sqrt(d // h)
     # `where` rather than an additive -1e9 bias: a fully padded row stays finite (uniform weights)
     # instead of overflowing to -inf and NaN.
     logits = jnp.where(mask[:, None, None, :], logits, jnp.finfo(jnp.float32).min)
     probs = jax.nn.softmax(logits, axis=-1).astype(jnp.dtype(cfg.dtype))
     probs = nn.Dropout(cfg.attention_dropout_rate)(probs, deterministic=deterministic)
-    context = jnp.einsum("bhqk,bkhc->bqhc", probs, v).reshape(b, s, d)
+    context = jnp.einsum("bhqk,bhkc->bhqc", probs, v).transpose(0, 2, 1, 3).reshape(b, s, d)
     return _dense(d, cfg, "output")(context)
 
 

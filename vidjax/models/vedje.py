@@ -79,6 +79,13 @@ from vidjax.ops import flatten_dict, unflatten_dict
 
 Params = dict[str, Any]
 
+# How the T*M cache tokens are written (§3.4, Table 4), all at the same size T*M x d_l:
+#   ordered          VEDJE: M queries per frame see that frame only; frames concatenated in order;
+#   frame_mean       FrameSet-EDJE mean: T*M queries over the time-averaged patches (order-blind);
+#   frame_attention  FrameSet-EDJE attn.: T*M queries over all T*P patches as one unordered set;
+#   middle_frame     EDJE middle frame: T*M queries over frame T // 2 only (image-only).
+CACHE_STRUCTURES = ("ordered", "frame_mean", "frame_attention", "middle_frame")
+
 
 # ---------------------------------------------------------------------------------------------
 # Config
@@ -134,6 +141,10 @@ class VedjeConfig:
   prior_hidden: int = 64
   vtc_dim: int = 768                 # d_clip of the stage-1 space (VideoPrism-LvT-B)
   dtype: str = "float32"             # computation dtype; params stay float32
+  # Ablations (§3.4, §3.6); the defaults are VEDJE.
+  cache_structure: str = "ordered"   # one of CACHE_STRUCTURES
+  use_prior: bool = True             # e_rho(rho) added to c (eq. 5); False = "joint only"
+  use_joint: bool = True             # the joint pass c(q, v); False = "prior only" (score = head(e_rho))
 
   def __post_init__(self):
     object.__setattr__(self, "horizons", tuple(int(h) for h in self.horizons))
@@ -154,6 +165,10 @@ class VedjeConfig:
     if not 0 <= self.cache_token_type < self.type_vocab_size:
       problems.append(f"cache_token_type={self.cache_token_type} is not a segment id below "
                       f"type_vocab_size={self.type_vocab_size}")
+    if self.cache_structure not in CACHE_STRUCTURES:
+      problems.append(f"cache_structure={self.cache_structure!r} is not one of {CACHE_STRUCTURES}")
+    if not (self.use_prior or self.use_joint):
+      problems.append("use_prior and use_joint are both False: the score would read nothing")
     jnp.dtype(self.dtype)  # fails loudly on an unknown dtype name
     if problems:
       raise ValueError("VedjeConfig: " + "; ".join(problems))
@@ -225,6 +240,34 @@ def delta_queries(horizons: Sequence[int], patches: int, dim: int) -> np.ndarray
   return np.concatenate([h_part, p_part], axis=1)
 
 
+def heads_first_attention(query, key, value, bias=None, mask=None, broadcast_dropout=True, dropout_rng=None,
+                          dropout_rate=0.0, deterministic=False, dtype=None, precision=None, module=None,
+                          force_fp32_for_softmax=False, **unused):
+  """`flax.linen.dot_product_attention`'s computation (same scaling, masking, fp32 softmax, dropout
+  draws) with the heads moved in front of the two products: [..., L, H, c] -> [..., H, L, c].
+
+  XLA:CPU runs the products as batched matmuls that way, about twice as fast for the many small
+  per-frame attentions of the compressor and F_omega. Results equal flax's to float rounding.
+  """
+  del module, force_fp32_for_softmax, unused  # the softmax runs in float32 here always
+  dtype = dtype or query.dtype
+  q = jnp.swapaxes(query, -3, -2) / jnp.sqrt(query.shape[-1]).astype(dtype)
+  k, v = jnp.swapaxes(key, -3, -2), jnp.swapaxes(value, -3, -2)
+  logits = jnp.einsum("...hqc,...hkc->...hqk", q, k, precision=precision).astype(jnp.float32)
+  if bias is not None:
+    logits = logits + bias
+  if mask is not None:
+    logits = jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
+  weights = jax.nn.softmax(logits, axis=-1).astype(dtype)
+  if not deterministic and dropout_rate > 0.0:
+    keep_prob = 1.0 - dropout_rate
+    shape = weights.shape if not broadcast_dropout else (1,) * (weights.ndim - 2) + weights.shape[-2:]
+    keep = jax.random.bernoulli(dropout_rng, keep_prob, shape)
+    weights = weights * (keep / keep_prob).astype(dtype)
+  out = jnp.einsum("...hqk,...hkc->...hqc", weights, v, precision=precision)
+  return jnp.swapaxes(out, -3, -2)
+
+
 class TransformerDecoderLayer(nn.Module):
   """One post-LN transformer-decoder layer (PyTorch `nn.TransformerDecoderLayer`, norm_first=False).
 
@@ -248,7 +291,8 @@ class TransformerDecoderLayer(nn.Module):
     attention = lambda name: nn.MultiHeadDotProductAttention(  # noqa: E731
         num_heads=self.num_heads, qkv_features=self.d_model, out_features=self.d_model,
         dropout_rate=self.dropout_rate, broadcast_dropout=False, dtype=self.dtype,
-        param_dtype=jnp.float32, force_fp32_for_softmax=True, name=name)
+        param_dtype=jnp.float32, force_fp32_for_softmax=True, attention_fn=heads_first_attention,
+        name=name)
     x = x.astype(self.dtype)
     memory = memory.astype(self.dtype)
     x = norm("self_attention_norm")(
@@ -270,11 +314,14 @@ class FrameCompressor(nn.Module):
 
   Frames are folded into the batch ([B*T, P, d_v]) so each frame's M queries can only see that
   frame's patches: Z_t depends on X_t alone, and row block [t*M, (t+1)*M) of the cache is Z_t.
+  The ablation structures of §3.4 (`CACHE_STRUCTURES`) keep the size T*M x d_l (T = config.frames)
+  but let T*M queries read the time-averaged patches, all T*P patches as one unordered set, or the
+  middle frame only.
   `kv_proj` is the single shared projection W_K = W_V (d_v -> d_l) of A.2; its output is the
   memory both decoder layers cross-attend to (each attention then has its own in-projections,
   as in a standard decoder). Post-LN layers (see the module docstring).
 
-  Parameters: query_tokens [M, d_l] (Q_0), kv_proj, layer_{0..L-1} (`TransformerDecoderLayer`).
+  Parameters: query_tokens [M, d_l] (Q_0; [T*M, d_l] for the unordered structures), kv_proj, layer_{0..L-1} (`TransformerDecoderLayer`).
   """
   config: VedjeConfig
 
@@ -288,9 +335,18 @@ class FrameCompressor(nn.Module):
     dtype = jnp.dtype(cfg.dtype)
     b, t, p, dv = patches.shape
     d, m = cfg.hidden_size, cfg.tokens_per_frame
-    memory = _dense(d, dtype, "kv_proj")(patches.reshape(b * t, p, dv).astype(dtype))
-    queries = self.param("query_tokens", nn.initializers.normal(0.02), (m, d), jnp.float32)
-    x = jnp.broadcast_to(queries.astype(dtype), (b * t, m, d))
+    x = patches.astype(dtype)
+    if cfg.cache_structure == "ordered":      # [B*T, P, d_v]: each frame its own memory
+      memory, groups, queries_per_group = x.reshape(b * t, p, dv), b * t, m
+    elif cfg.cache_structure == "frame_mean":
+      memory, groups, queries_per_group = jnp.mean(x, axis=1), b, cfg.cache_len
+    elif cfg.cache_structure == "frame_attention":
+      memory, groups, queries_per_group = x.reshape(b, t * p, dv), b, cfg.cache_len
+    else:  # middle_frame
+      memory, groups, queries_per_group = x[:, t // 2], b, cfg.cache_len
+    memory = _dense(d, dtype, "kv_proj")(memory)
+    queries = self.param("query_tokens", nn.initializers.normal(0.02), (queries_per_group, d), jnp.float32)
+    x = jnp.broadcast_to(queries.astype(dtype), (groups, queries_per_group, d))
     for i in range(cfg.compressor_layers):
       x = TransformerDecoderLayer(d, cfg.compressor_heads, cfg.compressor_mlp, cfg.decoder_dropout,
                                   cfg.decoder_layer_norm_eps, dtype, name=f"layer_{i}")(
@@ -431,16 +487,23 @@ class JointReranker(nn.Module):
     prior = jnp.asarray(prior, jnp.float32)
     if prior.shape != hidden.shape[:1]:
       raise ValueError(f"prior must be [B={hidden.shape[0]}], got {tuple(prior.shape)}")
-    c = hidden[:, 0].astype(dtype)
-    e_rho = self.prior_fc2(nn.gelu(self.prior_fc1(prior[:, None].astype(dtype)), approximate=False))
-    c_tilde = c + e_rho
+    cfg = self.config
+    c_tilde = hidden[:, 0].astype(dtype) if cfg.use_joint else jnp.zeros((hidden.shape[0], cfg.hidden_size), dtype)
+    if cfg.use_prior:
+      c_tilde = c_tilde + self.prior_fc2(nn.gelu(self.prior_fc1(prior[:, None].astype(dtype)), approximate=False))
     s = self.score_fc2(nn.gelu(self.score_fc1(c_tilde), approximate=False))
     return s[:, 0].astype(jnp.float32)
 
   def __call__(self, input_ids: jax.Array, attention_mask: jax.Array, cache: jax.Array,
                prior: jax.Array, deterministic: bool = True) -> jax.Array:
-    """input_ids [B, S], attention_mask [B, S], cache [B, N, d], prior [B] -> score [B] float32."""
-    hidden = self.bert(input_ids, attention_mask, cache, deterministic)
+    """input_ids [B, S], attention_mask [B, S], cache [B, N, d], prior [B] -> score [B] float32.
+
+    With `use_joint=False` ("prior only") no joint pass runs: the score reads e_rho(rho) alone.
+    """
+    if self.config.use_joint:
+      hidden = self.bert(input_ids, attention_mask, cache, deterministic)
+    else:
+      hidden = jnp.zeros((input_ids.shape[0], 1, self.config.hidden_size), jnp.float32)
     return self.score_from_hidden(hidden, prior)
 
   def rerank(self, input_ids: jax.Array, attention_mask: jax.Array, caches: jax.Array,
@@ -559,28 +622,30 @@ class Vedje(nn.Module):
     """The training forward.
 
     Args:
-      patches: [B, T, P, d_v] frozen patch tokens of the batch's B videos.
+      patches: [V, T, P, d_v] frozen patch tokens of the batch's V >= B videos; video b < B is
+        query b's positive, the rest are extra candidates (e.g. stage-1 hard negatives).
       input_ids, attention_mask: [B, S] query b describes video b.
-      candidates: int [B, K] indices into the B videos scored for each query.
+      candidates: int [B, K] indices into the V videos scored for each query.
       priors: [B, K] stage-1 scores rho(q_b, v_candidates[b, k]).
       mlm_input_ids: [B, S] the masked text for L_mlm (default: input_ids).
 
     Returns:
-      {'cache' [B, T*M, d_l], 'scores' [B, K], 'text_embedding' [B, vtc_dim],
-       'mlm_logits' [B, S, V] (joint with the query's own video), 'deltas' [B, T, |H|, P, d_v]},
+      {'cache' [V, T*M, d_l], 'scores' [B, K], 'text_embedding' [B, vtc_dim],
+       'mlm_logits' [B, S, vocab] (joint with the query's own video), 'deltas' [B, T, |H|, P, d_v]
+       (F_omega on the B positives' caches: the batch's B query-video pairs, A.3)},
       all float32.
     """
     cache = self.compressor(patches, deterministic)
     scores = self.reranker.rerank(input_ids, attention_mask, cache[candidates], priors,
                                   deterministic)
     mlm_ids = input_ids if mlm_input_ids is None else mlm_input_ids
-    masked_hidden = self.reranker.encode(mlm_ids, attention_mask, cache, deterministic)
+    masked_hidden = self.reranker.encode(mlm_ids, attention_mask, cache[:input_ids.shape[0]], deterministic)
     return {
         "cache": cache,
         "scores": scores,
         "text_embedding": self.reranker.text_embedding(input_ids, attention_mask, deterministic),
         "mlm_logits": self.reranker.mlm_logits(masked_hidden[:, :input_ids.shape[1]]),
-        "deltas": self.delta_predictor(cache, deterministic),
+        "deltas": self.delta_predictor(cache[:input_ids.shape[0]], deterministic),
     }
 
 

@@ -1,0 +1,138 @@
+"""VEDJE end to end (smoke world), its reranking Scorer's input checks, cache bytes on disk, the cache-structure
+variants and the rank / schedule helpers it uses."""
+import json
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+from vidjax import metrics, ops, train
+from vidjax.data import features
+from vidjax.experiments import vedje as E
+from vidjax.experiments.common import load_config
+from vidjax.models import vedje as V
+from vidjax.scorers.vedje import PairBatches, VedjeScorer
+
+ROOT = Path(__file__).resolve().parents[1]
+KEYS = {f"{d}_r{k}" for d in ("t2v", "v2t") for k in (1, 5, 10)}
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory):
+  workdir = tmp_path_factory.mktemp("vedje_smoke")
+  results = E.run(load_config(ROOT / "configs/vedje_msrvtt.py:smoke"), workdir)
+  return workdir, results
+
+
+def test_smoke_run_writes_the_results_contract(smoke_run):
+  workdir, results = smoke_run
+  on_disk = json.loads((workdir / "results.json").read_text())
+  assert on_disk["synthetic"] is True and "synthetic" in on_disk["dataset"]
+  assert set(on_disk["metrics"]) == {"stage1", "vedje"}
+  assert set(on_disk["metrics"]["vedje"]) >= KEYS and set(on_disk["metrics"]["stage1"]) >= KEYS
+  assert set(on_disk["ablations"]) == {"prior"}
+  assert set(on_disk["ablations"]["prior"]) == {"prior_only", "joint_only", "prior_joint"}
+  for row in on_disk["ablations"]["prior"].values():
+    assert set(row) >= KEYS
+  assert on_disk["ablations"]["prior"]["prior_joint"] == on_disk["metrics"]["vedje"]  # one model, reused
+  d = on_disk["reranker"]["hidden_size"]
+  assert on_disk["cache_bytes"]["bf16_64"] == 64 * d * 2 and on_disk["cache_bytes"]["fp4_16"] == 16 * d // 2
+  assert on_disk["cache_bytes"]["measured_main_kind"] == on_disk["cache_bytes"]["bf16_64"]
+  assert on_disk["cache_bytes_paper_shape"]["bf16_64"] == 49_152
+  assert set(on_disk["k_sweep"]) == {"5", "10"} and "dynamics" in on_disk and "cache_probe" in on_disk
+  m = results["metrics"]["vedje"]
+  assert 0 <= m["t2v_r1"] <= m["t2v_r5"] <= m["t2v_r10"] <= 100
+  # Reranking only reorders the stage-1 top K: R@K at K = eval.k is stage 1's over the same candidates.
+  assert m["t2v_r10"] == results["stage1_over_candidates"]["t2v_r10"]
+  store = features.FeatureStore(workdir / "features")
+  assert store.storage_dtype("cache") == "bfloat16" and store.item_shape("cache") == (64, d)
+
+
+def test_a_rerun_resumes_from_the_checkpoints_and_caches(smoke_run):
+  workdir, results = smoke_run
+  config = load_config(ROOT / "configs/vedje_msrvtt.py:smoke")
+  config.ablations, config.diagnostics, config.eval.k_sweep = (), False, ()  # resumable changes
+  again = E.run(config, workdir)
+  assert again["metrics"] == results["metrics"]  # same trained model, same caches: same numbers
+
+
+def _tiny_scorer():
+  cfg = V.VedjeConfig(frames=2, tokens_per_frame=2, patches=3, visual_dim=4, vocab_size=30, hidden_size=16,
+                      num_layers=1, num_heads=2, intermediate_size=32, max_text_len=6, compressor_heads=2,
+                      compressor_mlp=32, predictor_heads=2, predictor_mlp=32, vtc_dim=4, prior_hidden=4)
+  params = V.init_params(V.JointReranker(cfg), jax.random.PRNGKey(0))
+  return cfg, VedjeScorer(cfg, params, pair_block=4)
+
+
+def test_scorer_rejects_bad_inputs_with_one_clear_error(tmp_path):
+  cfg, scorer = _tiny_scorer()
+  q, k, s = 2, 3, 4
+  batch = {"input_ids": np.ones((q, k, s), np.int32), "attention_mask": np.ones((q, k, s), np.int32),
+           "cache": np.zeros((q, k, cfg.cache_len, cfg.hidden_size), np.float32),
+           "prior": np.zeros((q, k), np.float32)}
+  assert scorer.score(batch).shape == (q, k)
+  with pytest.raises(ValueError, match="NaN or Inf.*query rows \\[1\\]"):
+    scorer.score({**batch, "prior": np.array([[0, 0, 0], [0, np.nan, 0]], np.float32)})
+  with pytest.raises(ValueError, match="cache has shape .* expected"):
+    scorer.score({**batch, "cache": np.zeros((q, k, cfg.cache_len + 1, cfg.hidden_size), np.float32)})
+  with pytest.raises(ValueError, match="floating point"):
+    scorer.score({**batch, "cache": np.zeros((q, k, cfg.cache_len, cfg.hidden_size), np.int32)})
+  store = features.write_arrays(tmp_path, {"cache": (["a", "b"], np.zeros((2, cfg.cache_len, cfg.hidden_size)))})
+  pairs = PairBatches(store, "cache", ["t0"], np.ones((1, s), np.int32), np.ones((1, s), np.int32))
+  with pytest.raises(features.MissingFeatureError, match="no cache.*'zz'"):
+    pairs.text_to_video({"row": np.array([0])}, np.array([["a", "zz"]]), np.zeros((1, 2), np.float32))
+
+
+@pytest.mark.parametrize("tokens,fmt,expected", [(64, "bfloat16", 49_152), (16, "bfloat16", 12_288),
+                                                 (64, "float8_e4m3", 24_576), (16, "float4_e2m1", 3_072)])
+def test_cache_bytes_on_disk_are_exact(tmp_path, tokens, fmt, expected):
+  cache = np.random.default_rng(0).normal(size=(3, tokens, 384)).astype(np.float32)
+  store = features.write_arrays(tmp_path, {"cache": (["a", "b", "c"], cache)}, dtype=fmt)
+  assert E.measured_bytes(store, "cache") == expected == ops.storage_bytes(tokens * 384, fmt)
+  assert np.array_equal(store.get("cache", ["b"])[0], ops.quantize_dequantize(cache[1], fmt))
+
+
+def test_cache_structures_see_what_they_should():
+  base = dict(frames=4, tokens_per_frame=2, patches=3, visual_dim=8, hidden_size=16, num_layers=1, num_heads=2,
+              intermediate_size=32, compressor_heads=2, compressor_mlp=32, predictor_heads=2, predictor_mlp=32)
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=(2, 4, 3, 8)).astype(np.float32)
+  shuffled = x[:, [2, 0, 3, 1]]
+  other_frame = x.copy()
+  other_frame[:, 0] += 1.0  # not the middle frame (t // 2 = 2)
+  for structure in V.CACHE_STRUCTURES:
+    module = V.FrameCompressor(V.VedjeConfig(cache_structure=structure, **base))
+    params = V.init_params(module, jax.random.PRNGKey(1))
+    z = lambda a: np.asarray(module.apply({"params": params}, a))  # noqa: E731
+    assert z(x).shape == (2, 8, 16), structure  # matched size T*M for every structure
+    if structure in ("frame_mean", "frame_attention"):
+      np.testing.assert_allclose(z(shuffled), z(x), atol=1e-5, err_msg=structure)  # order-blind
+    elif structure == "middle_frame":
+      np.testing.assert_allclose(z(other_frame), z(x), atol=1e-6)
+    else:  # ordered: frame t's tokens follow frame t
+      np.testing.assert_allclose(z(shuffled).reshape(2, 4, 2, 16), z(x).reshape(2, 4, 2, 16)[:, [2, 0, 3, 1]],
+                                 atol=1e-5)
+
+
+def test_candidate_ranks_match_a_loop():
+  rng = np.random.default_rng(0)
+  scores = rng.integers(0, 4, size=(50, 6)).astype(float)  # many ties
+  relevant = rng.random((50, 6)) < 0.25
+  got = metrics.candidate_ranks(scores, relevant)
+  for q in range(50):
+    if not relevant[q].any():
+      assert got[q] == 7
+      continue
+    best = max(scores[q, j] for j in range(6) if relevant[q, j])
+    assert got[q] == 1 + sum(1 for j in range(6) if not relevant[q, j] and scores[q, j] >= best)
+
+
+def test_step_decay_schedule_is_the_papers():
+  # VEDJE A.3: 400 warm-up steps 1e-6 -> 3e-4, then x0.9 per epoch (here: 4 warm-up steps, epochs of 10).
+  sched = train.lr_schedule(3e-4, 4, warmup_init=1e-6, decay_every=10, decay_rate=0.9)
+  expect = lambda s: 1e-6 + (3e-4 - 1e-6) * s / 4 if s < 4 else 3e-4 * 0.9 ** (s // 10)  # noqa: E731
+  for step in (0, 1, 3, 4, 9, 10, 19, 20, 35):
+    assert float(sched(step)) == pytest.approx(expect(step), rel=1e-5), step
+  with pytest.raises(ValueError, match="step decay"):
+    train.adamw(1e-3, 0.0, decay_every=0, decay_rate=0.9)

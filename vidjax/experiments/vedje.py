@@ -1,0 +1,592 @@
+"""VEDJE: train the cached joint reranker, index the caches, rerank stage 1 in both directions.
+
+`run(config, workdir)`:
+  1. data: the dataset's test and training annotations through their readers and a feature store
+     (kinds `tokens`, `clip`, `text`), or, when `config.data.features` is empty, the embedded
+     SYNTHETIC moving-object world (its store is written to `<workdir>/features`);
+  2. stage 1: cosine R@K in both directions (`vidjax.experiments.retrieval`, method `stage1`);
+  3. training (the one loop, `vidjax.train.fit`): each query's candidates are its positive, its
+     best-ranked stage-1 negatives among the training videos and other positives of the batch
+     (VTM); VTC against the frozen stage-1 video embeddings; MLM with the cache in context;
+     L_delta on the batch's B positive videos (eq. 6, A.3: the batch is B query-video pairs);
+  4. offline indexing: the compressor writes every corpus video's cache into the store (kind
+     `cache`, `cache.precision` storage; resumable, `vidjax.extract.transform_kind`);
+  5. online: `TwoStage(DenseIndex, K, VedjeScorer)` reranks the stage-1 top K, T2V (captions
+     against cached videos) and V2T (a cached video against captions); R@1/5/10 with ties
+     counted against the model (`metrics.candidate_ranks`);
+  6. the ablations of `config.ablations` (one model trained per distinct variant, reused across
+     tables), the A.7 K sweep, the A.10 dynamics stratification and the A.11 MaxSim probe;
+  7. `<workdir>/results.json`: methods `stage1` and `vedje`, "ablations", "cache_bytes".
+
+Every trained variant lives in `<workdir>/models/<variant>/` (checkpoints: a killed run resumes).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from vidjax import checkpoints, evaluate, extract, losses, metrics, ops, train
+from vidjax.data import pipeline
+from vidjax.data.features import FeatureStore, STORAGE_DTYPES
+from vidjax.data.retrieval import build_benchmark
+from vidjax.defaults.vedje import ABLATIONS, PRECISIONS
+from vidjax.experiments import common
+from vidjax.experiments import retrieval as retrieval_experiment
+from vidjax.models import vedje as V
+from vidjax.retrieval import DenseIndex, TwoStage
+from vidjax.scorers.vedje import PairBatches, VedjeScorer
+from vidjax.tokenizers.wordpiece import WordPieceTokenizer
+
+RESUMABLE_CHANGES = ("eval.query_chunk", "eval.gallery_chunk", "eval.pair_block", "train.progress",
+                     "world_train.progress", "train.log_every", "world_train.log_every", "ablations",
+                     "diagnostics", "eval.k_sweep")
+KEYS = ("t2v_r1", "t2v_r5", "t2v_r10", "v2t_r1", "v2t_r5", "v2t_r10")
+
+
+# ----------------------------------------------------------------------------------------------
+# Variants: what one trained model changes from the config.
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+  """One trained VEDJE model (the defaults are the full model of the config)."""
+  tokens_per_frame: Optional[int] = None    # None = the config's M
+  cache_structure: str = "ordered"
+  use_prior: bool = True
+  use_joint: bool = True
+  weights: tuple[float, ...] = (1.0, 1.0, 1.0, 1.0)  # multiplies train.loss_weights (vtm, vtc, mlm, delta)
+  horizons: Optional[tuple[int, ...]] = None
+  absolute_delta: bool = False
+
+  @property
+  def name(self) -> str:
+    parts = [f"m{self.tokens_per_frame}" if self.tokens_per_frame else "", self.cache_structure,
+             "" if self.use_prior else "noprior", "" if self.use_joint else "nojoint",
+             "" if self.weights == (1.0, 1.0, 1.0, 1.0) else "w" + "-".join(f"{w:g}" for w in self.weights),
+             "h" + "-".join(map(str, self.horizons)) if self.horizons else "", "abs" if self.absolute_delta else ""]
+    return "_".join(p for p in parts if p)
+
+
+FULL = Variant()
+NO_DELTA = Variant(weights=(1.0, 1.0, 1.0, 0.0))
+
+
+def ablation_plan(frames: int, tokens_per_frame: int, precision: str) -> dict[str, dict[str, tuple[Variant, str]]]:
+  """{table: {row: (variant, cache precision)}}: the paper's ablations (§3.3-3.6, A.13, A.14)."""
+  compact = 1 if tokens_per_frame > 1 else tokens_per_frame
+  big, small = frames * tokens_per_frame, frames * compact
+  unordered = dict(weights=NO_DELTA.weights)  # Table 4: the unordered caches have no future-delta target
+  return {
+      "cache_structure": {"ordered": (FULL, precision),
+                          "frame_mean": (Variant(cache_structure="frame_mean", **unordered), precision),
+                          "frame_attention": (Variant(cache_structure="frame_attention", **unordered), precision),
+                          "middle_frame": (Variant(cache_structure="middle_frame", **unordered), precision)},
+      "prior": {"prior_only": (Variant(use_joint=False), precision),
+                "joint_only": (Variant(use_prior=False), precision),
+                "prior_joint": (FULL, precision)},
+      "cache_budget": {f"{p}_{n}": (FULL if m == tokens_per_frame else Variant(tokens_per_frame=m), p)
+                       for n, m in ((big, tokens_per_frame), (small, compact)) for p in PRECISIONS},
+      "delta": {"with_delta": (FULL, precision), "without_delta": (NO_DELTA, precision),
+                "absolute_target": (Variant(absolute_delta=True), precision),
+                "horizons_2_3_4": (Variant(horizons=(2, 3, 4)), precision),
+                f"with_delta_{small}": (Variant(tokens_per_frame=compact), precision),
+                f"without_delta_{small}": (Variant(tokens_per_frame=compact, weights=NO_DELTA.weights), precision)},
+      "loss_stack": {"full": (FULL, precision),
+                     **{f"without_{name}": (Variant(weights=tuple(0.0 if j == i else 1.0 for j in range(4))), precision)
+                        for i, name in enumerate(("vtm", "vtc", "mlm", "delta"))}},
+  }
+
+
+def model_config(mc, variant: Variant, visual_dim: int, patches: int, vtc_dim: int, vocab_size: int) -> V.VedjeConfig:
+  return V.VedjeConfig(
+      frames=mc.frames, tokens_per_frame=variant.tokens_per_frame or mc.tokens_per_frame, patches=patches,
+      visual_dim=visual_dim, vocab_size=vocab_size, hidden_size=mc.hidden_size, num_layers=mc.num_layers,
+      num_heads=mc.num_heads, intermediate_size=mc.intermediate_size, dropout_rate=mc.dropout_rate,
+      attention_dropout_rate=mc.dropout_rate, max_text_len=mc.max_text_len,
+      compressor_layers=mc.compressor_layers, compressor_heads=mc.compressor_heads, compressor_mlp=mc.compressor_mlp,
+      predictor_layers=mc.predictor_layers, predictor_heads=mc.predictor_heads, predictor_mlp=mc.predictor_mlp,
+      horizons=variant.horizons or tuple(mc.horizons), decoder_dropout=mc.dropout_rate, prior_hidden=mc.prior_hidden,
+      vtc_dim=vtc_dim, dtype=mc.dtype, cache_structure=variant.cache_structure, use_prior=variant.use_prior,
+      use_joint=variant.use_joint)
+
+
+# ----------------------------------------------------------------------------------------------
+# Config checks.
+
+
+def validate(config) -> None:
+  retrieval_experiment.validate(config)
+  mc, tc = (config.world_model, config.world_train) if not config.data.features else (config.model, config.train)
+  common.check_choice(config, "model.init", ("minilm", "random"))
+  common.check_choice(config, "world_model.init", ("minilm", "random"))
+  common.check_choice(config, "cache.precision", STORAGE_DTYPES)
+  for section in ("model", "world_model"):
+    common.check_positive_int(config, [f"{section}.{k}" for k in (
+        "frames", "tokens_per_frame", "hidden_size", "num_layers", "num_heads", "intermediate_size", "max_text_len")])
+    common.compute_dtype(config, f"{section}.dtype")
+  for section in ("train", "world_train"):
+    common.check_positive_int(config, [f"{section}.{k}" for k in ("batch_size", "epochs", "checkpoint_every",
+                                                                  "log_every", "hard_negatives", "candidate_pool")])
+    common.check_positive(config, [f"{section}.lr", f"{section}.tau_vtm", f"{section}.vtc_logit_scale"])
+    common.check_fraction(config, f"{section}.mlm_prob")
+    tcs = common.get_key(config, section)
+    if len(tcs.loss_weights) != 4 or min(tcs.loss_weights) < 0:
+      common.bad_value(f"{section}.loss_weights", tcs.loss_weights, "four weights >= 0 (vtm, vtc, mlm, delta)")
+    if tcs.in_batch_negatives < 0 or tcs.in_batch_negatives >= tcs.batch_size:
+      common.bad_value(f"{section}.in_batch_negatives", tcs.in_batch_negatives, f"0 .. {section}.batch_size - 1")
+  common.check_positive_int(config, ["eval.k", "eval.pair_block"])
+  bad = [a for a in config.ablations if a not in ABLATIONS]
+  if bad:
+    common.bad_value("ablations", config.ablations, f"a subset of {ABLATIONS}")
+  if config.data.features and mc.init == "minilm" and mc.num_layers != 6:
+    common.bad_value("model.num_layers", mc.num_layers, "6 with model.init='minilm' (all-MiniLM-L6-v2), or "
+                     "model.init='random' for another depth")
+  del tc
+
+
+# ----------------------------------------------------------------------------------------------
+# Data.
+
+
+@dataclasses.dataclass
+class Split:
+  """Queries (caption ids, tokens, stage-1 text embeddings) and videos (ids, stage-1 embeddings)."""
+  query_ids: list[str]
+  query_video: np.ndarray     # int [Q], row into video_ids
+  input_ids: np.ndarray       # [Q, S]
+  attention_mask: np.ndarray  # [Q, S]
+  text: np.ndarray            # [Q, D] stage-1 text embeddings
+  video_ids: list[str]
+  clip: np.ndarray            # [N, D] stage-1 video embeddings
+
+
+def load_split(bench, store: FeatureStore, config, tokenizer, max_len: int) -> Split:
+  get = retrieval_experiment._features  # pylint: disable=protected-access
+  video_ids = list(bench.corpus)
+  tokens = pipeline.text_token_batch(tokenizer, [q.text for q in bench.queries], max_len)
+  return Split(bench.query_ids, bench.relevant(), tokens["input_ids"], tokens["attention_mask"],
+               get(store, config.data.text_kind, bench.query_ids, "query texts"), video_ids,
+               get(store, config.data.clip_kind, video_ids, "corpus videos"))
+
+
+def read_train(config):
+  """The training split's records (real data)."""
+  if not config.data.train_annotations:
+    common.bad_value("data.train_annotations", "", "the training split's annotation file when data.features is set")
+  sub = config.copy_and_resolve_references()
+  with sub.unlocked():
+    sub.data.annotations, sub.data.video_list = config.data.train_annotations, config.data.train_video_list
+  return build_benchmark(retrieval_experiment.read_dataset(sub), protocol="captions",
+                         split=config.data.train_split or None)
+
+
+def stage1_negatives(split: Split, count: int, chunk: int = 4096) -> np.ndarray:
+  """int [Q, count]: each training query's best-ranked stage-1 videos other than its own."""
+  text, clip = ops.l2_normalize(split.text), ops.l2_normalize(split.clip)
+  count = min(count, len(split.video_ids) - 1)
+  out = np.empty((len(text), count), np.int64)
+  for start in range(0, len(text), chunk):
+    s = text[start:start + chunk] @ clip.T
+    s[np.arange(len(s)), split.query_video[start:start + chunk]] = -np.inf
+    top = np.argpartition(-s, count - 1, axis=1)[:, :count]
+    order = np.argsort(-np.take_along_axis(s, top, 1), axis=1, kind="stable")
+    out[start:start + chunk] = np.take_along_axis(top, order, 1)
+  return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Training.
+
+
+def group_videos(x, b: int) -> np.ndarray:
+  """[B + B*H, ...] (the B positives, then query-major hard negatives) -> [B, 1 + H, ...]: every batch
+  field keeps the leading dimension B, so the batch shards over devices like any other."""
+  x = np.asarray(x)
+  return np.concatenate([x[:b, None], x[b:].reshape((b, -1) + x.shape[1:])], axis=1)
+
+
+def ungroup_videos(x: jax.Array) -> jax.Array:
+  """The inverse of `group_videos` (inside the jitted loss): [B, 1 + H, ...] -> [B + B*H, ...]."""
+  return jnp.concatenate([x[:, 0], x[:, 1:].reshape((-1,) + x.shape[2:])], axis=0)
+
+
+def make_batch_fn(split: Split, patches_of, negatives: np.ndarray, tc, cfg: V.VedjeConfig, variant: Variant,
+                  tokenizer, seed: int):
+  """index batch -> the `Vedje` training batch (videos: the B positives, then the hard negatives)."""
+  text_n, clip_n = ops.l2_normalize(split.text), ops.l2_normalize(split.clip)
+  special = [tokenizer.vocab[t] for t in ("[PAD]", "[CLS]", "[SEP]")]
+  hard = h = min(tc.hard_negatives, negatives.shape[1])
+
+  def batch_fn(idx: np.ndarray) -> dict:
+    idx = np.asarray(idx)
+    b = len(idx)
+    rng = np.random.default_rng([seed, int(idx[0]), b])
+    pos = split.query_video[idx]
+    # H hard negatives per query from its stage-1 top `candidate_pool`: the `always_top` best-ranked
+    # (the time-reversed twin ties the positive at stage 1 and must be in the softmax, see
+    # ../shared/notes/vedje_learnability.md) and a uniform draw from the rest of the pool.
+    top = min(tc.always_top, h)
+    rest = np.stack([rng.choice(np.arange(top, negatives.shape[1]), hard - top, replace=False) for _ in range(b)]) \
+        if hard > top else np.zeros((b, 0), np.int64)
+    chosen = np.concatenate([np.tile(np.arange(top), (b, 1)), rest], axis=1)
+    videos = np.concatenate([pos, np.take_along_axis(negatives[idx], chosen, 1).ravel()])
+    cand = np.empty((b, 1 + h + tc.in_batch_negatives), np.int32)
+    cand[:, 0] = np.arange(b)
+    cand[:, 1:1 + h] = b + np.arange(b * h).reshape(b, h)
+    for i in range(b):  # other queries' positives of the batch
+      others = np.delete(np.arange(b), i)
+      cand[i, 1 + h:] = rng.choice(others, tc.in_batch_negatives, replace=False)
+    cand_video = videos[cand]
+    mask = np.ones(cand.shape, np.float32)
+    mask[:, 1:] = cand_video[:, 1:] != pos[:, None]  # another caption of the same video is not a negative
+    ids, attn = split.input_ids[idx], split.attention_mask[idx]
+    masked, chosen = pipeline.mlm_mask(ids, attn, rng, mask_id=tokenizer.vocab["[MASK]"], vocab_size=cfg.vocab_size,
+                                       special_ids=special, prob=tc.mlm_prob)
+    patches = patches_of(videos)
+    targets, valid = losses.future_delta_targets(patches[:b], cfg.horizons, absolute=variant.absolute_delta)
+    return {"patches": group_videos(patches, b), "input_ids": ids, "attention_mask": attn, "mlm_input_ids": masked, "mlm_mask": chosen,
+            "candidates": cand, "candidate_mask": mask, "positive": np.zeros(b, np.int32),
+            "priors": np.einsum("bd,bkd->bk", text_n[idx], clip_n[cand_video]).astype(np.float32),
+            "stage1_video": split.clip[pos], "delta_targets": np.asarray(targets), "delta_valid": np.broadcast_to(np.asarray(valid), (b,) + valid.shape)}
+
+  return batch_fn
+
+
+def pretrained_bert(mc):
+  """all-MiniLM-L6-v2 weights (the installed package unless model.minilm_dir is set)."""
+  folder = Path(mc.minilm_dir or checkpoints.default_minilm_dir())
+  return checkpoints.load_bert_safetensors(folder / "model.safetensors",
+                                           checkpoints.bert_config_from_json(folder / "config.json"))
+
+
+def train_variant(variant: Variant, cfg: V.VedjeConfig, split: Split, patches_of, negatives, tc, mc, tokenizer,
+                  seed: int, workdir: Path) -> Any:
+  """Trains one variant through the one loop; returns its (host) parameter tree."""
+  model = V.Vedje(cfg)
+  weights = tuple(float(a) * float(b) for a, b in zip(tc.loss_weights, variant.weights))
+  bert = pretrained_bert(mc) if mc.init == "minilm" else None
+
+  def init_fn(rng):
+    params = V.init_params(model, rng)
+    return V.init_from_minilm(params, bert) if bert is not None else params
+
+  def loss_fn(params, batch, rng):
+    patches = ungroup_videos(batch["patches"])
+    batch = {**batch, "delta_valid": batch["delta_valid"][0]}
+    out = model.apply({"params": params}, patches, batch["input_ids"], batch["attention_mask"],
+                      batch["candidates"], batch["priors"], batch["mlm_input_ids"], deterministic=False,
+                      rngs={"dropout": rng})
+    return losses.vedje_loss(out, batch, tau_vtm=tc.tau_vtm, logit_scale=tc.vtc_logit_scale, weights=weights)
+
+  steps_per_epoch = len(split.query_ids) // tc.batch_size
+  optimizer = train.adamw(tc.lr, tc.weight_decay, tc.warmup_steps, warmup_init=tc.warmup_init,
+                          decay_every=max(steps_per_epoch, 1), decay_rate=tc.epoch_decay)
+  state = common.train_epochs(
+      name=f"VEDJE {variant.name}", init_fn=init_fn, loss_fn=loss_fn, num_examples=len(split.query_ids),
+      batch_fn=make_batch_fn(split, patches_of, negatives, tc, cfg, variant, tokenizer, seed),
+      tcfg=tc, seed=seed, workdir=workdir, optimizer=optimizer, description=f"vedje {variant.name}")
+  return jax.device_get(state.params)
+
+
+# ----------------------------------------------------------------------------------------------
+# Indexing and reranking.
+
+
+def index_caches(params, cfg: V.VedjeConfig, store: FeatureStore, cache_store: FeatureStore, tokens_kind: str,
+                 kind: str, precision: str, video_ids, progress: bool) -> int:
+  """Offline indexing: the compressor writes `kind` for every video id not yet there (resumable)."""
+  compressor = V.FrameCompressor(cfg)
+  fn = jax.jit(lambda x: compressor.apply({"params": params["compressor"]}, x))
+  if cache_store.root != store.root:  # the caches go to their own store: read tokens from the source one
+    todo = [v for v in video_ids if not cache_store.has(kind, v)]
+    with cache_store.writer(kind, dtype=precision) as w:
+      for start in range(0, len(todo), 64):
+        ids = todo[start:start + 64]
+        for i, z in zip(ids, np.asarray(fn(store.get(tokens_kind, ids)))):
+          w.add(i, z)
+    return len(todo)
+  return extract.transform_kind(store, tokens_kind, kind, fn, batch_size=64, ids=list(video_ids), dtype=precision,
+                                progress=progress)
+
+
+def rerank_metrics(scorer: VedjeScorer, pairs: PairBatches, test: Split, k: int) -> tuple[dict, dict]:
+  """T2V and V2T R@1/5/10 of the reranked stage-1 top k, and the stage-1 rows over the same candidates."""
+  k_t2v, k_v2t = min(k, len(test.video_ids)), min(k, len(test.query_ids))
+  video_index = DenseIndex(test.video_ids, test.clip)
+  text_index = DenseIndex(test.query_ids, test.text)
+  q_video = np.asarray(test.video_ids)[test.query_video]
+  t2v = TwoStage(video_index, k_t2v, scorer, batch_fn=pairs.text_to_video).search(
+      {"text": test.text, "row": np.arange(len(test.query_ids))}, k_t2v)
+  t2v_rel = t2v.ids == q_video[:, None]
+  captioned = np.unique(test.query_video)
+  v2t = TwoStage(text_index, k_v2t, scorer, batch_fn=pairs.video_to_text).search(
+      {"text": test.clip[captioned], "row": captioned}, k_v2t)
+  caption_video = dict(zip(test.query_ids, q_video))
+  v2t_rel = np.vectorize(caption_video.__getitem__)(v2t.ids) == np.asarray(test.video_ids)[captioned][:, None]
+  s1_t2v_rel = t2v.recall_ids == q_video[:, None]
+  s1_v2t_rel = np.vectorize(caption_video.__getitem__)(v2t.recall_ids) == np.asarray(test.video_ids)[captioned][:, None]
+
+  def both(t_scores, t_rel, v_scores, v_rel):
+    out = metrics.retrieval_metrics(metrics.candidate_ranks(t_scores, t_rel), "t2v_")
+    out.update(metrics.retrieval_metrics(metrics.candidate_ranks(v_scores, v_rel), "v2t_"))
+    return {key: round(out[key], 2) for key in KEYS}
+
+  reranked = both(t2v.scores, t2v_rel, v2t.scores, v2t_rel)
+  stage1 = both(t2v.recall_scores, s1_t2v_rel, v2t.recall_scores, s1_v2t_rel)
+  return reranked, {"stage1": stage1, "latency_ms": {"t2v_rerank": round(t2v.latency_ms["rerank"], 3),
+                                                     "v2t_rerank": round(v2t.latency_ms["rerank"], 3)}, "t2v_ranks": metrics.candidate_ranks(t2v.scores, t2v_rel),
+                    "v2t_ranks": metrics.candidate_ranks(v2t.scores, v2t_rel), "v2t_videos": captioned}
+
+
+# ----------------------------------------------------------------------------------------------
+# Diagnostics.
+
+
+def dynamics(store: FeatureStore, tokens_kind: str, video_ids) -> np.ndarray:
+  """A.10 eq. 7-8: D(v) = mean_t (1 - u_t . u_{t+1}), u_t the L2-normalised mean patch token of frame t."""
+  out = []
+  for start in range(0, len(video_ids), 256):
+    u = ops.l2_normalize(store.get(tokens_kind, list(video_ids[start:start + 256])).mean(axis=2))
+    out.append(np.mean(1.0 - np.sum(u[:, 1:] * u[:, :-1], axis=-1), axis=1))
+  return np.concatenate(out)
+
+
+def dynamics_bins(d: np.ndarray) -> np.ndarray:
+  """A.10: 0 = Low (bottom quartile), 1 = Medium (middle 50%), 2 = High (top quartile)."""
+  lo, hi = np.quantile(d, [0.25, 0.75])
+  return np.where(d <= lo, 0, np.where(d >= hi, 2, 1))
+
+
+def stratified_r1(info: dict, test: Split, bins: np.ndarray) -> dict:
+  out = {}
+  for b, name in enumerate(("low", "medium", "high")):
+    t = info["t2v_ranks"][bins[test.query_video] == b]
+    v = info["v2t_ranks"][bins[info["v2t_videos"]] == b]
+    out[name] = {"t2v_r1": round(100.0 * float(np.mean(t <= 1)), 2) if t.size else float("nan"),
+                 "v2t_r1": round(100.0 * float(np.mean(v <= 1)), 2) if v.size else float("nan"),
+                 "n_videos": int(np.sum(bins == b))}
+  return out
+
+
+def cache_probe(params, cfg: V.VedjeConfig, cache_store: FeatureStore, kind: str, test: Split, tokenizer,
+                num_masked: int = 4, limit: int = 256) -> dict:
+  """A.11: query-directed MaxSim alignment of content tokens to the ground-truth cache, and the score drop
+  when the num_masked most / least query-supported or random cached tokens are zeroed.
+
+  Query-token embeddings are the reranker's text-only final hidden states (its text space); content
+  tokens exclude [CLS]/[SEP]/[PAD] and the function words of the moving-object world / English.
+  """
+  from vidjax.data.moving_objects import DIRECTIONS, FUNCTION_WORDS  # the probe's lexical classes
+  reranker = V.JointReranker(cfg)
+  p = {"params": params["reranker"]}
+  n = min(limit, len(test.query_ids))
+  ids, attn = test.input_ids[:n], test.attention_mask[:n]
+  vids = [test.video_ids[i] for i in test.query_video[:n]]
+  cache = cache_store.get(kind, vids)
+  prior = np.sum(ops.l2_normalize(test.text[:n]) * ops.l2_normalize(test.clip[test.query_video[:n]]), -1)
+  hidden = np.asarray(reranker.apply(p, ids, attn, None, method=V.JointReranker.encode))
+  e, z = ops.l2_normalize(hidden), ops.l2_normalize(cache)
+  sims = np.einsum("bsd,bnd->bsn", e, z)  # [B, S, N]
+  words = {tokenizer.vocab[w] for w in FUNCTION_WORDS if w in tokenizer.vocab}
+  special = {tokenizer.vocab[t] for t in ("[PAD]", "[CLS]", "[SEP]")} | {tokenizer.vocab.get(",", -1)}
+  content = (attn > 0) & ~np.isin(ids, list(words | special))
+  direction = np.isin(ids, [tokenizer.vocab[w] for w in DIRECTIONS])
+  a = sims.max(axis=2)  # a_j
+
+  def mean_over(sel):
+    per = np.sum(a * sel, 1) / np.maximum(sel.sum(1), 1)
+    return round(float(np.mean(per[sel.any(1)])), 4)
+
+  support = np.where(content[:, :, None], sims, -np.inf).max(axis=1)  # r_{t,m} [B, N]
+  score = jax.jit(lambda c: reranker.apply(p, ids, attn, c, prior))
+  base = np.asarray(score(cache))
+  rng = np.random.default_rng(0)
+  order = np.argsort(-support, axis=1, kind="stable")
+  masks = {"top_token": order[:, :num_masked], "low_attribution": order[:, -num_masked:],
+           "random": np.stack([rng.choice(cache.shape[1], num_masked, replace=False) for _ in range(n)])}
+  out = {"mean_alignment": mean_over(content), "direction_word_alignment": mean_over(content & direction),
+         "object_word_alignment": mean_over(content & ~direction)}
+  for name, pos in masks.items():
+    masked = cache.copy()
+    np.put_along_axis(masked, pos[:, :, None], 0.0, axis=1)
+    out[f"{name}_masking_score_drop"] = round(float(np.mean(base - np.asarray(score(masked)))), 4)
+  out["pairs"] = n
+  return out
+
+
+# ----------------------------------------------------------------------------------------------
+# The run.
+
+
+def run(config, workdir: str | Path) -> dict:
+  """Trains VEDJE (and its ablations), indexes the caches, reranks; returns (and writes) the results."""
+  workdir = common.start_run(config, workdir, validate, RESUMABLE_CHANGES)
+  start = time.time()
+  synthetic_world = not config.data.features
+  if synthetic_world:
+    world, store, test_bench = retrieval_experiment.synthetic_world(config, workdir)
+    train_bench = build_benchmark(world.data, protocol="captions", split="train",
+                                  name=f"moving-object world training groups (synthetic, seed {config.seed})")
+    mc, tc = config.world_model, config.world_train
+  else:
+    store = FeatureStore(config.data.features)
+    test_bench = build_benchmark(retrieval_experiment.read_dataset(config), protocol=config.data.protocol,
+                                 split=config.data.split or None)
+    train_bench = read_train(config)
+    mc, tc = config.model, config.train
+  synthetic = synthetic_world or bool(store.metadata.get("synthetic", False))
+  tag = "SYNTHETIC DATA: " if synthetic else ""
+  folder = mc.minilm_dir or checkpoints.default_minilm_dir()
+  tokenizer = WordPieceTokenizer.from_vocab(Path(folder) / "vocab.txt")
+  train_split = load_split(train_bench, store, config, tokenizer, mc.max_text_len)
+  test = load_split(test_bench, store, config, tokenizer, mc.max_text_len)
+  print(f"{tag}VEDJE: {len(train_split.query_ids)} training queries over {len(train_split.video_ids)} videos; "
+        f"test {len(test.query_ids)} queries x {len(test.video_ids)} videos", flush=True)
+  token_shape = store.item_shape(config.data.tokens_kind)
+  if len(token_shape) != 3:
+    raise ValueError(f"store kind {config.data.tokens_kind!r} must hold per-frame patch tokens [T, P, d_v], "
+                     f"got item shape {token_shape}")
+  frames, patches, visual_dim = token_shape
+  if frames != mc.frames:
+    raise ValueError(f"store kind {config.data.tokens_kind!r} has {frames} frames per video, the model expects "
+                     f"{'world_model' if synthetic_world else 'model'}.frames={mc.frames}")
+
+  def patches_of(rows):
+    return store.get(config.data.tokens_kind, [train_split.video_ids[r] for r in rows])
+
+  negatives = stage1_negatives(train_split, max(tc.candidate_pool - 1, tc.hard_negatives))
+  cache_store = FeatureStore.create(config.data.cache_store) if config.data.cache_store else store
+  trained: dict[str, Any] = {}
+  evaluated: dict[tuple[str, str], tuple[dict, dict]] = {}
+
+  def cfg_of(variant):
+    return model_config(mc, variant, visual_dim, patches, train_split.clip.shape[1], len(tokenizer.vocab))
+
+  def params_of(variant):
+    if variant.name not in trained:
+      trained[variant.name] = train_variant(variant, cfg_of(variant), train_split, patches_of, negatives, tc, mc,
+                                            tokenizer, config.seed, workdir / "models" / variant.name)
+    return trained[variant.name]
+
+  def kind_of(variant, precision):
+    return config.data.cache_kind if (variant, precision) == (FULL, config.cache.precision) else \
+        f"{config.data.cache_kind}.{variant.name}.{precision}"
+
+  def evaluate_variant(variant, precision, k=None):
+    key = (variant.name, precision, k or config.eval.k)
+    if key not in evaluated:
+      cfg, params = cfg_of(variant), params_of(variant)
+      kind = kind_of(variant, precision)
+      index_caches(params, cfg, store, cache_store, config.data.tokens_kind, kind, precision, test.video_ids,
+                   tc.progress)
+      pairs = PairBatches(cache_store, kind, test.query_ids, test.input_ids, test.attention_mask, test.video_ids)
+      scorer = VedjeScorer(cfg, params["reranker"], pair_block=config.eval.pair_block)
+      evaluated[key] = rerank_metrics(scorer, pairs, test, k or config.eval.k)
+    return evaluated[key]
+
+  # Stage 1 over the full corpus (the foundation's protocol) and the main model.
+  full_stage1 = evaluate.evaluate_gallery(evaluate.CosineScorer(), {"text": test.text}, {"candidates": test.clip},
+                                          test.query_video, query_chunk=config.eval.query_chunk,
+                                          gallery_chunk=config.eval.gallery_chunk)
+  stage1 = {k: round(float(v), 2) for k, v in full_stage1.items() if k != "v2t_videos"}
+  main_metrics, main_info = evaluate_variant(FULL, config.cache.precision)
+  dataset = config.dataset + (" (synthetic moving-object world)" if synthetic_world else "")
+  results = {
+      "experiment": config.name, "dataset": dataset, "synthetic": synthetic,
+      "metrics": {"stage1": stage1, "vedje": main_metrics},
+      "stage1_over_candidates": main_info["stage1"],
+      "latency_ms_per_query": main_info["latency_ms"],
+      "benchmark": {**test_bench.stats(), "k": config.eval.k, "train_queries": len(train_split.query_ids)},
+      "reranker": {"init": mc.init, "num_layers": mc.num_layers, "hidden_size": mc.hidden_size,
+                   "online_params": online_param_count(trained[FULL.name])},
+  }
+  title = f"VEDJE on {dataset}: stage-1 top {config.eval.k} reranked, {len(test.query_ids)} queries x " \
+          f"{len(test.video_ids)} videos"
+  gains = {f"gain_{key}": round(main_metrics[key] - stage1[key], 2) for key in KEYS}
+  tables = [evaluate.format_table({"stage1": stage1, "vedje": {**main_metrics, **gains}}, title, synthetic,
+                                  columns=list(KEYS) + [f"gain_{k}" for k in ("t2v_r1", "v2t_r1")])]
+
+  # Cache bytes per video (A.4; on-disk, before container overhead) for both budgets.
+  small_m = 1 if mc.tokens_per_frame > 1 else mc.tokens_per_frame
+  results["cache_bytes"] = {f"{short}_{mc.frames * m}": ops.storage_bytes(mc.frames * m * mc.hidden_size, p)
+                            for m in (mc.tokens_per_frame, small_m)
+                            for p, short in zip(PRECISIONS, ("bf16", "fp8", "fp4"))}
+  results["cache_bytes"]["measured_main_kind"] = measured_bytes(cache_store, config.data.cache_kind)
+  results["cache_bytes"]["d_l"] = mc.hidden_size
+  # The paper's cache (A.2/A.4: T = 16, d_l = 384), whatever this run's width.
+  results["cache_bytes_paper_shape"] = {f"{short}_{16 * m}": ops.storage_bytes(16 * m * 384, p)
+                                        for m in (4, 1) for p, short in zip(PRECISIONS, ("bf16", "fp8", "fp4"))}
+  tables.append(evaluate.format_table(
+      {"this run": {k: v for k, v in results["cache_bytes"].items() if k != "measured_main_kind"},
+       "paper shape (d_l 384)": results["cache_bytes_paper_shape"]},
+      f"Cache bytes per video (A.4; measured on disk for the main cache: "
+      f"{results['cache_bytes']['measured_main_kind']} B)", synthetic,
+      columns=list(results["cache_bytes_paper_shape"])))
+
+  plan = ablation_plan(mc.frames, mc.tokens_per_frame, config.cache.precision)
+  results["ablations"] = {}
+  for table in config.ablations:
+    rows = {name: evaluate_variant(variant, precision)[0] for name, (variant, precision) in plan[table].items()}
+    results["ablations"][table] = rows
+    tables.append(evaluate.format_table(rows, f"Ablation: {table.replace('_', ' ')}", synthetic,
+                                        columns=list(KEYS)))
+    print(tables[-1] + "\n", flush=True)
+
+  if config.eval.k_sweep:
+    sweep = {}
+    for k in sorted({min(int(k), len(test.video_ids)) for k in config.eval.k_sweep}):
+      row, info = evaluate_variant(FULL, config.cache.precision, k)
+      sweep[str(k)] = {**row, "latency_ms_per_query": info["latency_ms"]["t2v_rerank"]}
+    results["k_sweep"] = sweep
+    tables.append(evaluate.format_table({f"K={k}": v for k, v in sweep.items()}, "Candidate-pool size (A.7)",
+                                        synthetic, columns=list(KEYS) + ["latency_ms_per_query"]))
+
+  if config.diagnostics:
+    bins = dynamics_bins(dynamics(store, config.data.tokens_kind, test.video_ids))
+    strat = {"with_delta": stratified_r1(main_info, test, bins),
+             "without_delta": stratified_r1(evaluate_variant(NO_DELTA, config.cache.precision)[1], test, bins)}
+    results["dynamics"] = strat
+    tables.append(evaluate.format_table(
+        {f"{name} {b}": v for name, rows in strat.items() for b, v in rows.items()},
+        "R@1 by visual dynamics (A.10: quartile bins of adjacent-frame change)", synthetic,
+        columns=["t2v_r1", "v2t_r1", "n_videos"]))
+    probe = {}
+    for name, variant in (("with_delta", FULL), ("without_delta", NO_DELTA)):
+      evaluate_variant(variant, config.cache.precision)
+      probe[name] = cache_probe(params_of(variant), cfg_of(variant), cache_store,
+                                kind_of(variant, config.cache.precision), test, tokenizer)
+    results["cache_probe"] = probe
+    tables.append(evaluate.format_table(probe, "Token-cache MaxSim probe (A.11)", synthetic,
+                                        columns=[k for k in probe["with_delta"] if k != "pairs"]))
+
+  results["seconds"] = round(time.time() - start, 1)
+  results["config"] = json.loads(config.to_json_best_effort())
+  if common.is_writer():
+    common.write_results(workdir, results, tables)
+  return results
+
+
+def online_param_count(params) -> int:
+  """Parameters that run at query time: the joint encoder, e_rho and the score head (A.2)."""
+  tree = params["reranker"]
+  keep = ("bert", "prior_fc1", "prior_fc2", "score_fc1", "score_fc2")
+  return int(sum(np.size(x) for name in keep if name in tree for x in jax.tree_util.tree_leaves(tree[name])))
+
+
+def measured_bytes(store: FeatureStore, kind: str) -> int:
+  """On-disk bytes per item of `kind`, read from its shards (data files only)."""
+  root = Path(store.root) / kind
+  files = sorted(root.glob("*.npy"))
+  n = len(store.ids(kind))
+  total = 0
+  for f in files:
+    arr = np.load(f, mmap_mode="r")
+    total += arr.nbytes
+  return int(total // max(n, 1))
