@@ -12,7 +12,7 @@ from vidjax.data import features
 from vidjax.experiments import vedje as E
 from vidjax.experiments.common import load_config
 from vidjax.models import vedje as V
-from vidjax.scorers.vedje import PairBatches, VedjeScorer
+from vidjax.scorers.vedje import VedjeScorer
 
 ROOT = Path(__file__).resolve().parents[1]
 KEYS = {f"{d}_r{k}" for d in ("t2v", "v2t") for k in (1, 5, 10)}
@@ -79,7 +79,7 @@ def test_scorer_rejects_bad_inputs_with_one_clear_error(tmp_path):
   with pytest.raises(ValueError, match="floating point"):
     scorer.score({**batch, "cache": np.zeros((q, k, cfg.cache_len, cfg.hidden_size), np.int32)})
   store = features.write_arrays(tmp_path, {"cache": (["a", "b"], np.zeros((2, cfg.cache_len, cfg.hidden_size)))})
-  pairs = PairBatches(store, "cache", ["t0"], np.ones((1, s), np.int32), np.ones((1, s), np.int32))
+  pairs = E.PairBatches(store, "cache", ["t0"], np.ones((1, s), np.int32), np.ones((1, s), np.int32))
   with pytest.raises(features.MissingFeatureError, match="no cache.*'zz'"):
     pairs.text_to_video({"row": np.array([0])}, np.array([["a", "zz"]]), np.zeros((1, 2), np.float32))
 
