@@ -26,7 +26,7 @@ import dataclasses
 import json
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 import jax
 import jax.numpy as jnp
