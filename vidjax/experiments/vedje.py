@@ -123,7 +123,7 @@ def model_config(mc, variant: Variant, visual_dim: int, patches: int, vtc_dim: i
 
 def validate(config) -> None:
   retrieval_experiment.validate(config)
-  mc, tc = (config.world_model, config.world_train) if not config.data.features else (config.model, config.train)
+  mc = config.model if config.data.features else config.world_model
   common.check_choice(config, "model.init", ("minilm", "random"))
   common.check_choice(config, "world_model.init", ("minilm", "random"))
   common.check_choice(config, "cache.precision", STORAGE_DTYPES)
@@ -148,7 +148,6 @@ def validate(config) -> None:
   if config.data.features and mc.init == "minilm" and mc.num_layers != 6:
     common.bad_value("model.num_layers", mc.num_layers, "6 with model.init='minilm' (all-MiniLM-L6-v2), or "
                      "model.init='random' for another depth")
-  del tc
 
 
 # ----------------------------------------------------------------------------------------------
@@ -222,7 +221,7 @@ def make_batch_fn(split: Split, patches_of, negatives: np.ndarray, tc, cfg: V.Ve
   """index batch -> the `Vedje` training batch (videos: the B positives, then the hard negatives)."""
   text_n, clip_n = ops.l2_normalize(split.text), ops.l2_normalize(split.clip)
   special = [tokenizer.vocab[t] for t in ("[PAD]", "[CLS]", "[SEP]")]
-  hard = h = min(tc.hard_negatives, negatives.shape[1])
+  h = min(tc.hard_negatives, negatives.shape[1])
 
   def batch_fn(idx: np.ndarray) -> dict:
     idx = np.asarray(idx)
@@ -233,8 +232,8 @@ def make_batch_fn(split: Split, patches_of, negatives: np.ndarray, tc, cfg: V.Ve
     # (the time-reversed twin ties the positive at stage 1 and must be in the softmax, see
     # ../shared/notes/vedje_learnability.md) and a uniform draw from the rest of the pool.
     top = min(tc.always_top, h)
-    rest = np.stack([rng.choice(np.arange(top, negatives.shape[1]), hard - top, replace=False) for _ in range(b)]) \
-        if hard > top else np.zeros((b, 0), np.int64)
+    rest = np.stack([rng.choice(np.arange(top, negatives.shape[1]), h - top, replace=False) for _ in range(b)]) \
+        if h > top else np.zeros((b, 0), np.int64)
     chosen = np.concatenate([np.tile(np.arange(top), (b, 1)), rest], axis=1)
     videos = np.concatenate([pos, np.take_along_axis(negatives[idx], chosen, 1).ravel()])
     cand = np.empty((b, 1 + h + tc.in_batch_negatives), np.int32)
@@ -356,11 +355,16 @@ class PairBatches:
             "cache": np.repeat(self.caches(videos)[:, None], k, 1), "prior": s1}
 
 
-def rerank_metrics(scorer: VedjeScorer, pairs: PairBatches, test: Split, k: int) -> tuple[dict, dict]:
+def stage1_indices(test: Split) -> tuple[DenseIndex, DenseIndex]:
+  """The test split's stage-1 indices (videos for T2V, captions for V2T), built once per run."""
+  return DenseIndex(test.video_ids, test.clip), DenseIndex(test.query_ids, test.text)
+
+
+def rerank_metrics(scorer: VedjeScorer, pairs: PairBatches, test: Split, k: int,
+                   indices: tuple[DenseIndex, DenseIndex]) -> tuple[dict, dict]:
   """T2V and V2T R@1/5/10 of the reranked stage-1 top k, and the stage-1 rows over the same candidates."""
   k_t2v, k_v2t = min(k, len(test.video_ids)), min(k, len(test.query_ids))
-  video_index = DenseIndex(test.video_ids, test.clip)
-  text_index = DenseIndex(test.query_ids, test.text)
+  video_index, text_index = indices
   q_video = np.asarray(test.video_ids)[test.query_video]
   t2v = TwoStage(video_index, k_t2v, scorer, batch_fn=pairs.text_to_video).search(
       {"text": test.text, "row": np.arange(len(test.query_ids))}, k_t2v)
@@ -504,6 +508,7 @@ def run(config, workdir: str | Path) -> dict:
   negatives = stage1_negatives(train_split, max(tc.candidate_pool - 1, tc.hard_negatives))
   cache_store = FeatureStore.create(config.data.cache_store) if config.data.cache_store else store
   trained: dict[str, Any] = {}
+  indices = stage1_indices(test)
   evaluated: dict[tuple[str, str], tuple[dict, dict]] = {}
 
   def cfg_of(variant):
@@ -528,7 +533,7 @@ def run(config, workdir: str | Path) -> dict:
                    tc.progress)
       pairs = PairBatches(cache_store, kind, test.query_ids, test.input_ids, test.attention_mask, test.video_ids)
       scorer = VedjeScorer(cfg, params["reranker"], pair_block=config.eval.pair_block)
-      evaluated[key] = rerank_metrics(scorer, pairs, test, k or config.eval.k)
+      evaluated[key] = rerank_metrics(scorer, pairs, test, k or config.eval.k, indices)
     return evaluated[key]
 
   # Stage 1 over the full corpus (the foundation's protocol) and the main model.
