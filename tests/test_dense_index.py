@@ -132,13 +132,15 @@ def test_zero_vectors_score_zero_and_tie_by_id():
   np.testing.assert_allclose(got_s, want_s, atol=1e-6, rtol=0)
 
 
-@pytest.mark.parametrize("k", [1, 3, 7, 8])
-def test_two_level_top_k_equals_lax_top_k_with_ties(k):
-  # Scores from 3 values: most blocks tie on their maximum, and most rows on their k-th value.
-  scores = np.random.default_rng(k).integers(0, 3, size=(4, 128)).astype(np.float32)
+@pytest.mark.parametrize("k,c", [(1, 4096), (3, 4096), (8, 4096), (7, 16384)])
+def test_two_level_top_k_equals_lax_top_k_with_ties(k, c):
+  # Long enough rows for the block path (blocks of 32 and of 64 positions). Scores from 3 values:
+  # most blocks tie on their maximum, and most rows on their k-th value.
+  assert c > dense._FULL_TOP_K
+  scores = np.random.default_rng(k).integers(0, 3, size=(4, c)).astype(np.float32)
   scores[1] = 0.0
-  scores[2, 100:] = -np.inf  # padding
-  scores[3, :112] = 0.0
+  scores[2, c - 28:] = -np.inf  # padding
+  scores[3, :c - 16] = 0.0
   got = jax.jit(dense._top_k_by_blocks, static_argnums=1)(scores, k)
   want = jax.lax.top_k(scores, k)
   np.testing.assert_array_equal(got[0], want[0])

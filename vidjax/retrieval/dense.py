@@ -48,16 +48,23 @@ from vidjax.ops import l2_normalize
 
 DTYPES = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16}
 BACKENDS = ("jax", "faiss")
-# Defaults tuned on CPU (2-core Sapphire Rapids VM, bench/dense_index.py, N=100k, batch 256):
-# float32 chunks of 4096-16384 rows are within noise of each other; bfloat16 storage scores 3 x 256
-# query rows per chunk (see `_scores`) and runs 2x slower at 16384 rows (the [768, chunk] float32
-# product no longer stays in cache), so its chunks are half as long.
-DEFAULT_CHUNK = {"float32": 8192, "bfloat16": 4096}
+# Defaults tuned on CPU (2-core Xeon VMs, bench/dense_index.py, batch 256): float32 chunks of 16384
+# rows with blocks of 64 (`_block`) were 10-15% faster than 8192 with blocks of 32 at 10k-100k;
+# bfloat16 storage scores 3 x 256 query rows per chunk (see `_scores`) and runs 2x slower at 16384
+# rows (the [768, chunk] float32 product no longer stays in cache), so its chunks are 4096 rows.
+DEFAULT_CHUNK = {"float32": 16384, "bfloat16": 4096}
 DEFAULT_QUERY_BATCH = 256
 # Chunk lengths are multiples of this many rows (see `_build`).
 _ROW_ALIGN = 128
-# Positions per block in the two-level top-k of one chunk (`_top_k_by_blocks`).
-_BLOCK = 16
+# The two-level top-k of one chunk (`_top_k_by_blocks`): chunks of at most `_FULL_TOP_K` positions
+# take `lax.top_k` directly; longer ones are cut into blocks of `_block(chunk)` positions. Measured
+# on CPU (bench/dense_index.py, batch 256): `lax.top_k` costs ~2.5 us per row at 1024 positions,
+# blocks of 32 were best for 4096-8192-row chunks and 64 for 16384.
+_FULL_TOP_K = 2048
+
+
+def _block(c: int) -> int:
+  return 32 if c <= 8192 else 64
 # Query batches up to this size on a CPU with float32 storage take the NumPy path (`_numpy_batch`):
 # XLA's CPU matrix-vector product has a fixed cost of ~80 µs per call, BLAS gemv does not.
 SMALL_BATCH = 4
@@ -130,7 +137,7 @@ def _scores(queries: jax.Array, chunk: jax.Array) -> jax.Array:
 def _top_k_by_blocks(scores: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
   """`lax.top_k(scores [Qb, C], min(k, C))` with the same result, ties included, at less cost.
 
-  The row is cut into blocks of `_BLOCK` consecutive positions; only the k blocks with the
+  The row is cut into blocks of `_block(C)` consecutive positions; only the k blocks with the
   largest maxima (ties: the lower block) can hold a top-k element: a block ranked below k others
   has each of them holding an element that beats all of its own (higher score, or equal score at
   a smaller position). Those k blocks, put back in position order, go through `top_k`, so the
@@ -138,13 +145,14 @@ def _top_k_by_blocks(scores: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
   (about 5x cheaper on CPU).
   """
   qb, c = scores.shape
-  if c % _BLOCK or c // _BLOCK <= k:
+  b = _block(c)
+  if c <= _FULL_TOP_K or c % b or c // b <= k:
     return jax.lax.top_k(scores, min(k, c))
-  blocks = scores.reshape(qb, c // _BLOCK, _BLOCK)
+  blocks = scores.reshape(qb, c // b, b)
   _, best_blocks = jax.lax.top_k(blocks.max(axis=-1), k)
   best_blocks = jnp.sort(best_blocks, axis=-1)  # position order, so top_k's tie rule holds below
-  cand = jnp.take_along_axis(blocks, best_blocks[:, :, None], axis=1).reshape(qb, k * _BLOCK)
-  cand_pos = (best_blocks[:, :, None] * _BLOCK + jnp.arange(_BLOCK, dtype=best_blocks.dtype)).reshape(qb, -1)
+  cand = jnp.take_along_axis(blocks, best_blocks[:, :, None], axis=1).reshape(qb, k * b)
+  cand_pos = (best_blocks[:, :, None] * b + jnp.arange(b, dtype=best_blocks.dtype)).reshape(qb, -1)
   top_s, sel = jax.lax.top_k(cand, k)
   return top_s, jnp.take_along_axis(cand_pos, sel, axis=1)
 
@@ -411,7 +419,9 @@ class DenseIndex:
   def _numpy_batch(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Few queries against a float32 corpus on the CPU: BLAS matrix-vector products, exact top-k."""
     n = len(self)
-    scores = np.concatenate([c @ queries.T for c in self._host_chunks], axis=0)[:n].T
+    chunks = self._host_chunks
+    scores = (chunks[0] @ queries.T if len(chunks) == 1
+              else np.concatenate([c @ queries.T for c in chunks], axis=0))[:n].T
     scores = np.where(scores == 0, np.float32(0), scores)  # -0.0 and +0.0 are one score
     return numpy_top_k(np.ascontiguousarray(scores, np.float32), k)
 
