@@ -1,0 +1,220 @@
+"""Semantic-ID index for generative recall: a prefix trie as static arrays, and a jitted beam search over it.
+
+GRDR (../shared/papers/grdr.txt §3.4) gives every video N_v semantic IDs of M codes in [0, K); a
+query is decoded into IDs by beam search constrained to the IDs that exist in the corpus, and the
+IDs are mapped back to videos.
+
+    trie = SemanticIdTrie(video_ids, codes, num_codes=K)        # codes int [V, N_v, M]
+    codes, leaves, scores = beam_search(logp_fn, trie.arrays(), params, queries, width=100, depth=M)
+    candidates = trie.videos_in_order(leaves[q], limit=150)    # de-duplicated, beam order
+
+Representation (the layout STATIC uses): the distinct IDs are sorted, so the prefixes of each length
+d (the trie's nodes at depth d) are sorted too and the children of a node are a contiguous run of
+the next depth's nodes. Depth d stores, for its `n_d` nodes, either a dense table `[n_d, K]` of child
+node indices (-1: no such child) when `n_d * K <= dense_limit`, or CSR: `row_ptr [n_d + 1]` into the
+next depth's nodes and their last codes `child_code [n_{d+1}]`. The nodes at depth M are the distinct
+IDs (`leaf` = their index); `video_ptr [U + 1]` / `video_index` map each ID to its videos (CSR).
+
+Beam search runs under one jit with static shapes: per step one `[Q, W, K]` validity mask from the
+tables (no Python callback), scores added in log space, the best W of the `W * K` continuations by
+`lax.top_k` (equal scores: the lower beam, then the lower code). Scores are the sum of the step
+log-probabilities the caller's `logp_fn` returns (the paper's joint likelihood; invalid codes are
+masked, not renormalised). Beams that run out of valid continuations end with score -inf and leaf -1.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, NamedTuple, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+# Depths whose dense child table would exceed this many entries use CSR (4M int32 = 16 MiB).
+DENSE_LIMIT = 1 << 22
+
+
+class TrieArrays(NamedTuple):
+  """The trie as a pytree of arrays for `beam_search` (static structure in `dense` / `num_codes`).
+
+  tables: per depth d < M, the dense child table int32 [n_d, K], or the CSR pair
+    (row_ptr int32 [n_d + 1], child_code int32 [n_{d+1}]).
+  """
+  tables: tuple
+  dense: tuple  # bool per depth (static)
+  num_codes: int  # K (static)
+
+
+jax.tree_util.register_pytree_node(
+    TrieArrays, lambda t: (t.tables, (t.dense, t.num_codes)),
+    lambda aux, children: TrieArrays(children, *aux))
+
+
+class SemanticIdTrie:
+  """The corpus's semantic IDs (see the module docstring).
+
+  Attributes:
+    video_ids: str [V], in the order given.
+    ids: int32 [U, M], the distinct semantic IDs, sorted (row u is leaf u).
+    num_codes: K.
+    depth: M.
+    video_ptr, video_index: CSR from leaf u to the videos (indices into `video_ids`, ascending)
+      that have ID u in some view.
+  """
+
+  def __init__(self, video_ids: Sequence[str], codes: Any, num_codes: int, dense_limit: int = DENSE_LIMIT):
+    """
+    Args:
+      video_ids: V distinct ids.
+      codes: integer array [V, N_v, M]: each video's N_v semantic IDs of M codes in [0, num_codes).
+      num_codes: K, the codebook size.
+      dense_limit: depths with at most this many (nodes x K) entries get a dense child table.
+    """
+    codes = np.asarray(codes)
+    video_ids = np.asarray([str(v) for v in video_ids])
+    if isinstance(num_codes, bool) or not isinstance(num_codes, (int, np.integer)) or num_codes < 1:
+      raise ValueError(f"SemanticIdTrie: num_codes must be a positive integer, got {num_codes!r}")
+    if codes.ndim != 3 or 0 in codes.shape:
+      raise ValueError(f"SemanticIdTrie: codes must be a non-empty integer array [V, N_v, M], got shape {codes.shape}")
+    if not np.issubdtype(codes.dtype, np.integer):
+      raise ValueError(f"SemanticIdTrie: codes must be integers, got dtype {codes.dtype}")
+    if len(video_ids) != codes.shape[0]:
+      raise ValueError(f"SemanticIdTrie: {len(video_ids)} video ids for codes of {codes.shape[0]} videos")
+    if len(np.unique(video_ids)) != len(video_ids):
+      raise ValueError("SemanticIdTrie: video ids must be distinct")
+    bad = np.argwhere((codes < 0) | (codes >= num_codes))
+    if bad.size:
+      v, view, m = bad[0]
+      raise ValueError(f"SemanticIdTrie: code {int(codes[v, view, m])} of video {str(video_ids[v])!r} (view {view}, "
+                       f"layer {m}) is outside [0, {num_codes}) ({len(bad)} such codes); the index does not "
+                       f"match this codebook size")
+    v, n_views, depth = codes.shape
+    self.video_ids, self.num_codes, self.depth, self.num_views = video_ids, int(num_codes), depth, n_views
+    flat = codes.reshape(v * n_views, depth).astype(np.int32)
+    self.ids, leaf_of = np.unique(flat, axis=0, return_inverse=True)
+    leaf_of = leaf_of.reshape(-1)
+    video_of = np.repeat(np.arange(v), n_views)
+    pairs = np.unique(np.stack([leaf_of, video_of], 1), axis=0)  # (leaf, video), sorted; one per pair
+    self.video_ptr = np.searchsorted(pairs[:, 0], np.arange(len(self.ids) + 1)).astype(np.int64)
+    self.video_index = pairs[:, 1].astype(np.int64)
+    self.leaf_of = leaf_of.reshape(v, n_views)  # each video's leaves, view order
+    self._tables, self._dense = [], []
+    for d in range(depth):
+      parents = _prefix_index(self.ids, d)  # node index at depth d of each ID's prefix
+      children = _prefix_index(self.ids, d + 1)
+      n_d, n_next = parents[-1] + 1, children[-1] + 1
+      first = np.r_[0, np.flatnonzero(np.diff(children)) + 1]  # one ID per child node
+      child_parent, child_code = parents[first], self.ids[first, d]
+      if n_d * self.num_codes <= dense_limit:
+        table = np.full((n_d, self.num_codes), -1, np.int32)
+        table[child_parent, child_code] = np.arange(n_next, dtype=np.int32)
+        self._tables.append(table)
+      else:
+        row_ptr = np.searchsorted(child_parent, np.arange(n_d + 1)).astype(np.int32)
+        self._tables.append((row_ptr, child_code.astype(np.int32)))
+      self._dense.append(n_d * self.num_codes <= dense_limit)
+
+  def __len__(self) -> int:
+    return len(self.video_ids)
+
+  @property
+  def nbytes(self) -> int:
+    """Bytes of the index: the videos' codes (int16 when K <= 32768), the trie tables, the ID -> video map."""
+    code_bytes = 2 if self.num_codes <= 1 << 15 else 4
+    tables = sum(sum(a.nbytes for a in t) if isinstance(t, tuple) else t.nbytes for t in self._tables)
+    return (len(self) * self.num_views * self.depth * code_bytes + tables + self.ids.size * code_bytes
+            + self.video_ptr.nbytes + self.video_index.nbytes)
+
+  def arrays(self) -> TrieArrays:
+    """The tables as device arrays for `beam_search`."""
+    tables = tuple(tuple(jnp.asarray(a) for a in t) if isinstance(t, tuple) else jnp.asarray(t)
+                   for t in self._tables)
+    return TrieArrays(tables, tuple(self._dense), self.num_codes)
+
+  def videos_in_order(self, leaves: np.ndarray, limit: int | None = None) -> np.ndarray:
+    """Video indices of `leaves [W]` (beam order; -1 = none), de-duplicated keeping the first occurrence.
+
+    Videos sharing one ID come in ascending index order. At most `limit` are returned.
+    """
+    leaves = np.asarray(leaves)
+    leaves = leaves[leaves >= 0]
+    if not leaves.size:
+      return np.zeros((0,), np.int64)
+    starts, stops = self.video_ptr[leaves], self.video_ptr[leaves + 1]
+    runs = np.concatenate([self.video_index[a:b] for a, b in zip(starts, stops)])
+    _, first = np.unique(runs, return_index=True)
+    out = runs[np.sort(first)]
+    return out if limit is None else out[:limit]
+
+  def collisions(self) -> int:
+    """Number of distinct IDs shared by two or more videos."""
+    return int(np.sum(np.diff(self.video_ptr) > 1))
+
+
+def _prefix_index(ids: np.ndarray, d: int) -> np.ndarray:
+  """Node index at depth d (0 .. n_d - 1) of each sorted ID's length-d prefix."""
+  if d == 0:
+    return np.zeros(len(ids), np.int64)
+  change = np.any(ids[1:, :d] != ids[:-1, :d], axis=1)
+  return np.r_[0, np.cumsum(change)]
+
+
+def _children(trie: TrieArrays, d: int, node: jax.Array) -> jax.Array:
+  """Child node indices int32 [..., K] of depth-d nodes `node [...]` (-1: no child, or node < 0)."""
+  k = trie.num_codes
+  table = trie.tables[d]
+  if trie.dense[d]:
+    out = table[jnp.maximum(node, 0)]
+  else:
+    row_ptr, child_code = table
+    start = row_ptr[jnp.maximum(node, 0)]
+    degree = row_ptr[jnp.maximum(node, 0) + 1] - start
+    j = jnp.arange(k, dtype=jnp.int32)
+    child = start[..., None] + j
+    valid = j < degree[..., None]
+    code = jnp.where(valid, child_code[jnp.minimum(child, child_code.shape[0] - 1)], 0)
+    # Scatter each valid child to its code; codes are distinct within a node, so max is exact.
+    flat_code = code.reshape(-1, k)
+    rows = jnp.arange(flat_code.shape[0])[:, None]
+    out = jnp.full(flat_code.shape, -1, jnp.int32).at[rows, flat_code].max(
+        jnp.where(valid, child, -1).reshape(-1, k))
+    out = out.reshape(code.shape)
+  return jnp.where((node >= 0)[..., None], out, -1)
+
+
+LogpFn = Callable[[Any, Any, jax.Array], jax.Array]
+
+
+@functools.partial(jax.jit, static_argnames=("logp_fn", "width", "depth"))
+def beam_search(logp_fn: LogpFn, trie: TrieArrays, params: Any, queries: Any, *, width: int, depth: int
+                ) -> tuple[jax.Array, jax.Array, jax.Array]:
+  """Trie-constrained beam search (see the module docstring).
+
+  Args:
+    logp_fn: `(params, queries, prefix int32 [Q, W, m]) -> log-probabilities float32 [Q, W, K]` of
+      code m given each beam's prefix; a pure, hashable function (traced once per step m).
+    trie: `SemanticIdTrie.arrays()`.
+    params: the model's parameters (any pytree), passed through to `logp_fn`.
+    queries: the queries' state (e.g. encoder outputs): an array or a dict of arrays, leading dim Q.
+    width: W, beams kept per step.
+    depth: M, the ID length.
+
+  Returns:
+    codes int32 [Q, W, M], leaves int32 [Q, W] (-1 where the score is -inf), scores float32 [Q, W],
+    best first.
+  """
+  q = jax.tree_util.tree_leaves(queries)[0].shape[0]
+  k = trie.num_codes
+  node = jnp.zeros((q, width), jnp.int32)
+  score = jnp.full((q, width), -jnp.inf, jnp.float32).at[:, 0].set(0.0)
+  codes = jnp.zeros((q, width, depth), jnp.int32)
+  for m in range(depth):
+    logp = logp_fn(params, queries, codes[:, :, :m]).astype(jnp.float32)
+    child = _children(trie, m, node)  # [Q, W, K]
+    total = jnp.where(child >= 0, score[..., None] + logp, -jnp.inf).reshape(q, width * k)
+    score, pick = jax.lax.top_k(total, width)
+    beam, code = pick // k, pick % k
+    node = jnp.take_along_axis(child.reshape(q, width * k), pick, axis=1)
+    codes = jnp.take_along_axis(codes, beam[..., None], axis=1).at[:, :, m].set(code)
+    node = jnp.where(jnp.isfinite(score), node, -1)  # a dead beam stays dead
+  return codes, node, score
