@@ -55,10 +55,10 @@ def _reference_beam(trie, params, queries, width):
   return out
 
 
-@pytest.mark.parametrize("seed,k,depth,dense_limit", [(0, 5, 3, 1 << 22), (1, 4, 3, 0), (2, 6, 2, 24), (3, 3, 4, 10)])
-def test_beam_search_equals_plain_python_beam_and_never_leaves_the_trie(seed, k, depth, dense_limit):
+@pytest.mark.parametrize("seed,k,depth,dense_depth", [(0, 5, 3, 3), (1, 4, 3, 0), (2, 6, 2, 1), (3, 3, 4, 2)])
+def test_beam_search_equals_plain_python_beam_and_never_leaves_the_trie(seed, k, depth, dense_depth):
   codes, params, queries = _random_case(seed, k, depth, videos=20, views=2)
-  trie = SemanticIdTrie([f"v{i}" for i in range(20)], codes, k, dense_limit=dense_limit)
+  trie = SemanticIdTrie([f"v{i}" for i in range(20)], codes, k, dense_depth=dense_depth)
   valid = {tuple(i) for i in trie.ids}
   for width in (1, 3, 7):
     got_codes, leaves, scores = jax.device_get(

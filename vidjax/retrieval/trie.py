@@ -10,9 +10,10 @@ IDs are mapped back to videos.
 
 Representation (the layout STATIC uses): the distinct IDs are sorted, so the prefixes of each length
 d (the trie's nodes at depth d) are sorted too and the children of a node are a contiguous run of
-the next depth's nodes. Depth d stores, for its `n_d` nodes, either a dense table `[n_d, K]` of child
-node indices (-1: no such child) when `n_d * K <= dense_limit`, or CSR: `row_ptr [n_d + 1]` into the
-next depth's nodes and their last codes `child_code [n_{d+1}]`. The nodes at depth M are the distinct
+the next depth's nodes. The first `dense_depth` depths (default 2: the root and its children, at most
+1 + K nodes) store a dense table `[n_d, K]` of child node indices (-1: no such child); deeper ones,
+where most of the K^d prefixes do not exist, CSR: `row_ptr [n_d + 1]` into the next depth's nodes and
+their last codes `child_code [n_{d+1}]` (int16 when K <= 32768). The nodes at depth M are the distinct
 IDs (`leaf` = their index); `video_ptr [U + 1]` / `video_index` map each ID to its videos (CSR).
 
 Beam search runs under one jit with static shapes: per step one `[Q, W, K]` validity mask from the
@@ -30,8 +31,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-# Depths whose dense child table would exceed this many entries use CSR (4M int32 = 16 MiB).
-DENSE_LIMIT = 1 << 22
+# Depths below this one get dense child tables (`[n_d, K]`), deeper ones CSR.
+DENSE_DEPTH = 2
 
 
 class TrieArrays(NamedTuple):
@@ -62,13 +63,13 @@ class SemanticIdTrie:
       that have ID u in some view.
   """
 
-  def __init__(self, video_ids: Sequence[str], codes: Any, num_codes: int, dense_limit: int = DENSE_LIMIT):
+  def __init__(self, video_ids: Sequence[str], codes: Any, num_codes: int, dense_depth: int = DENSE_DEPTH):
     """
     Args:
       video_ids: V distinct ids.
       codes: integer array [V, N_v, M]: each video's N_v semantic IDs of M codes in [0, num_codes).
       num_codes: K, the codebook size.
-      dense_limit: depths with at most this many (nodes x K) entries get a dense child table.
+      dense_depth: depths d < dense_depth get a dense child table, deeper ones CSR.
     """
     codes = np.asarray(codes)
     video_ids = np.asarray([str(v) for v in video_ids])
@@ -95,8 +96,8 @@ class SemanticIdTrie:
     leaf_of = leaf_of.reshape(-1)
     video_of = np.repeat(np.arange(v), n_views)
     pairs = np.unique(np.stack([leaf_of, video_of], 1), axis=0)  # (leaf, video), sorted; one per pair
-    self.video_ptr = np.searchsorted(pairs[:, 0], np.arange(len(self.ids) + 1)).astype(np.int64)
-    self.video_index = pairs[:, 1].astype(np.int64)
+    self.video_ptr = np.searchsorted(pairs[:, 0], np.arange(len(self.ids) + 1)).astype(np.int32)
+    self.video_index = pairs[:, 1].astype(np.int32)
     self.leaf_of = leaf_of.reshape(v, n_views)  # each video's leaves, view order
     self._tables, self._dense = [], []
     for d in range(depth):
@@ -105,14 +106,15 @@ class SemanticIdTrie:
       n_d, n_next = parents[-1] + 1, children[-1] + 1
       first = np.r_[0, np.flatnonzero(np.diff(children)) + 1]  # one ID per child node
       child_parent, child_code = parents[first], self.ids[first, d]
-      if n_d * self.num_codes <= dense_limit:
+      if d < dense_depth:
         table = np.full((n_d, self.num_codes), -1, np.int32)
         table[child_parent, child_code] = np.arange(n_next, dtype=np.int32)
         self._tables.append(table)
       else:
         row_ptr = np.searchsorted(child_parent, np.arange(n_d + 1)).astype(np.int32)
-        self._tables.append((row_ptr, child_code.astype(np.int32)))
-      self._dense.append(n_d * self.num_codes <= dense_limit)
+        code_dtype = np.int16 if self.num_codes <= 1 << 15 else np.int32
+        self._tables.append((row_ptr, child_code.astype(code_dtype)))
+      self._dense.append(d < dense_depth)
 
   def __len__(self) -> int:
     return len(self.video_ids)
@@ -139,7 +141,7 @@ class SemanticIdTrie:
     leaves = np.asarray(leaves)
     leaves = leaves[leaves >= 0]
     if not leaves.size:
-      return np.zeros((0,), np.int64)
+      return np.zeros((0,), np.int32)
     starts, stops = self.video_ptr[leaves], self.video_ptr[leaves + 1]
     runs = np.concatenate([self.video_index[a:b] for a, b in zip(starts, stops)])
     _, first = np.unique(runs, return_index=True)
@@ -172,7 +174,7 @@ def _children(trie: TrieArrays, d: int, node: jax.Array) -> jax.Array:
     j = jnp.arange(k, dtype=jnp.int32)
     child = start[..., None] + j
     valid = j < degree[..., None]
-    code = jnp.where(valid, child_code[jnp.minimum(child, child_code.shape[0] - 1)], 0)
+    code = jnp.where(valid, child_code[jnp.minimum(child, child_code.shape[0] - 1)].astype(jnp.int32), 0)
     # Scatter each valid child to its code; codes are distinct within a node, so max is exact.
     flat_code = code.reshape(-1, k)
     rows = jnp.arange(flat_code.shape[0])[:, None]
