@@ -5,6 +5,10 @@ weights -- `vtm_loss` (softmax cross-entropy over each query's candidate scores,
 `vtc_loss` (symmetric InfoNCE, logit scale 20, against frozen stage-1 video embeddings),
 `mlm_loss` (cross-entropy on the masked text positions) and `future_delta_loss` (eq. 4).
 
+GRDR (../shared/papers/grdr.txt §3.2-3.3): `rq_loss` (eq. 6, codebook + β·commitment),
+`cosine_reconstruction_loss` (L_Rec = 1 - cos), `alignment_loss` (L_CL, eq. 9) and
+`code_cross_entropy` (eq. 8 + 11; summed over earlier layers and both modalities it is L_HC, eq. 10).
+
 CAST (../shared/papers/cast.txt §2.4, eq. 6-9): the type-aware contrastive objective
     L = L_batch + λ_s·L_state + λ_i·L_ident
 with an in-batch InfoNCE term (eq. 6) and two local terms that contrast the positive against its
@@ -244,3 +248,72 @@ def vedje_loss(outputs, batch, *, tau_vtm: float = 1.0, logit_scale: float = 20.
   }
   loss = sum(w * terms[k] for w, k in zip(weights, ("vtm", "vtc", "mlm", "delta")))
   return loss, terms
+
+
+def rq_loss(z_hat: jax.Array, z: jax.Array, beta: float = 0.25) -> jax.Array:
+  """L_RQ (GRDR eq. 6): ||z_hat - sg[z]||^2 + beta * ||sg[z_hat] - z||^2.
+
+  Args:
+    z_hat: [..., D] the quantized vectors (sum of the selected codebook entries); the codebook
+      term moves the codebook towards the encoder output.
+    z: [..., D] the encoder's latent vectors; the commitment term moves them towards the codebook.
+    beta: commitment weight. The paper does not give it; 0.25 is the VQ-VAE / RQ-VAE value.
+
+  Returns:
+    the squared L2 norms (summed over D) averaged over the leading dims.
+  """
+  _check("z_hat", z_hat, z.shape)
+  z_hat, z = jnp.asarray(z_hat, jnp.float32), jnp.asarray(z, jnp.float32)
+  codebook = jnp.sum(jnp.square(z_hat - jax.lax.stop_gradient(z)), axis=-1)
+  commit = jnp.sum(jnp.square(jax.lax.stop_gradient(z_hat) - z), axis=-1)
+  return jnp.mean(codebook + beta * commit)
+
+
+def cosine_reconstruction_loss(target: jax.Array, reconstruction: jax.Array) -> jax.Array:
+  """L_Rec (GRDR §3.2): mean over rows of 1 - cos(f_v, f~_v); [..., D] each."""
+  _check("reconstruction", reconstruction, target.shape)
+  t = l2_normalize(jnp.asarray(target, jnp.float32))
+  r = l2_normalize(jnp.asarray(reconstruction, jnp.float32))
+  return jnp.mean(1.0 - jnp.sum(t * r, axis=-1))
+
+
+def alignment_loss(z: jax.Array, h: jax.Array, tau: jax.Array) -> jax.Array:
+  """L_CL (GRDR eq. 9): each query's cumulative decoder feature h^(m) against the batch's views.
+
+  Args:
+    z: [B, D] the latent view z_i of each row's video that the row's query is aligned with.
+    h: [B, D] the retriever's cumulative decoder features h^(m) = sum_{l <= m} h_l of the queries.
+    tau: the (learnable) temperature, a scalar.
+
+  Returns:
+    mean over rows b of -log( exp(cos(z_b, h_b)/tau) / sum_j exp(cos(z_j, h_b)/tau) ).
+  """
+  _check("h", h, z.shape)
+  logits = (l2_normalize(jnp.asarray(h, jnp.float32)) @ l2_normalize(jnp.asarray(z, jnp.float32)).T) / tau
+  return jnp.mean(jax.nn.logsumexp(logits, axis=1) - jnp.diagonal(logits))
+
+
+def code_logits(h: jax.Array, codebook: jax.Array, tau: jax.Array) -> jax.Array:
+  """GRDR eq. 8 before the softmax: cos(h, C) / tau; h [..., D], codebook [K, D] -> [..., K]."""
+  return (l2_normalize(jnp.asarray(h, jnp.float32)) @ l2_normalize(jnp.asarray(codebook, jnp.float32)).T) / tau
+
+
+def code_cross_entropy(h: jax.Array, codebook: jax.Array, targets: jax.Array, tau: jax.Array,
+                       mask: Optional[jax.Array] = None) -> jax.Array:
+  """-log P(c | ·) with P = softmax(cos(h, C) / tau) (GRDR eq. 8, 11), averaged over the rows.
+
+  With h the retriever's decoder output at step m and the tokenizer's code as target this is L_CE
+  (eq. 11); with h the video's residual at layer l < m it is the video half of L_HC (eq. 10).
+
+  Args:
+    h: [..., D]; codebook: [K, D] (one layer's C^(m)); targets: int [...] codes in [0, K).
+    tau: temperature, a scalar.
+    mask: optional [...] weights (1 = counted); the mean is over the counted rows.
+  """
+  _check("targets", targets, h.shape[:-1])
+  logp = jax.nn.log_softmax(code_logits(h, codebook, tau), axis=-1)
+  nll = -jnp.take_along_axis(logp, jnp.asarray(targets)[..., None], axis=-1)[..., 0]
+  if mask is None:
+    return jnp.mean(nll)
+  mask = jnp.asarray(mask, jnp.float32)
+  return jnp.sum(nll * mask) / jnp.maximum(jnp.sum(mask), 1.0)

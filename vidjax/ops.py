@@ -135,3 +135,57 @@ def unpack_fp4(packed: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     raise ValueError(f"unpack_fp4: {packed.size} bytes cannot hold {n} values of shape {shape}")
   codes = np.stack([packed & 0x0F, packed >> 4], axis=1).ravel()[:n]
   return codes.view(_ml_dtype("float4_e2m1")).astype(np.float32).reshape(shape)
+
+
+def kmeans_init(key: Any, x: Any, k: int, weights: Any = None) -> Any:
+  """k distinct rows of `x [N, D]` drawn uniformly (among rows with weight > 0): k-means' start.
+
+  Raises ValueError when fewer than k rows are available (a NumPy input is checked; under jit
+  the caller guarantees it).
+  """
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  n = x.shape[0]
+  if not isinstance(weights, jax.core.Tracer):
+    available = n if weights is None else int(np.sum(np.asarray(weights) > 0))
+    if available < k:
+      raise ValueError(f"k-means with k={k} needs at least k points, got {available}")
+  p = None if weights is None else (jnp.asarray(weights) > 0) / jnp.sum(jnp.asarray(weights) > 0)
+  return jnp.asarray(x)[jax.random.choice(key, n, (k,), replace=False, p=p)]
+
+
+def kmeans(x: Any, centres: Any, iters: int = 20, cosine: bool = True, weights: Any = None):
+  """Lloyd's k-means from given starting centres (jax; jit- and vmap-friendly).
+
+  Args:
+    x: [N, D] points.
+    centres: [k, D] starting centres (e.g. `kmeans_init`).
+    iters: Lloyd iterations (assign, then update).
+    cosine: True = assign by maximum cosine (GRDR's code selection, eq. 5); False = by squared L2
+      distance. Either way a centre is the mean of its points, so its norm carries their scale
+      (what a residual-quantization codebook needs).
+    weights: optional [N] point weights (0 = padding, ignored).
+
+  Returns:
+    (centres [k, D] float32, assignment int32 [N] to the final centres). A centre that loses all
+    its points keeps its previous value. Ties go to the lower centre index.
+  """
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  x = jnp.asarray(x, jnp.float32)
+  w = jnp.ones(x.shape[0], jnp.float32) if weights is None else jnp.asarray(weights, jnp.float32)
+  xn = l2_normalize(x)
+
+  def assign(c):
+    if cosine:
+      return jnp.argmax(xn @ l2_normalize(c).T, axis=1)
+    d = jnp.sum(x * x, 1, keepdims=True) - 2 * x @ c.T + jnp.sum(c * c, 1)[None]
+    return jnp.argmin(d, axis=1)
+
+  def step(c, _):
+    onehot = jax.nn.one_hot(assign(c), c.shape[0], dtype=jnp.float32) * w[:, None]
+    total, count = onehot.T @ x, jnp.sum(onehot, axis=0)[:, None]
+    return jnp.where(count > 0, total / jnp.maximum(count, 1e-12), c), None
+
+  c, _ = jax.lax.scan(step, jnp.asarray(centres, jnp.float32), None, length=iters)
+  return c, assign(c).astype(jnp.int32)
