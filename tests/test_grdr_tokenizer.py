@@ -159,3 +159,23 @@ def test_views_learn_distinct_query_intents():
   assert np.mean(matched) > 0.8  # each view sits on its own intent ...
   off = sim.sum(-1) - matched
   assert np.mean(matched) - np.mean(off / (n - 1)) > 0.5  # ... and not on the others
+
+
+def test_codebook_health_equals_plain_counts():
+  from vidjax.metrics import codebook_health
+  rng = np.random.default_rng(6)
+  codes = rng.integers(0, 5, size=(40, 2, 3))
+  codes[:, :, 2] = 0  # a collapsed layer
+  h = codebook_health(codes, 8)
+  for m in range(3):
+    col = codes[..., m].reshape(-1)
+    freq = np.array([np.mean(col == c) for c in range(8)])
+    nz = freq[freq > 0]
+    assert h["layers"][m]["used"] == len(set(col)) and h["layers"][m]["dead"] == 8 - len(set(col))
+    np.testing.assert_allclose(h["layers"][m]["perplexity"], np.exp(-(nz * np.log(nz)).sum()))
+  assert h["layers"][2]["perplexity"] == 1.0 and h["layers"][2]["used"] == 1
+  ids = [tuple(r) for r in codes.reshape(-1, 3)]
+  assert h["ids"] == 80 and h["distinct_ids"] == len(set(ids))
+  assert h["colliding_ids"] == sum(ids.count(i) > 1 for i in set(ids))
+  with pytest.raises(ValueError, match="outside"):
+    codebook_health(codes, 4)

@@ -269,3 +269,34 @@ def triplet_metrics(scores: np.ndarray) -> dict:
       "order_hist": {o: pct(np.array([x == o for x in orders])) for o in TRIPLET_ORDERS},
       "n": int(scores.shape[0]),
   }
+
+
+def codebook_health(codes: np.ndarray, num_codes: int) -> dict:
+  """Per-layer code usage of semantic IDs (GRDR §3.2's codebooks), and full-ID collisions.
+
+  Args:
+    codes: int [..., M], every semantic ID (e.g. [V, N_v, M] for V videos of N_v views).
+    num_codes: K.
+
+  Returns:
+    {"layers": [{"used": codes used at least once, "usage": used / K (fraction), "dead": K - used,
+    "perplexity": exp(entropy of the code frequencies), K when uniform, 1 when one code}, ...],
+    "ids": number of IDs, "distinct_ids": distinct IDs, "colliding_ids": distinct IDs held by
+    more than one of the given rows}. Collisions are the failure users of semantic IDs report most.
+  """
+  codes = np.asarray(codes)
+  if codes.ndim < 1 or codes.shape[-1] < 1 or not np.issubdtype(codes.dtype, np.integer):
+    raise ValueError(f"codebook_health: codes must be an integer array [..., M], got {codes.dtype} {codes.shape}")
+  flat = codes.reshape(-1, codes.shape[-1])
+  if flat.size and (flat.min() < 0 or flat.max() >= num_codes):
+    raise ValueError(f"codebook_health: codes outside [0, {num_codes})")
+  layers = []
+  for m in range(flat.shape[1]):
+    count = np.bincount(flat[:, m], minlength=num_codes).astype(np.float64)
+    p = count[count > 0] / count.sum()
+    used = int(np.sum(count > 0))
+    layers.append({"used": used, "usage": used / num_codes, "dead": num_codes - used,
+                   "perplexity": float(np.exp(-np.sum(p * np.log(p))))})
+  _, per_id = np.unique(flat, axis=0, return_counts=True)
+  return {"layers": layers, "ids": int(flat.shape[0]), "distinct_ids": int(per_id.size),
+          "colliding_ids": int(np.sum(per_id > 1))}
