@@ -88,12 +88,8 @@ def bench_size(n: int, args, params, queries) -> dict:
     leaves_of[i] = np.asarray(leaves[0])
 
   decode_ms = median_ms(decode, range(len(queries)))
-  sizes = []
-
-  def to_videos(i):
-    sizes.append(len(trie.videos_in_order(leaves_of[i], limit=args.candidates)))
-
-  map_ms = median_ms(to_videos, range(len(queries)))
+  map_ms = median_ms(lambda i: trie.videos_in_order(leaves_of[i], limit=args.candidates), range(len(queries)))
+  sizes = [len(trie.videos_in_order(leaves_of[i], limit=args.candidates)) for i in range(len(queries))]
   corpus = rng.standard_normal((n, args.dim), dtype=np.float32)
   index = DenseIndex(ids, corpus)
   del corpus
@@ -102,7 +98,6 @@ def bench_size(n: int, args, params, queries) -> dict:
   out = {"n": n, "decode": decode_ms, "map": map_ms, "gr": decode_ms + map_ms, "dense": dense_ms,
          "gr_bytes": trie.nbytes / n, "dense_bytes": index.nbytes / n, "candidates": float(np.mean(sizes)),
          "build": build}
-  del index
   return out
 
 

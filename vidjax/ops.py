@@ -16,6 +16,19 @@ import numpy as np
 NORM_EPS = 1e-6
 
 
+def is_positive_int(value: Any) -> bool:
+  """True for an integer >= 1 (Python or NumPy; not a bool)."""
+  return isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= 1
+
+
+def check_positive_fields(obj: Any, names: tuple[str, ...]) -> None:
+  """One ValueError naming `Type.field` for the first of `names` that is not a positive integer."""
+  for name in names:
+    value = getattr(obj, name)
+    if not is_positive_int(value):
+      raise ValueError(f"{type(obj).__name__}.{name} must be a positive integer, got {value!r}")
+
+
 def l2_normalize(x: Any, axis: int = -1) -> Any:
   """Unit-normalises `x` along `axis`; vectors with norm < `NORM_EPS` (1e-6) map to 0.
 

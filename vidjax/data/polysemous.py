@@ -28,7 +28,8 @@ import dataclasses
 
 import numpy as np
 
-from vidjax.ops import l2_normalize
+from vidjax.metrics import rank_of_target
+from vidjax.ops import check_positive_fields, l2_normalize
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,10 +50,8 @@ class PolysemousWorldConfig:
   test_queries: int = 1
 
   def __post_init__(self):
-    for name in ("num_videos", "dim", "coarse", "sub", "min_facets", "max_facets", "train_queries", "test_queries"):
-      value = getattr(self, name)
-      if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"PolysemousWorldConfig.{name} must be a positive integer, got {value!r}")
+    check_positive_fields(self, ("num_videos", "dim", "coarse", "sub", "min_facets", "max_facets",
+                                 "train_queries", "test_queries"))
     if self.max_facets < self.min_facets:
       raise ValueError(f"PolysemousWorldConfig: max_facets ({self.max_facets}) < min_facets ({self.min_facets})")
     if not 0.0 < self.train_fraction < 1.0:
@@ -123,9 +122,8 @@ def dense_recall(world: PolysemousWorld, pool: str = "inductive", ks=(1, 5, 10, 
     raise ValueError(f"pool must be 'inductive' or 'full_corpus', got {pool!r}")
   videos = world.test if pool == "inductive" else np.arange(len(world.video_ids))
   scores = world.test_queries @ world.features[videos].T
-  target = np.searchsorted(videos, world.test_query_video)
-  rank = np.sum(scores > scores[np.arange(len(target)), target][:, None], axis=1)  # 0 = first
-  return {f"r{k}": float(np.mean(rank < k)) for k in ks}
+  rank = rank_of_target(scores, np.searchsorted(videos, world.test_query_video))  # ties pessimistic
+  return {f"r{k}": float(np.mean(rank <= k)) for k in ks}
 
 
 if __name__ == "__main__":

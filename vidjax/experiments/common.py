@@ -26,6 +26,7 @@ import numpy as np
 from vidjax import io
 from vidjax import train
 from vidjax.data import pipeline
+from vidjax.ops import is_positive_int
 
 REQUIRED_KEYS = ("experiment", "dataset", "synthetic", "metrics")
 
@@ -71,7 +72,7 @@ def check_choice(config, key: str, choices: Sequence[Any]) -> None:
 def check_positive_int(config, keys: Iterable[str]) -> None:
   for key in keys:
     value = get_key(config, key)
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+    if not is_positive_int(value):
       bad_value(key, value, "a positive integer")
 
 

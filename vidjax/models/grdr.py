@@ -35,7 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vidjax.ops import l2_normalize
+from vidjax.ops import check_positive_fields, l2_normalize
 
 # Views up to this many are matched to clusters exactly (N_v! permutations), more greedily.
 MAX_EXACT_VIEWS = 6
@@ -57,10 +57,7 @@ class TokenizerConfig:
   num_codes: int = 128
 
   def __post_init__(self):
-    for name in ("feature_dim", "latent_dim", "hidden", "num_views", "num_layers", "num_codes"):
-      value = getattr(self, name)
-      if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"TokenizerConfig.{name} must be a positive integer, got {value!r}")
+    check_positive_fields(self, ("feature_dim", "latent_dim", "hidden", "num_views", "num_layers", "num_codes"))
 
 
 class ViewMLPs(nn.Module):

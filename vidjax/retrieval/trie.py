@@ -31,6 +31,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from vidjax.ops import is_positive_int
+
 # Depths below this one get dense child tables (`[n_d, K]`), deeper ones CSR.
 DENSE_DEPTH = 2
 
@@ -73,7 +75,7 @@ class SemanticIdTrie:
     """
     codes = np.asarray(codes)
     video_ids = np.asarray([str(v) for v in video_ids])
-    if isinstance(num_codes, bool) or not isinstance(num_codes, (int, np.integer)) or num_codes < 1:
+    if not is_positive_int(num_codes):
       raise ValueError(f"SemanticIdTrie: num_codes must be a positive integer, got {num_codes!r}")
     if codes.ndim != 3 or 0 in codes.shape:
       raise ValueError(f"SemanticIdTrie: codes must be a non-empty integer array [V, N_v, M], got shape {codes.shape}")
