@@ -25,7 +25,7 @@ positive is a negative, even if two rows share one target clip.
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Mapping, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -317,3 +317,36 @@ def code_cross_entropy(h: jax.Array, codebook: jax.Array, targets: jax.Array, ta
     return jnp.mean(nll)
   mask = jnp.asarray(mask, jnp.float32)
   return jnp.sum(nll * mask) / jnp.maximum(jnp.sum(mask), 1.0)
+
+
+def grdr_loss(out: Mapping[str, jax.Array], features: jax.Array, *, layer: int, align: bool,
+              weights: Sequence[float] = (1.0, 1.0, 1.0, 1.0), beta: float = 0.25):
+  """One phase of GRDR's progressive co-training (Algorithm 1) for codebook layer m = `layer`.
+
+  Args:
+    out: `vidjax.models.grdr.GRDR.phase_outputs` (h [B, m, D] = h_1..h_m; the aligned view's z,
+      codes and residuals; all views' z / z_hat; the reconstruction; codebooks; temperatures).
+    features: f_v [B, d_v], the reconstruction target.
+    layer: m (1-based).
+    align: True = phase 1, L_CL(z, h^(m) = sum_l h_l) (eq. 9) + [m > 1] L_HC (eq. 10);
+      False = phase 2, lambda1 L_CE + lambda2 L_HC + lambda3 L_RQ + lambda4 L_Rec (eq. 11-12).
+    weights: (lambda1 .. lambda4); the paper does not give them: 1 each.
+    beta: L_RQ's commitment weight.
+
+  Returns:
+    (loss, {term: value}).
+  """
+  m = layer
+  h, books, codes, tau = out["h"], out["codebooks"], out["view_codes"], out["tau_code"]
+  hc = jnp.zeros((), jnp.float32)
+  for l in range(m - 1):  # eq. 10: both modalities keep predicting the frozen earlier codes
+    hc = hc + code_cross_entropy(h[:, l], books[l], codes[:, l], tau)
+    hc = hc + code_cross_entropy(out["view_residuals"][:, l], books[l], codes[:, l], tau)
+  if align:
+    cl = alignment_loss(out["view_z"], jnp.sum(h[:, :m], axis=1), out["tau_align"])
+    return cl + hc, {"cl": cl, "hc": hc}
+  ce = code_cross_entropy(h[:, m - 1], books[m - 1], codes[:, m - 1], tau)
+  rq = rq_loss(out["z_hat"], out["z"], beta)
+  rec = cosine_reconstruction_loss(features, out["reconstruction"])
+  w1, w2, w3, w4 = weights
+  return w1 * ce + w2 * hc + w3 * rq + w4 * rec, {"ce": ce, "hc": hc, "rq": rq, "rec": rec}

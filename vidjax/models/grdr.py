@@ -6,7 +6,7 @@
   with the current residual; the quantized vector z_hat is the sum of the selected entries.
 * `Tokenizer` — f_v [B, d_v] -> views z [B, N_v, d_z] -> codes [B, N_v, m] for the first m layers,
   z_hat, and the reconstruction f~_v = mean_i psi_i(z_hat_i) [B, d_v]. The codebooks C^(1..M)
-  [M, K, d_z] live here and are the ones the generative retriever predicts over (the shared
+  (params `codebook_0 ..`, stacked as `codebooks` [M, K, d_z]) live here and are the ones the generative retriever predicts over (the shared
   codebook of §3.3).
 * `match_views` — the view <-> query-cluster rule (below).
 
@@ -35,6 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from vidjax.models.t5 import T5Config, T5Decoder, T5Encoder
 from vidjax.ops import check_positive_fields, l2_normalize
 
 # Views up to this many are matched to clusters exactly (N_v! permutations), more greedily.
@@ -94,6 +95,9 @@ def residual_quantize(z: jax.Array, codebooks: jax.Array, num_layers: int):
     codes int32 [..., m]; z_hat [..., D] = sum of the selected entries; residuals [..., m, D]
     (r^(l), the vector layer l quantizes: r^(1) = z).
   """
+  if num_layers == 0:
+    return (jnp.zeros(z.shape[:-1] + (0,), jnp.int32), jnp.zeros_like(z), jnp.zeros(z.shape[:-1] + (0, z.shape[-1]),
+                                                                                    z.dtype))
   codes, residuals = [], []
   r = z
   z_hat = jnp.zeros_like(z)
@@ -115,8 +119,11 @@ class Tokenizer(nn.Module):
     c = self.config
     self.encoder = ViewMLPs(c.num_views, c.hidden, c.latent_dim)
     self.decoder = ViewMLPs(c.num_views, c.hidden, c.feature_dim, per_view_input=True)
-    self.codebooks = self.param("codebooks", nn.initializers.normal(1.0 / math.sqrt(c.latent_dim)),
-                                (c.num_layers, c.num_codes, c.latent_dim))
+    # One parameter per layer, `codebook_{l}` (0-based), so a training phase can freeze C^(1..m-1)
+    # by parameter path; `codebooks` stacks them [M, K, d_z].
+    init = nn.initializers.normal(1.0 / math.sqrt(c.latent_dim))
+    self.codebooks = jnp.stack([self.param(f"codebook_{l}", init, (c.num_codes, c.latent_dim))
+                                for l in range(c.num_layers)])
 
   def encode(self, features):
     """f_v [..., d_v] -> unit views z [..., N_v, d_z] (eq. 3)."""
@@ -166,3 +173,128 @@ def match_views(z: jax.Array, centres: jax.Array, valid: jax.Array | None = None
     sim[np.arange(v), i, :] = -np.inf
     sim[np.arange(v), :, j] = -np.inf
   return jnp.asarray(out)
+
+
+# ----------------------------------------------------------------------------------------------
+# The generative retriever (§3.3) and the whole model.
+
+QUERY_ENCODERS = ("t5", "minilm")
+
+
+@dataclasses.dataclass(frozen=True)
+class RetrieverConfig:
+  """The generative retriever: a query encoder and a T5 decoder predicting codes over the shared codebook.
+
+  query_encoder: "t5" — a T5 encoder stack (`t5.encoder_layers` layers, random init) over the query
+    tokens; "minilm" — no trainable encoder: the frozen all-MiniLM-L6-v2 sentence embedding (computed
+    once per query, as every frozen backbone in vidjax) is the decoder's memory.
+  query_dim: width of a query given as a feature vector (384 for MiniLM; the embedded world's
+    query vectors stand in for it, `dim`).
+  query_tokens: a feature query becomes this many memory tokens (a learned linear map).
+  t5: the T5 shape (`T5Config.small()` is the paper's, §4.3; `vocab_size` 0 when queries are features).
+  tau_init: initial value of both learnable temperatures (eq. 8 and eq. 9).
+  """
+  t5: T5Config = dataclasses.field(default_factory=lambda: T5Config.small(vocab_size=0))
+  query_encoder: str = "t5"
+  query_dim: int = 384
+  query_tokens: int = 4
+  tau_init: float = 0.07
+
+  def __post_init__(self):
+    check_positive_fields(self, ("query_dim", "query_tokens"))
+    if self.query_encoder not in QUERY_ENCODERS:
+      raise ValueError(f"RetrieverConfig.query_encoder must be one of {QUERY_ENCODERS}, got {self.query_encoder!r}")
+    if not self.tau_init > 0:
+      raise ValueError(f"RetrieverConfig.tau_init must be > 0, got {self.tau_init!r}")
+
+
+class GRDR(nn.Module):
+  """Tokenizer + generative retriever sharing the codebooks `tokenizer/codebooks` [M, K, d_z].
+
+  The decoder reads [BOS, e_1(c_1), ..., e_{m-1}(c_{m-1})] (a learned embedding per layer and code)
+  and its output at position l, projected to d_z, is h_l; P(c_l | c_<l, q) = softmax(cos(h_l, C^(l)) / tau)
+  (eq. 8). Two learnable temperatures, `log_tau_code` (eq. 8, 10, 11) and `log_tau_align` (eq. 9).
+  """
+  tokenizer: TokenizerConfig
+  retriever: RetrieverConfig
+
+  def setup(self):
+    r, t = self.retriever, self.tokenizer
+    d = r.t5.d_model
+    self.tok = Tokenizer(t, name="tokenizer")
+    self.query_in = nn.Dense(r.query_tokens * d, name="query_in")
+    if r.query_encoder == "t5":
+      self.encoder = T5Encoder(r.t5, name="encoder")
+    self.decoder = T5Decoder(r.t5, name="decoder")
+    self.bos = self.param("bos", nn.initializers.normal(1.0), (d,))
+    self.code_embed = self.param("code_embed", nn.initializers.normal(1.0), (max(t.num_layers - 1, 1), t.num_codes, d))
+    self.out = nn.Dense(t.latent_dim, use_bias=False, name="out")
+    init = lambda _, v=math.log(r.tau_init): jnp.asarray(v, jnp.float32)  # noqa: E731
+    self.log_tau_code = self.param("log_tau_code", init)
+    self.log_tau_align = self.param("log_tau_align", init)
+
+  def temperatures(self):
+    """(tau_code, tau_align), each floored at 0.01."""
+    return jnp.maximum(jnp.exp(self.log_tau_code), 0.01), jnp.maximum(jnp.exp(self.log_tau_align), 0.01)
+
+  def encode_query(self, queries, deterministic: bool = True):
+    """queries [B, query_dim] -> memory [B, query_tokens, d_model]."""
+    r = self.retriever
+    x = self.query_in(queries).reshape(queries.shape[0], r.query_tokens, r.t5.d_model)
+    if r.query_encoder == "t5":
+      x = self.encoder(x, jnp.ones(x.shape[:2], bool), deterministic)
+    return x
+
+  def decode(self, memory, prefix, deterministic: bool = True):
+    """memory [B, L, d]; prefix int [B, m] (codes of layers 1..m) -> h [B, m + 1, d_z] (h_1 .. h_{m+1})."""
+    b, m = prefix.shape
+    y = [jnp.broadcast_to(jnp.asarray(self.bos), (b, 1, self.bos.shape[0]))]
+    if m:
+      y.append(jnp.stack([jnp.asarray(self.code_embed[l])[prefix[:, l]] for l in range(m)], axis=1))
+    y = jnp.concatenate(y, axis=1)
+    mask = jnp.ones(memory.shape[:2], bool)
+    return self.out(self.decoder(y, memory, mask, deterministic))
+
+  def code_logp(self, memory, prefix):
+    """Beam-search step: memory [Q, L, d], prefix int [Q, W, m] -> log P(c_{m+1} | prefix, q) [Q, W, K]."""
+    q, w, m = prefix.shape
+    mem = jnp.repeat(memory, w, axis=0)
+    h = self.decode(mem, prefix.reshape(q * w, m))[:, m]
+    tau, _ = self.temperatures()
+    book = self.tok.codebooks[m]
+    logits = (l2_normalize(h.astype(jnp.float32)) @ l2_normalize(book).T) / tau
+    return jax.nn.log_softmax(logits, axis=-1).reshape(q, w, -1)
+
+  def phase_outputs(self, features, queries, view, num_layers: int, train_layer: int,
+                    deterministic: bool = True):
+    """What the losses of one training phase need (Algorithm 1).
+
+    Args:
+      features: f_v [B, d_v] of each row's video; queries [B, query_dim]; view int [B]: the view
+        of that video the row's query is aligned with (`match_views`).
+      num_layers: codebooks the tokenizer quantizes with (m - 1 in the alignment phase, m in co-training).
+      train_layer: m (1-based), the layer being trained; the decoder yields h_1 .. h_m.
+
+    Returns:
+      dict: z / z_hat [B, N_v, d_z], reconstruction [B, d_v], codes [B, N_v, num_layers], and for the
+      aligned view: view_z [B, d_z], view_codes [B, num_layers], view_residuals [B, num_layers, d_z];
+      h [B, m, d_z]; codebooks; tau_code, tau_align.
+    """
+    tok = self.tok(features, num_layers)
+    pick = lambda x: jnp.take_along_axis(x, view.reshape((-1, 1) + (1,) * (x.ndim - 2)), axis=1)[:, 0]  # noqa: E731
+    codes = pick(tok["codes"])
+    memory = self.encode_query(queries, deterministic)
+    h = self.decode(memory, codes[:, :train_layer - 1], deterministic)
+    tau_code, tau_align = self.temperatures()
+    return {**tok, "view_z": pick(tok["z"]), "view_codes": codes, "view_residuals": pick(tok["residuals"]),
+            "h": h, "codebooks": self.tok.codebooks, "tau_code": tau_code, "tau_align": tau_align}
+
+  def video_codes(self, features, num_layers: int | None = None):
+    """Offline indexing: f_v [V, d_v] -> codes [V, N_v, m] (eq. 3-5)."""
+    return self.tok(features, num_layers)["codes"]
+
+  def __call__(self, features, queries):
+    """For `init`: touches every parameter."""
+    out = self.phase_outputs(features, queries, jnp.zeros(features.shape[0], jnp.int32),
+                             self.tokenizer.num_layers, self.tokenizer.num_layers)
+    return out["h"], out["reconstruction"]

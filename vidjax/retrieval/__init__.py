@@ -1,8 +1,11 @@
-"""Retrieval at query time: the dense stage-1 index and the two-stage (recall -> rerank) pipeline.
+"""Retrieval at query time: the dense stage-1 index, generative recall over a semantic-ID trie, and the
+two-stage (recall -> rerank) pipeline.
 
-    from vidjax.retrieval import DenseIndex, TwoStage
+    from vidjax.retrieval import DenseIndex, GenerativeRecall, SemanticIdTrie, TwoStage
 """
 from vidjax.retrieval.dense import DenseIndex
+from vidjax.retrieval.generative import GenerativeRecall
 from vidjax.retrieval.pipeline import TwoStage, TwoStageResult
+from vidjax.retrieval.trie import SemanticIdTrie, beam_search
 
-__all__ = ["DenseIndex", "TwoStage", "TwoStageResult"]
+__all__ = ["DenseIndex", "GenerativeRecall", "SemanticIdTrie", "TwoStage", "TwoStageResult", "beam_search"]

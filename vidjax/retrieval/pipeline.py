@@ -10,7 +10,9 @@ Scorer (`score(batch) -> [Q, K]`). The reranker's batch comes from
 `batch_fn(queries, candidate_ids [Q, K], stage1_scores [Q, K])`; by default it is the queries
 (`{"text": queries}`, or the query dict itself) plus `candidates` = the recall stage's stored
 vectors of the candidates `[Q, K, D]` (`recall.vectors(ids)`) and `prior` = the stage-1 scores.
-The final order is the reranker's scores, best first, equal scores kept in stage-1 order.
+The final order is the reranker's scores, best first, equal scores kept in stage-1 order. A recall
+stage with fewer than K candidates for a query (generative recall) pads with stage-1 score -inf:
+those places keep score -inf whatever the reranker says and stay last.
 
 Queries go through both stages in batches of `query_batch` (the last padded to the next power of
 two by repeating its last row, the padding dropped), so a jitted reranker compiles for a bounded
@@ -141,8 +143,11 @@ class TwoStage:
     if scores.shape != ids.shape:
       raise ValueError(f"TwoStage: the reranker returned scores of shape {scores.shape} for {ids.shape[0]} "
                        f"queries x {ids.shape[1]} candidates; expected {ids.shape}")
-    if not np.isfinite(scores).all():
+    padding = s1 == -np.inf  # a recall stage with fewer than K candidates pads with -inf
+    bad = ~np.isfinite(scores) & ~padding
+    if bad.any():
       raise ValueError(f"TwoStage: the reranker returned NaN or Inf scores for "
-                       f"{int(np.sum(~np.isfinite(scores).all(axis=1)))} queries")
+                       f"{int(np.sum(bad.any(axis=1)))} queries")
+    scores = np.where(padding, -np.inf, scores)
     order = np.argsort(-scores, axis=1, kind="stable")[:, :k]  # equal scores keep stage-1 order
     return np.take_along_axis(ids, order, 1), np.take_along_axis(scores, order, 1)

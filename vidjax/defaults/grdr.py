@@ -1,0 +1,100 @@
+"""GRDR experiment defaults (`configs/grdr_<dataset>.py`): jax-free, instant to load.
+
+The paper's hyperparameters (../shared/papers/grdr.txt §4.3): N_v = 4 views, M = 3 codebook layers of
+K = 128 codes (LSMDC: N_v = 1, K = 200); T5-Small retriever; AdamW lr 1e-4, batch 512; per layer
+an alignment phase (3 epochs for the first layer, 1 after) and 4 co-training epochs; beam size tuned
+for ~100-150 candidate videos.
+
+Choices the paper leaves open, stated where set: loss weights lambda_1..4 = 1, commitment beta 0.25
+(RQ-VAE), both temperatures learnable from 0.07, AdamW weight decay 0.01 (PyTorch's default; not on
+codebooks or temperatures), view MLP width, the view <-> intent matching rule (vidjax.models.grdr).
+
+Deviations:
+  * T5-Small has no pretrained weights offline; `model.t5` is its exact shape (random init). The
+    embedded world is 128-d and must train in CPU minutes, so it uses `world_model`, a small T5
+    (d_model 128, 4 heads, d_ff 512, 2 decoder layers) with the frozen-feature query encoder: the
+    world's query vectors stand in for frozen all-MiniLM-L6-v2 sentence embeddings (query_encoder
+    "minilm"). `query_encoder="t5"` adds a trained T5 encoder stack; measured on the world in
+    BENCHMARKS.md ("GRDR query encoders"), it was not better and is 2.3x slower to train.
+"""
+from __future__ import annotations
+
+import ml_collections
+
+DATASETS = ("msrvtt", "didemo", "activitynet", "lsmdc")
+
+
+def _t5(**kw) -> ml_collections.ConfigDict:
+  base = dict(d_model=512, num_heads=8, d_kv=64, d_ff=2048, encoder_layers=6, decoder_layers=6,
+              dropout_rate=0.1, dtype="float32")  # T5-Small (§4.3)
+  base.update(kw)
+  return ml_collections.ConfigDict(base)
+
+
+def _model(**kw) -> ml_collections.ConfigDict:
+  base = dict(
+      num_views=4, num_layers=3, num_codes=128,   # N_v, M, K (§4.3)
+      latent_dim=512,            # d_z: view / codebook / decoder-output space (not given; vidjax's choice)
+      hidden=1024,               # view-MLP width (not given)
+      query_encoder="minilm",    # "minilm": frozen sentence embeddings (384-d) | "t5": a trained T5 encoder
+      query_dim=384,
+      query_tokens=4,            # a feature query becomes this many memory tokens
+      tau_init=0.07,
+      t5=_t5(),
+  )
+  base.update(kw)
+  return ml_collections.ConfigDict(base)
+
+
+def _train(**kw) -> ml_collections.ConfigDict:
+  base = dict(
+      batch_size=512, lr=1e-4, weight_decay=0.01,        # §4.3 (weight decay: PyTorch AdamW default)
+      first_align_epochs=3, align_epochs=1, cotrain_epochs=4,   # Algorithm 1 schedule (§4.3)
+      loss_weights=(1.0, 1.0, 1.0, 1.0),                 # lambda_1..4, eq. 12
+      beta=0.25,                                         # L_RQ commitment (eq. 6)
+      kmeans_iters=20,
+      checkpoint_every=500, log_every=50, progress=True,
+  )
+  base.update(kw)
+  return ml_collections.ConfigDict(base)
+
+
+def get_config(dataset: str, arg: str | None = None) -> ml_collections.ConfigDict:
+  """What `configs/grdr_<dataset>.py` return; `arg`: None (the defaults) or "smoke" (a tiny world, seconds)."""
+  if dataset not in DATASETS:
+    raise ValueError(f"grdr: unknown dataset {dataset!r}; expected one of {DATASETS}")
+  c = ml_collections.ConfigDict()
+  c.experiment = "grdr"
+  c.name = f"grdr_{dataset}"
+  c.dataset = dataset
+  c.seed = 0
+  c.model = _model(**(dict(num_views=1, num_codes=200) if dataset == "lsmdc" else {}))
+  c.world_model = _model(
+      latent_dim=128, hidden=256, query_dim=128,
+      t5=_t5(d_model=128, num_heads=4, d_kv=32, d_ff=512, encoder_layers=2, decoder_layers=2),
+      **(dict(num_views=1, num_codes=200) if dataset == "lsmdc" else {}))
+  c.train = _train()
+  c.world = ml_collections.ConfigDict(dict(num_videos=10_000, dim=128, train_queries=12, test_queries=1))
+  c.eval = ml_collections.ConfigDict(dict(
+      beam_width=150,          # W (§4.3: tuned for ~100-150 candidates)
+      candidates=150,          # at most this many de-duplicated videos go to the reranker
+      latency_queries=100,     # queries timed one at a time (batch 1, §4.1)
+      compare_single_view=True,  # also train N_v = 1 (results "grdr_nv1")
+  ))
+  c.data = ml_collections.ConfigDict(dict(features=""))  # "" = the embedded SYNTHETIC polysemous world
+  if arg == "smoke":
+    c.world.num_videos = 300
+    c.world.train_queries = 6
+    c.world_model.num_codes = 16
+    c.world_model.num_layers = 2
+    c.world_model.latent_dim = 32
+    c.world_model.hidden = 32
+    c.world_model.query_dim = 128
+    c.world_model.t5 = _t5(d_model=32, num_heads=2, d_kv=16, d_ff=64, encoder_layers=1, decoder_layers=1)
+    c.train.batch_size = 64
+    c.train.update(first_align_epochs=1, align_epochs=1, cotrain_epochs=1, kmeans_iters=5)
+    c.eval.update(beam_width=8, candidates=10, latency_queries=3)
+    c.train.progress = False
+  elif arg is not None:
+    raise ValueError(f"grdr config: unknown argument {arg!r}; expected 'smoke' or nothing")
+  return c

@@ -1,0 +1,114 @@
+"""Generative recall (GRDR §3.4) as a recall stage: query encoding -> trie-constrained beam search -> IDs -> videos.
+
+    recall = GenerativeRecall(trie, encode_fn, logp_fn, params, width=150, limit=150, vectors=features)
+    ids, scores = recall.retrieve(queries, k=150)              # [Q, k] video ids, "" / -inf past the candidates
+    stack = TwoStage(recall, k_recall=150, reranker=CosineScorer())   # dense rerank of the candidates
+
+The model side comes in as two functions, so this module knows no model:
+  encode_fn(params, queries) -> the queries' state (e.g. the encoder memory [Q, L, d]), jitted here;
+  logp_fn(params, state, prefix int32 [Q, W, m]) -> log P(next code) [Q, W, K] (`trie.beam_search`).
+
+A query's candidates are the videos of its beams' IDs, de-duplicated in beam order (videos sharing an ID
+in index order), at most `limit`; fewer than k are padded with id "" and score -inf, which `TwoStage`
+leaves at the end. A candidate's score is the log-likelihood of the first beam that brought it.
+`latency_ms` accumulates wall time per stage (encode, decode, id_to_video) over every `retrieve` call
+and `queries_seen` the queries, for the per-stage latency of §4.1.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Optional
+
+import jax
+import numpy as np
+
+from vidjax.ops import is_positive_int
+from vidjax.retrieval.trie import SemanticIdTrie, beam_search
+
+STAGES = ("encode", "decode", "id_to_video")
+
+
+class GenerativeRecall:
+  """The `vidjax.evaluate.Retriever` protocol over a `SemanticIdTrie` (see the module docstring)."""
+
+  def __init__(self, trie: SemanticIdTrie, encode_fn: Callable, logp_fn: Callable, params: Any, *,
+               width: int, limit: Optional[int] = None, vectors: Any = None):
+    """
+    Args:
+      trie: the corpus's semantic IDs.
+      encode_fn, logp_fn: the model (module docstring); `logp_fn` must be hashable (a module-level
+        function or one object kept for the life of this recall) since beam search is jitted on it.
+      params: passed to both.
+      width: beam width W (GRDR §4.3 tunes it so that ~100-150 videos come out).
+      limit: at most this many candidate videos per query (None: all the beams bring).
+      vectors: optional [V, D] dense embeddings of the trie's videos (its order), for a reranker
+        reading `vectors(ids)` (TwoStage's default batch).
+    """
+    if not is_positive_int(width):
+      raise ValueError(f"GenerativeRecall: width must be a positive integer, got {width!r}")
+    if limit is not None and not is_positive_int(limit):
+      raise ValueError(f"GenerativeRecall: limit must be a positive integer or None, got {limit!r}")
+    if vectors is not None and np.shape(vectors)[0] != len(trie):
+      raise ValueError(f"GenerativeRecall: {np.shape(vectors)[0]} vectors for a trie of {len(trie)} videos")
+    self.trie, self.params, self.width, self.limit = trie, params, int(width), limit
+    self._arrays = trie.arrays()
+    self._encode = jax.jit(encode_fn)
+    self._logp_fn = logp_fn
+    self._vectors = None if vectors is None else np.asarray(vectors, np.float32)
+    self._row = {v: i for i, v in enumerate(trie.video_ids)}
+    self.latency_ms = {s: 0.0 for s in STAGES}
+    self.queries_seen = 0
+
+  def candidates(self, queries: Any) -> list[np.ndarray]:
+    """Per query, the de-duplicated candidate video indices (into `trie.video_ids`), beam order."""
+    return self._recall(queries)[0]
+
+  def _recall(self, queries):
+    t0 = time.perf_counter()
+    state = jax.block_until_ready(self._encode(self.params, queries))
+    t1 = time.perf_counter()
+    _, leaves, scores = jax.device_get(beam_search(self._logp_fn, self._arrays, self.params, state,
+                                                   width=self.width, depth=self.trie.depth))
+    t2 = time.perf_counter()
+    found, found_scores = [], []
+    for q in range(leaves.shape[0]):
+      videos = self.trie.videos_in_order(leaves[q], self.limit)
+      found.append(videos)
+      # the beam of each candidate's first occurrence: its ID's best score
+      beam_of = {}
+      for b, leaf in enumerate(leaves[q]):
+        if leaf >= 0:
+          for v in self.trie.video_index[self.trie.video_ptr[leaf]:self.trie.video_ptr[leaf + 1]]:
+            beam_of.setdefault(int(v), b)
+      found_scores.append(np.asarray([scores[q, beam_of[int(v)]] for v in videos], np.float32))
+    t3 = time.perf_counter()
+    for name, dt in zip(STAGES, (t1 - t0, t2 - t1, t3 - t2)):
+      self.latency_ms[name] += 1e3 * dt
+    self.queries_seen += leaves.shape[0]
+    return found, found_scores
+
+  def retrieve(self, queries: Any, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """(video ids [Q, k], log-likelihood scores [Q, k]); "" and -inf past a query's candidates."""
+    if not is_positive_int(k):
+      raise ValueError(f"GenerativeRecall.retrieve: k must be a positive integer, got {k!r}")
+    found, found_scores = self._recall(queries)
+    ids = np.full((len(found), k), "", dtype=self.trie.video_ids.dtype)
+    scores = np.full((len(found), k), -np.inf, np.float32)
+    for q, (videos, s) in enumerate(zip(found, found_scores)):
+      n = min(k, len(videos))
+      ids[q, :n], scores[q, :n] = self.trie.video_ids[videos[:n]], s[:n]
+    return ids, scores
+
+  def vectors(self, ids: np.ndarray) -> np.ndarray:
+    """The dense vectors of video ids [...] -> [..., D]; zeros for the padding id ""."""
+    if self._vectors is None:
+      raise ValueError("GenerativeRecall.vectors: no dense vectors were given (vectors=...)")
+    ids = np.asarray(ids)
+    rows = np.asarray([self._row.get(str(i), -1) for i in ids.reshape(-1)], np.int64)
+    out = np.where((rows >= 0)[:, None], self._vectors[np.maximum(rows, 0)], 0.0)
+    return out.reshape(ids.shape + (self._vectors.shape[1],))
+
+  def mean_latency_ms(self) -> dict[str, float]:
+    """Mean wall time per query of each stage so far."""
+    n = max(self.queries_seen, 1)
+    return {s: v / n for s, v in self.latency_ms.items()}
