@@ -99,3 +99,14 @@ def test_clip_variant_restores_the_clip_rows_and_variants_combine():
   assert both.train.epochs == 2 and both.data.identity_rule == "caption_similarity"
   with pytest.raises(ValueError, match="unknown variant 'bogus'"):
     load("cast_coin.py", "bogus")
+
+
+@pytest.mark.parametrize("dataset", ["msrvtt", "didemo", "activitynet", "lsmdc"])
+def test_grdr_configs_carry_paper_settings(dataset):
+  c = load(f"grdr_{dataset}.py")
+  views, codes = (1, 200) if dataset == "lsmdc" else (4, 128)  # GRDR §4.3
+  assert (c.model.num_views, c.model.num_layers, c.model.num_codes) == (views, 3, codes)
+  assert (c.world_model.num_views, c.world_model.num_codes) == (views, codes)
+  assert (c.model.t5.d_model, c.model.t5.encoder_layers, c.model.t5.decoder_layers) == (512, 6, 6)  # T5-Small
+  assert (c.train.lr, c.train.batch_size) == (1e-4, 512)
+  assert (c.train.first_align_epochs, c.train.align_epochs, c.train.cotrain_epochs) == (3, 1, 4)

@@ -131,7 +131,15 @@ def test_generative_recall_is_beam_search_then_dedup_and_pads_for_the_reranker()
 def smoke_run(tmp_path_factory):
   from vidjax.defaults import grdr as defaults
   workdir = tmp_path_factory.mktemp("grdr_smoke")
-  return workdir, G.run(defaults.get_config("msrvtt", "smoke"), workdir)
+  return workdir, G.run(_smoke_config(), workdir)
+
+
+def _smoke_config():
+  """The smoke world without the N_v = 1 model (its training is the same code with n_views=1; half the time)."""
+  from vidjax.defaults import grdr as defaults
+  c = defaults.get_config("msrvtt", "smoke")
+  c.eval.compare_single_view = False
+  return c
 
 
 def test_grdr_smoke_run_writes_the_results_contract(smoke_run):
@@ -139,8 +147,8 @@ def test_grdr_smoke_run_writes_the_results_contract(smoke_run):
   saved = json.loads((workdir / "results.json").read_text())
   assert saved["synthetic"] is True
   for setting in ("inductive", "full_corpus"):
-    assert set(saved[setting]) == {"dense", "grdr", "grdr_nv1"}
-    for method in ("grdr", "grdr_nv1"):
+    assert set(saved[setting]) == {"dense", "grdr"}
+    for method in ("grdr",):
       row = saved[setting][method]
       assert {"t2v_r1", "t2v_r5", "t2v_r10", "candidate_recall", "num_candidates", "latency_ms"} <= set(row)
       assert set(row["latency_ms"]) >= {"encode", "decode", "id_to_video", "rerank"}
@@ -151,9 +159,28 @@ def test_grdr_smoke_run_writes_the_results_contract(smoke_run):
 
 
 def test_grdr_rerun_resumes_every_phase_to_the_same_results(smoke_run):
-  from vidjax.defaults import grdr as defaults
   workdir, results = smoke_run
-  again = G.run(defaults.get_config("msrvtt", "smoke"), workdir)
+  again = G.run(_smoke_config(), workdir)
   strip = lambda r: {s: {m: {k: v for k, v in row.items() if k != "latency_ms"} for m, row in r[s].items()}  # noqa: E731
                      for s in ("inductive", "full_corpus")}
   assert strip(again) == strip(results)
+
+
+def test_grdr_model_shapes_and_code_distribution():
+  from vidjax.defaults import grdr as defaults
+  c = defaults.get_config("msrvtt", "smoke")
+  model = G.build_model(c.world_model, 128)
+  rng = np.random.default_rng(0)
+  f, q = jnp.asarray(rng.normal(size=(3, 128)), jnp.float32), jnp.asarray(rng.normal(size=(3, 128)), jnp.float32)
+  params = model.init(jax.random.PRNGKey(0), f, q)["params"]
+  assert params["tokenizer"]["codebook_1"].shape == (16, 32)
+  mem = model.apply({"params": params}, q, method=G.GRDR.encode_query)
+  assert mem.shape == (3, c.world_model.query_tokens, c.world_model.t5.d_model)
+  logp = model.apply({"params": params}, mem, jnp.zeros((3, 5, 1), jnp.int32), method=G.GRDR.code_logp)
+  assert logp.shape == (3, 5, 16)
+  np.testing.assert_allclose(np.asarray(jax.nn.logsumexp(logp, -1)), 0.0, atol=1e-5)
+  h = model.apply({"params": params}, mem, jnp.asarray([[1], [2], [3]]), method=G.GRDR.decode)
+  h2 = model.apply({"params": params}, mem, jnp.asarray([[4], [5], [6]]), method=G.GRDR.decode)
+  np.testing.assert_allclose(h[:, 0], h2[:, 0], atol=1e-5)  # h_1 does not see c_1
+  codes = model.apply({"params": params}, f, method=G.GRDR.video_codes)
+  assert codes.shape == (3, c.world_model.num_views, 2) and codes.dtype == jnp.int32

@@ -6,8 +6,10 @@
   with the current residual; the quantized vector z_hat is the sum of the selected entries.
 * `Tokenizer` — f_v [B, d_v] -> views z [B, N_v, d_z] -> codes [B, N_v, m] for the first m layers,
   z_hat, and the reconstruction f~_v = mean_i psi_i(z_hat_i) [B, d_v]. The codebooks C^(1..M)
-  (params `codebook_0 ..`, stacked as `codebooks` [M, K, d_z]) live here and are the ones the generative retriever predicts over (the shared
-  codebook of §3.3).
+  (params `codebook_0 ..`, stacked as `codebooks` [M, K, d_z]) live here and are the ones the
+  generative retriever predicts over (the shared codebook of §3.3).
+* `GRDR` — the tokenizer and the generative retriever (a query encoder and a T5 decoder,
+  `vidjax.models.t5`) in one module, with the methods Algorithm 1 and inference call.
 * `match_views` — the view <-> query-cluster rule (below).
 
 Decisions the paper leaves open:
