@@ -205,15 +205,15 @@ def train_grdr(model: GRDR, data: TrainingSet, tcfg, workdir: Path, seed: int):
 # Retrieval.
 
 
-def make_recall(model: GRDR, params, features: np.ndarray, ids, ecfg) -> GenerativeRecall:
-  """The trie of the pool's semantic IDs and its generative recall (dense vectors = the features)."""
+def make_recall(model: GRDR, params, features: np.ndarray, ids, ecfg) -> tuple[GenerativeRecall, np.ndarray]:
+  """The trie of the pool's semantic IDs and its generative recall (dense vectors = the features), and the
+  pool's codes [V, N_v, M]."""
   codes = np.asarray(_batched(jax.jit(lambda f: model.apply({"params": params}, f, method=GRDR.video_codes)), features))
   trie = SemanticIdTrie(ids, codes, model.tokenizer.num_codes)
   encode = lambda p, q: model.apply({"params": p}, q, method=GRDR.encode_query)  # noqa: E731
   recall = GenerativeRecall(trie, encode, _LogpFn(model), params, width=ecfg.beam_width, limit=ecfg.candidates,
                             vectors=features)
-  recall.trie_codes = codes
-  return recall
+  return recall, codes
 
 
 class _LogpFn:
@@ -232,38 +232,37 @@ class _LogpFn:
     return isinstance(other, _LogpFn) and other.model == self.model
 
 
-def recall_at(ranked_ids: np.ndarray, target: np.ndarray, ks=(1, 5, 10)) -> dict[str, float]:
-  hit = ranked_ids == target[:, None]
-  first = np.where(hit.any(1), hit.argmax(1) + 1, np.iinfo(np.int32).max)
-  return {f"t2v_r{k}": float(np.mean(first <= k)) for k in ks}
+def _recall(ids: np.ndarray, target: np.ndarray, ks=(1, 5, 10)) -> dict[str, float]:
+  """`metrics.recall_from_ranked` as fractions, keys t2v_r<k>."""
+  return {f"t2v_{k}": v / 100 for k, v in metrics.recall_from_ranked(ids, target, ks).items()}
 
 
-def evaluate_setting(world: PolysemousWorld, pool: np.ndarray, recall: GenerativeRecall, ecfg) -> dict:
-  """GR + dense rerank on the world's test queries over `pool` (video rows)."""
+def evaluate_setting(world: PolysemousWorld, recall: GenerativeRecall, ecfg) -> tuple[dict, np.ndarray]:
+  """GR + dense rerank on the world's test queries over the recall's pool.
+
+  Returns the metrics and the recalled ids [Q, candidates] (beam order, "" past a query's candidates).
+  """
   queries = world.test_queries
   target = world.video_ids[world.test_query_video]
   stack = TwoStage(recall, k_recall=ecfg.candidates, reranker=evaluate.CosineScorer())
   result = stack.search(queries, k=min(10, ecfg.candidates))
-  found = recall.candidates(queries)
-  in_pool = {v: i for i, v in enumerate(world.video_ids[pool])}
-  cand_recall = np.mean([in_pool[t] in set(c.tolist()) for t, c in zip(target, found)])
-  out = {**recall_at(result.ids, target), "candidate_recall": float(cand_recall),
-         "num_candidates": float(np.mean([len(c) for c in found]))}
-  recall.latency_ms, recall.queries_seen = {k: 0.0 for k in recall.latency_ms}, 0
+  found = result.recall_ids  # every candidate: k_recall is the candidate limit
+  out = {**_recall(result.ids, target), "candidate_recall": float(np.mean((found == target[:, None]).any(1))),
+         "num_candidates": float(np.mean(np.sum(found != "", axis=1)))}
   single = TwoStage(recall, k_recall=ecfg.candidates, reranker=evaluate.CosineScorer(), query_batch=1)
-  n = min(ecfg.latency_queries, len(queries))
   single.search(queries[:1], k=1)  # compile
-  recall.latency_ms, recall.queries_seen = {k: 0.0 for k in recall.latency_ms}, 0
-  t = single.search(queries[:n], k=1)
+  recall.reset_latency()
+  t = single.search(queries[:min(ecfg.latency_queries, len(queries))], k=1)
   out["latency_ms"] = {**recall.mean_latency_ms(), "rerank": t.latency_ms["rerank"], "total": t.latency_ms["total"]}
-  return out
+  return out, found
 
 
 def dense_setting(world: PolysemousWorld, pool: np.ndarray, ecfg) -> dict:
   index = DenseIndex(world.video_ids[pool], world.features[pool])
   target = world.video_ids[world.test_query_video]
-  ids, _ = index.retrieve(world.test_queries, min(100, len(pool)))
-  out = {**recall_at(np.asarray(ids)[:, :10], target), "t2v_r100": recall_at(np.asarray(ids), target, (100,))["t2v_r100"]}
+  ids = np.asarray(index.retrieve(world.test_queries, min(100, len(pool)))[0])
+  # R@100 over a pool of fewer than 100 videos is recall over all of them
+  out = {**_recall(ids[:, :10], target), "t2v_r100": _recall(ids, target, (ids.shape[1],))[f"t2v_r{ids.shape[1]}"]}
   n = min(ecfg.latency_queries, len(target))
   index.retrieve(world.test_queries[:1], 10)
   t = time.perf_counter()
@@ -288,11 +287,10 @@ def plot_candidate_recall(curves: dict, path: Path, synthetic: bool) -> Path:
   return common._save(fig, path)  # pylint: disable=protected-access
 
 
-def recall_curve(recall: GenerativeRecall, world: PolysemousWorld, budgets) -> list[float]:
-  found = recall.candidates(world.test_queries)
-  rows = {v: i for i, v in enumerate(recall.trie.video_ids)}
-  target = [rows[t] for t in world.video_ids[world.test_query_video]]
-  return [float(np.mean([t in c[:b] for t, c in zip(target, found)])) for b in budgets]
+def recall_curve(found: np.ndarray, target: np.ndarray, budgets) -> list[float]:
+  """Candidate recall within the first b recalled ids [Q, K], for each budget b."""
+  hit = found == target[:, None]
+  return [float(np.mean(hit[:, :b].any(1))) for b in budgets]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -320,12 +318,13 @@ def run(config, workdir) -> dict:
     model = build_model(mcfg, world.features.shape[1], n_views)
     params = train_grdr(model, data, config.train, workdir / "models" / name, config.seed)
     for s in SETTINGS:
-      recall = make_recall(model, params, world.features[pools[s]], world.video_ids[pools[s]], config.eval)
-      results[s][name] = evaluate_setting(world, pools[s], recall, config.eval)
+      recall, codes = make_recall(model, params, world.features[pools[s]], world.video_ids[pools[s]], config.eval)
+      results[s][name], found = evaluate_setting(world, recall, config.eval)
       if s == "inductive":
-        curves[f"{name} (N_v={n_views})"] = (budgets, recall_curve(recall, world, budgets))
+        target = world.video_ids[world.test_query_video]
+        curves[f"{name} (N_v={n_views})"] = (budgets, recall_curve(found, target, budgets))
       if name == "grdr" and s == "full_corpus":  # every video's IDs
-        results["codebook"] = metrics.codebook_health(recall.trie_codes, model.tokenizer.num_codes)
+        results["codebook"] = metrics.codebook_health(codes, model.tokenizer.num_codes)
         results["index_bytes_per_video"] = {"grdr": recall.trie.nbytes / len(recall.trie),
                                             "dense_float32": 4 * world.features.shape[1]}
   results["metrics"] = {s: results[s] for s in SETTINGS}

@@ -135,20 +135,24 @@ class SemanticIdTrie:
                    for t in self._tables)
     return TrieArrays(tables, tuple(self._dense), self.num_codes)
 
-  def videos_in_order(self, leaves: np.ndarray, limit: int | None = None) -> np.ndarray:
+  def videos_in_order(self, leaves: np.ndarray, limit: int | None = None, return_beams: bool = False):
     """Video indices of `leaves [W]` (beam order; -1 = none), de-duplicated keeping the first occurrence.
 
-    Videos sharing one ID come in ascending index order. At most `limit` are returned.
+    Videos sharing one ID come in ascending index order. At most `limit` are returned. With
+    `return_beams`, also the beam (position in `leaves`) each video first came from.
     """
     leaves = np.asarray(leaves)
-    leaves = leaves[leaves >= 0]
+    beams = np.flatnonzero(leaves >= 0)
+    leaves = leaves[beams]
     if not leaves.size:
-      return np.zeros((0,), np.int32)
+      empty = np.zeros((0,), np.int32)
+      return (empty, empty) if return_beams else empty
     starts, stops = self.video_ptr[leaves], self.video_ptr[leaves + 1]
     runs = np.concatenate([self.video_index[a:b] for a, b in zip(starts, stops)])
+    run_beams = np.repeat(beams, stops - starts)
     _, first = np.unique(runs, return_index=True)
-    out = runs[np.sort(first)]
-    return out if limit is None else out[:limit]
+    first = np.sort(first)[:limit]
+    return (runs[first], run_beams[first]) if return_beams else runs[first]
 
   def collisions(self) -> int:
     """Number of distinct IDs shared by two or more videos."""
