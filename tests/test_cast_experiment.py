@@ -60,6 +60,30 @@ def test_rerun_resumes_and_reproduces(smoke_run):
   assert again["context_sweep"] == results["context_sweep"]
 
 
+def test_tfds_source_gives_the_same_metrics_as_the_store(smoke_run, tmp_path, capsys):
+  """The two ways to feed data (README): a VidjaxCvr dataset packing the run's CVR files and store."""
+  from vidjax.tfds.common import prepare  # the [tfds] extra (installed by the test extra)
+  from vidjax.tfds.cvr import CvrConfig, VidjaxCvr
+  workdir, results = smoke_run
+  builder = prepare(VidjaxCvr(config=CvrConfig(name="coin_smoke", dataset="coin", cvr_dir=str(workdir / "cvr"),
+                                               features=str(workdir / "features")), data_dir=str(tmp_path / "tfds")))
+  assert builder.info.metadata["features"]["synthetic"] is True
+  config = load_config(ROOT / "configs/cast_coin.py:smoke")
+  config.data.update(source="tfds", tfds=str(builder.data_dir))
+  again = cast.run(config, tmp_path / "run")
+  assert "from TFDS vidjax_cvr/coin_smoke/1.0.0" in capsys.readouterr().out
+  assert again["synthetic"] is True and again["benchmark_stats"]["benchmark"] == results["benchmark_stats"]["benchmark"]
+  assert again["metrics"] == results["metrics"]
+  assert again["context_sweep"] == results["context_sweep"]
+  assert again["ensemble"] == results["ensemble"]
+  config.data.update(tfds=str(tmp_path / "tfds"))  # the data_dir, not a version folder
+  with pytest.raises(FileNotFoundError, match="not a built TFDS dataset version folder.*coin_smoke/1.0.0"):
+    cast.run(config, tmp_path / "run2")
+  config.data.update(tfds="", source="tfds")
+  with pytest.raises(ValueError, match="data.tfds"):
+    cast.run(config, tmp_path / "run3")
+
+
 def _store_for(videos, path, dim=16, drop=None):
   ids = [c.clip_id for v in videos for c in v.clips if c.clip_id != drop]
   rng = np.random.default_rng(0)

@@ -23,7 +23,8 @@ ALLOWED = {
     "extract": {"data", "sharding", "progress"},
     "scorers": {"evaluate", "metrics", "models", "ops", "defaults"},
     "experiments": {"checkpoints", "data", "defaults", "evaluate", "extract", "io", "losses", "metrics",
-                    "models", "ops", "progress", "scorers", "sharding", "train", "retrieval", "tokenizers"},
+                    "models", "ops", "progress", "scorers", "sharding", "train", "retrieval", "tokenizers", "tfds"},
+    "tfds": {"data", "io", "checkpoints"},  # TFDS builders (the [tfds] extra) over the data layer
     "main": {"experiments", "sharding"},
 }
 

@@ -97,6 +97,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from vidjax import io
+from vidjax.data.features import FeatureStore
 from vidjax.data.pipeline import FeatureTable
 from vidjax.metrics import NEG_TYPE_CODES
 from vidjax.ops import l2_normalize
@@ -526,6 +527,69 @@ def build_crosstask_cvr(videos: Sequence[Video], out_dir: str | os.PathLike, *, 
   kwargs = DATASET_RULES["crosstask"] | kwargs
   return build_cvr(train, test, out_dir, train_name="crosstask_train.json",
                    eval_name="crosstask_test.json", **kwargs)
+
+
+def available_videos(videos: Sequence[Video], store: FeatureStore | None, kinds: Sequence[str] = ("clip", "text"),
+                     available_file: str | os.PathLike = "", skip_missing: bool = False) -> tuple[list[Video], list[str]]:
+  """The paper's rule for unavailable videos (Table 1: YouCook2 keeps the 414 validation videos with files).
+
+  With `available_file` (a file of video ids, one a line) only those videos are kept; with
+  `skip_missing` a video is kept only when `store` has features of every kind in `kinds` for every
+  one of its clips. Either way this runs before the benchmark is built, so no pool points at a missing
+  clip, and the dropped videos are counted and reported (never silently). With neither, every video is
+  kept and a missing feature later stops the run with one error naming the ids.
+
+  Returns:
+    (kept videos, dropped video ids).
+  """
+  keep = None
+  if available_file:
+    path = Path(available_file)
+    if not path.is_file():
+      raise FileNotFoundError(f"available_videos: no such file {path}")
+    keep = {line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()}
+  if skip_missing:
+    if store is None:
+      raise ValueError("skip_missing_videos needs a feature store")
+    have = [set(store.ids(kind)) for kind in kinds]
+    complete = {v.video_id for v in videos if all(c.clip_id in ids for c in v.clips for ids in have)}
+    keep = complete if keep is None else keep & complete
+  if keep is None:
+    return list(videos), []
+  kept = [v for v in videos if v.video_id in keep]
+  if not kept:
+    raise ValueError(f"no annotated video is available ({len(videos)} annotated; available_videos="
+                     f"{str(available_file)!r}, skip_missing_videos={skip_missing})")
+  return kept, sorted(v.video_id for v in videos if v.video_id not in keep)
+
+
+def file_names(dataset: str) -> tuple[str, str]:
+  """(benchmark file, training-instance file) that `build_dataset_cvr` writes for `dataset`."""
+  return ("crosstask_test.json", "crosstask_train.json") if dataset == "crosstask" else ("benchmark.json", "train.json")
+
+
+def build_dataset_cvr(dataset: str, videos: Sequence[Video], out_dir: str | os.PathLike, *, source: str = "",
+                      train_split: str = "train", eval_split: str = "val", crosstask_split_seed: int = 42,
+                      crosstask_test_fraction: float = 0.2, **rules) -> dict:
+  """The paper's CVR files for one annotated dataset: its own split rule, then `build_cvr`.
+
+  CrossTask is split 80/20 by video with seed 42 (App. B, `build_crosstask_cvr`); YouCook2 and COIN
+  use the annotation splits `train_split` (training + held-out) and `eval_split` (the benchmark).
+  `rules` are `build_cvr`'s mining arguments over `DATASET_RULES[dataset]`; `source` names the
+  annotation file in errors. Returns the statistics.
+  """
+  if dataset not in DATASET_RULES:
+    raise ValueError(f"unknown CVR dataset {dataset!r}; expected one of {sorted(DATASET_RULES)}")
+  rules = DATASET_RULES[dataset] | rules
+  if dataset == "crosstask":
+    return build_crosstask_cvr(videos, out_dir, split_seed=crosstask_split_seed,
+                               test_fraction=crosstask_test_fraction, **rules)
+  train_videos = [v for v in videos if v.split == train_split]
+  eval_videos = [v for v in videos if v.split == eval_split]
+  for split, vids in ((train_split, train_videos), (eval_split, eval_videos)):
+    if not vids:
+      raise ValueError(f"{source or dataset}: no videos in the {split!r} split")
+  return build_cvr(train_videos, eval_videos, out_dir, **rules)
 
 
 def format_stats(stats: dict) -> str:

@@ -73,6 +73,23 @@ class FeatureTable:
       # vector used for padding (index -1 maps there in `gather`).
       self._emb = self._read(np.append(np.arange(len(self.ids)), -1))
 
+  @classmethod
+  def from_arrays(cls, kind: str, ids: Sequence[str], rows: np.ndarray) -> "FeatureTable":
+    """An in-memory table of `rows [N, *item_shape]` keyed by `ids` (e.g. read from a TFDS dataset)."""
+    ids = [str(i) for i in ids]
+    rows = np.asarray(rows, np.float32)
+    if rows.ndim < 2 or rows.shape[0] != len(ids) or len(set(ids)) != len(ids):
+      raise ValueError(f"FeatureTable.from_arrays({kind!r}): need distinct ids, one per row; got {len(ids)} ids "
+                       f"({len(set(ids))} distinct) for rows of shape {rows.shape}")
+    table = cls.__new__(cls)
+    order = np.argsort(np.asarray(ids), kind="stable")
+    table.kind, table.ids = kind, [ids[i] for i in order]
+    table.index = {i: n for n, i in enumerate(table.ids)}
+    table.item_shape, table.in_memory = tuple(rows.shape[1:]), True
+    table.nbytes = rows.nbytes
+    table._emb = np.concatenate([rows[order], np.zeros((1,) + table.item_shape, np.float32)])
+    return table
+
   @property
   def dim(self) -> int:
     return self.item_shape[-1]

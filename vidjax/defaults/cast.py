@@ -49,6 +49,8 @@ def default_config(*, dataset: str, epochs: int, eval_split: str, identity_rule:
       crosstask_split_seed=42,  # paper App. B: 80/20 video-disjoint split with seed 42
       skip_missing_videos=False,  # drop videos without features before building the benchmark (counted)
       available_videos="",      # or: a file of available video ids, one a line (the paper's valid-file rule)
+      source="store",          # or "tfds": records + embeddings from a built VidjaxCvr dataset (data.tfds)
+      tfds="",                 # with source="tfds": <data_dir>/vidjax_cvr/<config>/<version>
       memory_budget_mb=4096.0,  # feature kinds larger than this stream from the store (vidjax.data.pipeline)
   ))
   c.world = ml_collections.ConfigDict(dataclasses.asdict(ProceduralWorldConfig()))

@@ -5,7 +5,8 @@ inference, §3.1 baselines and metrics, §3.3 ablations (Tables 4, 5, Figure 6),
 
 `run(config, workdir)`:
   1. data: the embedded procedural world (`vidjax.data.synthetic`, when `config.data.annotations`
-     is empty) or real annotations + a feature store;
+     is empty) or real annotations + a feature store; or (`data.source = "tfds"`) a CVR dataset built
+     by `vidjax.tfds.cvr.VidjaxCvr` with its embeddings, read through TFDS' data source;
   2. the CVR files by the paper's rules (`vidjax.data.cvr`): the 1-vs-9 evaluation benchmark, the
      training instances and a held-out subset of the training split for ensemble selection;
   3. trains Late Fusion (Learned), Early Fusion (direct / residual) and CAST with the one train loop
@@ -49,6 +50,13 @@ def validate(config) -> None:
     common.bad_value("data.world", config.data.world, "'first_order' (the default) when data.annotations is set: "
                      "worlds are synthetic and replace the annotations")
   common.check_fraction(config, "data.heldout_fraction")
+  common.check_choice(config, "data.source", ("store", "tfds"))
+  if config.data.source == "tfds" and not config.data.tfds:
+    common.bad_value("data.tfds", config.data.tfds, "the folder of a built VidjaxCvr dataset version when "
+                     "data.source='tfds' (<data_dir>/vidjax_cvr/<config>/<version>)")
+  if config.data.source == "tfds" and (config.data.annotations or config.data.features):
+    common.bad_value("data.annotations / data.features", (config.data.annotations, config.data.features),
+                     "empty when data.source='tfds': the TFDS dataset carries the records and embeddings")
   if config.data.annotations and not config.data.features:
     common.bad_value("data.features", config.data.features, "a feature store directory when data.annotations is set")
   common.check_positive(config, ("data.memory_budget_mb",))
@@ -75,12 +83,30 @@ def validate(config) -> None:
 class CVRData:
   """Everything the training and evaluation stages need, built once per run."""
   synthetic: bool
-  store: FeatureStore
+  store: FeatureStore | None  # None when the embeddings come with the records (TFDS)
   benchmark: list[dict]
   heldout: list[dict]
   instances: list[dict]
   stats: dict
   reuse_gap: dict[str, int] = dataclasses.field(default_factory=dict)  # history world: "use m" clip -> gap
+  # TFDS source: {"clip": (ids, [N, D]), "text": (ids, [M, D])} and the store manifest fields it recorded.
+  arrays: dict | None = None
+  features: dict = dataclasses.field(default_factory=dict)
+
+  def tables(self, config) -> tuple[FeatureTable, FeatureTable]:
+    """(clip table, text table) over every id the records use."""
+    if self.arrays is not None:
+      return (FeatureTable.from_arrays(config.data.clip_kind, *self.arrays["clip"]),
+              FeatureTable.from_arrays(config.data.text_kind, *self.arrays["text"]))
+    clip_ids = set()
+    for r in self.benchmark + self.heldout:
+      clip_ids.update(r["candidates"], r["context"])
+    for r in self.instances:
+      clip_ids.update(r["context"], r["state_negatives"], r["identity_negatives"], [r["target"]])
+    text_ids = [r["target"] for r in self.benchmark + self.heldout + self.instances]
+    budget = int(config.data.memory_budget_mb * 2**20)
+    return (FeatureTable(self.store, config.data.clip_kind, sorted(clip_ids), budget),
+            FeatureTable(self.store, config.data.text_kind, text_ids, budget))
 
 
 def _embed_fn(config):
@@ -95,39 +121,33 @@ def _embed_fn(config):
 RESUMABLE_CHANGES = ("train.progress", "train.log_every", "train.checkpoint_every", "train.epochs", "eval.chunk")
 
 
-def available_videos(videos, store: FeatureStore, config) -> tuple[list, list[str]]:
-  """The paper's rule for unavailable videos (Table 1: YouCook2 keeps the 414 validation videos with files).
-
-  With `data.available_videos` (a file of video ids, one a line) only those videos are kept; with
-  `data.skip_missing_videos` a video is kept only when the store has clip and text features for every
-  one of its clips. Either way this runs before the benchmark is built, so no pool points at a missing
-  clip, and the dropped videos are counted and reported (never silently). With neither, every video is
-  kept and a missing feature later stops the run with one error naming the ids.
-
-  Returns:
-    (kept videos, dropped video ids).
-  """
-  keep = None
-  if config.data.available_videos:
-    path = Path(config.data.available_videos)
-    if not path.is_file():
-      raise FileNotFoundError(f"config.data.available_videos: no such file {path}")
-    keep = {line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()}
-  if config.data.skip_missing_videos:
-    have = {kind: set(store.ids(kind)) for kind in (config.data.clip_kind, config.data.text_kind)}
-    complete = {v.video_id for v in videos if all(c.clip_id in ids for c in v.clips for ids in have.values())}
-    keep = complete if keep is None else keep & complete
-  if keep is None:
-    return list(videos), []
-  kept = [v for v in videos if v.video_id in keep]
-  if not kept:
-    raise ValueError(f"no annotated video is available ({len(videos)} annotated; available_videos="
-                     f"{config.data.available_videos!r}, skip_missing_videos={config.data.skip_missing_videos})")
-  return kept, sorted(v.video_id for v in videos if v.video_id not in keep)
+def tfds_data(config) -> CVRData:
+  """The CVR records and embeddings of a built `VidjaxCvr` dataset (`data.source = "tfds"`)."""
+  from vidjax.tfds import common as tfds_common, cvr as tfds_cvr  # the [tfds] extra, only when asked for
+  builder = tfds_common.open_dataset(config.data.tfds)
+  meta = builder.info.metadata
+  if meta.get("dataset") != config.dataset:
+    raise ValueError(f"data.tfds {config.data.tfds} holds the {meta.get('dataset')!r} CVR benchmark, "
+                     f"not {config.dataset!r}")
+  if "features" not in meta:
+    raise ValueError(f"data.tfds {config.data.tfds} was built without a feature store (CvrConfig.features): "
+                     "it has ids and texts but no embeddings to train on")
+  examples = {split: tfds_common.read_split(builder, split) for split in builder.info.splits}
+  records = {split: tfds_cvr.as_cvr_records(ex, split) for split, ex in examples.items()}
+  eval_split = tfds_cvr.EVAL_SPLIT_NAMES[config.dataset]
+  stats = dict(meta["stats"], dropped_videos=meta["source"].get("dropped_videos", {"count": 0}))
+  synthetic = bool(meta["features"].get("synthetic", False))
+  print(("SYNTHETIC DATA: " if synthetic else "") + f"CVR benchmark statistics (Table 1 shape), from TFDS "
+        f"{builder.info.full_name}")
+  print(cvr.format_stats(stats), end="\n\n", flush=True)
+  return CVRData(synthetic, None, records[eval_split], records["heldout"], records["train"], stats,
+                 arrays=tfds_cvr.embedding_arrays(examples), features=dict(meta["features"]))
 
 
 def prepare_data(config, workdir: Path) -> CVRData:
   """Reads or generates the videos, writes the CVR files to `<workdir>/cvr`, opens the store."""
+  if config.data.source == "tfds":
+    return tfds_data(config)
   out = workdir / "cvr"
   writer = common.is_writer()  # one process writes shared files; the others wait, then read
   if not config.data.annotations:
@@ -149,26 +169,21 @@ def prepare_data(config, workdir: Path) -> CVRData:
   else:
     videos = read_annotations(config.dataset, config.data.annotations)
     store = FeatureStore(config.data.features)
-    videos, dropped = available_videos(videos, store, config)
-    if config.dataset != "crosstask":  # CrossTask: split by video 80/20 with seed 42 (App. B), below
-      train_videos = [v for v in videos if v.split == config.data.train_split]
-      eval_videos = [v for v in videos if v.split == config.data.eval_split]
-      for split, vids in (("train", train_videos), ("eval", eval_videos)):
-        if not vids:
-          raise ValueError(f"{config.data.annotations}: no videos in the {split} split "
-                           f"({config.data.train_split if split == 'train' else config.data.eval_split!r})")
+    videos, dropped = cvr.available_videos(videos, store, (config.data.clip_kind, config.data.text_kind),
+                                           config.data.available_videos, config.data.skip_missing_videos)
     is_synthetic = bool(store.metadata.get("synthetic", False))
     reuse_gap = {}
-  rules = dict(cvr.DATASET_RULES[config.dataset], identity_rule=config.data.identity_rule,
-               embed_fn=_embed_fn(config) if writer else None, context_len=config.model.context_len,
-               heldout_fraction=config.data.heldout_fraction, seed=config.seed)
-  names = (("crosstask_test.json", "crosstask_train.json") if config.dataset == "crosstask"
-           else ("benchmark.json", "train.json"))
-  if writer and config.dataset == "crosstask" and config.data.annotations:
-    cvr.build_crosstask_cvr(videos, out, split_seed=config.data.crosstask_split_seed,
-                            test_fraction=config.data.crosstask_test_fraction, **rules)
+  rules = dict(identity_rule=config.data.identity_rule, embed_fn=_embed_fn(config) if writer else None,
+               context_len=config.model.context_len, heldout_fraction=config.data.heldout_fraction, seed=config.seed)
+  names = cvr.file_names(config.dataset)
+  if writer and config.data.annotations:
+    cvr.build_dataset_cvr(config.dataset, videos, out, source=config.data.annotations,
+                          train_split=config.data.train_split, eval_split=config.data.eval_split,
+                          crosstask_split_seed=config.data.crosstask_split_seed,
+                          crosstask_test_fraction=config.data.crosstask_test_fraction, **rules)
   elif writer:
-    cvr.build_cvr(train_videos, eval_videos, out, eval_name=names[0], train_name=names[1], **rules)
+    cvr.build_cvr(train_videos, eval_videos, out, eval_name=names[0], train_name=names[1],
+                  **(cvr.DATASET_RULES[config.dataset] | rules))
   common.barrier("vidjax_cast_cvr")
   stats = io.read_json(out / "stats.json")
   stats["dropped_videos"] = {"count": len(dropped), "ids": dropped[:100],
@@ -182,7 +197,7 @@ def prepare_data(config, workdir: Path) -> CVRData:
   instances = io.read_json(out / names[1])
   print(("SYNTHETIC DATA: " if is_synthetic else "") + "CVR benchmark statistics (Table 1 shape)")
   print(cvr.format_stats(stats), end="\n\n", flush=True)
-  return CVRData(is_synthetic, store, benchmark, heldout, instances, stats, reuse_gap)
+  return CVRData(is_synthetic, store, benchmark, heldout, instances, stats, reuse_gap, features=store.metadata)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -314,15 +329,7 @@ def run(config, workdir: str | Path) -> dict:
   workdir = common.start_run(config, workdir, validate, RESUMABLE_CHANGES)
   start = time.time()
   data = prepare_data(config, workdir)
-  clip_ids = set()
-  for r in data.benchmark + data.heldout:
-    clip_ids.update(r["candidates"], r["context"])
-  for r in data.instances:
-    clip_ids.update(r["context"], r["state_negatives"], r["identity_negatives"], [r["target"]])
-  text_ids = [r["target"] for r in data.benchmark + data.heldout + data.instances]
-  budget = int(config.data.memory_budget_mb * 2**20)
-  clips = FeatureTable(data.store, config.data.clip_kind, sorted(clip_ids), budget)
-  texts = FeatureTable(data.store, config.data.text_kind, text_ids, budget)
+  clips, texts = data.tables(config)
   if clips.dim != texts.dim:
     raise ValueError(f"clip embeddings have width {clips.dim} but text embeddings {texts.dim}: "
                      "CAST needs one joint text-video space")
@@ -406,7 +413,7 @@ def run(config, workdir: str | Path) -> dict:
       **({"subsets": subsets, "context_sweep_reuse_by_gap": {str(k): v for k, v in sorted(sweep_gaps.items())}}
          if subsets else {}),
       "benchmark_stats": data.stats,
-      "features": {k: data.store.metadata.get(k) for k in ("backbone", "checkpoint_hash", "random_init")},
+      "features": {k: data.features.get(k) for k in ("backbone", "checkpoint_hash", "random_init")},
       "seconds": round(time.time() - start, 1),
       "config": json.loads(config.to_json_best_effort()),
   }
