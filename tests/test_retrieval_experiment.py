@@ -50,6 +50,19 @@ def test_real_msrvtt_annotations_with_a_store(tmp_path):
   assert results["benchmark"]["queries"] == results["benchmark"]["corpus_videos"] == 1000
   m = results["metrics"]["stage1"]
   assert m["t2v_r10"] > m["t2v_r1"] > 20.0 and m["v2t_r1"] > 20.0
+  # The other way to feed data: the same queries and embeddings through a TFDS dataset (vidjax.tfds).
+  from vidjax.tfds.common import prepare
+  from vidjax.tfds.retrieval import RetrievalConfig, VidjaxRetrieval
+  builder = prepare(VidjaxRetrieval(config=RetrievalConfig(name="msrvtt_test_store", dataset="msrvtt",
+                                                           features=str(store_dir)), data_dir=str(tmp_path / "tfds")),
+                    manual_dir=MSRVTT)
+  tfds_config = load_config(ROOT / "configs/retrieval_msrvtt.py")
+  tfds_config.data.update(source="tfds", tfds=str(builder.data_dir), split="test")
+  from_tfds = retrieval.run(tfds_config, tmp_path / "run_tfds")
+  assert from_tfds["metrics"] == results["metrics"]
+  assert {k: v for k, v in from_tfds["benchmark"].items() if k != "name"} == {
+      k: v for k, v in results["benchmark"].items() if k != "name"}
+  assert from_tfds["benchmark"]["name"] == "vidjax_retrieval/msrvtt_test_store/1.0.0 [test]"
   # A store without the text kind: one clear error naming what is missing.
   features.write_arrays(tmp_path / "partial", {"clip": (data.video_ids(), video)}, {})
   config.data.features = str(tmp_path / "partial")

@@ -38,7 +38,10 @@ def get_config(dataset: str, arg: str | None = None) -> ml_collections.ConfigDic
       clip_kind="clip",   # store kind of video embeddings, keyed by video id
       text_kind="text",   # store kind of caption embeddings, keyed by caption id (paragraphs: video id)
       protocol=protocol,  # "captions" (one query per caption) or "paragraphs" (one per video)
-      split=split,        # reader split to evaluate ("" = every video the file lists)
+      split=split,        # reader split to evaluate ("" = every video the file lists); with source="tfds" the
+                          # TFDS split (msrvtt "test", didemo "test", activitynet "val_1")
+      source="store",     # or "tfds": queries + embeddings from a built VidjaxRetrieval dataset (data.tfds)
+      tfds="",            # with source="tfds": <data_dir>/vidjax_retrieval/<config>/<version>
   ))
   c.world = ml_collections.ConfigDict(dataclasses.asdict(MovingObjectWorldConfig()))
   c.eval = ml_collections.ConfigDict(dict(query_chunk=1024, gallery_chunk=4096))

@@ -4,7 +4,8 @@
   1. data: the dataset's annotations through its reader (`vidjax.data.annotations`) and a feature
      store, or, when `config.data.features` is empty, the embedded SYNTHETIC moving-object world
      (`vidjax.data.moving_objects`), whose store (kinds `tokens`, `clip`, `text`) is written to
-     `<workdir>/features` for the methods that build on it;
+     `<workdir>/features` for the methods that build on it; or (`data.source = "tfds"`) one split of
+     a built `vidjax.tfds.retrieval.VidjaxRetrieval` dataset with its embeddings;
   2. the benchmark by the standard protocol (`vidjax.data.retrieval`);
   3. cosine scores of every query against the whole corpus, in bounded memory
      (`vidjax.evaluate.evaluate_gallery`): R@1/5/10, MdR, MnR for T2V and V2T;
@@ -35,6 +36,13 @@ def validate(config) -> None:
   if config.data.features and not config.data.annotations:
     common.bad_value("data.annotations", config.data.annotations,
                      "the dataset's annotation file when data.features is set")
+  common.check_choice(config, "data.source", ("store", "tfds"))
+  if config.data.source == "tfds" and not (config.data.tfds and config.data.split):
+    common.bad_value("data.tfds / data.split", (config.data.tfds, config.data.split),
+                     "a built VidjaxRetrieval version folder and one of its splits when data.source='tfds'")
+  if config.data.source == "tfds" and (config.data.annotations or config.data.features):
+    common.bad_value("data.annotations / data.features", (config.data.annotations, config.data.features),
+                     "empty when data.source='tfds': the TFDS dataset carries the queries and embeddings")
 
 
 def read_dataset(config) -> annotations.RetrievalData:
@@ -69,6 +77,27 @@ def _features(store: FeatureStore, kind: str, ids, what: str) -> np.ndarray:
     raise MissingFeatureError(f"{what}: {e}") from None
 
 
+def tfds_data(config) -> tuple[RetrievalBenchmark, np.ndarray, np.ndarray, dict]:
+  """(benchmark, text [Q, D], video [N, D], store manifest fields) of one split of a VidjaxRetrieval dataset."""
+  from vidjax.tfds import common as tfds_common, retrieval as tfds_retrieval  # the [tfds] extra
+  builder = tfds_common.open_dataset(config.data.tfds)
+  meta = builder.info.metadata
+  if meta.get("dataset") != config.dataset or "features" not in meta:
+    raise ValueError(f"data.tfds {config.data.tfds} holds {meta.get('dataset')!r} "
+                     f"{'with' if 'features' in meta else 'without'} embeddings; this run needs {config.dataset!r} "
+                     "built with a feature store (RetrievalConfig.features)")
+  bench = tfds_retrieval.as_benchmark(builder, config.data.split)
+  records = tfds_common.read_split(builder, config.data.split)
+  video = {r["video_id"]: r["video_embedding"] for r in records}
+  missing = [v for v in bench.corpus if v not in video]
+  if missing:
+    raise MissingFeatureError(f"corpus videos: {len(missing)} of {len(bench.corpus)} have no query in "
+                              f"{config.data.tfds} [{config.data.split}], so no embedding there "
+                              f"(e.g. {missing[:3]}); use the feature store for this corpus")
+  text = np.stack([r["text_embedding"] for r in records])
+  return bench, text, np.stack([video[v] for v in bench.corpus]), dict(meta["features"])
+
+
 def twin_check(world, bench: RetrievalBenchmark, scores: np.ndarray) -> dict:
   """Stage 1 on the moving-object world's hard cases: how often each negative of a base query
   scores at least as high as the base video (ties count against the model; 100% = chance or worse)."""
@@ -87,17 +116,20 @@ def run(config, workdir: str | Path) -> dict:
   workdir = common.start_run(config, workdir, validate, RESUMABLE_CHANGES)
   start = time.time()
   world = None
-  if config.data.features:
-    store = FeatureStore(config.data.features)
-    bench = build_benchmark(read_dataset(config), protocol=config.data.protocol, split=config.data.split or None)
-    synthetic = bool(store.metadata.get("synthetic", False))
+  if config.data.source == "tfds":
+    bench, text, video, manifest = tfds_data(config)
   else:
-    world, store, bench = synthetic_world(config, workdir)
-    synthetic = True
+    if config.data.features:
+      store = FeatureStore(config.data.features)
+      bench = build_benchmark(read_dataset(config), protocol=config.data.protocol, split=config.data.split or None)
+    else:
+      world, store, bench = synthetic_world(config, workdir)
+    text = _features(store, config.data.text_kind, bench.query_ids, "query texts")
+    video = _features(store, config.data.clip_kind, bench.corpus, "corpus videos")
+    manifest = store.metadata
+  synthetic = world is not None or bool(manifest.get("synthetic", False))
   print(("SYNTHETIC DATA: " if synthetic else "") + "retrieval benchmark: " +
         ", ".join(f"{k}={v}" for k, v in bench.stats().items()), flush=True)
-  text = _features(store, config.data.text_kind, bench.query_ids, "query texts")
-  video = _features(store, config.data.clip_kind, bench.corpus, "corpus videos")
   if text.shape[-1] != video.shape[-1]:
     raise ValueError(f"text embeddings have width {text.shape[-1]} but video embeddings {video.shape[-1]}: "
                      "stage 1 needs one joint text-video space")
@@ -112,7 +144,7 @@ def run(config, workdir: str | Path) -> dict:
       "synthetic": synthetic,
       "metrics": {"stage1": stage1},
       "benchmark": {**bench.stats(), "v2t_videos": values["v2t_videos"]},
-      "features": {k: store.metadata.get(k) for k in ("backbone", "checkpoint_hash", "random_init")},
+      "features": {k: manifest.get(k) for k in ("backbone", "checkpoint_hash", "random_init")},
       "config": json.loads(config.to_json_best_effort()),
   }
   tables = [evaluate.format_table({"stage1 (zero-shot cosine)": stage1}, f"Text-video retrieval ({dataset}), "
