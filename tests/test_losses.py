@@ -182,3 +182,57 @@ def test_future_delta_loss_matches_eq4_loops(absolute):
     per_example.append(np.mean(terms))
   assert float(got) == pytest.approx(np.mean(per_example), rel=1e-5)
   assert np.asarray(valid).sum() == (t_len - 2) + (t_len - 3)
+
+
+# ---------------------------------------------------------------------------------------------- VideoComp
+
+
+def _np_unit(x):
+  return x / np.linalg.norm(x, axis=-1, keepdims=True)
+
+
+def _np_clip(video, text, tau, negatives=None, mask=None):
+  v, t = _np_unit(video.astype(np.float64)), _np_unit(text.astype(np.float64))
+  b = len(v)
+  t2v = v2t = 0.0
+  for i in range(b):
+    t2v -= np.log(np.exp(t[i] @ v[i] / tau) / sum(np.exp(t[i] @ v[j] / tau) for j in range(b)))
+    texts = [t[j] for j in range(b)]
+    if negatives is not None:
+      texts += [_np_unit(negatives[j, k].astype(np.float64)) for j in range(b) for k in range(negatives.shape[1])
+                if mask is None or mask[j, k]]
+    v2t -= np.log(np.exp(v[i] @ t[i] / tau) / sum(np.exp(v[i] @ x / tau) for x in texts))
+  return (t2v / b + v2t / b) / 2
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_clip_contrastive_and_negclip_match_numpy(seed):
+  rng = np.random.default_rng(seed)
+  b, n, d = 5, 3, 8
+  video, text = rng.normal(size=(b, d)).astype(np.float32), rng.normal(size=(b, d)).astype(np.float32)
+  negs = rng.normal(size=(b, n, d)).astype(np.float32)
+  mask = (rng.random((b, n)) > 0.3).astype(np.float32)
+  got = losses.clip_contrastive_loss(video, text, 0.1)
+  np.testing.assert_allclose(got, _np_clip(video, text, 0.1), rtol=1e-5)
+  got = losses.clip_contrastive_loss(video, text, 0.1, negs, mask)
+  np.testing.assert_allclose(got, _np_clip(video, text, 0.1, negs, mask), rtol=1e-5)
+  assert float(losses.clip_contrastive_loss(video, text, 0.1, negs)) > float(losses.clip_contrastive_loss(video, text, 0.1))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_comp_preference_loss_matches_numpy(seed):
+  rng = np.random.default_rng(seed)
+  b, n = 6, 3
+  pos, neg = rng.normal(size=b).astype(np.float32), rng.normal(size=(b, n)).astype(np.float32)
+  mask = (rng.random((b, n)) > 0.3).astype(np.float32)
+  expected = 0.0
+  for r in range(b):
+    for i in range(n):
+      if mask[r, i]:
+        expected += max(neg[r, i] - pos[r], 0.0)
+        expected += sum(max(neg[r, j] - neg[r, i], 0.0) for j in range(i + 1, n) if mask[r, j])
+  np.testing.assert_allclose(losses.comp_preference_loss(pos, neg, mask), expected / b, rtol=1e-5)
+  # A perfect hierarchy costs nothing; reversing it does.
+  ordered = np.array([[0.9, 0.5, 0.3, 0.1]], np.float32)
+  assert float(losses.comp_preference_loss(ordered[:, 0], ordered[:, 1:])) == 0.0
+  assert float(losses.comp_preference_loss(ordered[:, 0], ordered[:, :0:-1])) > 0.0

@@ -191,3 +191,14 @@ def test_two_way_retrieval_matches_loops_with_ties_and_several_captions(seed):
   hit = lambda ranks, k: 100.0 * np.mean([r <= k for r in ranks])  # noqa: E731
   assert m["t2v_r5"] == pytest.approx(hit(t2v, 5)) and m["v2t_r1"] == pytest.approx(hit(v2t[v2t > 0], 1))
   assert m["v2t_mnr"] == pytest.approx(np.mean(v2t[v2t > 0])) and m["t2v_mdr"] == pytest.approx(np.median(t2v))
+
+
+def test_comp_metrics_product_and_ties():
+  rng = np.random.default_rng(0)
+  scores = {t: rng.normal(size=(50, 2)) for t in ("temp_reorder", "action_replace", "seg_mismatch")}
+  scores["seg_mismatch"][:5, 1] = scores["seg_mismatch"][:5, 0]  # ties count against the model
+  out = metrics.comp_metrics(scores)
+  acc = {t: 100.0 * np.mean(s[:, 0] > s[:, 1]) for t, s in scores.items()}
+  for t, a in acc.items():
+    assert out[t] == pytest.approx(a)
+  assert out["all"] == pytest.approx(100.0 * np.prod([a / 100 for a in acc.values()]))

@@ -350,3 +350,64 @@ def grdr_loss(out: Mapping[str, jax.Array], features: jax.Array, *, layer: int, 
   rec = cosine_reconstruction_loss(features, out["reconstruction"])
   w1, w2, w3, w4 = weights
   return w1 * ce + w2 * hc + w3 * rq + w4 * rec, {"ce": ce, "hc": hc, "rq": rq, "rec": rec}
+
+
+# ----------------------------------------------------------------------------------------------
+# VideoComp (../shared/papers/videocomp.txt §3.2, eq. 1-2).
+
+
+def clip_contrastive_loss(video: jax.Array, text: jax.Array, tau: jax.Array,
+                          text_negatives: Optional[jax.Array] = None,
+                          negative_mask: Optional[jax.Array] = None) -> jax.Array:
+  """L_con (eq. 1): symmetric in-batch InfoNCE on cosine similarities / tau; NegCLIP with negatives.
+
+  Args:
+    video, text: [B, D]; row b of each is a positive pair (L2-normalised here).
+    tau: the (learnable) temperature.
+    text_negatives: optional [B, N, D] disrupted texts. NegCLIP (Yuksekgonul et al.): they join the
+      text side of the V2T softmax for every video of the batch (B + B·N texts); T2V is unchanged.
+    negative_mask: optional [B, N], 1 = a real negative, 0 = padding (left out of every softmax).
+
+  Returns:
+    (L_V2T + L_T2V) / 2, each averaged over the batch.
+  """
+  _check("text", text, video.shape)
+  v, t = l2_normalize(jnp.asarray(video, jnp.float32)), l2_normalize(jnp.asarray(text, jnp.float32))
+  logits = v @ t.T / tau
+  diag = jnp.arange(v.shape[0])
+  t2v = -jnp.mean(jax.nn.log_softmax(logits, axis=0)[diag, diag])
+  v2t_logits = logits
+  if text_negatives is not None:
+    b, n = text_negatives.shape[:2]
+    _check("text_negatives", text_negatives, (b, n, video.shape[1]))
+    neg = l2_normalize(jnp.asarray(text_negatives, jnp.float32)).reshape(b * n, -1)
+    neg_logits = v @ neg.T / tau
+    if negative_mask is not None:
+      _check("negative_mask", negative_mask, (b, n))
+      neg_logits = jnp.where(jnp.asarray(negative_mask).reshape(1, b * n) > 0, neg_logits, -jnp.inf)
+    v2t_logits = jnp.concatenate([logits, neg_logits], axis=1)
+  v2t = -jnp.mean(jax.nn.log_softmax(v2t_logits, axis=1)[diag, diag])
+  return 0.5 * (v2t + t2v)
+
+
+def comp_preference_loss(sim_pos: jax.Array, sim_neg: jax.Array, mask: Optional[jax.Array] = None) -> jax.Array:
+  """L_pref (eq. 2): the positive above every negative, and each negative above the more disrupted ones.
+
+  Args:
+    sim_pos: [B] sim(V, T) (cosine).
+    sim_neg: [B, N] sim(V, T_neg^i), columns in the hierarchy order: column i is less disrupted than
+      column j > i (the order is the caller's config, e.g. temp-reorder, action-replace, multi).
+    mask: optional [B, N], 1 = the negative exists; a hinge enters only when both of its sides exist.
+
+  Returns:
+    mean over the batch of  sum_i [s_i - s_pos]_+ + sum_{i<j} [s_j - s_i]_+.
+  """
+  b, n = sim_neg.shape
+  _check("sim_pos", sim_pos, (b,))
+  m = jnp.ones((b, n), jnp.float32) if mask is None else jnp.asarray(mask, jnp.float32)
+  _check("mask", m, (b, n))
+  to_pos = jnp.sum(m * jax.nn.relu(sim_neg - sim_pos[:, None]), axis=1)
+  upper = jnp.triu(jnp.ones((n, n), jnp.float32), k=1)  # pairs i < j
+  pair = jax.nn.relu(sim_neg[:, None, :] - sim_neg[:, :, None])  # [b, i, j] = [s_j - s_i]_+
+  pairs = jnp.sum(pair * upper * m[:, :, None] * m[:, None, :], axis=(1, 2))
+  return jnp.mean(to_pos + pairs)

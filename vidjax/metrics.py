@@ -236,6 +236,20 @@ def binary_accuracy(scores: np.ndarray) -> dict[str, float]:
   return {"acc": float(100.0 * ok.mean()) if ok.size else float("nan"), "n": int(ok.size)}
 
 
+def comp_metrics(scores_by_type: dict[str, np.ndarray]) -> dict[str, float]:
+  """VideoComp binary accuracy per disruption type and the comprehensive score (§3.4).
+
+  Args:
+    scores_by_type: {type: scores [Q_type, 2]} with column 0 the positive text (ties count against).
+
+  Returns:
+    {type: accuracy %, ..., "all": the product of the per-type accuracies (as fractions), in %}.
+  """
+  out = {t: binary_accuracy(s)["acc"] for t, s in scores_by_type.items()}
+  out["all"] = float(100.0 * np.prod([a / 100.0 for a in out.values()])) if out else float("nan")
+  return out
+
+
 # The six relative orders of (main M, temporal negative T, semantic negative S), best first.
 TRIPLET_ORDERS = ("MTS", "MST", "TMS", "SMT", "TSM", "STM")
 
