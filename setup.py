@@ -7,6 +7,7 @@ setup(
     description="JAX/Flax research codebase for state-aware, temporally consistent video-text retrieval "
                 "(CAST, VEDJE, VideoComp, GenState-AI, GRDR) on natively extracted VideoPrism features.",
     packages=find_packages(include=["vidjax", "vidjax.*"]),
+    package_data={"vidjax.data": ["resources/*.json"]},  # the VideoComp action lexicon
     python_requires=">=3.10",
     install_requires=[
         "jax>=0.4.35",
