@@ -563,6 +563,17 @@ def available_videos(videos: Sequence[Video], store: FeatureStore | None, kinds:
   return kept, sorted(v.video_id for v in videos if v.video_id not in keep)
 
 
+def feature_ids(records: Sequence[Mapping]) -> tuple[set[str], set[str]]:
+  """(clip ids, text ids) that benchmark records and training instances need embeddings for."""
+  clips, texts = set(), set()
+  for r in records:
+    clips.add(r["target"])
+    texts.add(r["target"])
+    for key in ("context", "candidates", "state_negatives", "identity_negatives"):
+      clips.update(r.get(key, ()))
+  return clips, texts
+
+
 def file_names(dataset: str) -> tuple[str, str]:
   """(benchmark file, training-instance file) that `build_dataset_cvr` writes for `dataset`."""
   return ("crosstask_test.json", "crosstask_train.json") if dataset == "crosstask" else ("benchmark.json", "train.json")

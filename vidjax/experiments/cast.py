@@ -98,12 +98,7 @@ class CVRData:
     if self.arrays is not None:
       return (FeatureTable.from_arrays(config.data.clip_kind, *self.arrays["clip"]),
               FeatureTable.from_arrays(config.data.text_kind, *self.arrays["text"]))
-    clip_ids = set()
-    for r in self.benchmark + self.heldout:
-      clip_ids.update(r["candidates"], r["context"])
-    for r in self.instances:
-      clip_ids.update(r["context"], r["state_negatives"], r["identity_negatives"], [r["target"]])
-    text_ids = [r["target"] for r in self.benchmark + self.heldout + self.instances]
+    clip_ids, text_ids = cvr.feature_ids(self.benchmark + self.heldout + self.instances)
     budget = int(config.data.memory_budget_mb * 2**20)
     return (FeatureTable(self.store, config.data.clip_kind, sorted(clip_ids), budget),
             FeatureTable(self.store, config.data.text_kind, text_ids, budget))

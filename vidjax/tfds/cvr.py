@@ -131,16 +131,16 @@ class VidjaxCvr(Builder):
                                              c.skip_missing_videos)
       work = Path(tempfile.mkdtemp(prefix="vidjax_tfds_cvr_"))
       out = work / "cvr"
-      rules = {"identity_rule": c.identity_rule} if c.identity_rule else {}
-      rules = cvr.DATASET_RULES[c.dataset] | rules
+      identity_rule = c.identity_rule or cvr.DATASET_RULES[c.dataset]["identity_rule"]
       embed_fn = None
-      if rules["identity_rule"] == "caption_similarity":
+      if identity_rule == "caption_similarity":
         from vidjax import checkpoints  # MiniLM only for caption-similarity mining
         embed_fn = checkpoints.load_minilm(c.minilm_dir or None).encode
       cvr.build_dataset_cvr(c.dataset, videos, out, source=str(path), eval_split=ANNOTATION_SPLITS[c.dataset],
                             crosstask_split_seed=c.crosstask_split_seed,
                             crosstask_test_fraction=c.crosstask_test_fraction, embed_fn=embed_fn,
-                            context_len=c.context_len, heldout_fraction=c.heldout_fraction, seed=c.seed, **rules)
+                            context_len=c.context_len, heldout_fraction=c.heldout_fraction, seed=c.seed,
+                            identity_rule=identity_rule)
       source = {"annotations": str(path.resolve()), "annotations_sha256": sha256(path), "dropped_videos": {"count": len(dropped), "ids": dropped[:20]}}
     try:
       stats = io.read_json(out / "stats.json", "CVR statistics")
@@ -157,9 +157,7 @@ class VidjaxCvr(Builder):
     store_tables = None
     if c.features:
       store = FeatureStore(c.features)
-      clip_ids = {i for recs in splits.values() for r in recs for k in ("target", *_CLIP_LISTS) for i in
-                  ([r[k]] if k == "target" else r.get(k, []))}
-      text_ids = {r["target"] for recs in splits.values() for r in recs}
+      clip_ids, text_ids = cvr.feature_ids([r for recs in splits.values() for r in recs])
       store_tables = tables(store, {c.clip_kind: clip_ids, c.text_kind: text_ids})
       self.info.metadata["features"] = features_metadata(store, {"clip": c.clip_kind, "text": c.text_kind})
     return {name: self._generate_examples(records, store_tables) for name, records in splits.items()}
@@ -188,9 +186,7 @@ def as_cvr_records(examples: list[dict], split: str) -> list[dict]:
     if split == "train":
       out.append({k: ex[k] for k in INSTANCE_KEYS})
     else:
-      r = {k: ex[k] for k in POOL_KEYS if k != "negative_types"}
-      r["negative_types"] = dict(zip(ex["negative_ids"], ex["negative_types"]))
-      out.append({k: r[k] for k in POOL_KEYS})
+      out.append({k: dict(zip(ex["negative_ids"], ex[k])) if k == "negative_types" else ex[k] for k in POOL_KEYS})
   return out
 
 
