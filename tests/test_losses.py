@@ -236,3 +236,28 @@ def test_comp_preference_loss_matches_numpy(seed):
   ordered = np.array([[0.9, 0.5, 0.3, 0.1]], np.float32)
   assert float(losses.comp_preference_loss(ordered[:, 0], ordered[:, 1:])) == 0.0
   assert float(losses.comp_preference_loss(ordered[:, 0], ordered[:, :0:-1])) > 0.0
+
+
+def test_comp_total_loss_modes_match_numpy():
+  rng = np.random.default_rng(3)
+  b, n, d = 4, 3, 6
+  video, text = rng.normal(size=(b, d)).astype(np.float32), rng.normal(size=(b, d)).astype(np.float32)
+  negs = rng.normal(size=(b, n, d)).astype(np.float32)
+  mask = (rng.random((b, n)) > 0.3).astype(np.float32)
+  v, t, ng = _np_unit(video.astype(np.float64)), _np_unit(text.astype(np.float64)), _np_unit(negs.astype(np.float64))
+  pref = 0.0
+  for r in range(b):
+    s_pos, s_neg = v[r] @ t[r], ng[r] @ v[r]
+    for i in range(n):
+      if mask[r, i]:
+        pref += max(s_neg[i] - s_pos, 0.0) + sum(max(s_neg[j] - s_neg[i], 0.0) for j in range(i + 1, n) if mask[r, j])
+  pref /= b
+  con = _np_clip(video, text, 0.2)
+  loss, aux = losses.comp_total_loss(video, text, negs, mask, 0.2, mode="comploss", lam=100.0)
+  np.testing.assert_allclose(loss, con + 100.0 * pref, rtol=1e-5)
+  np.testing.assert_allclose(aux["pref"], pref, rtol=1e-5, atol=1e-7)
+  np.testing.assert_allclose(losses.comp_total_loss(video, text, negs, mask, 0.2, mode="contrastive")[0], con, rtol=1e-5)
+  np.testing.assert_allclose(losses.comp_total_loss(video, text, negs, mask, 0.2, mode="negclip")[0],
+                             _np_clip(video, text, 0.2, negs, mask), rtol=1e-5)
+  with pytest.raises(ValueError, match="mode='hinge'"):
+    losses.comp_total_loss(video, text, negs, mask, 0.2, mode="hinge")

@@ -16,7 +16,9 @@ Evaluators (each returns named metrics from `vidjax.metrics`):
 * `evaluate_gallery`   R@1/5/10, MdR, MnR in both directions over a shared gallery (several
                        captions per video allowed), scored in fixed-size blocks so memory stays
                        bounded: no `[Q, C, D]` copy of the gallery, no `[Q, C]` score matrix;
-* `evaluate_binary`    pairwise preference (VideoComp): positive vs negative, ties count against;
+* `evaluate_binary`    pairwise preference: positive vs negative, ties count against;
+* `evaluate_comp`      VideoComp: binary accuracy per disruption type + comprehensive product, for
+                       video-query (dual encoder) and text-query (reranker) scorers alike;
 * `evaluate_triplets`  GenState triplets: main vs temporal / semantic negatives + distractors;
 * `evaluate_ranked`    R@K of a Retriever's ranked ids.
 
@@ -167,6 +169,42 @@ def evaluate_binary(scorer: Scorer | Callable, inputs: Batch, chunk: int = DEFAU
   """Pairwise preference (VideoComp binary accuracy): candidates [Q, 2, ...], column 0 is the positive."""
   scores = score_pools(scorer, inputs, chunk)
   return metrics.binary_accuracy(scores)
+
+
+def comp_scores(scorer: Scorer | Callable, inputs: Batch, chunk: int = DEFAULT_CHUNK) -> np.ndarray:
+  """[Q, 2] scores of a VideoComp triplet set, column 0 the positive text, for either kind of Scorer.
+
+  `inputs` is either
+    * a pool batch: the video as the query (e.g. `video [Q, D]`) and the two texts as `candidates
+      [Q, 2, ...]`, positive first (dual encoders: `CosineScorer("video")`), or
+    * `{"positive": batch, "negative": batch}`: two text-query batches (text fields + `candidates
+      [Q, 1, ...]`, the triplet's video) for scorers that take a text query and score videos (CAST,
+      VEDJE's reranker).
+  """
+  if "positive" in inputs and "negative" in inputs:
+    pos, neg = (score_pools(scorer, inputs[k], chunk) for k in ("positive", "negative"))
+    if pos.shape[1:] != (1,) or neg.shape != pos.shape:
+      raise ValueError(f"comp_scores: text-query batches need candidates [Q, 1, ...] (the triplet's video), "
+                       f"got scores {pos.shape} and {neg.shape}")
+    return np.concatenate([pos, neg], axis=1)
+  scores = score_pools(scorer, inputs, chunk)
+  if scores.shape[1:] != (2,):
+    raise ValueError(f"comp_scores: candidates must be [Q, 2, ...] (positive, negative), got scores {scores.shape}")
+  return scores
+
+
+def evaluate_comp(scorer: Scorer | Callable, inputs_by_type: Mapping[str, Batch],
+                  chunk: int = DEFAULT_CHUNK) -> dict[str, float]:
+  """VideoComp (§3.4): binary accuracy per disruption type and the comprehensive product of any Scorer.
+
+  Args:
+    scorer: any Scorer (see `comp_scores` for the two input layouts).
+    inputs_by_type: {type: inputs}, e.g. {"temp_reorder": ..., "action_replace": ..., "seg_mismatch": ...}.
+
+  Returns:
+    `metrics.comp_metrics`: {type: accuracy %, "all": product of the accuracies, in %}.
+  """
+  return metrics.comp_metrics({t: comp_scores(scorer, x, chunk) for t, x in inputs_by_type.items()})
 
 
 def evaluate_triplets(scorer: Scorer | Callable, inputs: Batch, chunk: int = DEFAULT_CHUNK) -> dict[str, Any]:

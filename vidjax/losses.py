@@ -411,3 +411,32 @@ def comp_preference_loss(sim_pos: jax.Array, sim_neg: jax.Array, mask: Optional[
   pair = jax.nn.relu(sim_neg[:, None, :] - sim_neg[:, :, None])  # [b, i, j] = [s_j - s_i]_+
   pairs = jnp.sum(pair * upper * m[:, :, None] * m[:, None, :], axis=(1, 2))
   return jnp.mean(to_pos + pairs)
+
+
+def comp_total_loss(video: jax.Array, text: jax.Array, text_negatives: jax.Array, negative_mask: jax.Array,
+                    tau: jax.Array, *, mode: str = "comploss", lam: float = 100.0) -> tuple[jax.Array, dict]:
+  """The VideoComp training objectives (§3.2, §4.2; Table 4 rows) on unit or raw embeddings.
+
+  Args:
+    video, text: [B, D] positive pairs; text_negatives: [B, N, D] in the hierarchy order; negative_mask:
+      [B, N], 1 = the negative exists.
+    tau: the temperature of L_con.
+    mode: "contrastive" (L_con, eq. 1), "negclip" (L_con with the negatives in the text side of the
+      softmax) or "comploss" (L_total = L_con + lam * L_pref, eq. 2).
+    lam: λ (100, §4.2).
+
+  Returns:
+    (loss, {"con": L_con, "pref": L_pref}); L_pref is reported in every mode (cosine similarities).
+  """
+  if mode not in ("contrastive", "negclip", "comploss"):
+    raise ValueError(f"comp_total_loss: mode={mode!r} is not one of ('contrastive', 'negclip', 'comploss')")
+  v = l2_normalize(jnp.asarray(video, jnp.float32))
+  t = l2_normalize(jnp.asarray(text, jnp.float32))
+  n = l2_normalize(jnp.asarray(text_negatives, jnp.float32))
+  if mode == "negclip":
+    con = clip_contrastive_loss(v, t, tau, n, negative_mask)
+  else:
+    con = clip_contrastive_loss(v, t, tau)
+  pref = comp_preference_loss(jnp.sum(v * t, -1), jnp.einsum("bd,bnd->bn", v, n), negative_mask)
+  loss = con + lam * pref if mode == "comploss" else con
+  return loss, {"con": con, "pref": pref}

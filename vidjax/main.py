@@ -16,6 +16,7 @@ from ml_collections import config_flags
 
 from vidjax import sharding
 from vidjax.experiments import cast as cast_experiment
+from vidjax.experiments import comp as comp_experiment
 from vidjax.experiments import extract as extract_experiment
 from vidjax.experiments import grdr as grdr_experiment
 from vidjax.experiments import retrieval as retrieval_experiment
@@ -24,6 +25,7 @@ from vidjax.experiments import vedje as vedje_experiment
 # Experiment kind (config.experiment) -> run function. Plain imports, no registry magic.
 EXPERIMENTS = {
     "cast": cast_experiment.run,
+    "comp": comp_experiment.run,
     "extract_videoprism": extract_experiment.run,
     "grdr": grdr_experiment.run,
     "retrieval": retrieval_experiment.run,

@@ -232,10 +232,15 @@ def load_lexicon(path: str | os.PathLike = LEXICON) -> dict[str, tuple[str, ...]
 class TemplateRewriter:
   """Deterministic rewriter: connective words between sentences, and one lexicon action word replaced."""
 
-  def __init__(self, lexicon: dict[str, tuple[str, ...]] | None = None):
+  def __init__(self, lexicon: dict[str, tuple[str, ...]] | None = None, connectives: bool = True):
+    """`connectives=False` joins the sentences plainly (`plain_paragraph`): for template sentences of
+    a few words (the embedded world's), three connective words alone would fail the §3.1.3 precision."""
     self.lexicon = load_lexicon() if lexicon is None else lexicon
+    self.connectives = connectives
 
   def connect(self, sentences, rng):
+    if not self.connectives:
+      return plain_paragraph(sentences)
     out = []
     for i, s in enumerate(sentences):
       s = s.strip().rstrip(".") + "."
@@ -363,6 +368,94 @@ def build_comp(videos: Sequence[EventVideo], *, split: str, types: Sequence[str]
   counts = {"split": split, "videos": len(videos), **{t: sum(x.type == t for x in out) for t in types},
             "total": len(out), "dropped_validation": dropped, "skipped": dict(sorted(skipped.items()))}
   return out, counts
+
+
+# ---------------------------------------------------------------------------------------------- training data
+
+
+@dataclasses.dataclass(frozen=True)
+class CompGroup:
+  """One training example of eq. 2: a video span, its positive paragraph and one negative per hierarchy
+  level (None where that disruption does not exist for this span)."""
+  video_id: str
+  span: tuple[float, float]
+  positive: str
+  negatives: tuple[str | None, ...]
+
+
+def training_groups(triplets: Sequence[CompTriplet], hierarchy: Sequence[str]) -> list[CompGroup]:
+  """Groups triplets that share an input video (id and span) into eq. 2 examples, negatives in `hierarchy`
+  order (less disrupted first). The group's positive is its first triplet's (the builder draws connectives
+  afresh per type, so positives of one span can differ in connective words only). Types outside
+  `hierarchy` are left out."""
+  unknown = [t for t in hierarchy if t not in TRAIN_TYPES]
+  if unknown or len(set(hierarchy)) != len(hierarchy):
+    raise ValueError(f"hierarchy {tuple(hierarchy)} must list distinct types of {TRAIN_TYPES}")
+  groups: dict[tuple, list] = {}
+  for t in triplets:
+    if t.type not in hierarchy:
+      continue
+    key = (t.video_id, t.video_span)
+    if key not in groups:
+      groups[key] = [t.positive, [None] * len(hierarchy)]
+    groups[key][1][hierarchy.index(t.type)] = t.negative
+  return [CompGroup(vid, span, pos, tuple(negs)) for (vid, span), (pos, negs) in groups.items()]
+
+
+def stacked_example(clips: Sequence[tuple[str, tuple[float, float], str]], rng: np.random.Generator,
+                    rewriter: Rewriter | None = None) -> tuple[str, str | None, str | None]:
+  """CompPretrain (§3.3): k short (video id, span, caption) clips stacked into one pseudo long video.
+
+  Returns:
+    (positive paragraph of all k captions in order, reordered negative (the segments shuffled, never the
+    identity order; None when every order reads the same), partial negative (one or more segments removed,
+    the rest in order; None for k = 1)).
+  """
+  rewriter = rewriter or TemplateRewriter()
+  captions = [c for _, _, c in clips]
+  positive = rewriter.connect(captions, rng)
+  order = _reorder(captions, rng) if len(captions) > 1 else None
+  reordered = None if order is None else rewriter.connect(order, rng)
+  partial = None
+  if len(captions) > 1:
+    keep = np.sort(rng.choice(len(captions), int(rng.integers(1, len(captions))), replace=False))
+    partial = rewriter.connect([captions[i] for i in keep], rng)
+  return positive, reordered, partial
+
+
+def span_frames(num_frames: int, duration: float, span: tuple[float, float], out_frames: int) -> np.ndarray:
+  """int [out_frames]: rows of a video's `num_frames` stored frames (evenly covering [0, duration]) that
+  sample `span` uniformly -- the frames whose centres lie in the span, resampled to `out_frames` (the
+  nearest stored frame when the span holds none). How a seg-mismatch crop and a CompPretrain clip
+  become model input."""
+  if num_frames < 1 or duration <= 0:
+    raise ValueError(f"span_frames: need num_frames >= 1 and duration > 0, got {num_frames}, {duration}")
+  centres = (np.arange(num_frames) + 0.5) * duration / num_frames
+  inside = np.flatnonzero((centres >= span[0]) & (centres <= span[1]))
+  if inside.size == 0:
+    inside = np.array([int(np.argmin(np.abs(centres - 0.5 * (span[0] + span[1]))))])
+  return inside[np.minimum((np.arange(out_frames) * inside.size) // out_frames, inside.size - 1)]
+
+
+# ---------------------------------------------------------------------------------------------- embedded world
+
+# The moving-object world's action words are its directions of motion: action-replace makes an object
+# move another way (`TemplateRewriter(WORLD_LEXICON, connectives=False)`).
+WORLD_LEXICON = {d: tuple(x for x in ("left", "right", "up", "down") if x != d) for d in ("left", "right", "up", "down")}
+
+
+def events_from_world(world, split: str) -> list[EventVideo]:
+  """The moving-object world's base videos as densely captioned videos (SYNTHETIC): event i owns frames
+  [i·T/E, (i+1)·T/E) (one frame per second) and its sentence is "The <colour> <shape> moves <direction>"."""
+  frames = world.config.frames
+  out = []
+  for vid in world.ids(split, kinds=("base",)):
+    scene = world.scenes[vid]
+    span = frames // len(scene.events)
+    out.append(EventVideo(vid, float(frames), tuple(
+        (float(i * span), float((i + 1) * span), f"The {' '.join(scene.objects[o])} moves {d}")
+        for i, (o, d, _) in enumerate(scene.events))))
+  return out
 
 
 def write_release(path: str | os.PathLike, triplets: Sequence[CompTriplet]) -> None:

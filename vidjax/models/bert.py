@@ -42,7 +42,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vidjax.ops import l2_normalize
+from vidjax.ops import flatten_dict, l2_normalize, unflatten_dict
 from vidjax.tokenizers.wordpiece import WordPieceTokenizer
 
 Params = dict[str, Any]
@@ -281,6 +281,58 @@ def hf_name_map(config: BertConfig) -> dict[str, tuple[tuple[str, ...], tuple[in
   if config.use_pooler:
     linear("pooler.dense", ("pooler",), d, d)
   return out
+
+
+_POSITIONS = "embeddings/position_embeddings/embedding"
+# Parts of a HF `BertModel` tree an encoder that pools its own [CLS] state does not use.
+_UNUSED_PRETRAINED = ("pooler/",)
+
+
+def copy_pretrained(ours: Params, theirs: Params, *, what: str = "encoder", hint: str = "") -> Params:
+  """A copy of the `BertModel`-shaped tree `ours` with every leaf taken from the pretrained `theirs`.
+
+  The position table is copied row by row: rows beyond the pretrained table keep `ours`' values
+  (a longer input than BERT's), and a shorter table takes BERT's first rows. The pretrained pooler
+  is ignored (VEDJE's reranker and VidCLIP's text tower pool the final [CLS] state themselves).
+
+  Args:
+    ours: the randomly initialised encoder tree (no pooler).
+    theirs: a pretrained `BertModel` tree (`vidjax.checkpoints.load_bert_safetensors`).
+    what, hint: name the model in the error message, and say how to fix a depth mismatch.
+
+  Raises:
+    ValueError: listing every missing or mis-shaped leaf, or a layer-count mismatch.
+  """
+  flat_ours = flatten_dict(ours)
+  flat_theirs = {k: v for k, v in flatten_dict(theirs).items() if not k.startswith(_UNUSED_PRETRAINED)}
+  layers = lambda tree: len({k.split("/")[0] for k in tree if k.startswith("layer_")})  # noqa: E731
+  problems = []
+  if layers(flat_ours) != layers(flat_theirs):
+    problems.append(f"the {what} has {layers(flat_ours)} layers, the pretrained BERT {layers(flat_theirs)}"
+                    + (f" ({hint})" if hint else ""))
+  missing, unexpected = sorted(set(flat_ours) - set(flat_theirs)), sorted(set(flat_theirs) - set(flat_ours))
+  if missing:
+    problems.append("missing in the pretrained tree: " + ", ".join(missing))
+  if unexpected:
+    problems.append(f"not in the {what}: " + ", ".join(unexpected))
+  for key in sorted(set(flat_ours) & set(flat_theirs)):
+    want, got = tuple(np.shape(flat_ours[key])), tuple(np.shape(flat_theirs[key]))
+    if key == _POSITIONS:
+      if want[1:] != got[1:]:
+        problems.append(f"{key}: width {got[1:]} != {want[1:]}")
+    elif want != got:
+      problems.append(f"{key}: pretrained {got} != {what} {want}")
+  if problems:
+    raise ValueError(f"the pretrained BERT does not fit the {what}:\n  " + "\n  ".join(problems))
+  new = {}
+  for key, leaf in flat_ours.items():
+    src = jnp.asarray(flat_theirs[key], jnp.float32)
+    if key == _POSITIONS:
+      n = min(leaf.shape[0], src.shape[0])
+      new[key] = jnp.asarray(leaf, jnp.float32).at[:n].set(src[:n])
+    else:
+      new[key] = src
+  return unflatten_dict(new)
 
 
 # ---------------------------------------------------------------------------------------------

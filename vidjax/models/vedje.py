@@ -74,8 +74,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from vidjax.models import bert
 from vidjax.models.bert import BertConfig, BertLayer
-from vidjax.ops import flatten_dict, unflatten_dict
 
 Params = dict[str, Any]
 
@@ -678,29 +678,19 @@ def init_params(module: nn.Module, rng: jax.Array, batch: int = 1) -> Params:
 # Pretrained BERT -> reranker
 # ---------------------------------------------------------------------------------------------
 
-_POSITIONS = "embeddings/position_embeddings/embedding"
-# Parts of a HF `BertModel` tree the reranker does not use (see "Pooling" in the module docstring).
-_UNUSED_PRETRAINED = ("pooler/",)
-
-
 def init_from_minilm(params: Params, bert_params: Params) -> Params:
   """Copies a pretrained `bert.BertModel` tree into a reranker's encoder; returns a new tree.
 
   `bert_params` is what `vidjax.checkpoints.load_bert_safetensors` returns (e.g. all-MiniLM-L6-v2
-  into `VedjeConfig.minilm_l6()`). Every leaf of params['bert'] is replaced by the pretrained leaf
-  of the same name: the word / token-type embeddings, the embedding LayerNorm and every layer.
-  The position table is the exception: the reranker's has `input_len` rows (64 + T*M); row i takes
-  BERT's row i where BERT has one and keeps its random init beyond (so text positions 0..63 and,
-  for MiniLM's 512 rows, every default cache position start from BERT's learned positions). The
-  pretrained pooler is ignored (the reranker pools the final [CLS] state). Every other parameter
+  into `VedjeConfig.minilm_l6()`); the copy is `bert.copy_pretrained` (every leaf of params['bert'];
+  the position table row by row, rows beyond BERT's keep their random init, so text positions 0..63
+  and, for MiniLM's 512 rows, every default cache position start from BERT's learned positions; the
+  pretrained pooler ignored: the reranker pools the final [CLS] state). Every other parameter
   (e_rho, score head, training heads) is left as given.
 
   Args:
     params: a `JointReranker` tree, or a `Vedje` tree (its 'reranker' subtree is updated).
     bert_params: a `BertModel` tree.
-
-  Returns:
-    the updated tree (jax float32 leaves where copied); the inputs are not modified.
 
   Raises:
     ValueError: listing every missing or mis-shaped leaf, or a layer-count mismatch.
@@ -710,37 +700,6 @@ def init_from_minilm(params: Params, bert_params: Params) -> Params:
   if "bert" not in params:
     raise ValueError(f"init_from_minilm: expected a JointReranker tree with a 'bert' subtree, got "
                      f"keys {sorted(params)}")
-  ours = flatten_dict(params["bert"])
-  theirs = {k: v for k, v in flatten_dict(bert_params).items()
-            if not k.startswith(_UNUSED_PRETRAINED)}
-  n_ours = len({k.split("/")[0] for k in ours if k.startswith("layer_")})
-  n_theirs = len({k.split("/")[0] for k in theirs if k.startswith("layer_")})
-  problems = []
-  if n_ours != n_theirs:
-    problems.append(f"the reranker has {n_ours} layers, the pretrained BERT {n_theirs} (use the "
-                    "VedjeConfig whose num_layers matches, e.g. VedjeConfig.minilm_l6())")
-  missing = sorted(set(ours) - set(theirs))
-  unexpected = sorted(set(theirs) - set(ours))
-  if missing:
-    problems.append("missing in the pretrained tree: " + ", ".join(missing))
-  if unexpected:
-    problems.append("not in the reranker: " + ", ".join(unexpected))
-  for key in sorted(set(ours) & set(theirs)):
-    want, got = tuple(np.shape(ours[key])), tuple(np.shape(theirs[key]))
-    if key == _POSITIONS:
-      if want[1:] != got[1:]:
-        problems.append(f"{key}: width {got[1:]} != {want[1:]}")
-    elif want != got:
-      problems.append(f"{key}: pretrained {got} != reranker {want}")
-  if problems:
-    raise ValueError("init_from_minilm: the pretrained BERT does not fit the reranker:\n  "
-                     + "\n  ".join(problems))
-  new = {}
-  for key, leaf in ours.items():
-    src = jnp.asarray(theirs[key], jnp.float32)
-    if key == _POSITIONS:
-      n = min(leaf.shape[0], src.shape[0])
-      new[key] = jnp.asarray(leaf, jnp.float32).at[:n].set(src[:n])
-    else:
-      new[key] = src
-  return {**params, "bert": unflatten_dict(new)}
+  return {**params, "bert": bert.copy_pretrained(params["bert"], bert_params, what="reranker",
+                                                  hint="use the VedjeConfig whose num_layers matches, e.g. "
+                                                       "VedjeConfig.minilm_l6()")}

@@ -1,0 +1,468 @@
+"""VideoComp: build the Comp benchmarks, pretrain and fine-tune VidCLIP, evaluate compositionality.
+
+`run(config, workdir)`:
+  1. data: the dataset's dense captions through their readers (or official release files) and a feature
+     store of per-frame tokens, or, when `config.data.features` is empty, the embedded SYNTHETIC
+     moving-object world with four events per video; the training and evaluation triplets are built
+     with `vidjax.data.comp.build_comp` and written to `<workdir>/benchmark/` (release format + counts);
+  2. pretraining (§3.3, §4.1) on short clips: `base` (stack size 1, contrastive: VidCLIP-base) and
+     `comppretrain` (stacks of `pretrain.stack` clips with reordered and partial negatives, L_con + λ·L_pref);
+  3. fine-tuning on the Comp training triplets (§4.2) from `base` with the contrastive loss, NegCLIP and
+     CompLoss, and from `comppretrain` with CompLoss;
+  4. evaluation (§3.4): binary accuracy per disruption type and the comprehensive product
+     (`evaluate.evaluate_comp`), R@1 both ways on the positive pairs;
+  5. `<workdir>/results.json`: methods `zero_shot`, `contrastive`, `negclip`, `comploss`,
+     `comppretrain_comploss` x `temp_reorder`, `action_replace`, `seg_mismatch`, `all`, `t2v_r1`, `v2t_r1`;
+     "tables" holds Table 5 (pretraining ablation) and Table 6 (zero-shot retrieval) rows.
+
+Every training runs through the one loop (`vidjax.train.fit`) in `<workdir>/models/<name>/`, so a killed
+run resumes. Each example is a video given as rows into the frozen features (`video_rows [T]`,
+`frame_rows [T]`: a span of one video, or k stacked clips of several) plus its texts.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from vidjax import checkpoints, evaluate, io, losses, metrics, train
+from vidjax.data import comp, moving_objects, pipeline
+from vidjax.data.annotations import read_activitynet_captions, read_youcook2
+from vidjax.data.features import FeatureStore, MissingFeatureError
+from vidjax.defaults.comp import METHODS, METRICS
+from vidjax.experiments import common
+from vidjax.models import bert
+from vidjax.models import vidclip as V
+from vidjax.tokenizers.wordpiece import WordPieceTokenizer
+
+RESUMABLE_CHANGES = ("eval.chunk", "pretrain.progress", "finetune.progress", "world_pretrain.progress",
+                     "world_finetune.progress", "pretrain.log_every", "finetune.log_every",
+                     "world_pretrain.log_every", "world_finetune.log_every")
+# Fine-tuning runs: (method, loss mode, initial model).
+FINETUNES = (("contrastive", "contrastive", "base"), ("negclip", "negclip", "base"), ("comploss", "comploss", "base"),
+             ("comppretrain_comploss", "comploss", "comppretrain"))
+
+
+# ----------------------------------------------------------------------------------------------
+# Config checks.
+
+
+def validate(config) -> None:
+  common.check_choice(config, "dataset", ("activitynet", "youcook2"))
+  for section in ("model", "world_model"):
+    common.check_positive_int(config, [f"{section}.{k}" for k in (
+        "frames", "width", "pool_queries", "pool_heads", "pool_mlp", "embed_dim", "text_hidden", "text_layers",
+        "text_heads", "text_mlp", "max_text_len")])
+    common.check_choice(config, f"{section}.init", ("minilm", "random"))
+    common.compute_dtype(config, f"{section}.dtype")
+    common.check_fraction(config, f"{section}.init_temperature")
+  for section in ("pretrain", "finetune", "world_pretrain", "world_finetune"):
+    common.check_positive_int(config, [f"{section}.{k}" for k in ("batch_size", "steps", "checkpoint_every",
+                                                                  "log_every")])
+    common.check_positive(config, [f"{section}.lr", f"{section}.lam"])
+    tc = common.get_key(config, section)
+    if tc.weight_decay < 0 or tc.warmup_steps < 0:
+      common.bad_value(f"{section}.weight_decay", (tc.weight_decay, tc.warmup_steps), "weight decay and warm-up >= 0")
+  for section in ("pretrain", "world_pretrain"):
+    common.check_positive_int(config, [f"{section}.stack"])
+    if tuple(common.get_key(config, f"{section}.hierarchy")) not in (("reorder", "partial"), ("partial", "reorder")):
+      common.bad_value(f"{section}.hierarchy", common.get_key(config, f"{section}.hierarchy"),
+                       "an order of ('reorder', 'partial')")
+  for section in ("finetune", "world_finetune"):
+    h = tuple(common.get_key(config, f"{section}.hierarchy"))
+    if not h or len(set(h)) != len(h) or not set(h) <= set(comp.TRAIN_TYPES):
+      common.bad_value(f"{section}.hierarchy", h, f"distinct types of {comp.TRAIN_TYPES}, less disrupted first")
+  mc = model_section(config)
+  if mc.frames % (config.world_pretrain.stack if not config.data.features else config.pretrain.stack):
+    common.bad_value("model.frames", mc.frames, "a multiple of the CompPretrain stack size")
+  if mc.init == "minilm" and (mc.text_hidden, mc.text_layers, mc.text_heads, mc.text_mlp) != (384, 6, 12, 1536):
+    common.bad_value("model.text_layers", mc.text_layers, "all-MiniLM-L6-v2's shape (384 wide, 6 layers, 12 heads, "
+                     "MLP 1536) with model.init='minilm', or model.init='random'")
+  common.check_positive_int(config, ["eval.chunk"])
+  if config.data.features:
+    if not config.data.annotations and not config.data.release_eval:
+      common.bad_value("data.annotations", "", "the dataset's annotation file (or data.release_eval) with data.features")
+
+
+def model_section(config):
+  return config.model if config.data.features else config.world_model
+
+
+def train_sections(config):
+  return (config.pretrain, config.finetune) if config.data.features else (config.world_pretrain, config.world_finetune)
+
+
+# ----------------------------------------------------------------------------------------------
+# Data.
+
+
+@dataclasses.dataclass
+class CompData:
+  """Everything the runs read: frozen features, the triplets and the pretraining clips.
+
+  Attributes:
+    synthetic: the embedded world.
+    video_ids: rows of the features; durations: seconds per row.
+    gather: (video_rows [B, T], frame_rows [B, T]) -> float32 [B, T, N, D].
+    num_frames: stored frames per video.
+    train, eval: Comp triplets; clips: pretraining (video id, span, caption) short clips.
+    counts: Table-1-shaped counts of the built splits ([] for release files).
+    rewriter: joins captions into paragraphs (CompPretrain uses it too).
+  """
+  synthetic: bool
+  video_ids: list[str]
+  durations: np.ndarray
+  gather: Callable[[np.ndarray, np.ndarray], np.ndarray]
+  num_frames: int
+  train: list[comp.CompTriplet]
+  eval: list[comp.CompTriplet]
+  clips: list[tuple[str, tuple[float, float], str]]
+  counts: list[dict]
+  rewriter: Any
+
+
+def _clips(videos: Sequence[comp.EventVideo], drop_global: bool, iou_threshold: float):
+  return [(v.video_id, (s, e), text) for v in videos
+          for s, e, text in comp.positive_events(v, drop_global=drop_global, iou_threshold=iou_threshold)]
+
+
+def world_data(config) -> CompData:
+  world = moving_objects.make_moving_object_world(moving_objects.world_config_from(config.world), seed=config.seed)
+  rewriter = comp.TemplateRewriter(comp.WORLD_LEXICON, connectives=False)
+  splits = {s: comp.events_from_world(world, s) for s in ("train", "test")}
+  built = {s: comp.build_comp(v, split=s, seed=config.seed, drop_global=False, rewriter=rewriter,
+                              iou_threshold=config.benchmark.iou_threshold, min_overlap=config.benchmark.min_overlap,
+                              name="world-comp") for s, v in splits.items()}
+  ids = world.ids()
+  tokens = world.tokens
+  return CompData(True, ids, np.full(len(ids), float(world.config.frames)),
+                  lambda vr, fr: tokens[vr, fr], world.config.frames, built["train"][0], built["test"][0],
+                  _clips(splits["train"], False, 1.0), [built["train"][1], built["test"][1]], rewriter)
+
+
+def _real_events(config) -> dict[str, list[comp.EventVideo]]:
+  d = config.data
+  if config.dataset == "activitynet":
+    out = {"eval": comp.events_from_activitynet(read_activitynet_captions(d.annotations))}
+    if d.train_annotations:
+      out["train"] = comp.events_from_activitynet(read_activitynet_captions(d.train_annotations))
+    return out
+  out = {"eval": comp.events_from_youcook2(read_youcook2(d.annotations, d.eval_split))}
+  out["train"] = comp.events_from_youcook2(read_youcook2(d.annotations, "train"))
+  return out
+
+
+def real_data(config) -> CompData:
+  d, b = config.data, config.benchmark
+  events = _real_events(config) if d.annotations else {}
+  counts, built = [], {}
+  for split, videos in events.items():
+    triplets, c = comp.build_comp(videos, split=split, seed=config.seed, drop_global=b.drop_global,
+                                  iou_threshold=b.iou_threshold, min_overlap=b.min_overlap, name=f"{config.dataset}-comp")
+    built[split] = triplets
+    counts.append(c)
+  if d.release_eval:
+    built["eval"] = comp.read_release(d.release_eval)
+  if d.release_train:
+    built["train"] = comp.read_release(d.release_train)
+  if not built.get("train"):
+    common.bad_value("data.train_annotations", d.train_annotations,
+                     "the training split's annotation file (or data.release_train) to fine-tune on")
+  durations = {v.video_id: v.duration for vs in events.values() for v in vs}
+  for t in built["train"] + built["eval"]:
+    durations.setdefault(t.video_id, t.original[1])
+  store = FeatureStore(d.features)
+  ids = sorted(durations)
+  missing = [v for v in ids if not store.has(d.tokens_kind, v)]
+  if missing:
+    raise MissingFeatureError(f"feature store {d.features}: kind {d.tokens_kind!r} lacks {len(missing)} of the "
+                              f"{len(ids)} benchmark videos (first: {missing[:5]})")
+  shape = store.item_shape(d.tokens_kind)
+  if len(shape) not in (2, 3):
+    raise ValueError(f"feature store {d.features}: kind {d.tokens_kind!r} has items of shape {shape}; expected "
+                     "per-frame tokens [T, N, D] or per-frame embeddings [T, D]")
+
+  def gather(vr, fr):
+    out = []
+    for r, f in zip(vr, fr):
+      x = store.get_one(d.tokens_kind, ids[r])
+      out.append(x[f] if x.ndim == 3 else x[f][:, None])
+    return np.asarray(out, np.float32)
+
+  clips = _clips(events.get("train", []), b.drop_global, b.iou_threshold) or [
+      (t.video_id, t.positive_span, t.positive) for t in built["train"]]
+  return CompData(False, ids, np.array([durations[v] for v in ids]), gather, shape[0], built["train"], built["eval"],
+                  clips, counts, comp.TemplateRewriter())
+
+
+# ----------------------------------------------------------------------------------------------
+# Examples: video rows + texts.
+
+
+@dataclasses.dataclass
+class Examples:
+  """Training or evaluation examples as arrays (texts index `texts`)."""
+  video_rows: np.ndarray   # int [E, T]
+  frame_rows: np.ndarray   # int [E, T]
+  positive: np.ndarray     # int [E] into texts
+  negatives: np.ndarray    # int [E, H] into texts, -1 = none
+
+
+def span_rows(data: CompData, row: dict, video_id: str, span, frames: int) -> tuple[np.ndarray, np.ndarray]:
+  r = row[video_id]
+  return np.full(frames, r), comp.span_frames(data.num_frames, float(data.durations[r]), span, frames)
+
+
+class TextTable:
+  """Unique texts -> rows (tokenized once)."""
+
+  def __init__(self):
+    self.rows: dict[str, int] = {}
+
+  def __call__(self, text: str | None) -> int:
+    if text is None:
+      return -1
+    return self.rows.setdefault(text, len(self.rows))
+
+  def tokens(self, tokenizer, max_len: int) -> dict[str, np.ndarray]:
+    return pipeline.text_token_batch(tokenizer, list(self.rows), max_len)
+
+
+def finetune_examples(data: CompData, hierarchy, frames: int, texts: TextTable) -> Examples:
+  row = {v: i for i, v in enumerate(data.video_ids)}
+  groups = comp.training_groups(data.train, tuple(hierarchy))
+  vr, fr = zip(*(span_rows(data, row, g.video_id, g.span, frames) for g in groups))
+  return Examples(np.stack(vr), np.stack(fr), np.array([texts(g.positive) for g in groups]),
+                  np.array([[texts(n) for n in g.negatives] for g in groups]).reshape(len(groups), len(hierarchy)))
+
+
+def pretrain_examples(data: CompData, stack: int, hierarchy, frames: int, texts: TextTable, seed: int) -> Examples:
+  """Stack size 1: each clip alone (no negatives); k > 1: as many stacks of k random clips as there are clips."""
+  row = {v: i for i, v in enumerate(data.video_ids)}
+  rng = np.random.default_rng([seed, 0xC0DE, stack])
+  per = frames // stack
+  vrs, frs, pos, negs = [], [], [], []
+  n = len(data.clips)
+  for i in range(n):
+    chosen = [data.clips[i]] if stack == 1 else [data.clips[j] for j in rng.choice(n, stack, replace=False)]
+    parts = [span_rows(data, row, vid, span, per) for vid, span, _ in chosen]
+    vrs.append(np.concatenate([p[0] for p in parts]))
+    frs.append(np.concatenate([p[1] for p in parts]))
+    positive, reordered, partial = comp.stacked_example(chosen, rng, data.rewriter)
+    pos.append(texts(positive))
+    by_kind = {"reorder": reordered, "partial": partial}
+    negs.append([texts(by_kind[k]) for k in hierarchy] if stack > 1 else [])
+  return Examples(np.stack(vrs), np.stack(frs), np.array(pos), np.array(negs, np.int64).reshape(n, -1))
+
+
+# ----------------------------------------------------------------------------------------------
+# Model and training.
+
+
+def model_config(mc, visual_dim: int) -> V.VidClipConfig:
+  text = bert.BertConfig(vocab_size=30522, hidden_size=mc.text_hidden, num_layers=mc.text_layers,
+                         num_heads=mc.text_heads, intermediate_size=mc.text_mlp,
+                         max_position=512 if mc.init == "minilm" else mc.max_text_len,
+                         dropout_rate=mc.dropout_rate, attention_dropout_rate=mc.dropout_rate, use_pooler=False)
+  return V.VidClipConfig(visual_dim=visual_dim, frames=mc.frames, width=mc.width, pool_queries=mc.pool_queries,
+                         pool_heads=mc.pool_heads, pool_mlp=mc.pool_mlp, embed_dim=mc.embed_dim, text=text,
+                         max_text_len=mc.max_text_len, init_temperature=mc.init_temperature, dtype=mc.dtype)
+
+
+def batch_fn_for(data: CompData, ex: Examples, tokens: dict[str, np.ndarray]):
+  def batch_fn(idx):
+    neg = ex.negatives[idx]
+    safe = np.maximum(neg, 0)
+    return {"video": data.gather(ex.video_rows[idx], ex.frame_rows[idx]),
+            "input_ids": tokens["input_ids"][ex.positive[idx]], "attention_mask": tokens["attention_mask"][ex.positive[idx]],
+            "neg_ids": tokens["input_ids"][safe], "neg_mask": tokens["attention_mask"][safe],
+            "neg_valid": (neg >= 0).astype(np.float32)}
+  return batch_fn
+
+
+def train_model(name: str, model: V.VidClip, init_fn, ex: Examples, data: CompData, tokens, tc, mode: str,
+                seed: int, workdir: Path):
+  """One VidCLIP training through the one loop; returns host params."""
+
+  def loss_fn(params, batch, rng):
+    apply = functools.partial(model.apply, {"params": params})
+    video = apply(batch["video"], method=V.VidClip.encode_video)
+    drop = {"dropout": rng}
+    text = apply(batch["input_ids"], batch["attention_mask"], False, method=V.VidClip.encode_text, rngs=drop)
+    tau = apply(method=V.VidClip.temperature)
+    b, h, s = batch["neg_ids"].shape
+    if h == 0 or mode == "contrastive":
+      loss, aux = losses.comp_total_loss(video, text, jnp.zeros((b, 0, text.shape[1])), jnp.zeros((b, 0)), tau,
+                                         mode="contrastive")
+    else:
+      neg = apply(batch["neg_ids"].reshape(b * h, s), batch["neg_mask"].reshape(b * h, s), False,
+                  method=V.VidClip.encode_text, rngs=drop).reshape(b, h, -1)
+      loss, aux = losses.comp_total_loss(video, text, neg, batch["neg_valid"], tau, mode=mode, lam=tc.lam)
+    return loss, {**aux, "tau": tau}
+
+  negs = ex.negatives if mode != "contrastive" else ex.negatives[:, :0]
+  ex = dataclasses.replace(ex, negatives=negs)
+  dataset = pipeline.loader(pipeline.make_index_batches(len(ex.positive), tc.batch_size, seed,
+                                                        batch_fn_for(data, ex, tokens)))
+  state, _ = train.fit(init_fn=init_fn, loss_fn=loss_fn,
+                       optimizer=train.adamw(tc.lr, tc.weight_decay, tc.warmup_steps),
+                       dataset=dataset, num_steps=tc.steps, workdir=workdir / "models" / name, seed=seed,
+                       checkpoint_every=tc.checkpoint_every, log_every=min(tc.log_every, tc.steps),
+                       progress=tc.progress, description=f"VidCLIP {name}")
+  return jax.device_get(state.params)
+
+
+# ----------------------------------------------------------------------------------------------
+# Evaluation.
+
+
+class Encoder:
+  """Jitted unit embeddings of videos (given as feature rows) and texts, in fixed-size chunks."""
+
+  def __init__(self, model: V.VidClip, data: CompData, chunk: int):
+    self.data, self.chunk = data, chunk
+    self._video = jax.jit(lambda p, x: model.apply({"params": p}, x, method=V.VidClip.encode_video))
+    self._text = jax.jit(lambda p, i, m: model.apply({"params": p}, i, m, method=V.VidClip.encode_text))
+
+  def videos(self, params, video_rows, frame_rows) -> np.ndarray:
+    return evaluate.chunked(lambda b: self._video(params, self.data.gather(b["v"], b["f"])),
+                            {"v": video_rows, "f": frame_rows}, self.chunk)
+
+  def texts(self, params, tokens) -> np.ndarray:
+    return evaluate.chunked(lambda b: self._text(params, b["input_ids"], b["attention_mask"]), tokens, self.chunk)
+
+
+@dataclasses.dataclass
+class EvalSet:
+  """The evaluation triplets as rows: per type the video input row and the two text rows; the positives."""
+  video_rows: np.ndarray
+  frame_rows: np.ndarray
+  by_type: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]  # type -> (video idx, pos text, neg text)
+  pairs: tuple[np.ndarray, np.ndarray]                           # (video idx, text idx) of the positive pairs
+
+
+def eval_set(data: CompData, frames: int, texts: TextTable) -> EvalSet:
+  row = {v: i for i, v in enumerate(data.video_ids)}
+  inputs: dict[tuple, int] = {}
+  vrs, frs = [], []
+  by_type: dict[str, list] = {t: [] for t in comp.EVAL_TYPES}
+  pairs = {}
+  for t in data.eval:
+    if t.type not in by_type:
+      continue
+    key = (t.video_id, t.video_span)
+    if key not in inputs:
+      inputs[key] = len(inputs)
+      vr, fr = span_rows(data, row, t.video_id, t.video_span, frames)
+      vrs.append(vr)
+      frs.append(fr)
+    by_type[t.type].append((inputs[key], texts(t.positive), texts(t.negative)))
+    if t.type != "seg_mismatch":  # the full video and its paragraph (§3.4: positive pairs only)
+      pairs.setdefault(t.video_id, (inputs[key], texts(t.positive)))
+  missing = [t for t, rows in by_type.items() if not rows]
+  if missing:
+    raise ValueError(f"the evaluation triplets have no {missing} entries; VideoComp evaluates all of {comp.EVAL_TYPES}")
+  pv, pt = zip(*pairs.values())
+  return EvalSet(np.stack(vrs), np.stack(frs), {t: tuple(np.array(c) for c in zip(*rows)) for t, rows in by_type.items()},
+                 (np.array(pv), np.array(pt)))
+
+
+def evaluate_model(enc: Encoder, params, es: EvalSet, tokens) -> dict[str, float]:
+  """Binary accuracies, comprehensive score and R@1 both ways of one VidCLIP."""
+  v = enc.videos(params, es.video_rows, es.frame_rows)
+  t = enc.texts(params, tokens)
+  inputs = {kind: {"video": v[vi], "candidates": np.stack([t[pi], t[ni]], axis=1)}
+            for kind, (vi, pi, ni) in es.by_type.items()}
+  out = evaluate.evaluate_comp(evaluate.CosineScorer("video"), inputs, enc.chunk)
+  pv, pt = es.pairs
+  # Paragraph-to-video over the positive pairs; videos are unique per pair.
+  r = metrics.two_way_retrieval_metrics(t[pt] @ v[pv].T, np.arange(len(pv)))
+  return {**out, "t2v_r1": r["t2v_r1"], "v2t_r1": r["v2t_r1"]}
+
+
+# ----------------------------------------------------------------------------------------------
+# The run.
+
+
+def pretrained_text(mc):
+  folder = Path(mc.minilm_dir or checkpoints.default_minilm_dir())
+  return checkpoints.load_bert_safetensors(folder / "model.safetensors",
+                                           checkpoints.bert_config_from_json(folder / "config.json"))
+
+
+def run(config, workdir: str | Path) -> dict:
+  workdir = common.start_run(config, workdir, validate, RESUMABLE_CHANGES)
+  data = real_data(config) if config.data.features else world_data(config)
+  mc = model_section(config)
+  ptc, ftc = train_sections(config)
+  if common.is_writer():
+    for split, triplets in (("train", data.train), ("eval", data.eval)):
+      comp.write_release(workdir / "benchmark" / f"{config.name}_{split}.json", triplets)
+    if data.counts:
+      io.atomic_write_json(workdir / "benchmark" / "counts.json", data.counts)
+      print(("SYNTHETIC " if data.synthetic else "") + f"{config.name} benchmark (Table 1 shape)\n"
+            + comp.format_counts(data.counts), flush=True)
+  common.barrier("comp_benchmark")
+
+  visual = data.gather(np.zeros((1, 1), np.int64), np.zeros((1, 1), np.int64)).shape
+  model = V.VidClip(model_config(mc, visual[-1]))
+  tokenizer = WordPieceTokenizer.from_vocab(Path(mc.minilm_dir or checkpoints.default_minilm_dir()) / "vocab.txt")
+  texts = TextTable()
+  frames = mc.frames
+  pre = {"base": pretrain_examples(data, 1, ptc.hierarchy, frames, texts, config.seed),
+         "comppretrain": pretrain_examples(data, ptc.stack, ptc.hierarchy, frames, texts, config.seed)}
+  fine = finetune_examples(data, ftc.hierarchy, frames, texts)
+  es = eval_set(data, frames, texts)
+  tokens = texts.tokens(tokenizer, mc.max_text_len)
+  text_init = pretrained_text(mc) if mc.init == "minilm" else None
+
+  def fresh(rng):
+    params = V.init_params(model, rng, visual[-2])
+    return V.init_text_from(params, text_init) if text_init is not None else params
+
+  params = {}
+  for name, ex in pre.items():
+    params[name] = train_model(name, model, fresh, ex, data, tokens, ptc, "contrastive" if name == "base" else "comploss",
+                               config.seed, workdir)
+  for method, mode, start in FINETUNES:
+    params[method] = train_model(method, model, lambda rng, s=start: params[s], fine, data, tokens, ftc, mode,
+                                 config.seed, workdir)
+
+  enc = Encoder(model, data, config.eval.chunk)
+  scores = {"zero_shot": evaluate_model(enc, params["base"], es, tokens)}
+  comppretrain_zero_shot = evaluate_model(enc, params["comppretrain"], es, tokens)
+  for method, _, _ in FINETUNES:
+    scores[method] = evaluate_model(enc, params[method], es, tokens)
+  table_metrics = {m: {k: scores[m][k] for k in METRICS} for m in METHODS}
+  tables = {
+      "pretraining_ablation": {  # Table 5
+          "zero_shot_stack1": {k: scores["zero_shot"][k] for k in METRICS[:4]},
+          f"zero_shot_stack{ptc.stack}": {k: comppretrain_zero_shot[k] for k in METRICS[:4]},
+          "comploss_stack1": {k: scores["comploss"][k] for k in METRICS[:4]},
+          f"comploss_stack{ptc.stack}": {k: scores["comppretrain_comploss"][k] for k in METRICS[:4]}},
+      "zero_shot_retrieval": {  # Table 6
+          "vidclip_base": {k: scores["zero_shot"][k] for k in ("t2v_r1", "v2t_r1")},
+          "comppretrain": {k: comppretrain_zero_shot[k] for k in ("t2v_r1", "v2t_r1")}},
+  }
+  where = "SYNTHETIC moving-object world" if data.synthetic else config.dataset
+  printed = [
+      evaluate.format_table(table_metrics, f"VideoComp on {config.name} ({where}): binary accuracy % (Tables 2-4) "
+                            "and R@1 on the positive pairs (Table 3)", data.synthetic, list(METRICS)),
+      evaluate.format_table(tables["pretraining_ablation"], "CompPretrain stack size (Table 5)", data.synthetic,
+                            list(METRICS[:4])),
+      evaluate.format_table(tables["zero_shot_retrieval"], "zero-shot retrieval R@1 after pretraining (Table 6)",
+                            data.synthetic, ["t2v_r1", "v2t_r1"]),
+  ]
+  results = {"experiment": "comp", "dataset": config.dataset, "synthetic": data.synthetic,
+             "note": moving_objects.SYNTHETIC_NOTE if data.synthetic else "",
+             "metrics": table_metrics, "tables": tables,
+             "counts": {"eval": {t: len(es.by_type[t][0]) for t in comp.EVAL_TYPES}, "train_groups": len(fine.positive),
+                        "pretrain_clips": len(data.clips)}}
+  if common.is_writer():
+    common.write_results(workdir, results, printed)
+  return results

@@ -1,0 +1,188 @@
+"""VidCLIP: the VideoComp dual encoder on frozen per-frame features (../shared/papers/videocomp.txt §4.1).
+
+Video tower (§4.1: "temporal positional encoding after the final ViT layer", "concatenate all
+frame-level tokens along the temporal dimension into [B, T·N, D]", "an attention pooler with two
+layers: the first employs 196 queries, and the second aggregates them into a single global ...
+embedding")::
+
+  x [B, T, N, D] (frozen VideoPrism tokens; per-frame embeddings [B, T, D] are N = 1)
+  x = Dense(LayerNorm(x)) + temporal_pos[t]          learned, one row per frame, shared by its N tokens
+  x = reshape(x, [B, T·N, width])
+  h = AttentionPool(queries=Q1)(x)   [B, Q1, width]  cross-attention from learned queries + MLP
+  v = AttentionPool(queries=1)(h)    [B, 1, width]   -> LayerNorm -> Dense(embed_dim)
+
+Text tower (§4.1: "a CLS token to summarize the text features", "sequence length ... 160"): a BERT
+encoder (`vidjax.models.bert.BertModel`, no pooler) whose final [CLS] state goes through
+Dense(embed_dim). By default it starts from the real all-MiniLM-L6-v2 weights (`init_text_from`):
+the paper's text tower (a 12-layer CLIP text transformer pretrained on DataComp-1B) is not
+available offline. MiniLM's 512 learned positions cover the 160 tokens, so no resizing is needed.
+
+Similarity is the cosine of the two L2-normalised embeddings (§3.4: "we use cosine similarity
+between video and text embeddings"); the contrastive temperature is learnable, tau = exp(-log_scale)
+with log_scale initialised to log(1 / 0.07) and clipped to scale <= 100 as in CLIP.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from vidjax.models import bert
+from vidjax.ops import l2_normalize
+
+Params = dict[str, Any]
+MAX_LOGIT_SCALE = 100.0
+
+
+@dataclasses.dataclass(frozen=True)
+class VidClipConfig:
+  """VidCLIP sizes. The defaults are the paper's where it gives them (§4.1) on a MiniLM text tower.
+
+  Attributes:
+    visual_dim: D of the frozen input tokens (768 for VideoPrism-B).
+    frames: T, frames per video (16, §4.2).
+    width: the video tower's width (the paper's ViT-L: 1024).
+    pool_queries: Q1, queries of the first pooling layer (196, §4.1).
+    pool_heads, pool_mlp: attention heads and MLP width of each pooling layer.
+    embed_dim: the shared embedding width.
+    text: the BERT text tower (all-MiniLM-L6-v2's shape by default; `use_pooler` is forced off).
+    max_text_len: text tokens incl. [CLS]/[SEP] (160, §4.1).
+    init_temperature: the starting tau (CLIP: 0.07).
+    dtype: computation dtype; parameters stay float32.
+  """
+  visual_dim: int = 768
+  frames: int = 16
+  width: int = 1024
+  pool_queries: int = 196
+  pool_heads: int = 16
+  pool_mlp: int = 4096
+  embed_dim: int = 768
+  text: bert.BertConfig = dataclasses.field(default_factory=bert.BertConfig)
+  max_text_len: int = 160
+  init_temperature: float = 0.07
+  dtype: str = "float32"
+
+  def __post_init__(self):
+    for name in ("visual_dim", "frames", "width", "pool_queries", "pool_heads", "pool_mlp", "embed_dim",
+                 "max_text_len"):
+      value = getattr(self, name)
+      if not isinstance(value, int) or value < 1:
+        raise ValueError(f"VidClipConfig.{name}={value!r} must be a positive integer")
+    if self.width % self.pool_heads:
+      raise ValueError(f"VidClipConfig: width={self.width} is not divisible by pool_heads={self.pool_heads}")
+    if self.max_text_len > self.text.max_position:
+      raise ValueError(f"VidClipConfig: max_text_len={self.max_text_len} exceeds the text tower's "
+                       f"max_position={self.text.max_position}")
+    if not 0.0 < self.init_temperature < 1.0:
+      raise ValueError(f"VidClipConfig.init_temperature={self.init_temperature} must lie in (0, 1)")
+
+
+def _dense(features: int, dtype, name: str) -> nn.Dense:
+  return nn.Dense(features, dtype=dtype, param_dtype=jnp.float32, kernel_init=nn.initializers.normal(0.02),
+                  name=name)
+
+
+class AttentionPool(nn.Module):
+  """Learned queries cross-attend to the tokens, then a residual MLP (pre-LayerNorm): [B, S, W] -> [B, Q, W]."""
+  num_queries: int
+  heads: int
+  mlp: int
+  dtype: Any = jnp.float32
+
+  @nn.compact
+  def __call__(self, x):
+    b, _, w = x.shape
+    queries = self.param("queries", nn.initializers.normal(0.02), (self.num_queries, w), jnp.float32)
+    q = jnp.broadcast_to(queries.astype(self.dtype), (b, self.num_queries, w))
+    kv = nn.LayerNorm(dtype=self.dtype, param_dtype=jnp.float32, name="kv_norm")(x)
+    h = nn.MultiHeadDotProductAttention(num_heads=self.heads, dtype=self.dtype, param_dtype=jnp.float32,
+                                        name="attention")(
+        nn.LayerNorm(dtype=self.dtype, param_dtype=jnp.float32, name="q_norm")(q), kv)
+    y = nn.LayerNorm(dtype=self.dtype, param_dtype=jnp.float32, name="mlp_norm")(h)
+    y = _dense(self.mlp, self.dtype, "mlp_in")(y)
+    y = _dense(w, self.dtype, "mlp_out")(nn.gelu(y))
+    return h + y
+
+
+class VideoTower(nn.Module):
+  """Frozen per-frame tokens [B, T, N, D] (or [B, T, D]) -> unnormalised video embeddings [B, embed_dim]."""
+  config: VidClipConfig
+
+  @nn.compact
+  def __call__(self, x):
+    cfg = self.config
+    dtype = jnp.dtype(cfg.dtype)
+    if x.ndim == 3:
+      x = x[:, :, None, :]
+    if x.ndim != 4 or x.shape[1] != cfg.frames or x.shape[3] != cfg.visual_dim:
+      raise ValueError(f"VidCLIP video input must be [B, T={cfg.frames}, N, D={cfg.visual_dim}] or "
+                       f"[B, T, D], got {x.shape}")
+    b, t, n, _ = x.shape
+    x = nn.LayerNorm(dtype=dtype, param_dtype=jnp.float32, name="input_norm")(x.astype(dtype))
+    x = _dense(cfg.width, dtype, "input_proj")(x)
+    temporal = self.param("temporal_pos", nn.initializers.normal(0.02), (cfg.frames, cfg.width), jnp.float32)
+    x = (x + temporal[None, :, None, :].astype(dtype)).reshape(b, t * n, cfg.width)
+    h = AttentionPool(cfg.pool_queries, cfg.pool_heads, cfg.pool_mlp, dtype, name="pool_1")(x)
+    h = AttentionPool(1, cfg.pool_heads, cfg.pool_mlp, dtype, name="pool_2")(h)[:, 0]
+    h = nn.LayerNorm(dtype=dtype, param_dtype=jnp.float32, name="out_norm")(h)
+    return _dense(cfg.embed_dim, dtype, "out_proj")(h).astype(jnp.float32)
+
+
+class TextTower(nn.Module):
+  """Token ids [B, S] (+ mask) -> unnormalised text embeddings [B, embed_dim] from the [CLS] state."""
+  config: VidClipConfig
+
+  @nn.compact
+  def __call__(self, input_ids, attention_mask, deterministic: bool = True):
+    cfg = self.config
+    if input_ids.shape[-1] > cfg.max_text_len:
+      raise ValueError(f"VidCLIP text input has {input_ids.shape[-1]} tokens, more than "
+                       f"max_text_len={cfg.max_text_len}; truncate in the tokenizer")
+    text_cfg = dataclasses.replace(cfg.text, use_pooler=False, dtype=cfg.dtype)
+    hidden, _ = bert.BertModel(text_cfg, name="bert")(input_ids, attention_mask, deterministic=deterministic)
+    return _dense(cfg.embed_dim, jnp.dtype(cfg.dtype), "out_proj")(hidden[:, 0]).astype(jnp.float32)
+
+
+class VidClip(nn.Module):
+  """The dual encoder. `__call__` gives both unit embeddings; `encode_video` / `encode_text` one side."""
+  config: VidClipConfig
+
+  def setup(self):
+    self.video = VideoTower(self.config)
+    self.text = TextTower(self.config)
+    self.log_scale = self.param("log_scale", nn.initializers.constant(math.log(1.0 / self.config.init_temperature)),
+                                (), jnp.float32)
+
+  def encode_video(self, x):
+    return l2_normalize(self.video(x))
+
+  def encode_text(self, input_ids, attention_mask, deterministic: bool = True):
+    return l2_normalize(self.text(input_ids, attention_mask, deterministic))
+
+  def temperature(self):
+    """tau = 1 / min(exp(log_scale), 100) (CLIP's clipped logit scale)."""
+    return 1.0 / jnp.minimum(jnp.exp(self.log_scale), MAX_LOGIT_SCALE)
+
+  def __call__(self, video, input_ids, attention_mask, deterministic: bool = True):
+    """-> (video [B, E], text [B', E], tau): unit embeddings and the temperature."""
+    return self.encode_video(video), self.encode_text(input_ids, attention_mask, deterministic), self.temperature()
+
+
+def init_params(model: VidClip, rng: jax.Array, tokens_per_frame: int = 1) -> Params:
+  """Every VidCLIP parameter, from dummy inputs of the config's shapes (works under `jax.eval_shape`)."""
+  cfg = model.config
+  video = jnp.zeros((1, cfg.frames, tokens_per_frame, cfg.visual_dim), jnp.float32)
+  ids = jnp.zeros((1, cfg.max_text_len), jnp.int32)
+  return model.init(rng, video, ids, jnp.ones_like(ids))["params"]
+
+
+def init_text_from(params: Params, bert_params: Params) -> Params:
+  """Copies a pretrained `bert.BertModel` tree (e.g. all-MiniLM-L6-v2) into the text tower; a new tree."""
+  text = params["text"]
+  new_bert = bert.copy_pretrained(text["bert"], bert_params, what="VidCLIP text tower",
+                                  hint="set the text tower's num_layers to the checkpoint's")
+  return {**params, "text": {**text, "bert": new_bert}}
