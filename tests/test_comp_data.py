@@ -135,3 +135,74 @@ def test_command_line_writes_counts(tmp_path, capsys):
   assert [c["split"] for c in counts] == ["train", "val"] and counts[0]["multi"] > 0
   assert "youcook2-Comp" in capsys.readouterr().out
   assert comp.read_release(tmp_path / "youcook2_comp_val.json")
+
+
+# ---------------------------------------------------------------------------------------------- training data
+
+
+def _triplet(vid, kind, pos, neg, span=(0.0, 10.0)):
+  query = span if kind == "seg_mismatch" else (0.0, 10.0)
+  return comp.CompTriplet(f"k/{vid}/{kind}", vid, kind, (0.0, 10.0), query, pos, neg, span, span)
+
+
+def test_training_groups_collect_the_hierarchy_per_video_span():
+  triplets = [_triplet("a", "temp_reorder", "P", "R"), _triplet("a", "multi", "P2", "M"),
+              _triplet("a", "seg_mismatch", "S", "N", span=(2.0, 5.0)), _triplet("b", "action_replace", "Q", "A")]
+  groups = comp.training_groups(triplets, ("temp_reorder", "action_replace", "seg_mismatch", "multi"))
+  assert groups == [comp.CompGroup("a", (0.0, 10.0), "P", ("R", None, None, "M")),
+                    comp.CompGroup("a", (2.0, 5.0), "S", (None, None, "N", None)),
+                    comp.CompGroup("b", (0.0, 10.0), "Q", (None, "A", None, None))]
+  assert comp.training_groups(triplets, ("multi",)) == [comp.CompGroup("a", (0.0, 10.0), "P2", ("M",))]
+  with pytest.raises(ValueError, match="distinct types"):
+    comp.training_groups(triplets, ("temp_reorder", "temp_reorder"))
+
+
+def test_stacked_examples_reorder_never_identity_and_partial_is_a_proper_ordered_subset():
+  rng = np.random.default_rng(0)
+  rewriter = comp.TemplateRewriter(connectives=False)
+  clips = [(f"v{i}", (0.0, 1.0), f"Caption number {i}") for i in range(4)]
+  for _ in range(50):
+    pos, reordered, partial = comp.stacked_example(clips, rng, rewriter)
+    assert pos == comp.plain_paragraph([c for _, _, c in clips])
+    assert reordered != pos
+    order = [int(s.split()[-1].rstrip(".")) for s in reordered.split(". ")]
+    assert sorted(order) == [0, 1, 2, 3] and order != [0, 1, 2, 3]
+    kept = [int(s.split()[-1].rstrip(".")) for s in partial.split(". ")]
+    assert 1 <= len(kept) < 4 and kept == sorted(kept)
+  assert comp.stacked_example(clips[:1], rng, rewriter)[1:] == (None, None)
+
+
+def test_span_frames_sample_inside_the_span():
+  idx = comp.span_frames(16, 16.0, (4.0, 12.0), 16)
+  assert idx.min() == 4 and idx.max() == 11 and np.all(np.diff(idx) >= 0) and len(idx) == 16
+  np.testing.assert_array_equal(comp.span_frames(8, 80.0, (0.0, 80.0), 4), [0, 2, 4, 6])
+  assert comp.span_frames(4, 8.0, (2.9, 3.0), 3).tolist() == [1, 1, 1]   # no centre inside: the nearest frame
+  with pytest.raises(ValueError, match="duration"):
+    comp.span_frames(4, 0.0, (0.0, 1.0), 2)
+
+
+def test_world_events_build_every_type_and_motion_tokens_carry_the_events():
+  from vidjax.data import moving_objects as mo
+  world = mo.make_moving_object_world(mo.MovingObjectWorldConfig(num_train_groups=12, num_eval_groups=4, num_events=4), 0)
+  videos = comp.events_from_world(world, "train")
+  assert len(videos) == 12 and all(len(v.events) == 4 and v.duration == 16.0 for v in videos)
+  assert videos[0].events[1][:2] == (4.0, 8.0) and videos[0].events[1][2].startswith("The ")
+  rewriter = comp.TemplateRewriter(comp.WORLD_LEXICON, connectives=False)
+  triplets, counts = comp.build_comp(videos, split="train", rewriter=rewriter)
+  assert all(counts[t] >= 10 for t in comp.TRAIN_TYPES) and sum(counts["dropped_validation"].values()) == 0
+  replaced = [t for t in triplets if t.type == "action_replace"]
+  for t in replaced:  # a direction of motion changed, nothing else
+    diff = [(a, b) for a, b in zip(t.positive.split(), t.negative.split()) if a != b]
+    assert len(diff) == 1 and diff[0][0].rstrip(".") in comp.WORLD_LEXICON
+  tokens = mo.motion_tokens(world, seed=0, noise=0.0)
+  assert tokens.shape == (len(world.data.videos), 16, world.config.max_objects, world.config.dim)
+  i = [v.video_id for v in world.data.videos].index(videos[0].video_id)
+  scene = world.scenes[videos[0].video_id]
+  mover = scene.events[0][0]
+  others = [o for o in range(len(scene.objects)) if o != mover]
+  # During event 0 the moving object's token changes with its direction code; the others' do not move.
+  if scene.events[1][0] != mover:
+    assert np.abs(tokens[i, 3, mover] - tokens[i, 4, mover]).max() > 0.1
+  for o in others:
+    if all(e[0] != o for e in scene.events[:1]):
+      np.testing.assert_allclose(tokens[i, 0, o], tokens[i, 3, o], atol=1e-6)

@@ -134,3 +134,32 @@ def test_format_table():
   assert "SYNTHETIC" not in evaluate.format_table(rows, "CVR results", synthetic=False)
 
 
+
+
+# ---------------------------------------------------------------------------------------------- VideoComp
+
+
+def test_evaluate_comp_matches_numpy_for_video_and_text_query_scorers():
+  """The same accuracies whether a scorer takes the video as query (dual encoder) or the text (CAST)."""
+  from vidjax.scorers import cast as cast_scorers
+  rng = np.random.default_rng(0)
+  q, d = 37, 8
+  inputs, pools, expected = {}, {}, {}
+  for kind in ("temp_reorder", "action_replace", "seg_mismatch"):
+    video, pos, neg = (rng.normal(size=(q, d)).astype(np.float32) for _ in range(3))
+    unit = lambda x: x / np.linalg.norm(x, axis=-1, keepdims=True)  # noqa: E731
+    s_pos, s_neg = np.sum(unit(video) * unit(pos), -1), np.sum(unit(video) * unit(neg), -1)
+    expected[kind] = 100.0 * np.mean(s_pos > s_neg)
+    pools[kind] = {"video": video, "candidates": np.stack([pos, neg], axis=1)}
+    text_query = lambda t: {"text": t, "history": np.zeros((q, 1, d), np.float32),  # noqa: E731
+                            "history_mask": np.zeros((q, 1), np.float32), "candidates": video[:, None]}
+    inputs[kind] = {"positive": text_query(pos), "negative": text_query(neg)}
+  want = {**expected, "all": 100.0 * np.prod([a / 100.0 for a in expected.values()])}
+  for scorer, x in ((evaluate.CosineScorer("video"), pools), (cast_scorers.ZeroShotScorer(), inputs)):
+    got = evaluate.evaluate_comp(scorer, x, chunk=16)
+    assert got.keys() == want.keys()
+    for k in want:
+      np.testing.assert_allclose(got[k], want[k], rtol=1e-6)
+  with pytest.raises(ValueError, match=r"expected scores \[Q, 2\]"):
+    evaluate.evaluate_comp(evaluate.CosineScorer("video"), {"temp_reorder": {**pools["temp_reorder"],
+                                                                             "candidates": pools["temp_reorder"]["candidates"][:, :1]}})

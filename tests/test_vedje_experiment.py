@@ -7,7 +7,7 @@ import jax
 import numpy as np
 import pytest
 
-from vidjax import metrics, ops, train
+from vidjax import evaluate, metrics, ops, train
 from vidjax.data import features
 from vidjax.experiments import vedje as E
 from vidjax.experiments.common import load_config
@@ -136,3 +136,18 @@ def test_step_decay_schedule_is_the_papers():
     assert float(sched(step)) == pytest.approx(expect(step), rel=1e-5), step
   with pytest.raises(ValueError, match="step decay"):
     train.adamw(1e-3, 0.0, decay_every=0, decay_rate=0.9)
+
+
+def test_the_reranker_is_evaluated_on_a_comp_benchmark_through_the_common_evaluator():
+  """VideoComp §3.4 with VEDJE as the scorer: the video's cache twice, the two texts as the pair's text."""
+  cfg, scorer = _tiny_scorer()
+  rng = np.random.default_rng(0)
+  q, s = 5, 4
+  cache = rng.normal(size=(q, 1, cfg.cache_len, cfg.hidden_size)).astype(np.float32)
+  ids = rng.integers(1, 30, size=(q, 2, s)).astype(np.int32)
+  batch = {"input_ids": ids, "attention_mask": np.ones_like(ids), "cache": np.repeat(cache, 2, axis=1),
+           "prior": np.zeros((q, 2), np.float32)}
+  got = evaluate.evaluate_comp(scorer, {"temp_reorder": batch}, chunk=2)
+  scores = scorer.score(batch)
+  assert got == {"temp_reorder": 100.0 * np.mean(scores[:, 0] > scores[:, 1]),
+                 "all": 100.0 * np.mean(scores[:, 0] > scores[:, 1])}

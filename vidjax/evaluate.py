@@ -175,22 +175,24 @@ def comp_scores(scorer: Scorer | Callable, inputs: Batch, chunk: int = DEFAULT_C
   """[Q, 2] scores of a VideoComp triplet set, column 0 the positive text, for either kind of Scorer.
 
   `inputs` is either
-    * a pool batch: the video as the query (e.g. `video [Q, D]`) and the two texts as `candidates
-      [Q, 2, ...]`, positive first (dual encoders: `CosineScorer("video")`), or
-    * `{"positive": batch, "negative": batch}`: two text-query batches (text fields + `candidates
-      [Q, 1, ...]`, the triplet's video) for scorers that take a text query and score videos (CAST,
-      VEDJE's reranker).
+    * one batch whose scores are [Q, 2], positive first: the video as the query and the two texts as
+      candidates (dual encoders: `CosineScorer("video")` with `candidates [Q, 2, D]`; VEDJE's reranker
+      with `input_ids [Q, 2, S]` and the video's cache twice), or
+    * `{"positive": batch, "negative": batch}`: two text-query batches whose scores are [Q, 1] (the
+      triplet's video as the one candidate), for scorers that take a text query (CAST's).
   """
+  def run(batch, width):
+    scores = np.asarray(chunked(score_fn(scorer), batch, chunk), np.float64)
+    if scores.shape[1:] != (width,):
+      raise ValueError(f"comp_scores: expected scores [Q, {width}] "
+                       f"({'one column: the triplet video' if width == 1 else 'positive, negative'}), got {scores.shape}")
+    return scores
   if "positive" in inputs and "negative" in inputs:
-    pos, neg = (score_pools(scorer, inputs[k], chunk) for k in ("positive", "negative"))
-    if pos.shape[1:] != (1,) or neg.shape != pos.shape:
-      raise ValueError(f"comp_scores: text-query batches need candidates [Q, 1, ...] (the triplet's video), "
-                       f"got scores {pos.shape} and {neg.shape}")
+    pos, neg = run(inputs["positive"], 1), run(inputs["negative"], 1)
+    if pos.shape != neg.shape:
+      raise ValueError(f"comp_scores: positive and negative batches differ in size: {pos.shape} vs {neg.shape}")
     return np.concatenate([pos, neg], axis=1)
-  scores = score_pools(scorer, inputs, chunk)
-  if scores.shape[1:] != (2,):
-    raise ValueError(f"comp_scores: candidates must be [Q, 2, ...] (positive, negative), got scores {scores.shape}")
-  return scores
+  return run(inputs, 2)
 
 
 def evaluate_comp(scorer: Scorer | Callable, inputs_by_type: Mapping[str, Batch],

@@ -390,7 +390,8 @@ def clip_contrastive_loss(video: jax.Array, text: jax.Array, tau: jax.Array,
   return 0.5 * (v2t + t2v)
 
 
-def comp_preference_loss(sim_pos: jax.Array, sim_neg: jax.Array, mask: Optional[jax.Array] = None) -> jax.Array:
+def comp_preference_loss(sim_pos: jax.Array, sim_neg: jax.Array, mask: Optional[jax.Array] = None,
+                         levels: Optional[Sequence[int]] = None) -> jax.Array:
   """L_pref (eq. 2): the positive above every negative, and each negative above the more disrupted ones.
 
   Args:
@@ -398,23 +399,30 @@ def comp_preference_loss(sim_pos: jax.Array, sim_neg: jax.Array, mask: Optional[
     sim_neg: [B, N] sim(V, T_neg^i), columns in the hierarchy order: column i is less disrupted than
       column j > i (the order is the caller's config, e.g. temp-reorder, action-replace, multi).
     mask: optional [B, N], 1 = the negative exists; a hinge enters only when both of its sides exist.
+    levels: optional [N] non-decreasing disruption levels of the columns; a hinge between two negatives
+      enters only when their levels differ (equal levels: no order between them). None = 0..N-1, eq. 2's
+      strict order.
 
   Returns:
-    mean over the batch of  sum_i [s_i - s_pos]_+ + sum_{i<j} [s_j - s_i]_+.
+    mean over the batch of  sum_i [s_i - s_pos]_+ + sum_{i<j, level_i<level_j} [s_j - s_i]_+.
   """
   b, n = sim_neg.shape
   _check("sim_pos", sim_pos, (b,))
   m = jnp.ones((b, n), jnp.float32) if mask is None else jnp.asarray(mask, jnp.float32)
   _check("mask", m, (b, n))
+  lv = jnp.arange(n) if levels is None else jnp.asarray(levels)
+  if lv.shape != (n,):
+    raise ValueError(f"levels must have one entry per negative column ({n}), got shape {lv.shape}")
   to_pos = jnp.sum(m * jax.nn.relu(sim_neg - sim_pos[:, None]), axis=1)
-  upper = jnp.triu(jnp.ones((n, n), jnp.float32), k=1)  # pairs i < j
+  upper = (lv[:, None] < lv[None, :]).astype(jnp.float32)  # pairs i less disrupted than j
   pair = jax.nn.relu(sim_neg[:, None, :] - sim_neg[:, :, None])  # [b, i, j] = [s_j - s_i]_+
   pairs = jnp.sum(pair * upper * m[:, :, None] * m[:, None, :], axis=(1, 2))
   return jnp.mean(to_pos + pairs)
 
 
 def comp_total_loss(video: jax.Array, text: jax.Array, text_negatives: jax.Array, negative_mask: jax.Array,
-                    tau: jax.Array, *, mode: str = "comploss", lam: float = 100.0) -> tuple[jax.Array, dict]:
+                    tau: jax.Array, *, mode: str = "comploss", lam: float = 100.0,
+                    levels: Optional[Sequence[int]] = None) -> tuple[jax.Array, dict]:
   """The VideoComp training objectives (§3.2, §4.2; Table 4 rows) on unit or raw embeddings.
 
   Args:
@@ -424,6 +432,7 @@ def comp_total_loss(video: jax.Array, text: jax.Array, text_negatives: jax.Array
     mode: "contrastive" (L_con, eq. 1), "negclip" (L_con with the negatives in the text side of the
       softmax) or "comploss" (L_total = L_con + lam * L_pref, eq. 2).
     lam: λ (100, §4.2).
+    levels: the negatives' disruption levels for L_pref (`comp_preference_loss`).
 
   Returns:
     (loss, {"con": L_con, "pref": L_pref}); L_pref is reported in every mode (cosine similarities).
@@ -437,6 +446,6 @@ def comp_total_loss(video: jax.Array, text: jax.Array, text_negatives: jax.Array
     con = clip_contrastive_loss(v, t, tau, n, negative_mask)
   else:
     con = clip_contrastive_loss(v, t, tau)
-  pref = comp_preference_loss(jnp.sum(v * t, -1), jnp.einsum("bd,bnd->bn", v, n), negative_mask)
+  pref = comp_preference_loss(jnp.sum(v * t, -1), jnp.einsum("bd,bnd->bn", v, n), negative_mask, levels)
   loss = con + lam * pref if mode == "comploss" else con
   return loss, {"con": con, "pref": pref}

@@ -283,6 +283,34 @@ def world_config_from(fields) -> MovingObjectWorldConfig:
   return MovingObjectWorldConfig(**given)
 
 
+def motion_tokens(world: MovingObjectWorld, seed: int = 0, noise: float = 0.05) -> np.ndarray:
+  """Per-frame object tokens that carry motion: `[N, T, max_objects, dim]` float32, rows in `data.videos` order.
+
+  A stand-in for a video backbone's temporally contextualised frame tokens (VideoPrism's come out of
+  temporal attention layers, so a token already says what moves where), for methods that pool frame
+  tokens without attending across frames first (VideoComp's VidCLIP: one cross-attention pooler). Token o
+  of frame t = (e_colour + e_shape)^ of object o + its cell code + e_direction when frame t lies in an
+  event where object o moves that way + noise * N(0, I); unused object slots are noise only. Codes are
+  drawn from `seed`, independent of the patch tokens' codes.
+  """
+  cfg = world.config
+  rng = np.random.default_rng(np.random.SeedSequence([seed, 0x307104]))
+  d, t_len = cfg.dim, cfg.frames
+  code = dict(zip(COLOURS + SHAPES + tuple(DIRECTIONS), l2_normalize(rng.normal(size=(len(COLOURS) + len(SHAPES) + 4, d)))))
+  cell = l2_normalize(rng.normal(size=(cfg.grid ** 2, d)))
+  ids = [v.video_id for v in world.data.videos]
+  out = noise * rng.normal(size=(len(ids), t_len, cfg.max_objects, d))
+  for i, vid in enumerate(ids):
+    scene = world.scenes[vid]
+    pos = scene.positions(t_len)
+    span = t_len // len(scene.events)
+    for o, obj in enumerate(scene.objects):
+      out[i, :, o] += l2_normalize(code[obj[0]] + code[obj[1]]) + cell[pos[:, o, 0] * cfg.grid + pos[:, o, 1]]
+    for e, (o, direction, _) in enumerate(scene.events):
+      out[i, e * span:(e + 1) * span, o] += code[direction]
+  return out.astype(np.float32)
+
+
 # ------------------------------------------------------------------------------------------------
 # The learnability check: is the order of events readable from the features at all?
 

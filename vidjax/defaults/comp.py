@@ -85,17 +85,18 @@ def get_config(dataset: str, arg: str | None = None) -> ml_collections.ConfigDic
   c.model = _model()
   c.pretrain = _train(batch_size=128, steps=50_000, lr=1e-7, weight_decay=1e-6,   # §4.1 (VideoCC3M protocol)
                       stack=4,                                 # CompPretrain stack size (Table 5)
-                      hierarchy=("reorder", "partial"))        # its eq. 2 negatives, less disrupted first
-  c.finetune = _train(hierarchy=("temp_reorder", "action_replace", "seg_mismatch", "multi"))
+                      hierarchy=("reorder", "partial"), levels=(1, 1))   # its eq. 2 negatives and their levels
+  c.finetune = _train(hierarchy=("temp_reorder", "action_replace", "seg_mismatch", "multi"), levels=(1, 1, 1, 2))
   # The embedded world (SYNTHETIC): base videos of the moving-object world with four events each.
   c.world = ml_collections.ConfigDict({**dataclasses.asdict(MovingObjectWorldConfig()),
                                        "num_train_groups": 1500, "num_eval_groups": 500, "num_events": 4})
   c.world_model = _model(width=64, pool_queries=16, pool_heads=4, pool_mlp=128, embed_dim=64, init="random",
                          text_hidden=64, text_layers=2, text_heads=4, text_mlp=128, max_text_len=48)
   c.world_pretrain = _train(batch_size=32, steps=600, lr=1e-3, weight_decay=1e-4, warmup_steps=50,
-                            stack=4, hierarchy=("reorder", "partial"), log_every=50)
+                            stack=4, hierarchy=("reorder", "partial"), levels=(1, 1), log_every=50)
   c.world_finetune = _train(batch_size=32, steps=800, lr=5e-4, weight_decay=1e-4, warmup_steps=50,
-                            hierarchy=("temp_reorder", "action_replace", "seg_mismatch", "multi"), log_every=50)
+                            hierarchy=("temp_reorder", "action_replace", "seg_mismatch", "multi"), levels=(1, 1, 1, 2),
+                            log_every=50)
   c.eval = ml_collections.ConfigDict(dict(chunk=256))
   for name in [a for a in (arg or "").split(",") if a]:
     if name != "smoke":

@@ -139,7 +139,7 @@ def world_data(config) -> CompData:
                               iou_threshold=config.benchmark.iou_threshold, min_overlap=config.benchmark.min_overlap,
                               name="world-comp") for s, v in splits.items()}
   ids = world.ids()
-  tokens = world.tokens
+  tokens = moving_objects.motion_tokens(world, config.seed, world.config.noise)
   return CompData(True, ids, np.full(len(ids), float(world.config.frames)),
                   lambda vr, fr: tokens[vr, fr], world.config.frames, built["train"][0], built["test"][0],
                   _clips(splits["train"], False, 1.0), [built["train"][1], built["test"][1]], rewriter)
@@ -302,7 +302,8 @@ def train_model(name: str, model: V.VidClip, init_fn, ex: Examples, data: CompDa
     else:
       neg = apply(batch["neg_ids"].reshape(b * h, s), batch["neg_mask"].reshape(b * h, s), False,
                   method=V.VidClip.encode_text, rngs=drop).reshape(b, h, -1)
-      loss, aux = losses.comp_total_loss(video, text, neg, batch["neg_valid"], tau, mode=mode, lam=tc.lam)
+      loss, aux = losses.comp_total_loss(video, text, neg, batch["neg_valid"], tau, mode=mode, lam=tc.lam,
+                                         levels=tuple(tc.levels))
     return loss, {**aux, "tau": tau}
 
   negs = ex.negatives if mode != "contrastive" else ex.negatives[:, :0]

@@ -1,0 +1,124 @@
+"""VidCLIP (VideoComp §4.1): shapes, MiniLM text init, and that it learns event order on tiny data."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from vidjax import checkpoints, losses
+from vidjax.models import bert
+from vidjax.models import vidclip as V
+
+TEXT = bert.BertConfig(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, max_position=16,
+                       dropout_rate=0.0, attention_dropout_rate=0.0, use_pooler=False)
+
+
+def tiny(**kw):
+  base = dict(visual_dim=8, frames=4, width=32, pool_queries=4, pool_heads=2, pool_mlp=64, embed_dim=16,
+              text=TEXT, max_text_len=8)
+  base.update(kw)
+  return V.VidClipConfig(**base)
+
+
+@pytest.fixture(scope="module")
+def model_and_params():
+  model = V.VidClip(tiny())
+  return model, V.init_params(model, jax.random.PRNGKey(0), tokens_per_frame=3)
+
+
+def test_shapes_units_and_temperature(model_and_params):
+  model, params = model_and_params
+  ids = jnp.ones((5, 8), jnp.int32)
+  v, t, tau = model.apply({"params": params}, jnp.ones((3, 4, 3, 8)), ids, jnp.ones_like(ids))
+  assert v.shape == (3, 16) and t.shape == (5, 16)
+  np.testing.assert_allclose(np.linalg.norm(v, axis=-1), 1.0, rtol=1e-5)
+  np.testing.assert_allclose(np.linalg.norm(t, axis=-1), 1.0, rtol=1e-5)
+  np.testing.assert_allclose(tau, 0.07, rtol=1e-5)
+  # Per-frame embeddings [B, T, D] are N = 1 tokens per frame, through the same parameters.
+  per_frame = model.apply({"params": params}, jnp.ones((2, 4, 8)), method=V.VidClip.encode_video)
+  assert per_frame.shape == (2, 16)
+  # The temporal encoding makes the embedding depend on frame order.
+  x = jax.random.normal(jax.random.PRNGKey(1), (1, 4, 3, 8))
+  a = model.apply({"params": params}, x, method=V.VidClip.encode_video)
+  b = model.apply({"params": params}, x[:, ::-1], method=V.VidClip.encode_video)
+  assert float(jnp.abs(a - b).max()) > 1e-4
+
+
+def test_bad_inputs_and_config(model_and_params):
+  model, params = model_and_params
+  with pytest.raises(ValueError, match=r"\[B, T=4, N, D=8\]"):
+    model.apply({"params": params}, jnp.ones((2, 5, 3, 8)), method=V.VidClip.encode_video)
+  with pytest.raises(ValueError, match="max_text_len=8"):
+    model.apply({"params": params}, jnp.ones((1, 9), jnp.int32), jnp.ones((1, 9), jnp.int32),
+                method=V.VidClip.encode_text)
+  with pytest.raises(ValueError, match="pool_heads"):
+    tiny(width=30, pool_heads=4)
+  with pytest.raises(ValueError, match="max_position"):
+    tiny(max_text_len=32)
+  with pytest.raises(ValueError, match="pool_queries"):
+    tiny(pool_queries=0)
+
+
+def test_text_tower_starts_from_the_real_minilm():
+  folder = checkpoints.default_minilm_dir()
+  pretrained = checkpoints.load_bert_safetensors(folder / "model.safetensors",
+                                                 checkpoints.bert_config_from_json(folder / "config.json"))
+  cfg = tiny(text=bert.BertConfig(use_pooler=False), max_text_len=160)  # all-MiniLM-L6-v2's shape, 160 tokens
+  model = V.VidClip(cfg)
+  params = jax.eval_shape(lambda: V.init_params(model, jax.random.PRNGKey(0)))
+  params = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), params)
+  new = V.init_text_from(params, pretrained)
+  got = new["text"]["bert"]["layer_5"]["attention"]["query"]["kernel"]
+  np.testing.assert_array_equal(got, pretrained["layer_5"]["attention"]["query"]["kernel"])
+  np.testing.assert_array_equal(new["text"]["bert"]["embeddings"]["position_embeddings"]["embedding"],
+                                pretrained["embeddings"]["position_embeddings"]["embedding"])
+  assert float(jnp.abs(new["text"]["out_proj"]["kernel"]).max()) == 0.0  # the projection is not BERT's
+  with pytest.raises(ValueError, match="VidCLIP text tower has 1 layers, the pretrained BERT 6"):
+    V.init_text_from(V.init_params(V.VidClip(tiny()), jax.random.PRNGKey(0)), pretrained)
+
+
+def test_learns_the_order_of_events_with_its_negatives():
+  """The thing VideoComp trains it for: two events shown in order, the paragraph vs its reordering."""
+  rng = np.random.default_rng(0)
+  words = np.arange(2000, 2006)          # 6 event words
+  codes = rng.normal(size=(6, 8)).astype(np.float32)
+  pairs = [(a, b) for a in range(6) for b in range(6) if a != b]
+
+  def video(a, b):
+    x = np.concatenate([np.repeat(codes[a][None], 2, 0), np.repeat(codes[b][None], 2, 0)])
+    return x + 0.05 * rng.normal(size=x.shape).astype(np.float32)
+
+  def text(a, b):
+    return np.array([101, words[a], words[b], 102, 0, 0, 0, 0], np.int32)
+
+  x = np.stack([video(a, b) for a, b in pairs])
+  pos = np.stack([text(a, b) for a, b in pairs])
+  neg = np.stack([text(b, a) for a, b in pairs])[:, None]
+  mask = (pos > 0).astype(np.int32)
+  model = V.VidClip(tiny(text=TEXT, max_text_len=8))
+  params = V.init_params(model, jax.random.PRNGKey(0))
+  opt = optax.adam(3e-3)
+
+  def accuracy(p):
+    v = model.apply({"params": p}, x, method=V.VidClip.encode_video)
+    tp = model.apply({"params": p}, pos, mask, method=V.VidClip.encode_text)
+    tn = model.apply({"params": p}, neg[:, 0], mask, method=V.VidClip.encode_text)
+    return float(jnp.mean(jnp.sum(v * tp, -1) > jnp.sum(v * tn, -1)))
+
+  @jax.jit
+  def step(p, s):
+    def loss(p):
+      v, t, tau = model.apply({"params": p}, x, pos, mask)
+      n = model.apply({"params": p}, neg[:, 0], mask, method=V.VidClip.encode_text)[:, None]
+      return losses.comp_total_loss(v, t, n, jnp.ones((len(x), 1)), tau, mode="comploss", lam=10.0)[0]
+    g = jax.grad(loss)(p)
+    u, s = opt.update(g, s, p)
+    return optax.apply_updates(p, u), s
+
+  before = accuracy(params)
+  state = opt.init(params)
+  for _ in range(150):
+    params, state = step(params, state)
+  after = accuracy(params)
+  assert after >= 0.9, (before, after)
+  assert after - before >= 0.3, (before, after)
