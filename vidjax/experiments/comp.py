@@ -77,6 +77,10 @@ def validate(config) -> None:
     h = tuple(common.get_key(config, f"{section}.hierarchy"))
     if not h or len(set(h)) != len(h) or not set(h) <= set(comp.TRAIN_TYPES):
       common.bad_value(f"{section}.hierarchy", h, f"distinct types of {comp.TRAIN_TYPES}, less disrupted first")
+  for section in ("pretrain", "finetune", "world_pretrain", "world_finetune"):
+    levels, h = tuple(common.get_key(config, f"{section}.levels")), common.get_key(config, f"{section}.hierarchy")
+    if len(levels) != len(h) or list(levels) != sorted(levels):
+      common.bad_value(f"{section}.levels", levels, f"one non-decreasing disruption level per entry of {section}.hierarchy")
   mc = model_section(config)
   if mc.frames % (config.world_pretrain.stack if not config.data.features else config.pretrain.stack):
     common.bad_value("model.frames", mc.frames, "a multiple of the CompPretrain stack size")
