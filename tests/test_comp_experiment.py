@@ -65,3 +65,37 @@ def test_bad_config_values_get_one_clear_error(tmp_path, key, value, match):
   config[section][field] = value
   with pytest.raises(ValueError, match=match):
     E.run(config, tmp_path / "run")
+
+
+def test_real_annotations_and_a_store_become_triplets_and_model_inputs(tmp_path):
+  """Real YouCook2 val/train through the builder, a (random) token store, the seg-mismatch crop inside the span."""
+  from vidjax.data import features
+  from vidjax.data.annotations import read_youcook2
+  path = ROOT.parent / "shared" / "data" / "youcook2" / "youcookii_annotations_trainval.json"
+  ids = sorted(v.video_id for split in ("train", "val") for v in read_youcook2(path, split))
+  tokens = np.random.default_rng(0).normal(size=(len(ids), 8, 2, 4)).astype(np.float32)
+  features.write_arrays(tmp_path / "store", {"tokens": (ids, tokens)})
+  config = load_config(ROOT / "configs/comp_youcook2.py")
+  config.data.features, config.data.annotations = str(tmp_path / "store"), str(path)
+  data = E.real_data(config)
+  assert not data.synthetic and {c["split"] for c in data.counts} == {"eval", "train"}
+  assert {t.type for t in data.eval} == set(comp.EVAL_TYPES) and "multi" in {t.type for t in data.train}
+  texts = E.TextTable()
+  es = E.eval_set(data, 16, texts)
+  vi, _, _ = es.by_type["seg_mismatch"]
+  row = {v: i for i, v in enumerate(data.video_ids)}
+  seg = [t for t in data.eval if t.type == "seg_mismatch"]
+  for k, t in enumerate(seg[:50]):
+    frames = es.frame_rows[vi[k]]
+    r = row[t.video_id]
+    centres = (frames + 0.5) * data.durations[r] / data.num_frames
+    assert np.all(es.video_rows[vi[k]] == r)
+    assert np.all((centres >= t.query[0] - data.durations[r] / data.num_frames) & (centres <= t.query[1] + data.durations[r] / data.num_frames))
+  x = data.gather(es.video_rows[:3], es.frame_rows[:3])
+  assert x.shape == (3, 16, 2, 4)
+  np.testing.assert_array_equal(x[0, 0], tokens[es.video_rows[0, 0], es.frame_rows[0, 0]])
+  # A store that lacks a benchmark video is one clear error.
+  features.write_arrays(tmp_path / "small", {"tokens": (ids[:5], tokens[:5])})
+  config.data.features = str(tmp_path / "small")
+  with pytest.raises(features.MissingFeatureError, match="lacks"):
+    E.real_data(config)

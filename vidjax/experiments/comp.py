@@ -191,12 +191,16 @@ def real_data(config) -> CompData:
     raise ValueError(f"feature store {d.features}: kind {d.tokens_kind!r} has items of shape {shape}; expected "
                      "per-frame tokens [T, N, D] or per-frame embeddings [T, D]")
 
-  def gather(vr, fr):
-    out = []
-    for r, f in zip(vr, fr):
-      x = store.get_one(d.tokens_kind, ids[r])
-      out.append(x[f] if x.ndim == 3 else x[f][:, None])
-    return np.asarray(out, np.float32)
+  item = shape if len(shape) == 3 else (shape[0], 1, shape[1])
+
+  def gather(vr, fr):  # a row of vr may name several videos (CompPretrain stacks): read each once
+    vr, fr = np.asarray(vr), np.asarray(fr)
+    out = np.empty(vr.shape + item[1:], np.float32)
+    for b in range(len(vr)):
+      for r in np.unique(vr[b]):
+        sel = vr[b] == r
+        out[b, sel] = store.get_one(d.tokens_kind, ids[r]).reshape(item)[fr[b, sel]]
+    return out
 
   clips = _clips(events.get("train", []), b.drop_global, b.iou_threshold) or [
       (t.video_id, t.positive_span, t.positive) for t in built["train"]]
