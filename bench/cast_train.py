@@ -30,13 +30,6 @@ from vidjax import losses, train
 from vidjax.models import cast as cast_models
 
 
-def flops_of(compiled) -> float:
-  cost = compiled.cost_analysis()
-  if isinstance(cost, (list, tuple)):
-    cost = cost[0]
-  return float(cost.get("flops", float("nan"))) if cost else float("nan")
-
-
 def bench_train_step(batch: int, dim: int, context: int, dtype, steps: int) -> dict:
   model = cast_models.CAST(dim, dtype=dtype)
   rng = np.random.default_rng(0)
@@ -58,15 +51,7 @@ def bench_train_step(batch: int, dim: int, context: int, dtype, steps: int) -> d
   step_fn = jax.jit(train.make_train_step(loss_fn, optimizer), donate_argnums=0)
   batch_dev = jax.device_put(data)
   key = jax.random.PRNGKey(1)
-  compiled = step_fn.lower(state, batch_dev, key).compile()
-  flops = flops_of(compiled)
-  state, _ = step_fn(state, batch_dev, key)  # warm-up
-  jax.block_until_ready(state)
-  start = time.perf_counter()
-  for _ in range(steps):
-    state, metrics = step_fn(state, batch_dev, key)
-  jax.block_until_ready(metrics)
-  sec = (time.perf_counter() - start) / steps
+  state, sec, flops = machine.time_train_step(step_fn, state, batch_dev, key, steps)
   leaves = jax.tree_util.tree_leaves(state.params) + jax.tree_util.tree_leaves(state.opt_state)
   assert all(x.dtype != jnp.bfloat16 for x in leaves if hasattr(x, "dtype")), "params must stay float32"
   return {"step_ms": 1e3 * sec, "examples_per_s": batch / sec, "flops_per_step": flops, "flops_per_s": flops / sec}

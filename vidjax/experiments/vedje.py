@@ -258,19 +258,12 @@ def make_batch_fn(split: Split, patches_of, negatives: np.ndarray, tc, cfg: V.Ve
   return batch_fn
 
 
-def pretrained_bert(mc):
-  """all-MiniLM-L6-v2 weights (the installed package unless model.minilm_dir is set)."""
-  folder = Path(mc.minilm_dir or checkpoints.default_minilm_dir())
-  return checkpoints.load_bert_safetensors(folder / "model.safetensors",
-                                           checkpoints.bert_config_from_json(folder / "config.json"))
-
-
 def train_variant(variant: Variant, cfg: V.VedjeConfig, split: Split, patches_of, negatives, tc, mc, tokenizer,
                   seed: int, workdir: Path) -> Any:
   """Trains one variant through the one loop; returns its (host) parameter tree."""
   model = V.Vedje(cfg)
   weights = tuple(float(a) * float(b) for a, b in zip(tc.loss_weights, variant.weights))
-  bert = pretrained_bert(mc) if mc.init == "minilm" else None
+  bert = checkpoints.load_bert_dir(mc.minilm_dir) if mc.init == "minilm" else None
 
   def init_fn(rng):
     params = V.init_params(model, rng)
