@@ -135,7 +135,7 @@ def _np_triplet(scores):
     keyed = sorted([(m, 2, "M"), (t, 0, "T"), (s, 1, "S")], key=lambda e: (-e[0], e[1]))
     hist["".join(e[2] for e in keyed)] += 1
   n = len(scores)
-  return {k: 100.0 * v / n for k, v in out.items()}, {k: 100.0 * v / n for k, v in hist.items()}
+  return {k: 100.0 * v / n for k, v in out.items()}, hist
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -145,8 +145,8 @@ def test_triplet_metrics_match_loops_including_ties(seed):
   want, hist = _np_triplet(scores)
   for k, v in want.items():
     assert got[k] == pytest.approx(v), k
-  assert got["order_hist"] == pytest.approx(hist)
-  assert sum(got["order_hist"].values()) == pytest.approx(100.0)
+  assert got["order_histogram"] == hist
+  assert sum(got["order_histogram"].values()) == len(scores)
 
 
 @pytest.mark.parametrize("seed", [0, 1])
@@ -202,3 +202,16 @@ def test_comp_metrics_product_and_ties():
   for t, a in acc.items():
     assert out[t] == pytest.approx(a)
   assert out["all"] == pytest.approx(100.0 * np.prod([a / 100 for a in acc.values()]))
+
+
+def test_pool_triplet_metrics_equals_one_computation_over_all_queries():
+  rng = np.random.default_rng(5)
+  a = rng.integers(0, 4, size=(30, 9)).astype(float)
+  b = rng.integers(0, 4, size=(50, 9)).astype(float)
+  got = metrics.pool_triplet_metrics([metrics.triplet_metrics(a), metrics.triplet_metrics(b)])
+  want = metrics.triplet_metrics(np.concatenate([a, b]))  # same pool width, so one computation is the reference
+  for k in ("r1", "r5", "r10", "acc_temp", "acc_sem", "acc_tri"):
+    assert got[k] == pytest.approx(want[k]), k
+  assert got["order_histogram"] == want["order_histogram"] and got["n"] == 80
+  with pytest.raises(ValueError, match="no queries"):
+    metrics.pool_triplet_metrics([])

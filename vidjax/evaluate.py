@@ -215,6 +215,20 @@ def evaluate_triplets(scorer: Scorer | Callable, inputs: Batch, chunk: int = DEF
   return metrics.triplet_metrics(scores)
 
 
+def evaluate_triplet_pools(scorer: Scorer | Callable, inputs_by_pool: Mapping[str, Batch],
+                           chunk: int = DEFAULT_CHUNK) -> dict[str, Any]:
+  """GenState (§5.1): each subset's queries ranked in their own pool.
+
+  Args:
+    inputs_by_pool: {subset: inputs} as `evaluate_triplets` takes them (pool widths may differ).
+
+  Returns:
+    {"subsets": {subset: triplet metrics}, "all": the metrics over every query (`pool_triplet_metrics`)}.
+  """
+  per = {name: evaluate_triplets(scorer, x, chunk) for name, x in inputs_by_pool.items()}
+  return {"subsets": per, "all": metrics.pool_triplet_metrics(list(per.values()))}
+
+
 # ----------------------------------------------------------------------------- gallery retrieval
 
 

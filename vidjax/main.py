@@ -18,6 +18,7 @@ from vidjax import sharding
 from vidjax.experiments import cast as cast_experiment
 from vidjax.experiments import comp as comp_experiment
 from vidjax.experiments import extract as extract_experiment
+from vidjax.experiments import genstate as genstate_experiment
 from vidjax.experiments import grdr as grdr_experiment
 from vidjax.experiments import retrieval as retrieval_experiment
 from vidjax.experiments import vedje as vedje_experiment
@@ -27,6 +28,7 @@ EXPERIMENTS = {
     "cast": cast_experiment.run,
     "comp": comp_experiment.run,
     "extract_videoprism": extract_experiment.run,
+    "genstate": genstate_experiment.run,
     "grdr": grdr_experiment.run,
     "retrieval": retrieval_experiment.run,
     "vedje": vedje_experiment.run,

@@ -23,7 +23,7 @@ scorers look as bad as they are.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -261,7 +261,7 @@ def triplet_metrics(scores: np.ndarray) -> dict:
   Returns:
     {"r1", "r5", "r10": % of queries whose main ranks within k of the whole pool (pessimistic
      ties), "acc_temp": % main > temporal, "acc_sem": % main > semantic, "acc_tri": % both,
-     "order_hist": {order: % of queries} over `TRIPLET_ORDERS`, "n": Q}. Ties count against the
+     "order_histogram": {order: number of queries} over `TRIPLET_ORDERS`, "n": Q}. Ties count against the
     model: main loses every tie; a tie between the two negatives puts T before S.
   """
   scores = np.asarray(scores, np.float64)
@@ -280,9 +280,22 @@ def triplet_metrics(scores: np.ndarray) -> dict:
   return {
       **{f"r{k}": pct(ranks <= k) for k in (1, 5, 10)},
       "acc_temp": pct(m > t), "acc_sem": pct(m > s), "acc_tri": pct((m > t) & (m > s)),
-      "order_hist": {o: pct(np.array([x == o for x in orders])) for o in TRIPLET_ORDERS},
+      "order_histogram": {o: int(sum(x == o for x in orders)) for o in TRIPLET_ORDERS},
       "n": int(scores.shape[0]),
   }
+
+
+def pool_triplet_metrics(parts: Sequence[Mapping[str, Any]]) -> dict:
+  """`triplet_metrics` of several query sets scored in their own pools (e.g. GenState's subsets, §5.1) as
+  one: percentages averaged with weights n, histograms summed -- what `triplet_metrics` gives per query."""
+  parts = [p for p in parts if p["n"]]
+  if not parts:
+    raise ValueError("pool_triplet_metrics: no queries")
+  n = sum(p["n"] for p in parts)
+  out = {k: float(sum(p[k] * p["n"] for p in parts) / n) for k in ("r1", "r5", "r10", "acc_temp", "acc_sem", "acc_tri")}
+  out["order_histogram"] = {o: int(sum(p["order_histogram"][o] for p in parts)) for o in TRIPLET_ORDERS}
+  out["n"] = n
+  return out
 
 
 def codebook_health(codes: np.ndarray, num_codes: int) -> dict:

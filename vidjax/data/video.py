@@ -28,8 +28,12 @@ import logging
 import os
 from typing import Sequence
 
+import io
+
 import av
 import numpy as np
+
+from vidjax import io as io_lib
 
 ASPECT_MODES = ("squash", "center_crop")
 # Frame timestamps are exact rationals but targets are floats; a tolerance keeps a target that
@@ -220,3 +224,31 @@ def decode_video(path: str | os.PathLike, num_frames: int, resolution: int = 288
   """
   out = decode_clips(path, [segment], num_frames, resolution, aspect)
   return out.frames[0], out.padded[0], out.error
+
+
+def encode_video(frames: np.ndarray, fps: int = 8, codec: str = "libx264", quality: int = 12) -> bytes:
+  """mp4 bytes of `frames` (uint8 `[T, H, W, 3]` RGB, H and W even), single-threaded so that the same
+  frames always give the same bytes. `quality` is libx264's CRF (lower is closer to the input)."""
+  frames = np.asarray(frames)
+  if frames.dtype != np.uint8 or frames.ndim != 4 or frames.shape[-1] != 3 or frames.shape[1] % 2 or frames.shape[2] % 2:
+    raise ValueError(f"encode_video: frames must be uint8 [T, H, W, 3] with even H and W, got {frames.dtype} "
+                     f"{frames.shape}")
+  buf = io.BytesIO()
+  with av.open(buf, "w", format="mp4") as container:
+    stream = container.add_stream(codec, rate=fps)
+    stream.width, stream.height, stream.pix_fmt = frames.shape[2], frames.shape[1], "yuv420p"
+    stream.thread_count = 1
+    if codec == "libx264":
+      stream.options = {"crf": str(quality), "preset": "medium"}
+    for img in frames:
+      for packet in stream.encode(av.VideoFrame.from_ndarray(img, format="rgb24")):
+        container.mux(packet)
+    for packet in stream.encode():
+      container.mux(packet)
+  return buf.getvalue()
+
+
+def write_video(path: str | os.PathLike, frames: np.ndarray, fps: int = 8, codec: str = "libx264",
+                quality: int = 12) -> None:
+  """Writes `frames` as an mp4 file atomically (`encode_video`)."""
+  io_lib.atomic_write_bytes(path, encode_video(frames, fps, codec, quality))

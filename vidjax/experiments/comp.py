@@ -294,8 +294,12 @@ def batch_fn_for(data: CompData, ex: Examples, tokens: dict[str, np.ndarray]):
 
 
 def train_model(name: str, model: V.VidClip, init_fn, ex: Examples, data: CompData, tokens, tc, mode: str,
-                seed: int, workdir: Path):
-  """One VidCLIP training through the one loop; returns host params."""
+                seed: int, workdir: Path, group: int = 1):
+  """One VidCLIP training through the one loop; returns host params.
+
+  `group` > 1 keeps runs of `group` consecutive examples in one batch (e.g. a GenState query's clip and its
+  two hard-negative clips, so each is an in-batch negative of the others); `tc.batch_size` must divide by it.
+  """
 
   def loss_fn(params, batch, rng):
     apply = functools.partial(model.apply, {"params": params})
@@ -316,8 +320,16 @@ def train_model(name: str, model: V.VidClip, init_fn, ex: Examples, data: CompDa
 
   negs = ex.negatives if mode != "contrastive" else ex.negatives[:, :0]
   ex = dataclasses.replace(ex, negatives=negs)
-  dataset = pipeline.loader(pipeline.make_index_batches(len(ex.positive), tc.batch_size, seed,
-                                                        batch_fn_for(data, ex, tokens)))
+  batch_fn = batch_fn_for(data, ex, tokens)
+  if group > 1:
+    if tc.batch_size % group or len(ex.positive) % group:
+      raise ValueError(f"VidCLIP {name}: batch size {tc.batch_size} and {len(ex.positive)} examples must be "
+                       f"multiples of the group size {group}")
+    grouped = lambda idx, fn=batch_fn: fn((np.asarray(idx)[:, None] * group + np.arange(group)).reshape(-1))  # noqa: E731
+    dataset = pipeline.loader(pipeline.make_index_batches(len(ex.positive) // group, tc.batch_size // group, seed,
+                                                          grouped))
+  else:
+    dataset = pipeline.loader(pipeline.make_index_batches(len(ex.positive), tc.batch_size, seed, batch_fn))
   state, _ = train.fit(init_fn=init_fn, loss_fn=loss_fn,
                        optimizer=train.adamw(tc.lr, tc.weight_decay, tc.warmup_steps),
                        dataset=dataset, num_steps=tc.steps, workdir=workdir / "models" / name, seed=seed,

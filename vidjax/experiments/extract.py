@@ -41,6 +41,7 @@ from vidjax import io
 from vidjax import sharding
 from vidjax.data.annotations import READERS, RETRIEVAL_READERS, paragraphs, read_annotations
 from vidjax.experiments import common
+from vidjax.models import pixelstats
 from vidjax.models import videoprism as vp
 from vidjax.ops import l2_normalize, unflatten_dict
 
@@ -264,6 +265,11 @@ def random_variables(model, seed: int) -> dict:
 def load_model(config) -> tuple[Any, Any, dict]:
   """Model, variables and the manifest's model metadata (random init when no checkpoint is given)."""
   overrides = dict(config.model.overrides)
+  if config.model.name == pixelstats.NAME:  # the parameter-free stand-in (never a substitute for VideoPrism)
+    _LOG.warning("extracting with the STAND-IN pixel-statistics backbone (vidjax.models.pixelstats), not VideoPrism")
+    return (pixelstats.PixelStats(**overrides), {},
+            {"backbone": pixelstats.NAME, "model_overrides": overrides, "fprop_dtype": "float32", "checkpoint": "",
+             "random_init": False, "checkpoint_hash": None})
   if "pos_emb_shape" in overrides:
     overrides["pos_emb_shape"] = tuple(overrides["pos_emb_shape"])
   model = vp.get_model(config.model.name, fprop_dtype=common.compute_dtype(config, "model.fprop_dtype"), **overrides)

@@ -1,0 +1,300 @@
+"""GenState-AI: render a state-transition world, extract it, train an order-aware model, evaluate triplets.
+
+`run(config, workdir)`:
+  1. the rendered SYNTHETIC world (`vidjax.data.rendered`): every clip of the training and evaluation
+     queries written as `<workdir>/world/videos/<clip_id>.mp4` (resumable), and the evaluation queries as a
+     GenState metadata file `<workdir>/world/genstate_test.json` (`vidjax.data.genstate` format);
+  2. extraction through the real engine (`vidjax.extract.extract_videos`: decoding, padding of corrupt
+     clips, a feature store at `<workdir>/features`) with the STAND-IN pixel-statistics backbone, or with
+     VideoPrism when `extract.model.checkpoint` is given (then the prompts go through its LvT text tower);
+  3. `zero_shot`: order-blind cosine of the frame-mean clip feature and the prompt's text embedding;
+  4. `vidclip`: VidCLIP trained on the training queries' clips with NegCLIP hard negatives (one loop,
+     `<workdir>/models/vidclip`, resumable);
+  5. §5.1 pools per subset and the §4.3 metrics (`evaluate.evaluate_triplet_pools`), the Table-3-shaped
+     table, the order histogram as `<workdir>/order_histogram.png` (Figures 3-4) and `results.json`:
+     {"metrics": {method: {r1, r5, r10, acc_temp, acc_sem, acc_tri (%), order_histogram (counts)}},
+      "subsets": {subset: {method: {...}}}}.
+
+With `data.metadata` and `data.features` the run evaluates a user's own benchmark instead: the zero-shot
+cosine of the store's `data.video_kind` (per video id) and `data.text_kind` (per query id); nothing trains.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+
+from vidjax import checkpoints, evaluate
+from vidjax import extract as engine
+from vidjax import progress as progress_lib
+from vidjax.data import genstate, rendered
+from vidjax.data import video as video_lib
+from vidjax.data.features import FeatureStore
+from vidjax.defaults.genstate import METHODS, METRICS
+from vidjax.experiments import common
+from vidjax.experiments import comp as comp_experiment
+from vidjax.experiments import extract as extract_experiment
+from vidjax.models import pixelstats
+from vidjax.models import vidclip as V
+from vidjax.tokenizers.wordpiece import WordPieceTokenizer
+
+RESUMABLE_CHANGES = ("eval.chunk", "train.progress", "train.log_every", "progress", "extract.batch_size",
+                     "extract.decode_workers", "extract.text_batch_size")
+
+
+# ----------------------------------------------------------------------------------------------
+# Config checks.
+
+
+def validate(config) -> None:
+  if bool(config.data.metadata) != bool(config.data.features):
+    common.bad_value("data.metadata", config.data.metadata, "set together with data.features (a user's benchmark) "
+                     "or both empty (the rendered world)")
+  if config.data.metadata:
+    common.check_positive_int(config, ["eval.chunk"])
+    return
+  try:
+    world_config(config)
+  except (TypeError, ValueError) as e:
+    raise ValueError(f"config.world: {e}") from None
+  common.check_positive_int(config, [f"model.{k}" for k in (
+      "frames", "width", "pool_queries", "pool_heads", "pool_mlp", "embed_dim", "text_hidden", "text_layers",
+      "text_heads", "text_mlp", "max_text_len")])
+  common.check_choice(config, "model.init", ("minilm", "random"))
+  common.compute_dtype(config, "model.dtype")
+  common.check_fraction(config, "model.init_temperature")
+  if config.model.init == "minilm" and (config.model.text_hidden, config.model.text_layers, config.model.text_heads,
+                                        config.model.text_mlp) != (384, 6, 12, 1536):
+    common.bad_value("model.text_layers", config.model.text_layers, "all-MiniLM-L6-v2's shape (384 wide, 6 layers, "
+                     "12 heads, MLP 1536) with model.init='minilm', or model.init='random'")
+  common.check_positive_int(config, [f"train.{k}" for k in ("batch_size", "group", "steps", "checkpoint_every",
+                                                           "log_every")])
+  common.check_positive(config, ["train.lr"])
+  common.check_choice(config, "train.mode", ("contrastive", "negclip", "comploss"))
+  if config.train.batch_size % config.train.group:
+    common.bad_value("train.batch_size", config.train.batch_size, f"a multiple of train.group={config.train.group}")
+  if config.train.group not in (1, 3):
+    common.bad_value("train.group", config.train.group, "1 (shuffled clips) or 3 (a query's three clips together)")
+  common.check_positive_int(config, ["eval.chunk", "extract.batch_size", "extract.decode_workers"])
+  if config.extract.model.name == pixelstats.NAME and config.extract.model.checkpoint:
+    common.bad_value("extract.model.name", pixelstats.NAME, "a VideoPrism model name with extract.model.checkpoint")
+  if config.extract.model.name != pixelstats.NAME and not config.extract.model.checkpoint:
+    common.bad_value("extract.model.checkpoint", "", f"a VideoPrism checkpoint for {config.extract.model.name!r} "
+                     f"(or extract.model.name={pixelstats.NAME!r}, the stand-in)")
+
+
+def world_config(config) -> rendered.RenderedWorldConfig:
+  fields = dict(config.world)
+  fields["categories"] = tuple(fields["categories"])
+  return rendered.RenderedWorldConfig(**fields)
+
+
+# ----------------------------------------------------------------------------------------------
+# Render and extract.
+
+
+def render_clips(world: rendered.RenderedWorld, progress: bool) -> int:
+  """Writes every clip not yet on disk (atomic files, so a killed run resumes); returns how many it wrote."""
+  world.video_dir.mkdir(parents=True, exist_ok=True)
+  todo = [c for c in world.all_clips() if not world.path(c.clip_id).exists()]
+  with progress_lib.bar(len(todo), "render clips", "clip", disable=not progress or not todo) as bar:
+    for clip in todo:
+      video_lib.write_video(world.path(clip.clip_id), rendered.clip_frames(world, clip), fps=world.config.fps)
+      bar.update(1)
+  return len(todo)
+
+
+def extract(config, world: rendered.RenderedWorld, store_root: Path, queries: Mapping[str, str]):
+  """Clip features (`clip_mean`, `tokens`, and VideoPrism's `clip`) and, with VideoPrism, query texts."""
+  model, variables, meta = extract_experiment.load_model(config.extract)
+  lvt = extract_experiment.is_lvt(model)
+  kinds = (["clip"] if lvt else []) + ["clip_mean", "tokens"]
+  wc = world.config
+  store = engine.open_store(store_root, {**meta, "num_frames": wc.frames, "resolution": wc.size, "aspect": "squash",
+                                         "dtype": config.extract.store_dtype, "kinds": kinds,
+                                         "dataset": "rendered_genstate (SYNTHETIC)"})
+  mesh = engine.local_mesh()
+  clips = [engine.VideoSegment(c.clip_id, str(world.path(c.clip_id))) for c in world.all_clips()]
+  stats = engine.extract_videos(store, clips, extract_experiment.make_video_fn(model, variables, mesh, kinds),
+                                num_frames=wc.frames, resolution=wc.size, batch_size=config.extract.batch_size,
+                                kinds=kinds, mesh=mesh, dtype=config.extract.store_dtype,
+                                decode_workers=config.extract.decode_workers, progress=config.progress)
+  if lvt:
+    from vidjax.tokenizers.sentencepiece import SentencePieceTokenizer  # pylint: disable=g-import-not-at-top
+    if not config.extract.model.spm_path:
+      common.bad_value("extract.model.spm_path", "", "the LvT SentencePiece model (the prompts go through its text tower)")
+    tok = SentencePieceTokenizer(config.extract.model.spm_path)
+    engine.extract_texts(store, dict(queries), extract_experiment.make_text_fn(model, variables, tok, mesh),
+                         batch_size=config.extract.text_batch_size, dtype=config.extract.store_dtype,
+                         progress=config.progress)
+  report = engine.finalize(store)
+  engine.verify(store, [c.clip_id for c in clips], list(queries) if lvt else [], kinds)
+  return store, lvt, {"clips": len(clips), "clips_written": stats.clips, "clips_skipped": stats.skipped,
+                      "padded_videos": report["padded_videos"], "failed_videos": report["failed_videos"]}
+
+
+# ----------------------------------------------------------------------------------------------
+# Pools and evaluation.
+
+
+def pool_inputs(triplets: Sequence[genstate.Triplet], query_emb: np.ndarray, video_emb: Callable[[list[str]], np.ndarray]):
+  """{subset: {"text": [q, D], "candidates": [q, P, D]}} of the §5.1 pools (rows of `triplets`)."""
+  pools = genstate.pools(triplets)
+  out = {}
+  for subset, rows in genstate.subsets(triplets).items():
+    ids = [pools[r] for r in rows]
+    width = {len(p) for p in ids}
+    if len(width) != 1:  # per-entry distractors make pools uneven: evaluate those queries one by one
+      raise ValueError(f"subset {subset!r}: pools of different sizes {sorted(width)}; give every query of a subset "
+                       "the same extra distractors")
+    flat = video_emb([v for p in ids for v in p])
+    out[subset] = {"text": query_emb[np.asarray(rows)], "candidates": flat.reshape(len(rows), width.pop(), -1)}
+  return out
+
+
+def evaluate_method(scorer, inputs, chunk: int) -> tuple[dict, dict]:
+  """(all-queries metrics, {subset: metrics}) with the results.json keys."""
+  out = evaluate.evaluate_triplet_pools(scorer, inputs, chunk)
+  keep = lambda m: {**{k: m[k] for k in METRICS}, "order_histogram": m["order_histogram"]}  # noqa: E731
+  return keep(out["all"]), {s: keep(m) for s, m in out["subsets"].items()}
+
+
+def plot_order_histogram(by_method: Mapping[str, Mapping[str, Mapping[str, int]]], path: Path, synthetic: bool) -> Path:
+  """Figures 3-4: per panel (all queries, then each subset) the share of queries in each ordering, per method."""
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  from vidjax import metrics  # pylint: disable=g-import-not-at-top
+
+  panels = list(next(iter(by_method.values())))
+  fig, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels), 3.2), dpi=110, sharey=True, squeeze=False)
+  orders = metrics.TRIPLET_ORDERS
+  width = 0.8 / len(by_method)
+  for ax, panel in zip(axes[0], panels):
+    for i, (method, hists) in enumerate(by_method.items()):
+      counts = np.array([hists[panel][o] for o in orders], np.float64)
+      ax.bar(np.arange(len(orders)) + (i - (len(by_method) - 1) / 2) * width, 100 * counts / max(counts.sum(), 1),
+             width, label=method)
+    ax.set_xticks(np.arange(len(orders)), [">".join(o) for o in orders], rotation=45, fontsize=7)
+    ax.set_title(f"{panel} (n={int(sum(next(iter(by_method.values()))[panel].values()))})", fontsize=9)
+    ax.grid(axis="y", alpha=0.3)
+  axes[0][0].set_ylabel("% of queries (M=main, T=temporal, S=semantic)")
+  axes[0][0].legend(fontsize=7)
+  fig.suptitle(("SYNTHETIC: " if synthetic else "") + "GenState relative-order histogram (Figs. 3-4 shape)", fontsize=9)
+  return common._save(fig, path)  # pylint: disable=protected-access
+
+
+def _write(config, workdir: Path, metrics_by_method: dict, subsets: dict, synthetic: bool, extra: dict) -> dict:
+  rows = {"all": metrics_by_method, **subsets}
+  table = {f"{subset} / {method}": m for subset, by in rows.items() for method, m in by.items()}
+  where = "the rendered world, STAND-IN backbone" if synthetic else config.data.metadata
+  printed = [evaluate.format_table(table, f"GenState triplets on {where} (Table 3 shape; %)", synthetic, list(METRICS))]
+  hists = {m: {subset: by[m]["order_histogram"] for subset, by in rows.items()} for m in metrics_by_method}
+  plot_order_histogram(hists, workdir / "order_histogram.png", synthetic)
+  results = {"experiment": "genstate", "dataset": "rendered" if synthetic else str(config.data.metadata),
+             "synthetic": synthetic, "note": rendered.SYNTHETIC_NOTE if synthetic else "",
+             "metrics": metrics_by_method, "subsets": subsets, **extra}
+  if common.is_writer():
+    common.write_results(workdir, results, printed)
+  return results
+
+
+def _regroup(per_method_subsets: Mapping[str, Mapping[str, dict]]) -> dict:
+  """{method: {subset: m}} -> {subset: {method: m}}."""
+  out: dict = {}
+  for method, by in per_method_subsets.items():
+    for subset, m in by.items():
+      out.setdefault(subset, {})[method] = m
+  return out
+
+
+def run_user_benchmark(config, workdir: Path) -> dict:
+  """Zero-shot cosine on a user's metadata file and feature store."""
+  triplets = genstate.read_triplets(config.data.metadata)
+  store = FeatureStore(config.data.features)
+  queries = store.get(config.data.text_kind, [t.query_id for t in triplets])
+  inputs = pool_inputs(triplets, queries, lambda ids: store.get(config.data.video_kind, ids))
+  overall, per = evaluate_method(evaluate.CosineScorer("text"), inputs, config.eval.chunk)
+  return _write(config, workdir, {"zero_shot": overall}, _regroup({"zero_shot": per}), False,
+                {"counts": {"queries": len(triplets)}})
+
+
+# ----------------------------------------------------------------------------------------------
+# The run.
+
+
+class _Features:
+  """The store's tokens of every clip as one array, with `gather(video_rows, frame_rows)` for VidCLIP."""
+
+  def __init__(self, store: FeatureStore, ids: list[str]):
+    self.row = {v: i for i, v in enumerate(ids)}
+    self.tokens = store.get("tokens", ids)
+
+  def gather(self, video_rows, frame_rows):
+    return self.tokens[video_rows, frame_rows]
+
+
+def run(config, workdir: str | Path) -> dict:
+  workdir = common.start_run(config, workdir, validate, RESUMABLE_CHANGES)
+  if config.data.metadata:
+    return run_user_benchmark(config, workdir)
+  world = rendered.make_world(world_config(config), config.seed, workdir / "world" / "videos")
+  if common.is_writer():
+    render_clips(world, config.progress)
+    for split in ("train", "test"):
+      rendered.write_metadata(world, workdir / "world" / f"genstate_{split}.json", split)
+  common.barrier("genstate_render")
+  test = world.triplets["test"]
+  queries = {t.query_id: t.query for t in test}
+  store, lvt, extract_info = extract(config, world, workdir / "features", queries)
+  ids = [c.clip_id for c in world.all_clips()]
+  feats = _Features(store, ids)
+
+  # Zero-shot, order-blind: the frame-mean clip feature against the prompt's text embedding.
+  if lvt:
+    text0, video0 = store.get("text", list(queries)), store.get("clip", ids)
+  else:
+    text0 = np.stack([pixelstats.colour_bag(rendered.colour_words(t.query)) for t in test])
+    video0 = store.get("clip_mean", ids)
+  inputs = pool_inputs(test, text0, lambda vs: video0[[feats.row[v] for v in vs]])
+  overall, per = {}, {}
+  overall["zero_shot"], per["zero_shot"] = evaluate_method(evaluate.CosineScorer("text"), inputs, config.eval.chunk)
+
+  # VidCLIP on the training queries' clips: positive = the clip's own prompt, negatives = its triplet's other prompts.
+  mc, tc = config.model, config.train
+  model = V.VidClip(comp_experiment.model_config(mc, feats.tokens.shape[-1]))
+  tokenizer = WordPieceTokenizer.from_vocab(Path(mc.minilm_dir or checkpoints.default_minilm_dir()) / "vocab.txt")
+  texts = comp_experiment.TextTable()
+  frame_rows = np.round(np.linspace(0, world.config.frames - 1, mc.frames)).astype(np.int64)
+  train_clips = world.clips["train"]
+  prompts = [texts(c.prompt) for c in train_clips]
+  negatives = [[prompts[3 * (i // 3) + j] for j in range(3) if j != i % 3] for i in range(len(train_clips))]
+  ex = comp_experiment.Examples(np.array([[feats.row[c.clip_id]] * mc.frames for c in train_clips]),
+                                np.tile(frame_rows, (len(train_clips), 1)), np.array(prompts), np.array(negatives))
+  tokens = texts.tokens(tokenizer, mc.max_text_len)
+  text_init = checkpoints.load_bert_dir(mc.minilm_dir) if mc.init == "minilm" else None
+
+  def fresh(rng):
+    params = V.init_params(model, rng, feats.tokens.shape[-2])
+    return V.init_text_from(params, text_init) if text_init is not None else params
+
+  params = comp_experiment.train_model("vidclip", model, fresh, ex, feats, tokens, tc, tc.mode, config.seed, workdir,
+                                       group=tc.group)
+  enc = comp_experiment.Encoder(model, feats, config.eval.chunk)
+  test_ids = [c.clip_id for c in world.clips["test"]]
+  video1 = enc.videos(params, np.array([[feats.row[v]] * mc.frames for v in test_ids]),
+                      np.tile(frame_rows, (len(test_ids), 1)))
+  row1 = {v: i for i, v in enumerate(test_ids)}
+  query_texts = comp_experiment.TextTable()
+  for t in test:
+    query_texts(t.query)
+  text1 = enc.texts(params, query_texts.tokens(tokenizer, mc.max_text_len))[[query_texts.rows[t.query] for t in test]]
+  inputs = pool_inputs(test, text1, lambda vs: video1[[row1[v] for v in vs]])
+  overall["vidclip"], per["vidclip"] = evaluate_method(evaluate.CosineScorer("text"), inputs, config.eval.chunk)
+  counts = {"test_queries": len(test), "train_queries": len(world.triplets["train"]),
+            "subsets": {s: len(r) for s, r in genstate.subsets(test).items()}}
+  return _write(config, workdir, {m: overall[m] for m in METHODS}, _regroup(per), True,
+                {"counts": counts, "extract": extract_info,
+                 "backbone": "STAND-IN pixel statistics (vidjax.models.pixelstats), not VideoPrism" if not lvt
+                 else config.extract.model.name})
