@@ -27,6 +27,9 @@ def test_rendering_is_deterministic_down_to_the_decoded_frames(tmp_path):
     assert ea is None and not pa.any()
     np.testing.assert_array_equal(fa, fb)
   assert any(a.path(i).read_bytes() != c.path(i).read_bytes() for i in ids[:6])
+  # The encoder itself is deterministic (x264 with its own threads is not).
+  frames = rendered.clip_frames(a, a.clips["test"][0])
+  assert len({video.encode_video(frames) for _ in range(30)}) == 1
   # A world with more queries starts with the same clips (each query has its own seed).
   bigger = rendered.make_world(rendered.RenderedWorldConfig(num_train=1, num_test=3, frames=8, hold=2), 0, tmp_path)
   assert [x.prompt for x in bigger.clips["test"][:3]] == [x.prompt for x in a.clips["test"][:3]]
@@ -118,3 +121,12 @@ def test_pixel_stat_tokens_match_a_per_pixel_computation():
   assert np.count_nonzero(bag) == 2 and bag[bins[0]] == pytest.approx(2 ** -0.5)
   with pytest.raises(ValueError, match="patch grid"):
     pixelstats.pixel_stat_tokens(np.zeros((1, 30, 30, 3)), 4)
+
+
+def test_encode_video_rejects_what_mp4_cannot_hold():
+  with pytest.raises(ValueError, match="even H and W"):
+    video.encode_video(np.zeros((2, 7, 8, 3), np.uint8))
+  with pytest.raises(ValueError, match="uint8"):
+    video.encode_video(np.zeros((2, 8, 8, 3), np.float32))
+  with pytest.raises(ValueError, match="quantizer"):
+    video.encode_video(np.zeros((2, 8, 8, 3), np.uint8), quantizer=1)

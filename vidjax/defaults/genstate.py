@@ -58,7 +58,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       frames=16, width=64, pool_queries=16, pool_heads=4, pool_mlp=128, embed_dim=64,
       init="random",            # "minilm": the real all-MiniLM-L6-v2 text tower (needs its shape below)
       minilm_dir="", text_hidden=64, text_layers=2, text_heads=4, text_mlp=128, max_text_len=32,
-      init_temperature=0.07, dropout_rate=0.1, dtype="float32"))
+      init_temperature=0.07, dropout_rate=0.1, dtype="float32",
+      frame_input="frame",      # "frame": each frame's patch tokens concatenated (one token per frame) | "patches"
+      standardize=True))        # z-score every input feature over the training clips
   c.train = ml_collections.ConfigDict(dict(
       batch_size=48,            # 16 triplets of 3 clips
       group=3, steps=800, lr=5e-4, weight_decay=1e-4, warmup_steps=50, mode="negclip", lam=10.0, levels=(1, 1),

@@ -62,6 +62,7 @@ def validate(config) -> None:
       "frames", "width", "pool_queries", "pool_heads", "pool_mlp", "embed_dim", "text_hidden", "text_layers",
       "text_heads", "text_mlp", "max_text_len")])
   common.check_choice(config, "model.init", ("minilm", "random"))
+  common.check_choice(config, "model.frame_input", ("frame", "patches"))
   common.compute_dtype(config, "model.dtype")
   common.check_fraction(config, "model.init_temperature")
   if config.model.init == "minilm" and (config.model.text_hidden, config.model.text_layers, config.model.text_heads,
@@ -225,11 +226,24 @@ def run_user_benchmark(config, workdir: Path) -> dict:
 
 
 class _Features:
-  """The store's tokens of every clip as one array, with `gather(video_rows, frame_rows)` for VidCLIP."""
+  """The store's tokens of every clip as one array, with `gather(video_rows, frame_rows)` for VidCLIP.
 
-  def __init__(self, store: FeatureStore, ids: list[str]):
+  `layout="frame"` concatenates each frame's patch tokens into one per-frame vector (`[V, T, 1, N * D]`: the
+  slot says where, so the spatial layout survives pooling); "patches" keeps `[V, T, N, D]`. With
+  `standardize` every input feature is centred and scaled by its mean and standard deviation over the
+  training clips (`fit_rows`); features constant there become 0.
+  """
+
+  def __init__(self, store: FeatureStore, ids: list[str], layout: str, standardize: bool, fit_rows: np.ndarray):
     self.row = {v: i for i, v in enumerate(ids)}
-    self.tokens = store.get("tokens", ids)
+    tokens = store.get("tokens", ids)
+    if layout == "frame":
+      tokens = tokens.reshape(*tokens.shape[:2], 1, -1)
+    if standardize:
+      fit = tokens[fit_rows].reshape(-1, tokens.shape[-1]).astype(np.float64)
+      mean, std = fit.mean(0), fit.std(0)
+      tokens = ((tokens - mean) / np.where(std > 1e-6, std, np.inf)).astype(np.float32)
+    self.tokens = tokens
 
   def gather(self, video_rows, frame_rows):
     return self.tokens[video_rows, frame_rows]
@@ -249,7 +263,8 @@ def run(config, workdir: str | Path) -> dict:
   queries = {t.query_id: t.query for t in test}
   store, lvt, extract_info = extract(config, world, workdir / "features", queries)
   ids = [c.clip_id for c in world.all_clips()]
-  feats = _Features(store, ids)
+  feats = _Features(store, ids, config.model.frame_input, config.model.standardize,
+                    np.arange(len(world.clips["train"])))
 
   # Zero-shot, order-blind: the frame-mean clip feature against the prompt's text embedding.
   if lvt:
