@@ -17,7 +17,7 @@ def default_config() -> ml_collections.ConfigDict:
   c.seed = 0
 
   c.model = ml_collections.ConfigDict()
-  c.model.name = "videoprism_lvt_public_v1_base"
+  c.model.name = "videoprism_lvt_public_v1_base"  # or "pixel_stats" (a STAND-IN, no weights)
   c.model.checkpoint = ""          # official .npz (local or gs://); "" = random init
   c.model.fprop_dtype = "float32"  # or "bfloat16"
   c.model.spm_path = "gs://t5-data/vocabs/cc_en.32000/sentencepiece.model"  # c4_en; a local copy offline
