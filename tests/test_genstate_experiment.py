@@ -112,3 +112,28 @@ def test_bad_config_values_get_one_clear_error(tmp_path, key, value, match):
   with pytest.raises(ValueError, match=match):
     E.run(config, tmp_path / "run")
   assert not (tmp_path / "run").exists()  # checked before any work
+
+
+def test_with_a_videoprism_checkpoint_the_clips_and_prompts_go_through_videoprism(tmp_path):
+  from vidjax import checkpoints
+  from vidjax.experiments import extract as extract_experiment
+  config = load_config(SMOKE)
+  config.world.update(size=72, num_train=1, num_test=1, categories=("Actor",))  # 72 = 4 VideoPrism patches of 18
+  assets = ROOT.parent / "shared" / "data" / "videoprism_assets"
+  config.extract.model.update(name="videoprism_lvt_public_v1_base", spm_path=str(assets / "test_spm.model"))
+  config.extract.model.overrides = dict(  # a tiny random LvT (as the extraction smoke test)
+      pos_emb_shape=(4, 2, 2), model_dim=32, num_heads=2, mlp_dim=64, num_spatial_layers=1, num_temporal_layers=1,
+      num_auxiliary_layers=1, num_unimodal_layers=1, vocabulary_size=1000)
+  model, _, _ = extract_experiment.load_model(config.extract)
+  checkpoints.save_npz(extract_experiment.random_variables(model, seed=1), tmp_path / "tiny.npz")
+  config.extract.model.checkpoint = str(tmp_path / "tiny.npz")
+  E.validate(config)
+  world = rendered.make_world(E.world_config(config), 0, tmp_path / "videos")
+  E.render_clips(world, progress=False)
+  queries = {t.query_id: t.query for t in world.triplets["test"]}
+  store, lvt, info = E.extract(config, world, tmp_path / "features", queries)
+  assert lvt and info["clips"] == 6 and info["failed_videos"] == 0
+  assert store.metadata["backbone"] == "videoprism_lvt_public_v1_base"
+  assert store.get("clip", [c.clip_id for c in world.all_clips()]).shape == (6, 32)
+  assert store.get("tokens", [world.clips["test"][0].clip_id]).shape == (1, 8, 16, 32)
+  np.testing.assert_allclose(np.linalg.norm(store.get("text", list(queries)), axis=-1), 1.0, atol=1e-5)

@@ -212,10 +212,10 @@ def plot_context_sweep(sweep: Mapping[int, Mapping[str, float]], path: str | Pat
   ax.grid(alpha=0.3)
   ax.legend()
   ax.set_title(("SYNTHETIC: " if synthetic else "") + f"CAST vs context length, {title}", fontsize=9)
-  return _save(fig, path)
+  return save_figure(fig, path)
 
 
-def _save(fig, path: str | Path) -> Path:
+def save_figure(fig, path: str | Path) -> Path:
   """Writes a matplotlib figure as PNG atomically and closes it."""
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
   fig.tight_layout()
@@ -249,4 +249,4 @@ def plot_top1_breakdown(breakdown: Mapping[str, Mapping[str, float]], path: str 
   ax.invert_yaxis()
   ax.legend(fontsize=7, loc="lower right")
   ax.set_title(("SYNTHETIC: " if synthetic else "") + f"Top-1 breakdown (CAST Fig. 5 shape), {title}", fontsize=9)
-  return _save(fig, path)
+  return save_figure(fig, path)

@@ -183,7 +183,7 @@ def plot_order_histogram(by_method: Mapping[str, Mapping[str, Mapping[str, int]]
   axes[0][0].set_ylabel("% of queries (M=main, T=temporal, S=semantic)")
   axes[0][0].legend(fontsize=7)
   fig.suptitle(("SYNTHETIC: " if synthetic else "") + "GenState relative-order histogram (Figs. 3-4 shape)", fontsize=9)
-  return common._save(fig, path)  # pylint: disable=protected-access
+  return common.save_figure(fig, path)
 
 
 def _write(config, workdir: Path, metrics_by_method: dict, subsets: dict, synthetic: bool, extra: dict) -> dict:

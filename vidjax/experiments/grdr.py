@@ -284,7 +284,7 @@ def plot_candidate_recall(curves: dict, path: Path, synthetic: bool) -> Path:
   ax.set_ylabel("candidate recall")
   ax.set_title("GRDR recall (inductive)" + (" [SYNTHETIC]" if synthetic else ""))
   ax.legend()
-  return common._save(fig, path)  # pylint: disable=protected-access
+  return common.save_figure(fig, path)
 
 
 def recall_curve(found: np.ndarray, target: np.ndarray, budgets) -> list[float]:
