@@ -52,9 +52,9 @@ def hue_saturation_value(rgb: jnp.ndarray):
   return hue, sat, maxc
 
 
-def hue_bin(hue_degrees) -> np.ndarray:
-  """The histogram bin of a hue in degrees (bins centred on multiples of 30)."""
-  return np.floor(np.mod(np.asarray(hue_degrees) + 180.0 / HUE_BINS, 360.0) / (360.0 / HUE_BINS)).astype(np.int64)
+def hue_bin(hue_degrees) -> jnp.ndarray:
+  """The histogram bin of a hue in degrees (bins centred on multiples of 30), int32."""
+  return jnp.floor(jnp.mod(jnp.asarray(hue_degrees) + 180.0 / HUE_BINS, 360.0) / (360.0 / HUE_BINS)).astype(jnp.int32)
 
 
 def position_code(grid: int) -> np.ndarray:
@@ -79,7 +79,7 @@ def pixel_stat_tokens(frames: jnp.ndarray, grid: int) -> jnp.ndarray:
   patches = jnp.moveaxis(patches, -4, -3).reshape(*lead, grid * grid, ph, pw, 3)  # [..., P, ph, pw, 3]
   hue, sat, val = hue_saturation_value(patches)
   coloured = ((sat > SATURATION_MIN) & (val > VALUE_MIN)).astype(jnp.float32)
-  bins = jnp.floor(jnp.mod(hue + 180.0 / HUE_BINS, 360.0) / (360.0 / HUE_BINS)).astype(jnp.int32)
+  bins = hue_bin(hue)
   hist = (coloured[..., None] * (bins[..., None] == jnp.arange(HUE_BINS))).mean(axis=(-3, -2))
   luma = patches @ jnp.asarray([0.299, 0.587, 0.114], jnp.float32)
   dx = jnp.abs(jnp.diff(luma, axis=-1)).mean(axis=(-2, -1))
@@ -104,7 +104,7 @@ def colour_bag(colours) -> np.ndarray:
   vec = np.zeros(DIM, np.float32)
   for rgb in colours:
     hue, _, _ = hue_saturation_value(jnp.asarray(rgb, jnp.float32) / 255.0)
-    vec[int(hue_bin(np.asarray(hue)))] += 1.0
+    vec[int(hue_bin(hue))] += 1.0
   norm = np.linalg.norm(vec)
   return vec / norm if norm > 0 else vec
 
