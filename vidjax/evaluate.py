@@ -22,12 +22,19 @@ Evaluators (each returns named metrics from `vidjax.metrics`):
 * `evaluate_triplets`  GenState triplets: main vs temporal / semantic negatives + distractors;
 * `evaluate_ranked`    R@K of a Retriever's ranked ids.
 
+Every model on every benchmark (`configs/evaluate_all.py`): a `Benchmark` is one benchmark kind
+("cvr", "comp", "genstate", "gallery") in one feature *space* (the world or store its features come
+from), its items named by keys the models of that space can encode; a `Model` says, per kind, how it
+evaluates such a benchmark (`dual_encoder` builds one from two encoders), and `Model.evaluate`
+answers `{"n/a": reason}` for a benchmark it cannot take.
+
 Every scorer call gets fixed-size chunks (the last one padded by repeating its final row, the
 padding dropped), so a jitted scorer compiles once per shape. `JitScorer` jits a scorer function
 once, closing over it (never a static jit argument).
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any, Callable, Mapping, Optional, Protocol, Sequence
 
@@ -376,3 +383,91 @@ def format_table(rows: Mapping[str, Mapping[str, float]], title: str, synthetic:
   if synthetic:
     title = f"SYNTHETIC DATA: {title} (demonstrates mechanisms; not the paper's numbers)"
   return "\n".join([title, fmt(head), line] + [fmt(r) for r in body])
+
+
+# ----------------------------------------------------------------------------- every model on every benchmark
+
+BENCHMARK_KINDS = ("cvr", "comp", "genstate", "gallery")
+# The metrics the comparison shows per kind (each kind's evaluator returns these among others).
+SHOWN = {"cvr": ("acc", "state_acc", "ident_acc"), "comp": None,  # comp: every type, then "all"
+         "genstate": ("r1", "r5", "r10", "acc_temp", "acc_sem", "acc_tri"), "gallery": ("t2v_r1", "t2v_r5", "t2v_r10")}
+
+
+@dataclasses.dataclass
+class Benchmark:
+  """One benchmark in one feature space.
+
+  `data` by kind (keys are whatever the space's models encode: clip ids, texts, rows):
+    cvr       CVR arrays as `evaluate_cvr` takes them (the space's raw embeddings);
+    comp      {type: (video keys [Q], positive text keys [Q], negative text keys [Q])};
+    genstate  {subset: (query text keys [Q], candidate video keys [Q, C]: main, temporal, semantic, distractors)};
+    gallery   (query text keys [Q], gallery video keys [V], relevant int [Q]: each query's gallery row).
+  """
+  name: str
+  kind: str
+  space: str
+  data: Any
+  synthetic: bool = True
+
+  def __post_init__(self):
+    if self.kind not in BENCHMARK_KINDS:
+      raise ValueError(f"benchmark {self.name!r}: kind {self.kind!r} is not one of {BENCHMARK_KINDS}")
+
+
+@dataclasses.dataclass
+class Model:
+  """A trained model as the comparison sees it: the space its inputs live in and, per benchmark kind, a
+  function `data -> metrics`; `reasons[kind]` says why it takes no benchmark of a kind it lacks."""
+  name: str
+  space: str
+  evaluators: Mapping[str, Callable[[Any], Mapping[str, Any]]]
+  reasons: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+  def evaluate(self, bench: Benchmark) -> dict[str, Any]:
+    """The shown metrics of `bench` (rounded), or {"n/a": why this model cannot take it}."""
+    if bench.space != self.space:
+      return {"n/a": f"trained on {self.space}; this benchmark's inputs are {bench.space}"}
+    if bench.kind not in self.evaluators:
+      return {"n/a": self.reasons.get(bench.kind, f"{self.name} has no {bench.kind} evaluation")}
+    out = self.evaluators[bench.kind](bench.data)
+    keys = SHOWN[bench.kind] or list(out)
+    return {k: round(float(out[k]), 2) for k in keys}
+
+
+def dual_encoder(name: str, space: str, encode_texts: Callable[[Sequence[Any]], np.ndarray],
+                 encode_videos: Callable[[Sequence[Any]], np.ndarray], chunk: int = DEFAULT_CHUNK,
+                 cvr: Optional[Callable[[Any], Mapping[str, Any]]] = None) -> Model:
+  """A `Model` from two encoders (keys -> [N, D] embeddings) scored by cosine: it takes comp (the video as
+  the query, its two texts as candidates), genstate pools and gallery R@K; and CVR when `cvr` is given (the
+  CVR arrays carry raw embeddings, not keys)."""
+
+  def embed(fn, keys):
+    flat = np.asarray(keys, dtype=object).reshape(-1)
+    unique = list(dict.fromkeys(flat.tolist()))
+    table = np.asarray(fn(unique), np.float32)
+    row = {k: i for i, k in enumerate(unique)}
+    return table[[row[k] for k in flat]].reshape(np.shape(keys) + table.shape[1:])
+
+  def comp(data):
+    inputs = {t: {"video": embed(encode_videos, v), "candidates": np.stack([embed(encode_texts, p),
+                                                                            embed(encode_texts, n)], axis=1)}
+              for t, (v, p, n) in data.items()}
+    return evaluate_comp(CosineScorer("video"), inputs, chunk)
+
+  def genstate(data):
+    inputs = {s: {"text": embed(encode_texts, q), "candidates": embed(encode_videos, pool)}
+              for s, (q, pool) in data.items()}
+    return evaluate_triplet_pools(CosineScorer("text"), inputs, chunk)["all"]
+
+  def gallery(data):
+    queries, videos, relevant = data
+    return evaluate_gallery(CosineScorer("text"), {"text": embed(encode_texts, queries)},
+                            {"candidates": embed(encode_videos, videos)}, np.asarray(relevant))
+
+  evaluators = {"comp": comp, "genstate": genstate, "gallery": gallery}
+  reasons = {}
+  if cvr is not None:
+    evaluators["cvr"] = cvr
+  else:
+    reasons["cvr"] = "CVR pools carry the space's raw embeddings; this encoder reads other inputs"
+  return Model(name, space, evaluators, reasons)

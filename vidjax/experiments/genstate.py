@@ -20,6 +20,7 @@ cosine of the store's `data.video_kind` (per video id) and `data.text_kind` (per
 """
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
@@ -106,8 +107,9 @@ def render_clips(world: rendered.RenderedWorld, progress: bool) -> int:
   return len(todo)
 
 
-def extract(config, world: rendered.RenderedWorld, store_root: Path, queries: Mapping[str, str]):
-  """Clip features (`clip_mean`, `tokens`, and VideoPrism's `clip`) and, with VideoPrism, query texts."""
+def extract(config, world: rendered.RenderedWorld, store_root: Path, prompts: Mapping[str, str]):
+  """Clip features (`clip_mean`, `tokens`, and VideoPrism's `clip`) and, with VideoPrism, the `prompts`
+  ({text id: prompt}) through its text tower."""
   model, variables, meta = extract_experiment.load_model(config.extract)
   lvt = extract_experiment.is_lvt(model)
   kinds = (["clip"] if lvt else []) + ["clip_mean", "tokens"]
@@ -126,11 +128,11 @@ def extract(config, world: rendered.RenderedWorld, store_root: Path, queries: Ma
     if not config.extract.model.spm_path:
       common.bad_value("extract.model.spm_path", "", "the LvT SentencePiece model (the prompts go through its text tower)")
     tok = SentencePieceTokenizer(config.extract.model.spm_path)
-    engine.extract_texts(store, dict(queries), extract_experiment.make_text_fn(model, variables, tok, mesh),
+    engine.extract_texts(store, dict(prompts), extract_experiment.make_text_fn(model, variables, tok, mesh),
                          batch_size=config.extract.text_batch_size, dtype=config.extract.store_dtype,
                          progress=config.progress)
   report = engine.finalize(store)
-  engine.verify(store, [c.clip_id for c in clips], list(queries) if lvt else [], kinds)
+  engine.verify(store, [c.clip_id for c in clips], list(prompts) if lvt else [], kinds)
   return store, lvt, {"clips": len(clips), "clips_written": stats.clips, "clips_skipped": stats.skipped,
                       "padded_videos": report["padded_videos"], "failed_videos": report["failed_videos"]}
 
@@ -249,32 +251,44 @@ class _Features:
     return self.tokens[video_rows, frame_rows]
 
 
-def run(config, workdir: str | Path) -> dict:
-  workdir = common.start_run(config, workdir, validate, RESUMABLE_CHANGES)
-  if config.data.metadata:
-    return run_user_benchmark(config, workdir)
+@dataclasses.dataclass
+class Trained:
+  """The rendered world and its trained models, each as two encoders: prompt texts -> [N, D] and clip ids ->
+  [N, D] (the cosine of the two is the model's score)."""
+  world: rendered.RenderedWorld
+  test: list[genstate.Triplet]
+  encoders: dict[str, tuple[Callable[[Sequence[str]], np.ndarray], Callable[[Sequence[str]], np.ndarray]]]
+  lvt: bool
+  extract_info: dict
+
+  @property
+  def backbone(self) -> str:
+    return "STAND-IN pixel statistics (vidjax.models.pixelstats), not VideoPrism" if not self.lvt else "VideoPrism"
+
+
+def trained(config, workdir: Path) -> Trained:
+  """Renders and extracts the world and trains VidCLIP (each step resumes from what `workdir` holds)."""
   world = rendered.make_world(world_config(config), config.seed, workdir / "world" / "videos")
   if common.is_writer():
     render_clips(world, config.progress)
     for split in ("train", "test"):
       rendered.write_metadata(world, workdir / "world" / f"genstate_{split}.json", split)
   common.barrier("genstate_render")
-  test = world.triplets["test"]
-  queries = {t.query_id: t.query for t in test}
-  store, lvt, extract_info = extract(config, world, workdir / "features", queries)
+  test_clips = world.clips["test"]
+  store, lvt, extract_info = extract(config, world, workdir / "features", {c.clip_id: c.prompt for c in test_clips})
   ids = [c.clip_id for c in world.all_clips()]
   feats = _Features(store, ids, config.model.frame_input, config.model.standardize,
                     np.arange(len(world.clips["train"])))
 
   # Zero-shot, order-blind: the frame-mean clip feature against the prompt's text embedding.
   if lvt:
-    text0, video0 = store.get("text", list(queries)), store.get("clip", ids)
+    text_id: dict[str, str] = {}
+    for c in test_clips:
+      text_id.setdefault(c.prompt, c.clip_id)
+    zero_shot = (lambda texts: store.get("text", [text_id[t] for t in texts]), lambda vs: store.get("clip", list(vs)))
   else:
-    text0 = np.stack([pixelstats.colour_bag(rendered.colour_words(t.query)) for t in test])
-    video0 = store.get("clip_mean", ids)
-  inputs = pool_inputs(test, text0, lambda vs: video0[[feats.row[v] for v in vs]])
-  overall, per = {}, {}
-  overall["zero_shot"], per["zero_shot"] = evaluate_method(evaluate.CosineScorer("text"), inputs, config.eval.chunk)
+    zero_shot = (lambda texts: np.stack([pixelstats.colour_bag(rendered.colour_words(t)) for t in texts]),
+                 lambda vs: store.get("clip_mean", list(vs)))
 
   # VidCLIP on the training queries' clips: positive = the clip's own prompt, negatives = its triplet's other prompts.
   mc, tc = config.model, config.train
@@ -297,19 +311,50 @@ def run(config, workdir: str | Path) -> dict:
   params = comp_experiment.train_model("vidclip", model, fresh, ex, feats, tokens, tc, tc.mode, config.seed, workdir,
                                        group=tc.group)
   enc = comp_experiment.Encoder(model, feats, config.eval.chunk)
-  test_ids = [c.clip_id for c in world.clips["test"]]
-  video1 = enc.videos(params, np.array([[feats.row[v]] * mc.frames for v in test_ids]),
-                      np.tile(frame_rows, (len(test_ids), 1)))
-  row1 = {v: i for i, v in enumerate(test_ids)}
-  query_texts = comp_experiment.TextTable()
-  for t in test:
-    query_texts(t.query)
-  text1 = enc.texts(params, query_texts.tokens(tokenizer, mc.max_text_len))[[query_texts.rows[t.query] for t in test]]
-  inputs = pool_inputs(test, text1, lambda vs: video1[[row1[v] for v in vs]])
-  overall["vidclip"], per["vidclip"] = evaluate_method(evaluate.CosineScorer("text"), inputs, config.eval.chunk)
-  counts = {"test_queries": len(test), "train_queries": len(world.triplets["train"]),
-            "subsets": {s: len(r) for s, r in genstate.subsets(test).items()}}
+
+  def vidclip_videos(vs):
+    return enc.videos(params, np.array([[feats.row[v]] * mc.frames for v in vs]), np.tile(frame_rows, (len(vs), 1)))
+
+  def vidclip_texts(strings):
+    table = comp_experiment.TextTable()
+    rows = [table(t) for t in strings]
+    return enc.texts(params, table.tokens(tokenizer, mc.max_text_len))[rows]
+
+  return Trained(world, world.triplets["test"], {"zero_shot": zero_shot, "vidclip": (vidclip_texts, vidclip_videos)},
+                 lvt, extract_info)
+
+
+def suite(config, workdir: str | Path) -> tuple[list[evaluate.Model], list[evaluate.Benchmark]]:
+  """The trained models and three benchmarks of the test clips (`configs/evaluate_all.py`): the GenState pools,
+  Comp-style text pairs (each main clip against its temporal / semantic negative's prompt) and R@K of every
+  test clip's prompt over every test clip."""
+  t = trained(config, Path(workdir))
+  space = f"the rendered world (seed {config.seed}, {t.backbone} features)"
+  models = [evaluate.dual_encoder(name, space, *enc, chunk=config.eval.chunk) for name, enc in t.encoders.items()]
+  prompt = {c.clip_id: c.prompt for c in t.world.clips["test"]}
+  pools = genstate.pools(t.test)
+  pool_data = {s: (np.array([t.test[r].query for r in rows], object), np.array([pools[r] for r in rows], object))
+               for s, rows in genstate.subsets(t.test).items()}
+  pairs = {kind: ([x.main for x in t.test], [prompt[x.main] for x in t.test], [prompt[getattr(x, field)] for x in t.test])
+           for kind, field in (("temporal", "temporal_negative"), ("semantic", "semantic_negative"))}
+  clips = list(prompt)
+  return models, [evaluate.Benchmark("GenState (rendered)", "genstate", space, pool_data),
+                  evaluate.Benchmark("Comp pairs (rendered)", "comp", space, pairs),
+                  evaluate.Benchmark("R@K (rendered)", "gallery", space, ([prompt[c] for c in clips], clips,
+                                                                         np.arange(len(clips))))]
+
+
+def run(config, workdir: str | Path) -> dict:
+  workdir = common.start_run(config, workdir, validate, RESUMABLE_CHANGES)
+  if config.data.metadata:
+    return run_user_benchmark(config, workdir)
+  t = trained(config, workdir)
+  overall, per = {}, {}
+  for name, (texts, videos) in t.encoders.items():
+    inputs = pool_inputs(t.test, texts([x.query for x in t.test]), videos)
+    overall[name], per[name] = evaluate_method(evaluate.CosineScorer("text"), inputs, config.eval.chunk)
+  counts = {"test_queries": len(t.test), "train_queries": len(t.world.triplets["train"]),
+            "subsets": {s: len(r) for s, r in genstate.subsets(t.test).items()}}
   return _write(config, workdir, {m: overall[m] for m in METHODS}, _regroup(per), True,
-                {"counts": counts, "extract": extract_info,
-                 "backbone": "STAND-IN pixel statistics (vidjax.models.pixelstats), not VideoPrism" if not lvt
-                 else config.extract.model.name})
+                {"counts": counts, "extract": t.extract_info,
+                 "backbone": t.backbone if not t.lvt else config.extract.model.name})
