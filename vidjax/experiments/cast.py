@@ -319,21 +319,46 @@ def gap_accuracy(scores: np.ndarray, arrays, data: CVRData) -> dict[str, float]:
   return {f"gap={g}": round(float(100.0 * np.mean(ranks[gaps == g] == 1)), 4) for g in sorted(set(gaps) - {0})}
 
 
-def run(config, workdir: str | Path) -> dict:
-  """Runs the whole CAST experiment; returns (and writes) the results dict."""
-  workdir = common.start_run(config, workdir, validate, RESUMABLE_CHANGES)
-  start = time.time()
+def setup(config, workdir: Path):
+  """(data, clip table, text table, benchmark arrays, held-out arrays, training source) of a run."""
   data = prepare_data(config, workdir)
   clips, texts = data.tables(config)
   if clips.dim != texts.dim:
     raise ValueError(f"clip embeddings have width {clips.dim} but text embeddings {texts.dim}: "
                      "CAST needs one joint text-video space")
-  L = config.model.context_len
+  L, tcfg = config.model.context_len, config.train
   bench = cvr.cvr_eval_arrays(data.benchmark, clips, texts, L)
   heldout = cvr.cvr_eval_arrays(data.heldout, clips, texts, L)
-  tcfg = config.train
   source = cvr.CVRTrainSource(data.instances, clips, texts, L, tcfg.num_state_negatives, tcfg.num_identity_negatives,
-                          tcfg.zero_negatives_in_loss)
+                              tcfg.zero_negatives_in_loss)
+  return data, clips, texts, bench, heldout, source
+
+
+def suite(config, workdir: str | Path) -> tuple[list[evaluate.Model], list[evaluate.Benchmark]]:
+  """CAST (Full Ensemble) and the zero-shot dual encoder on the CVR benchmark (`configs/evaluate_all.py`).
+
+  CAST's scorer reads the query's visual history, so it takes the CVR pools only; the zero-shot cosine reads
+  the space's raw embeddings, so it takes them too."""
+  workdir = Path(workdir)
+  data, clips, _, bench, heldout, source = setup(config, workdir)
+  model = build_models(config, clips.dim)["cast"]
+  params = train_method("cast", model, source, config, workdir, sharding.make_mesh())
+  scorer, _ = ensemble(model, params, heldout, config)
+  space = (f"the {config.dataset} procedural world (synthetic, seed {config.seed})" if data.synthetic else
+           f"{data.features.get('backbone') or 'stored'} features of {config.data.features or config.dataset}")
+  no_history = "CAST scores a candidate from the query's visual history (CVR pools); this benchmark has none"
+  cvr_of = lambda s: (lambda arrays: evaluate.evaluate_cvr(s, arrays, config.eval.chunk))  # noqa: E731
+  return ([evaluate.Model("cast", space, {"cvr": cvr_of(scorer)}, {k: no_history for k in evaluate.BENCHMARK_KINDS}),
+           evaluate.Model("zero_shot", space, {"cvr": cvr_of(cast_scorers.ZeroShotScorer())})],
+          [evaluate.Benchmark(f"CVR ({config.dataset})", "cvr", space, bench, data.synthetic)])
+
+
+def run(config, workdir: str | Path) -> dict:
+  """Runs the whole CAST experiment; returns (and writes) the results dict."""
+  workdir = common.start_run(config, workdir, validate, RESUMABLE_CHANGES)
+  start = time.time()
+  data, clips, texts, bench, heldout, source = setup(config, workdir)
+  L, tcfg = config.model.context_len, config.train
   mesh = sharding.make_mesh()
   models = build_models(config, clips.dim)
   chunk = config.eval.chunk

@@ -357,6 +357,12 @@ class Encoder:
   def texts(self, params, tokens) -> np.ndarray:
     return evaluate.chunked(lambda b: self._text(params, b["input_ids"], b["attention_mask"]), tokens, self.chunk)
 
+  def strings(self, params, texts: Sequence[str], tokenizer, max_len: int) -> np.ndarray:
+    """Embeddings of raw texts (each distinct text encoded once)."""
+    table = TextTable()
+    rows = [table(t) for t in texts]
+    return self.texts(params, table.tokens(tokenizer, max_len))[rows]
+
 
 @dataclasses.dataclass
 class EvalSet:
@@ -410,8 +416,22 @@ def evaluate_model(enc: Encoder, params, es: EvalSet, tokens) -> dict[str, float
 # The run.
 
 
-def run(config, workdir: str | Path) -> dict:
-  workdir = common.start_run(config, workdir, validate, RESUMABLE_CHANGES)
+@dataclasses.dataclass
+class Trained:
+  """A run's data, its VidCLIP and every trained method's params, and the evaluation set."""
+  data: CompData
+  model: V.VidClip
+  params: dict[str, Any]
+  es: EvalSet
+  eval_texts: TextTable
+  eval_tokens: dict[str, np.ndarray]
+  tokenizer: WordPieceTokenizer
+  pretrain: dict[str, Examples]
+  finetune: Examples
+
+
+def trained(config, workdir: Path) -> Trained:
+  """Builds the benchmark and trains (or, from `workdir`'s checkpoints, restores) every method."""
   data = real_data(config) if config.data.features else world_data(config)
   mc = model_section(config)
   ptc, ftc = train_sections(config)
@@ -449,7 +469,38 @@ def run(config, workdir: str | Path) -> dict:
   for method, mode, start in FINETUNES:
     params[method] = train_model(method, model, lambda rng, s=start: params[s], fine, data, tokens, ftc, mode,
                                  config.seed, workdir)
+  return Trained(data, model, params, es, eval_texts, eval_tokens, tokenizer, pre, fine)
 
+
+def suite(config, workdir: str | Path) -> tuple[list[evaluate.Model], list[evaluate.Benchmark]]:
+  """Every method as a dual encoder on the Comp benchmark and on paragraph-to-video R@K over its positive
+  pairs (`configs/evaluate_all.py`). Videos are keyed by evaluation-input row, texts by paragraph."""
+  t = trained(config, Path(workdir))
+  enc = Encoder(t.model, t.data, config.eval.chunk)
+  space = (f"the moving-object world of {config.name} (synthetic, seed {config.seed})" if not config.data.features
+           else f"the feature store {config.data.features}")
+
+  def encoders(params):
+    texts = lambda strings: enc.strings(params, strings, t.tokenizer, model_section(config).max_text_len)  # noqa: E731
+    return texts, lambda rows: enc.videos(params, t.es.video_rows[list(rows)], t.es.frame_rows[list(rows)])
+
+  models = [evaluate.dual_encoder(m, space, *encoders(t.params["base" if m == "zero_shot" else m]),
+                                  chunk=config.eval.chunk) for m in METHODS]
+  paragraph = {row: text for text, row in t.eval_texts.rows.items()}
+  by_type = {k: ([int(x) for x in v], [paragraph[int(x)] for x in p], [paragraph[int(x)] for x in n])
+             for k, (v, p, n) in t.es.by_type.items()}
+  pv, pt = t.es.pairs
+  gallery = ([paragraph[int(x)] for x in pt], [int(x) for x in pv], np.arange(len(pv)))
+  return models, [evaluate.Benchmark(f"Comp ({config.name})", "comp", space, by_type, t.data.synthetic),
+                  evaluate.Benchmark(f"R@K ({config.name})", "gallery", space, gallery, t.data.synthetic)]
+
+
+def run(config, workdir: str | Path) -> dict:
+  workdir = common.start_run(config, workdir, validate, RESUMABLE_CHANGES)
+  t = trained(config, workdir)
+  data, model, params, es, eval_tokens = t.data, t.model, t.params, t.es, t.eval_tokens
+  ptc, _ = train_sections(config)
+  fine = t.finetune
   enc = Encoder(model, data, config.eval.chunk)
   scores = {"zero_shot": evaluate_model(enc, params["base"], es, eval_tokens)}
   comppretrain_zero_shot = evaluate_model(enc, params["comppretrain"], es, eval_tokens)

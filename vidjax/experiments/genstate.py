@@ -316,9 +316,7 @@ def trained(config, workdir: Path) -> Trained:
     return enc.videos(params, np.array([[feats.row[v]] * mc.frames for v in vs]), np.tile(frame_rows, (len(vs), 1)))
 
   def vidclip_texts(strings):
-    table = comp_experiment.TextTable()
-    rows = [table(t) for t in strings]
-    return enc.texts(params, table.tokens(tokenizer, mc.max_text_len))[rows]
+    return enc.strings(params, strings, tokenizer, mc.max_text_len)
 
   return Trained(world, world.triplets["test"], {"zero_shot": zero_shot, "vidclip": (vidclip_texts, vidclip_videos)},
                  lvt, extract_info)

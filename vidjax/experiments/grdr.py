@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from pathlib import Path
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -296,14 +297,52 @@ def recall_curve(found: np.ndarray, target: np.ndarray, budgets) -> list[float]:
 # ----------------------------------------------------------------------------------------------
 
 
-def run(config, workdir) -> dict:
-  workdir = common.start_run(config, workdir, validate, RESUMABLE_CHANGES)
+def world_of(config) -> PolysemousWorld:
   w = config.world
-  world = make_polysemous_world(PolysemousWorldConfig(num_videos=w.num_videos, dim=w.dim, train_queries=w.train_queries,
-                                                      test_queries=w.test_queries), seed=config.seed)
-  mcfg = config.world_model
+  return make_polysemous_world(PolysemousWorldConfig(num_videos=w.num_videos, dim=w.dim, train_queries=w.train_queries,
+                                                     test_queries=w.test_queries), seed=config.seed)
+
+
+def trained_model(config, workdir: Path, world: PolysemousWorld, n_views: int, name: str) -> tuple[GRDR, Any]:
+  """GRDR with `n_views` views trained on the world's training queries (restored from `workdir/models/name`)."""
   train_rows = {v: i for i, v in enumerate(world.train)}
   video = np.asarray([train_rows[v] for v in world.train_query_video])
+  intent, valid = query_intents(world.train_queries, video, len(world.train), n_views, config.seed)
+  data = TrainingSet(world.features[world.train], world.train_queries, video, intent, valid)
+  model = build_model(config.world_model, world.features.shape[1], n_views)
+  return model, train_grdr(model, data, config.train, workdir / "models" / name, config.seed)
+
+
+def suite(config, workdir: str | Path) -> tuple[list[evaluate.Model], list[evaluate.Benchmark]]:
+  """Dense cosine and GRDR (generative recall of `eval.candidates`, dense rerank) on the world's test queries
+  over the whole corpus (`configs/evaluate_all.py`); queries and videos are keyed by row."""
+  world = world_of(config)
+  model, params = trained_model(config, Path(workdir), world, config.world_model.num_views, "grdr")
+  space = f"the polysemous world (synthetic, seed {config.seed})"
+  dense = evaluate.dual_encoder("dense", space, lambda rows: world.test_queries[list(rows)],
+                                lambda rows: world.features[list(rows)])
+
+  def generative(data):
+    queries, videos, relevant = data
+    pool = np.asarray(videos, np.int64)
+    recall, _ = make_recall(model, params, world.features[pool], world.video_ids[pool], config.eval)
+    stack = TwoStage(recall, k_recall=config.eval.candidates, reranker=evaluate.CosineScorer())
+    found = stack.search(world.test_queries[np.asarray(queries, np.int64)], k=min(10, config.eval.candidates)).ids
+    target = world.video_ids[pool][np.asarray(relevant)]
+    return {f"t2v_{k}": v for k, v in metrics.recall_from_ranked(found, target, (1, 5, 10)).items()}
+
+  grdr = evaluate.Model("grdr_rerank", space, {"gallery": generative},
+                        {k: "GRDR is a recall stage over a corpus (R@K); fixed candidate pools leave it nothing to "
+                            "recall" for k in evaluate.BENCHMARK_KINDS})
+  return [dense, grdr], [evaluate.Benchmark("R@K (polysemous)", "gallery", space,
+                                            (np.arange(len(world.test_queries)), np.arange(len(world.video_ids)),
+                                             world.test_query_video))]
+
+
+def run(config, workdir) -> dict:
+  workdir = common.start_run(config, workdir, validate, RESUMABLE_CHANGES)
+  world = world_of(config)
+  mcfg = config.world_model
   variants = {"grdr": mcfg.num_views}
   if config.eval.compare_single_view and mcfg.num_views > 1:
     variants["grdr_nv1"] = 1
@@ -313,10 +352,7 @@ def run(config, workdir) -> dict:
     results[s] = {"dense": dense_setting(world, pools[s], config.eval)}
   curves, budgets = {}, list(range(10, config.eval.candidates + 1, 10)) or [config.eval.candidates]
   for name, n_views in variants.items():
-    intent, valid = query_intents(world.train_queries, video, len(world.train), n_views, config.seed)
-    data = TrainingSet(world.features[world.train], world.train_queries, video, intent, valid)
-    model = build_model(mcfg, world.features.shape[1], n_views)
-    params = train_grdr(model, data, config.train, workdir / "models" / name, config.seed)
+    model, params = trained_model(config, workdir, world, n_views, name)
     for s in SETTINGS:
       recall, codes = make_recall(model, params, world.features[pools[s]], world.video_ids[pools[s]], config.eval)
       results[s][name], found = evaluate_setting(world, recall, config.eval)

@@ -462,72 +462,119 @@ def cache_probe(params, cfg: V.VedjeConfig, cache_store: FeatureStore, kind: str
 # The run.
 
 
+class Session:
+  """A run's data, stage 1 and (trained on first use, restored from `workdir` after) VEDJE variants."""
+
+  def __init__(self, config, workdir: Path):
+    self.config, self.workdir = config, workdir
+    self.synthetic_world = not config.data.features
+    if self.synthetic_world:
+      world, store, test_bench = retrieval_experiment.synthetic_world(config, workdir)
+      train_bench = build_benchmark(world.data, protocol="captions", split="train",
+                                    name=f"moving-object world training groups (synthetic, seed {config.seed})")
+      self.mc, self.tc = config.world_model, config.world_train
+    else:
+      store = FeatureStore(config.data.features)
+      test_bench = build_benchmark(retrieval_experiment.read_dataset(config), protocol=config.data.protocol,
+                                   split=config.data.split or None)
+      train_bench = read_train(config)
+      self.mc, self.tc = config.model, config.train
+    mc = self.mc
+    self.store, self.test_bench = store, test_bench
+    self.synthetic = self.synthetic_world or bool(store.metadata.get("synthetic", False))
+    folder = mc.minilm_dir or checkpoints.default_minilm_dir()
+    self.tokenizer = WordPieceTokenizer.from_vocab(Path(folder) / "vocab.txt")
+    self.train_split = load_split(train_bench, store, config, self.tokenizer, mc.max_text_len)
+    self.test = load_split(test_bench, store, config, self.tokenizer, mc.max_text_len)
+    print(("SYNTHETIC DATA: " if self.synthetic else "") + f"VEDJE: {len(self.train_split.query_ids)} training "
+          f"queries over {len(self.train_split.video_ids)} videos; test {len(self.test.query_ids)} queries x "
+          f"{len(self.test.video_ids)} videos", flush=True)
+    token_shape = store.item_shape(config.data.tokens_kind)
+    if len(token_shape) != 3:
+      raise ValueError(f"store kind {config.data.tokens_kind!r} must hold per-frame patch tokens [T, P, d_v], "
+                       f"got item shape {token_shape}")
+    frames, self.patches, self.visual_dim = token_shape
+    if frames != mc.frames:
+      raise ValueError(f"store kind {config.data.tokens_kind!r} has {frames} frames per video, the model expects "
+                       f"{'world_model' if self.synthetic_world else 'model'}.frames={mc.frames}")
+    self.negatives = stage1_negatives(self.train_split, max(self.tc.candidate_pool - 1, self.tc.hard_negatives))
+    self.cache_store = FeatureStore.create(config.data.cache_store) if config.data.cache_store else store
+    self.trained: dict[str, Any] = {}
+    self.indices = stage1_indices(self.test)
+    self.evaluated: dict[tuple[str, str, int], tuple[dict, dict]] = {}
+
+  def patches_of(self, rows):
+    return self.store.get(self.config.data.tokens_kind, [self.train_split.video_ids[r] for r in rows])
+
+  def cfg_of(self, variant: Variant) -> V.VedjeConfig:
+    return model_config(self.mc, variant, self.visual_dim, self.patches, self.train_split.clip.shape[1],
+                        len(self.tokenizer.vocab))
+
+  def params_of(self, variant: Variant):
+    if variant.name not in self.trained:
+      self.trained[variant.name] = train_variant(variant, self.cfg_of(variant), self.train_split, self.patches_of,
+                                                 self.negatives, self.tc, self.mc, self.tokenizer, self.config.seed,
+                                                 self.workdir / "models" / variant.name)
+    return self.trained[variant.name]
+
+  def kind_of(self, variant: Variant, precision: str) -> str:
+    base = self.config.data.cache_kind
+    return base if (variant, precision) == (FULL, self.config.cache.precision) else f"{base}.{variant.name}.{precision}"
+
+  def scorer(self, variant: Variant, precision: str) -> tuple[VedjeScorer, PairBatches]:
+    """The variant's reranker over the test videos' caches (indexed on first use)."""
+    cfg, params = self.cfg_of(variant), self.params_of(variant)
+    kind = self.kind_of(variant, precision)
+    index_caches(params, cfg, self.store, self.cache_store, self.config.data.tokens_kind, kind, precision,
+                 self.test.video_ids, self.tc.progress)
+    pairs = PairBatches(self.cache_store, kind, self.test.query_ids, self.test.input_ids, self.test.attention_mask,
+                        self.test.video_ids)
+    return VedjeScorer(cfg, params["reranker"], pair_block=self.config.eval.pair_block), pairs
+
+  def evaluate_variant(self, variant: Variant, precision: str, k: int | None = None) -> tuple[dict, dict]:
+    key = (variant.name, precision, k or self.config.eval.k)
+    if key not in self.evaluated:
+      scorer, pairs = self.scorer(variant, precision)
+      self.evaluated[key] = rerank_metrics(scorer, pairs, self.test, k or self.config.eval.k, self.indices)
+    return self.evaluated[key]
+
+  @property
+  def space(self) -> str:
+    c = self.config
+    return (f"the moving-object world of {c.name} (synthetic, seed {c.seed})" if self.synthetic_world else
+            f"the feature store {c.data.features}")
+
+
+def suite(config, workdir: str | Path) -> tuple[list[evaluate.Model], list[evaluate.Benchmark]]:
+  """Stage 1 (the store's dual-encoder embeddings) and VEDJE (stage-1 top `eval.k` reranked) on the test split's
+  caption-to-video R@K (`configs/evaluate_all.py`). Texts are keyed by caption id, videos by video id."""
+  sess = Session(config, Path(workdir))
+  test, space = sess.test, sess.space
+  text_row, video_row = {q: i for i, q in enumerate(test.query_ids)}, {v: i for i, v in enumerate(test.video_ids)}
+  stage1 = evaluate.dual_encoder("vedje_stage1", space, lambda ids: test.text[[text_row[i] for i in ids]],
+                                 lambda ids: test.clip[[video_row[i] for i in ids]])
+
+  def reranked(data):
+    queries, videos, relevant = data
+    if list(queries) != test.query_ids or list(videos) != test.video_ids:
+      raise ValueError("VEDJE reranks its own test split's stage-1 candidates; this gallery is another one")
+    return sess.evaluate_variant(FULL, config.cache.precision)[0]
+
+  why = "VEDJE's reranker is wired to its own split's caches and stage-1 candidates (R@K)"
+  return ([stage1, evaluate.Model("vedje", space, {"gallery": reranked}, {k: why for k in evaluate.BENCHMARK_KINDS})],
+          [evaluate.Benchmark(f"R@K ({config.name})", "gallery", space,
+                              (test.query_ids, test.video_ids, test.query_video), sess.synthetic)])
+
+
 def run(config, workdir: str | Path) -> dict:
   """Trains VEDJE (and its ablations), indexes the caches, reranks; returns (and writes) the results."""
   workdir = common.start_run(config, workdir, validate, RESUMABLE_CHANGES)
   start = time.time()
-  synthetic_world = not config.data.features
-  if synthetic_world:
-    world, store, test_bench = retrieval_experiment.synthetic_world(config, workdir)
-    train_bench = build_benchmark(world.data, protocol="captions", split="train",
-                                  name=f"moving-object world training groups (synthetic, seed {config.seed})")
-    mc, tc = config.world_model, config.world_train
-  else:
-    store = FeatureStore(config.data.features)
-    test_bench = build_benchmark(retrieval_experiment.read_dataset(config), protocol=config.data.protocol,
-                                 split=config.data.split or None)
-    train_bench = read_train(config)
-    mc, tc = config.model, config.train
-  synthetic = synthetic_world or bool(store.metadata.get("synthetic", False))
-  tag = "SYNTHETIC DATA: " if synthetic else ""
-  folder = mc.minilm_dir or checkpoints.default_minilm_dir()
-  tokenizer = WordPieceTokenizer.from_vocab(Path(folder) / "vocab.txt")
-  train_split = load_split(train_bench, store, config, tokenizer, mc.max_text_len)
-  test = load_split(test_bench, store, config, tokenizer, mc.max_text_len)
-  print(f"{tag}VEDJE: {len(train_split.query_ids)} training queries over {len(train_split.video_ids)} videos; "
-        f"test {len(test.query_ids)} queries x {len(test.video_ids)} videos", flush=True)
-  token_shape = store.item_shape(config.data.tokens_kind)
-  if len(token_shape) != 3:
-    raise ValueError(f"store kind {config.data.tokens_kind!r} must hold per-frame patch tokens [T, P, d_v], "
-                     f"got item shape {token_shape}")
-  frames, patches, visual_dim = token_shape
-  if frames != mc.frames:
-    raise ValueError(f"store kind {config.data.tokens_kind!r} has {frames} frames per video, the model expects "
-                     f"{'world_model' if synthetic_world else 'model'}.frames={mc.frames}")
-
-  def patches_of(rows):
-    return store.get(config.data.tokens_kind, [train_split.video_ids[r] for r in rows])
-
-  negatives = stage1_negatives(train_split, max(tc.candidate_pool - 1, tc.hard_negatives))
-  cache_store = FeatureStore.create(config.data.cache_store) if config.data.cache_store else store
-  trained: dict[str, Any] = {}
-  indices = stage1_indices(test)
-  evaluated: dict[tuple[str, str], tuple[dict, dict]] = {}
-
-  def cfg_of(variant):
-    return model_config(mc, variant, visual_dim, patches, train_split.clip.shape[1], len(tokenizer.vocab))
-
-  def params_of(variant):
-    if variant.name not in trained:
-      trained[variant.name] = train_variant(variant, cfg_of(variant), train_split, patches_of, negatives, tc, mc,
-                                            tokenizer, config.seed, workdir / "models" / variant.name)
-    return trained[variant.name]
-
-  def kind_of(variant, precision):
-    return config.data.cache_kind if (variant, precision) == (FULL, config.cache.precision) else \
-        f"{config.data.cache_kind}.{variant.name}.{precision}"
-
-  def evaluate_variant(variant, precision, k=None):
-    key = (variant.name, precision, k or config.eval.k)
-    if key not in evaluated:
-      cfg, params = cfg_of(variant), params_of(variant)
-      kind = kind_of(variant, precision)
-      index_caches(params, cfg, store, cache_store, config.data.tokens_kind, kind, precision, test.video_ids,
-                   tc.progress)
-      pairs = PairBatches(cache_store, kind, test.query_ids, test.input_ids, test.attention_mask, test.video_ids)
-      scorer = VedjeScorer(cfg, params["reranker"], pair_block=config.eval.pair_block)
-      evaluated[key] = rerank_metrics(scorer, pairs, test, k or config.eval.k, indices)
-    return evaluated[key]
+  sess = Session(config, workdir)
+  test, store, cache_store, mc, tokenizer = sess.test, sess.store, sess.cache_store, sess.mc, sess.tokenizer
+  synthetic, synthetic_world, test_bench, train_split = sess.synthetic, sess.synthetic_world, sess.test_bench, \
+      sess.train_split
+  evaluate_variant, params_of, cfg_of, kind_of = sess.evaluate_variant, sess.params_of, sess.cfg_of, sess.kind_of
 
   # Stage 1 over the full corpus (the foundation's protocol) and the main model.
   full_stage1 = evaluate.evaluate_gallery(evaluate.CosineScorer(), {"text": test.text}, {"candidates": test.clip},
@@ -543,7 +590,7 @@ def run(config, workdir: str | Path) -> dict:
       "latency_ms_per_query": main_info["latency_ms"],
       "benchmark": {**test_bench.stats(), "k": config.eval.k, "train_queries": len(train_split.query_ids)},
       "reranker": {"init": mc.init, "num_layers": mc.num_layers, "hidden_size": mc.hidden_size,
-                   "online_params": online_param_count(trained[FULL.name])},
+                   "online_params": online_param_count(sess.trained[FULL.name])},
   }
   title = f"VEDJE on {dataset}: stage-1 top {config.eval.k} reranked, {len(test.query_ids)} queries x " \
           f"{len(test.video_ids)} videos"
