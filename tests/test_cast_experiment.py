@@ -17,9 +17,8 @@ CROSSTASK = ROOT / "tests" / "fixtures" / "crosstask"
 
 
 @pytest.fixture(scope="module")
-def smoke_run(tmp_path_factory):
-  workdir = tmp_path_factory.mktemp("cast_coin_smoke")
-  return workdir, cast.run(load_config(ROOT / "configs/cast_coin.py:smoke"), workdir)
+def smoke_run(smoke_runs):
+  return smoke_runs("cast")
 
 
 def test_results_file_has_the_common_shape(smoke_run, capsys):

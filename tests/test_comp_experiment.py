@@ -14,9 +14,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def smoke_run(tmp_path_factory):
-  workdir = tmp_path_factory.mktemp("comp_smoke")
-  return workdir, E.run(load_config(ROOT / "configs/comp_activitynet.py:smoke"), workdir)
+def smoke_run(smoke_runs):
+  return smoke_runs("comp")
 
 
 def test_smoke_run_writes_the_results_contract(smoke_run):

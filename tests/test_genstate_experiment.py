@@ -18,9 +18,8 @@ SMOKE = ROOT / "configs/genstate_rendered.py:smoke"
 
 
 @pytest.fixture(scope="module")
-def smoke_run(tmp_path_factory):
-  workdir = tmp_path_factory.mktemp("genstate_smoke")
-  return workdir, E.run(load_config(SMOKE), workdir)
+def smoke_run(smoke_runs):
+  return smoke_runs("genstate")
 
 
 def test_smoke_run_writes_the_results_contract(smoke_run):

@@ -6,9 +6,9 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
-import optax
 import pytest
 
+from conftest import grdr_smoke_config
 from vidjax import losses
 from vidjax.experiments import grdr as G
 from vidjax.retrieval import GenerativeRecall, SemanticIdTrie, TwoStage, beam_search
@@ -128,18 +128,8 @@ def test_generative_recall_is_beam_search_then_dedup_and_pads_for_the_reranker()
 
 
 @pytest.fixture(scope="module")
-def smoke_run(tmp_path_factory):
-  from vidjax.defaults import grdr as defaults
-  workdir = tmp_path_factory.mktemp("grdr_smoke")
-  return workdir, G.run(_smoke_config(), workdir)
-
-
-def _smoke_config():
-  """The smoke world without the N_v = 1 model (its training is the same code with n_views=1; half the time)."""
-  from vidjax.defaults import grdr as defaults
-  c = defaults.get_config("msrvtt", "smoke")
-  c.eval.compare_single_view = False
-  return c
+def smoke_run(smoke_runs):
+  return smoke_runs("grdr")
 
 
 def test_grdr_smoke_run_writes_the_results_contract(smoke_run):
@@ -160,7 +150,7 @@ def test_grdr_smoke_run_writes_the_results_contract(smoke_run):
 
 def test_grdr_rerun_resumes_every_phase_to_the_same_results(smoke_run):
   workdir, results = smoke_run
-  again = G.run(_smoke_config(), workdir)
+  again = G.run(grdr_smoke_config(), workdir)
   strip = lambda r: {s: {m: {k: v for k, v in row.items() if k != "latency_ms"} for m, row in r[s].items()}  # noqa: E731
                      for s in ("inductive", "full_corpus")}
   assert strip(again) == strip(results)

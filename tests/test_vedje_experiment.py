@@ -19,10 +19,8 @@ KEYS = {f"{d}_r{k}" for d in ("t2v", "v2t") for k in (1, 5, 10)}
 
 
 @pytest.fixture(scope="module")
-def smoke_run(tmp_path_factory):
-  workdir = tmp_path_factory.mktemp("vedje_smoke")
-  results = E.run(load_config(ROOT / "configs/vedje_msrvtt.py:smoke"), workdir)
-  return workdir, results
+def smoke_run(smoke_runs):
+  return smoke_runs("vedje")
 
 
 def test_smoke_run_writes_the_results_contract(smoke_run):

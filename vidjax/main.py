@@ -17,6 +17,7 @@ from ml_collections import config_flags
 from vidjax import sharding
 from vidjax.experiments import cast as cast_experiment
 from vidjax.experiments import comp as comp_experiment
+from vidjax.experiments import evaluate_all as evaluate_all_experiment
 from vidjax.experiments import extract as extract_experiment
 from vidjax.experiments import genstate as genstate_experiment
 from vidjax.experiments import grdr as grdr_experiment
@@ -27,6 +28,7 @@ from vidjax.experiments import vedje as vedje_experiment
 EXPERIMENTS = {
     "cast": cast_experiment.run,
     "comp": comp_experiment.run,
+    "evaluate_all": evaluate_all_experiment.run,
     "extract_videoprism": extract_experiment.run,
     "genstate": genstate_experiment.run,
     "grdr": grdr_experiment.run,

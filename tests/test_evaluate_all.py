@@ -1,0 +1,114 @@
+"""configs/evaluate_all.py: every smoke model on every smoke benchmark, cells checked against the runs' own results."""
+import json
+from pathlib import Path
+
+
+import pytest
+
+from vidjax.experiments import evaluate_all as E
+from vidjax.experiments.common import load_config
+
+ROOT = Path(__file__).resolve().parents[1]
+KINDS = ("cast", "comp", "genstate", "grdr", "vedje")
+
+
+@pytest.fixture(scope="module")
+def compared(smoke_runs, tmp_path_factory):
+  runs = {k: smoke_runs(k) for k in KINDS}
+  config = load_config(ROOT / "configs/evaluate_all.py")
+  config.workdirs = tuple(str(runs[k][0]) for k in KINDS)
+  workdir = tmp_path_factory.mktemp("evaluate_all")
+  return runs, workdir, E.run(config, workdir)
+
+
+def _close(cell, expected, keys, scale=1.0):
+  for key, name in keys.items():
+    assert cell[key] == pytest.approx(scale * expected[name], abs=0.011), key
+
+
+def test_every_cell_is_metrics_or_a_reason_and_matches_the_runs_own_numbers(compared):
+  runs, workdir, results = compared
+  table = json.loads((workdir / "comparison.json").read_text())
+  assert table == results["metrics"] and results["synthetic"] is True
+  names = {f"{r}/{m}" for r, ms in (("cast_coin", ("cast", "zero_shot")),
+                                     ("comp_activitynet", ("zero_shot", "contrastive", "negclip", "comploss",
+                                                           "comppretrain_comploss")),
+                                     ("genstate_rendered", ("zero_shot", "vidclip")),
+                                     ("grdr_msrvtt", ("dense", "grdr_rerank")),
+                                     ("vedje_msrvtt", ("vedje_stage1", "vedje"))) for m in ms}
+  assert set(table) == names
+  benches = set(next(iter(table.values())))
+  assert all(b.endswith("[SYNTHETIC]") for b in benches) and len(benches) == 8
+  assert all(set(row) == benches for row in table.values())
+  for model, row in table.items():
+    for bench, cell in row.items():
+      assert ("n/a" in cell and isinstance(cell["n/a"], str) and cell["n/a"]) or \
+          (cell and all(isinstance(v, float) for v in cell.values())), (model, bench)
+  # Each model's own benchmark reproduces its run's results.json.
+  own = {k: json.loads((runs[k][0] / "results.json").read_text()) for k in KINDS}
+  genstate_keys = {k: k for k in ("r1", "r5", "r10", "acc_temp", "acc_sem", "acc_tri")}
+  for m in ("zero_shot", "vidclip"):
+    _close(table[f"genstate_rendered/{m}"]["GenState (rendered) [SYNTHETIC]"], own["genstate"]["metrics"][m],
+           genstate_keys)
+  cvr_keys = {k: k for k in ("acc", "state_acc", "ident_acc")}
+  for m in ("cast", "zero_shot"):
+    _close(table[f"cast_coin/{m}"]["CVR (coin) [SYNTHETIC]"], own["cast"]["metrics"][m], cvr_keys)
+  comp_keys = {k: k for k in ("temp_reorder", "action_replace", "seg_mismatch", "all")}
+  for m in ("negclip", "comppretrain_comploss"):
+    _close(table[f"comp_activitynet/{m}"]["Comp (comp_activitynet) [SYNTHETIC]"], own["comp"]["metrics"][m],
+           comp_keys)
+    _close(table[f"comp_activitynet/{m}"]["R@K (comp_activitynet) [SYNTHETIC]"], own["comp"]["metrics"][m],
+           {"t2v_r1": "t2v_r1"})
+  t2v = {f"t2v_r{k}": f"t2v_r{k}" for k in (1, 5, 10)}
+  _close(table["vedje_msrvtt/vedje"]["R@K (vedje_msrvtt) [SYNTHETIC]"], own["vedje"]["metrics"]["vedje"], t2v)
+  _close(table["vedje_msrvtt/vedje_stage1"]["R@K (vedje_msrvtt) [SYNTHETIC]"], own["vedje"]["metrics"]["stage1"], t2v)
+  for m, name in (("dense", "dense"), ("grdr_rerank", "grdr")):
+    _close(table[f"grdr_msrvtt/{m}"]["R@K (polysemous) [SYNTHETIC]"], own["grdr"]["full_corpus"][name], t2v, 100.0)
+  # Cells a model cannot fill say why.
+  assert "trained on the procedural world" not in table["cast_coin/cast"]["CVR (coin) [SYNTHETIC]"]
+  assert table["cast_coin/cast"]["GenState (rendered) [SYNTHETIC]"]["n/a"].startswith("trained on the coin")
+  assert table["grdr_msrvtt/grdr_rerank"]["R@K (rendered) [SYNTHETIC]"]["n/a"].startswith("trained on the polysemous")
+  # The rendered world's dual encoders fill all three of its benchmarks.
+  for m in ("zero_shot", "vidclip"):
+    for b in ("GenState (rendered)", "Comp pairs (rendered)", "R@K (rendered)"):
+      assert "n/a" not in table[f"genstate_rendered/{m}"][f"{b} [SYNTHETIC]"]
+  md = (workdir / "comparison.md").read_text()
+  assert md.startswith("**SYNTHETIC DATA") and "other space" in md and "\nS1: the coin procedural world" in md
+  assert md.count("\n| ") == 1 + len(names)
+
+
+def test_the_embedded_default_trains_its_runs_then_compares(tmp_path, capsys):
+  results = E.run(load_config(ROOT / "configs/evaluate_all.py:smoke"), tmp_path)
+  out = capsys.readouterr().out
+  assert "evaluate_all: training configs/genstate_rendered.py:smoke" in out and "SYNTHETIC DATA" in out
+  assert (tmp_path / "runs" / "genstate_rendered" / "results.json").exists()
+  assert set(results["metrics"]) == {"genstate_rendered/zero_shot", "genstate_rendered/vidclip"}
+  again = E.run(load_config(ROOT / "configs/evaluate_all.py:smoke"), tmp_path)  # finished runs are not retrained
+  assert "training" not in capsys.readouterr().out and again["metrics"] == results["metrics"]
+
+
+def test_bad_inputs_get_one_clear_error(tmp_path):
+  config = load_config(ROOT / "configs/evaluate_all.py")
+  config.workdirs = (str(tmp_path / "nothing"),)
+  with pytest.raises(FileNotFoundError, match="nothing: not a finished vidjax run"):
+    E.run(config, tmp_path / "a")
+  unknown = tmp_path / "retrieval_run"
+  unknown.mkdir()
+  (unknown / "results.json").write_text("{}")
+  (unknown / "config.json").write_text(json.dumps({"experiment": "retrieval", "name": "x"}))
+  config.workdirs = (str(unknown),)
+  with pytest.raises(ValueError, match="experiment 'retrieval' has no models to compare"):
+    E.run(config, tmp_path / "b")
+  config = load_config(ROOT / "configs/evaluate_all.py")
+  config.runs = ("configs/retrieval_msrvtt.py:smoke",)
+  with pytest.raises(ValueError, match="config.runs: .* 'retrieval' run, which has no models to compare"):
+    E.run(config, tmp_path / "c")
+  config.runs = ("configs/nope.py",)
+  with pytest.raises(FileNotFoundError, match="config file 'configs/nope.py' not found"):
+    E.run(config, tmp_path / "d")
+  config.runs = ()
+  with pytest.raises(ValueError, match="config.runs=.* at least one config"):
+    E.run(config, tmp_path / "e")
+  with pytest.raises(ValueError, match="occur twice"):
+    E.compare([E.evaluate.Model("m", "s", {}), E.evaluate.Model("m", "s", {})], [])
+

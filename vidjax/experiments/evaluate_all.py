@@ -1,0 +1,143 @@
+"""Every trained model on every benchmark (`configs/evaluate_all.py`): one comparison table.
+
+`run(config, workdir)`:
+  1. with no `config.workdirs`, trains `config.runs` (the embedded worlds, smoke-sized) under
+     `<workdir>/runs/<config name>` -- each through its own experiment, resumable;
+  2. loads every run: its config (`config.json`), its trained models restored from its checkpoints and its
+     benchmarks, through the experiment's `suite(config, workdir)` -> ([evaluate.Model], [evaluate.Benchmark]);
+  3. evaluates every model on every benchmark (`evaluate.Model.evaluate`: metrics, or {"n/a": reason} for a
+     benchmark in another feature space or of a kind the model cannot score) and writes
+     `comparison.json` (model -> benchmark -> metrics), `comparison.md` and `results.json`, and prints the table.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import ml_collections
+
+import vidjax
+from vidjax import evaluate, io
+from vidjax.experiments import cast, common, comp, genstate, grdr, vedje
+
+# Experiment kind (config.experiment of a run) -> its module: `run` trains, `suite` exposes models and benchmarks.
+KINDS = {"cast": cast, "comp": comp, "genstate": genstate, "grdr": grdr, "vedje": vedje}
+
+
+def validate(config) -> None:
+  for key in ("workdirs", "runs"):
+    value = config[key]
+    if not isinstance(value, (tuple, list)) or not all(isinstance(v, str) and v for v in value):
+      common.bad_value(key, value, "a tuple of non-empty strings")
+  if not config.workdirs and not config.runs:
+    common.bad_value("runs", config.runs, "at least one config to train when config.workdirs is empty")
+
+
+def config_path(spec: str) -> str:
+  """`configs/x.py[:arg]` relative to the working directory, else to the repository vidjax was installed from."""
+  path, sep, arg = spec.partition(":")
+  if not Path(path).is_file():
+    repo = Path(vidjax.__file__).resolve().parent.parent / path
+    if not repo.is_file():
+      raise FileNotFoundError(f"config.runs: config file {path!r} not found (neither here nor in {repo.parent})")
+    path = str(repo)
+  return path + sep + arg
+
+
+def train_runs(specs: Sequence[str], root: Path) -> list[Path]:
+  """Runs each config (skipping finished ones) under `root/<config name>`; returns the workdirs."""
+  out = []
+  for spec in specs:
+    config = common.load_config(config_path(spec))
+    if config.experiment not in KINDS:
+      raise ValueError(f"config.runs: {spec} is a {config.experiment!r} run, which has no models to compare "
+                       f"(known: {sorted(KINDS)})")
+    workdir = root / config.name
+    if not (workdir / "results.json").is_file():
+      print(f"evaluate_all: training {spec} in {workdir}", flush=True)
+      KINDS[config.experiment].run(config, workdir)
+    out.append(workdir)
+  return out
+
+
+def load_run(workdir: str | Path) -> tuple[list[evaluate.Model], list[evaluate.Benchmark]]:
+  """A finished run's models (named `<run name>/<method>`) and benchmarks."""
+  workdir = Path(workdir)
+  if not (workdir / "results.json").is_file() or not (workdir / "config.json").is_file():
+    raise FileNotFoundError(f"{workdir}: not a finished vidjax run (no results.json / config.json); run it to the "
+                            "end first")
+  config = ml_collections.ConfigDict(io.read_json(workdir / "config.json"))
+  config.lock()
+  kind = config.get("experiment")
+  if kind not in KINDS:
+    raise ValueError(f"{workdir}: experiment {kind!r} has no models to compare (known: {sorted(KINDS)})")
+  models, benchmarks = KINDS[kind].suite(config, workdir)
+  for m in models:
+    m.name = f"{config.name}/{m.name}"
+  return models, benchmarks
+
+
+def benchmark_key(bench: evaluate.Benchmark) -> str:
+  return bench.name + (" [SYNTHETIC]" if bench.synthetic else "")
+
+
+def compare(models: Sequence[evaluate.Model], benchmarks: Sequence[evaluate.Benchmark]) -> dict[str, dict[str, Any]]:
+  """model name -> benchmark key -> metrics or {"n/a": reason}."""
+  names = [m.name for m in models]
+  keys = [benchmark_key(b) for b in benchmarks]
+  for what, items in (("model", names), ("benchmark", keys)):
+    twice = sorted({x for x in items if items.count(x) > 1})
+    if twice:
+      raise ValueError(f"evaluate_all: {what} names {twice} occur twice (two workdirs of one config?)")
+  return {m.name: {benchmark_key(b): m.evaluate(b) for b in benchmarks} for m in models}
+
+
+def markdown(comparison: Mapping[str, Mapping[str, Mapping[str, Any]]], models: Sequence[evaluate.Model],
+             benchmarks: Sequence[evaluate.Benchmark], synthetic: bool) -> str:
+  """The comparison as one markdown table (models x benchmarks). Feature spaces are labelled S1, S2, ...: a cell
+  of a model and a benchmark in different spaces reads "other space"; any other empty cell points at its
+  numbered reason below the table."""
+  spaces = list(dict.fromkeys([m.space for m in models] + [b.space for b in benchmarks]))
+  label = {sp: f"S{i + 1}" for i, sp in enumerate(spaces)}
+  reasons: list[str] = []
+
+  def cell(model: evaluate.Model, bench: evaluate.Benchmark) -> str:
+    m = comparison[model.name][benchmark_key(bench)]
+    if "n/a" not in m:
+      return " · ".join(f"{k} {v:.1f}" for k, v in m.items())
+    if model.space != bench.space:
+      return "other space"
+    if m["n/a"] not in reasons:
+      reasons.append(m["n/a"])
+    return f"n/a [{reasons.index(m['n/a']) + 1}]"
+
+  title = ("SYNTHETIC DATA (demonstrates mechanisms; not the papers' numbers): " if synthetic else "") + \
+      "every model on every benchmark (%)"
+  heads = [f"{benchmark_key(b)} ({label[b.space]})" for b in benchmarks]
+  lines = [f"**{title}**", "", "| model (space) | " + " | ".join(heads) + " |", "|---" * (len(heads) + 1) + "|"]
+  lines += [f"| {m.name} ({label[m.space]}) | " + " | ".join(cell(m, b) for b in benchmarks) + " |" for m in models]
+  lines += [""] + [f"{label[sp]}: {sp}" for sp in spaces]
+  lines += [""] * bool(reasons) + [f"[{i + 1}] {r}" for i, r in enumerate(reasons)]
+  return "\n".join(lines)
+
+
+def run(config, workdir: str | Path) -> dict:
+  workdir = common.start_run(config, workdir, validate)
+  dirs = [Path(d) for d in config.workdirs] or train_runs(config.runs, workdir / "runs")
+  models, benchmarks = [], []
+  for d in dirs:
+    m, b = load_run(d)
+    models += m
+    benchmarks += b
+  comparison = compare(models, benchmarks)
+  synthetic = any(b.synthetic for b in benchmarks)
+  table = markdown(comparison, models, benchmarks, synthetic)
+  results = {"experiment": "evaluate_all", "dataset": "every benchmark of " + ", ".join(str(d) for d in dirs),
+             "synthetic": synthetic, "metrics": comparison,
+             "benchmarks": {benchmark_key(b): {"kind": b.kind, "space": b.space} for b in benchmarks},
+             "workdirs": [str(d) for d in dirs]}
+  if common.is_writer():
+    io.atomic_write_json(workdir / "comparison.json", comparison)
+    io.atomic_write_text(workdir / "comparison.md", table + "\n")
+    common.write_results(workdir, results, [table])
+  return results
