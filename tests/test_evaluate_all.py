@@ -109,6 +109,9 @@ def test_bad_inputs_get_one_clear_error(tmp_path):
   config.runs = ()
   with pytest.raises(ValueError, match="config.runs=.* at least one config"):
     E.run(config, tmp_path / "e")
+  config.seed = -1
+  with pytest.raises(ValueError, match="config.seed=-1 is invalid"):
+    E.run(config, tmp_path / "f")
   with pytest.raises(ValueError, match="occur twice"):
     E.compare([E.evaluate.Model("m", "s", {}), E.evaluate.Model("m", "s", {})], [])
 

@@ -20,6 +20,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c = ml_collections.ConfigDict()
   c.experiment = "evaluate_all"
   c.name = "evaluate_all"
+  c.seed = 0        # the seed of every run trained from `runs` (their worlds and models)
   c.workdirs = ()   # finished runs to compare; empty: train `runs` first
   c.runs = RUNS
   for name in [a for a in (arg or "").split(",") if a]:

@@ -29,6 +29,8 @@ def validate(config) -> None:
     value = config[key]
     if not isinstance(value, (tuple, list)) or not all(isinstance(v, str) and v for v in value):
       common.bad_value(key, value, "a tuple of non-empty strings")
+  if isinstance(config.seed, bool) or not isinstance(config.seed, int) or config.seed < 0:
+    common.bad_value("seed", config.seed, "a non-negative integer")
   if not config.workdirs and not config.runs:
     common.bad_value("runs", config.runs, "at least one config to train when config.workdirs is empty")
 
@@ -44,11 +46,12 @@ def config_path(spec: str) -> str:
   return path + sep + arg
 
 
-def train_runs(specs: Sequence[str], root: Path) -> list[Path]:
-  """Runs each config (skipping finished ones) under `root/<config name>`; returns the workdirs."""
+def train_runs(specs: Sequence[str], root: Path, seed: int) -> list[Path]:
+  """Runs each config with `seed` (skipping finished ones) under `root/<config name>`; returns the workdirs."""
   out = []
   for spec in specs:
     config = common.load_config(config_path(spec))
+    config.seed = seed
     if config.experiment not in KINDS:
       raise ValueError(f"config.runs: {spec} is a {config.experiment!r} run, which has no models to compare "
                        f"(known: {sorted(KINDS)})")
@@ -123,7 +126,7 @@ def markdown(comparison: Mapping[str, Mapping[str, Mapping[str, Any]]], models: 
 
 def run(config, workdir: str | Path) -> dict:
   workdir = common.start_run(config, workdir, validate)
-  dirs = [Path(d) for d in config.workdirs] or train_runs(config.runs, workdir / "runs")
+  dirs = [Path(d) for d in config.workdirs] or train_runs(config.runs, workdir / "runs", config.seed)
   models, benchmarks = [], []
   for d in dirs:
     m, b = load_run(d)

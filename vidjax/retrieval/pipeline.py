@@ -139,15 +139,23 @@ class TwoStage:
     return result.ids, result.scores
 
   def _rerank(self, queries: Any, ids: np.ndarray, s1: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    scores = np.asarray(self.reranker(self.batch_fn(queries, ids, s1)), np.float32)
-    if scores.shape != ids.shape:
-      raise ValueError(f"TwoStage: the reranker returned scores of shape {scores.shape} for {ids.shape[0]} "
-                       f"queries x {ids.shape[1]} candidates; expected {ids.shape}")
-    padding = s1 == -np.inf  # a recall stage with fewer than K candidates pads with -inf
-    bad = ~np.isfinite(scores) & ~padding
-    if bad.any():
-      raise ValueError(f"TwoStage: the reranker returned NaN or Inf scores for "
-                       f"{int(np.sum(bad.any(axis=1)))} queries")
-    scores = np.where(padding, -np.inf, scores)
-    order = np.argsort(-scores, axis=1, kind="stable")[:, :k]  # equal scores keep stage-1 order
-    return np.take_along_axis(ids, order, 1), np.take_along_axis(scores, order, 1)
+    return rerank(self.reranker, self.batch_fn(queries, ids, s1), ids, s1, k, "TwoStage")
+
+
+def rerank(scorer: Callable[[Mapping[str, Any]], Any], batch: Mapping[str, Any], ids: np.ndarray, prior: np.ndarray,
+           k: int, who: str) -> tuple[np.ndarray, np.ndarray]:
+  """The top `k` of candidates `ids [Q, K]` (previous scores `prior`) by `scorer(batch) -> [Q, K]`, best first.
+
+  Equal scores keep the previous order; candidates padded with prior -inf keep -inf and stay last; a NaN or
+  Inf score of a real candidate is an error (named after `who`)."""
+  scores = np.asarray(scorer(batch), np.float32)
+  if scores.shape != ids.shape:
+    raise ValueError(f"{who}: the reranker returned scores of shape {scores.shape} for {ids.shape[0]} "
+                     f"queries x {ids.shape[1]} candidates; expected {ids.shape}")
+  padding = prior == -np.inf  # a recall stage with fewer than K candidates pads with -inf
+  bad = ~np.isfinite(scores) & ~padding
+  if bad.any():
+    raise ValueError(f"{who}: the reranker returned NaN or Inf scores for {int(np.sum(bad.any(axis=1)))} queries")
+  scores = np.where(padding, -np.inf, scores)
+  order = np.argsort(-scores, axis=1, kind="stable")[:, :k]  # equal scores keep the previous order
+  return np.take_along_axis(ids, order, 1), np.take_along_axis(scores, order, 1)

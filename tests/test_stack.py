@@ -1,0 +1,82 @@
+"""vidjax.retrieval.Stack: recall -> rescoring stages, against a brute-force NumPy computation."""
+import numpy as np
+import pytest
+
+from vidjax.retrieval import DenseIndex, Stack, Stage, TwoStage
+
+
+def _unit(x):
+  return x / np.linalg.norm(x, axis=-1, keepdims=True)
+
+
+def _world(seed=0, n=60, d=8, q=7):
+  rng = np.random.default_rng(seed)
+  corpus = rng.normal(size=(n, d)).astype(np.float32)
+  queries = rng.normal(size=(q, d)).astype(np.float32)
+  ids = np.array([f"v{i:02d}" for i in range(n)])
+  proj = rng.normal(size=(d, d)).astype(np.float32)
+  return corpus, queries, ids, proj
+
+
+def _projected(proj):
+  """A stage scoring cosine(query @ proj, candidate)."""
+  return lambda b: np.einsum("qd,qkd->qk", _unit(b["text"] @ proj), _unit(b["candidates"]))
+
+
+def test_two_stages_match_a_brute_force_reference():
+  corpus, queries, ids, proj = _world()
+  proj2 = np.eye(8, dtype=np.float32)[::-1]
+  stack = Stack(DenseIndex(ids, corpus), 20, [Stage("a", _projected(proj), 12), Stage("b", _projected(proj2), 6)],
+                query_batch=4)
+  result = stack.search(queries, k=5)
+  cu, qu = _unit(corpus), _unit(queries)
+  for i in range(len(queries)):
+    rows = np.argsort(-(cu @ qu[i]), kind="stable")[:20]
+    a = cu[rows] @ _unit(queries[i] @ proj)
+    rows = rows[np.argsort(-a, kind="stable")[:12]]
+    b = cu[rows] @ _unit(queries[i] @ proj2)
+    rows = rows[np.argsort(-b, kind="stable")[:6]]
+    assert list(result.ids[i]) == list(ids[rows[:5]])
+    assert list(result.stage_ids["b"][i]) == list(ids[rows])
+    np.testing.assert_allclose(result.scores[i], np.sort(b)[::-1][:5], rtol=1e-5, atol=1e-5)
+  assert {k: v.shape for k, v in result.stage_ids.items()} == {"recall": (7, 20), "a": (7, 12), "b": (7, 6)}
+  assert set(result.latency_ms) == {"recall", "a", "b", "total"} and all(v >= 0 for v in result.latency_ms.values())
+
+
+def test_one_stage_is_two_stage_and_no_stage_is_the_recall_alone():
+  corpus, queries, ids, proj = _world(1)
+  index = DenseIndex(ids, corpus)
+  one = Stack(index, 15, [Stage("r", _projected(proj), 15)]).search(queries, 10)
+  two = TwoStage(index, 15, _projected(proj)).search(queries, 10)
+  assert (one.ids == two.ids).all() and np.allclose(one.scores, two.scores)
+  alone = Stack(index, 10).search(queries, 10)
+  rids, rscores = index.retrieve(queries, 10)
+  assert (alone.ids == np.asarray(rids)).all() and np.allclose(alone.scores, rscores)
+  nested = Stack(Stack(index, 15, [Stage("r", _projected(proj), 15)]), 10).search(queries, 10)
+  assert (nested.ids == one.ids).all()  # a stack is a recall stage too
+
+
+def test_candidate_recall_per_stage():
+  corpus, queries, ids, proj = _world(2)
+  result = Stack(DenseIndex(ids, corpus), 30, [Stage("a", _projected(proj), 3)]).search(queries, 3)
+  relevant = np.where(np.arange(len(queries)) % 2 == 0, result.stage_ids["a"][:, 2], result.stage_ids["recall"][:, 29])
+  got = Stack.candidate_recall(result, relevant)
+  in_a = [(relevant[i] in result.stage_ids["a"][i]) for i in range(len(queries))]
+  assert got == {"recall": 100.0, "a": pytest.approx(100.0 * np.mean(in_a))}
+  assert got["a"] < 100.0
+
+
+def test_bad_stacks_get_one_clear_error():
+  corpus, queries, ids, proj = _world(3)
+  index = DenseIndex(ids, corpus)
+  with pytest.raises(ValueError, match="stage 'a' keeps k=11; expected an integer in \\[1, 10\\]"):
+    Stack(index, 10, [Stage("a", _projected(proj), 11)])
+  with pytest.raises(ValueError, match="names must be unique"):
+    Stack(index, 10, [Stage("a", _projected(proj), 5), Stage("a", _projected(proj), 5)])
+  with pytest.raises(TypeError, match="retrieve"):
+    Stack(object(), 10)
+  with pytest.raises(ValueError, match="k must be an integer in \\[1, 5\\]"):
+    Stack(index, 10, [Stage("a", _projected(proj), 5)]).search(queries, 6)
+  bad = Stack(index, 10, [Stage("nan", lambda b: np.full(b["prior"].shape, np.nan), 5)])
+  with pytest.raises(ValueError, match="Stack stage 'nan': the reranker returned NaN"):
+    bad.search(queries, 5)

@@ -1,0 +1,123 @@
+"""A composed retrieval stack: one recall stage, then any number of rescoring stages, each keeping its own top K.
+
+    stack = Stack(recall, k_recall=100, stages=[Stage("vedje", vedje_scorer, k=20, batch_fn=vedje_batch),
+                                                Stage("cast", cast_ensemble, k=10, batch_fn=with_history)])
+    result = stack.search(queries, k=10)
+    result.ids [Q, 10]; result.stage_ids["recall" | "vedje" | "cast"]: what each stage passed on;
+    result.latency_ms[stage]: ms per query; Stack.candidate_recall(result, relevant): per stage
+
+The recall stage is any `vidjax.evaluate.Retriever` (a `DenseIndex`, GRDR's `GenerativeRecall`); a stage is any
+Scorer with a `batch_fn(queries, candidate_ids [Q, K], previous_scores [Q, K])` that builds its batch (default:
+the queries plus the recall stage's stored vectors of the candidates and `prior` = the previous scores, as
+`TwoStage` does). Each stage reorders the candidates it receives by its scores (equal scores keep the previous
+order) and passes its top `k` on; the last stage's order is the answer. A stack without stages is the recall
+stage alone, so a missing method's stage is simply left out.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any, Mapping, NamedTuple, Optional, Sequence
+
+import numpy as np
+
+from vidjax.retrieval.dense import DEFAULT_QUERY_BATCH, query_batches
+from vidjax.retrieval.pipeline import BatchFn, _num_rows, _rows, rerank
+
+RECALL = "recall"
+
+
+@dataclasses.dataclass(frozen=True)
+class Stage:
+  """A rescoring stage: `scorer` (a Scorer or `batch -> [Q, K]`) over the candidates it receives; keeps `k`."""
+  name: str
+  scorer: Any
+  k: int
+  batch_fn: Optional[BatchFn] = None
+
+
+class StackResult(NamedTuple):
+  """ids / scores [Q, k] of the last stage; stage_ids {stage: [Q, K_stage]} what each stage passed on (recall
+  first); latency_ms {stage: ms per query, "total"}."""
+  ids: np.ndarray
+  scores: np.ndarray
+  stage_ids: dict[str, np.ndarray]
+  latency_ms: dict[str, float]
+
+
+class Stack:
+  """recall -> stage 1 -> stage 2 -> ...; see the module docstring."""
+
+  def __init__(self, recall: Any, k_recall: int, stages: Sequence[Stage] = (), query_batch: int = DEFAULT_QUERY_BATCH):
+    if not hasattr(recall, "retrieve"):
+      raise TypeError(f"Stack: the recall stage must have retrieve(queries, k); got {type(recall).__name__}")
+    names = [RECALL] + [s.name for s in stages]
+    if len(set(names)) != len(names):
+      raise ValueError(f"Stack: stage names must be unique and not {RECALL!r}, got {names}")
+    previous = k_recall
+    for name, k in zip(names, [k_recall] + [s.k for s in stages]):
+      if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= previous:
+        raise ValueError(f"Stack: stage {name!r} keeps k={k!r}; expected an integer in [1, {previous}] (no stage keeps "
+                         "more candidates than it receives)")
+      previous = k
+    for s in stages:
+      if s.batch_fn is None and not hasattr(recall, "vectors"):
+        raise TypeError(f"Stack: stage {s.name!r} has no batch_fn and the recall stage {type(recall).__name__} has no "
+                        "vectors(ids) for the default batch")
+    if not isinstance(query_batch, (int, np.integer)) or query_batch < 1:
+      raise ValueError(f"Stack: query_batch must be a positive integer, got {query_batch!r}")
+    self.recall, self.k_recall, self.stages, self.query_batch = recall, int(k_recall), list(stages), int(query_batch)
+
+  @property
+  def names(self) -> list[str]:
+    return [RECALL] + [s.name for s in self.stages]
+
+  def default_batch(self, queries: Any, candidate_ids: np.ndarray, previous: np.ndarray) -> dict[str, Any]:
+    fields = dict(queries) if isinstance(queries, Mapping) else {"text": queries}
+    return {**fields, "candidates": self.recall.vectors(candidate_ids), "prior": previous}
+
+  def search(self, queries: Any, k: int) -> StackResult:
+    """The top `k` (1 <= k <= the last stage's k) of every query (an array [Q, ...] or a dict of them)."""
+    last = self.stages[-1].k if self.stages else self.k_recall
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= last:
+      raise ValueError(f"Stack.search: k must be an integer in [1, {last}], got {k!r}")
+    q = _num_rows(queries)
+    if q == 0:
+      raise ValueError("Stack.search: no queries (Q = 0)")
+    seconds = dict.fromkeys(self.names, 0.0)
+    parts: dict[str, list] = {name: [] for name in self.names}
+    finals = []
+    for start, stop, size in query_batches(q, self.query_batch):
+      rows = _rows(queries, start, stop, size)
+      t = time.perf_counter()
+      ids, scores = self.recall.retrieve(rows, self.k_recall)
+      ids, scores = np.asarray(ids), np.asarray(scores, np.float32)
+      seconds[RECALL] += time.perf_counter() - t
+      if ids.shape != (size, self.k_recall) or scores.shape != ids.shape:
+        raise ValueError(f"Stack: the recall stage returned ids {ids.shape} and scores {scores.shape} for {size} "
+                         f"queries and k={self.k_recall}; expected {(size, self.k_recall)} each")
+      parts[RECALL].append(ids[:stop - start])
+      for stage in self.stages:
+        t = time.perf_counter()
+        batch = (stage.batch_fn or self.default_batch)(rows, ids, scores)
+        fn = stage.scorer.score if hasattr(stage.scorer, "score") else stage.scorer
+        ids, scores = rerank(fn, batch, ids, scores, stage.k, f"Stack stage {stage.name!r}")
+        seconds[stage.name] += time.perf_counter() - t
+        parts[stage.name].append(ids[:stop - start])
+      finals.append((ids[:stop - start, :k], scores[:stop - start, :k]))
+    latency = {name: 1e3 * s / q for name, s in seconds.items()}
+    latency["total"] = sum(latency.values())
+    return StackResult(np.concatenate([f[0] for f in finals]), np.concatenate([f[1] for f in finals]),
+                       {name: np.concatenate(p) for name, p in parts.items()}, latency)
+
+  def retrieve(self, queries: Any, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The `vidjax.evaluate.Retriever` protocol (a stack can be another stack's recall stage)."""
+    result = self.search(queries, k)
+    return result.ids, result.scores
+
+  @staticmethod
+  def candidate_recall(result: StackResult, relevant: np.ndarray) -> dict[str, float]:
+    """{stage: % of queries whose relevant id is among the candidates that stage passed on}."""
+    relevant = np.asarray(relevant)
+    return {name: float(100.0 * np.mean((ids == relevant[:, None]).any(axis=1)))
+            for name, ids in result.stage_ids.items()}
