@@ -435,11 +435,10 @@ class Model:
 
 
 def dual_encoder(name: str, space: str, encode_texts: Callable[[Sequence[Any]], np.ndarray],
-                 encode_videos: Callable[[Sequence[Any]], np.ndarray], chunk: int = DEFAULT_CHUNK,
-                 cvr: Optional[Callable[[Any], Mapping[str, Any]]] = None) -> Model:
+                 encode_videos: Callable[[Sequence[Any]], np.ndarray], chunk: int = DEFAULT_CHUNK) -> Model:
   """A `Model` from two encoders (keys -> [N, D] embeddings) scored by cosine: it takes comp (the video as
-  the query, its two texts as candidates), genstate pools and gallery R@K; and CVR when `cvr` is given (the
-  CVR arrays carry raw embeddings, not keys)."""
+  the query, its two texts as candidates), genstate pools and gallery R@K; not CVR, whose arrays carry the
+  space's raw embeddings rather than keys."""
 
   def embed(fn, keys):
     flat = np.asarray(keys, dtype=object).reshape(-1)
@@ -449,8 +448,7 @@ def dual_encoder(name: str, space: str, encode_texts: Callable[[Sequence[Any]], 
     return table[[row[k] for k in flat]].reshape(np.shape(keys) + table.shape[1:])
 
   def comp(data):
-    inputs = {t: {"video": embed(encode_videos, v), "candidates": np.stack([embed(encode_texts, p),
-                                                                            embed(encode_texts, n)], axis=1)}
+    inputs = {t: {"video": embed(encode_videos, v), "candidates": embed(encode_texts, np.stack([p, n], axis=1))}
               for t, (v, p, n) in data.items()}
     return evaluate_comp(CosineScorer("video"), inputs, chunk)
 
@@ -464,10 +462,5 @@ def dual_encoder(name: str, space: str, encode_texts: Callable[[Sequence[Any]], 
     return evaluate_gallery(CosineScorer("text"), {"text": embed(encode_texts, queries)},
                             {"candidates": embed(encode_videos, videos)}, np.asarray(relevant))
 
-  evaluators = {"comp": comp, "genstate": genstate, "gallery": gallery}
-  reasons = {}
-  if cvr is not None:
-    evaluators["cvr"] = cvr
-  else:
-    reasons["cvr"] = "CVR pools carry the space's raw embeddings; this encoder reads other inputs"
-  return Model(name, space, evaluators, reasons)
+  return Model(name, space, {"comp": comp, "genstate": genstate, "gallery": gallery},
+               {"cvr": "CVR pools carry the space's raw embeddings; this encoder reads other inputs"})

@@ -348,7 +348,7 @@ def suite(config, workdir: str | Path) -> tuple[list[evaluate.Model], list[evalu
            f"{data.features.get('backbone') or 'stored'} features of {config.data.features or config.dataset}")
   no_history = "CAST scores a candidate from the query's visual history (CVR pools); this benchmark has none"
   cvr_of = lambda s: (lambda arrays: evaluate.evaluate_cvr(s, arrays, config.eval.chunk))  # noqa: E731
-  return ([evaluate.Model("cast", space, {"cvr": cvr_of(scorer)}, {k: no_history for k in evaluate.BENCHMARK_KINDS}),
+  return ([evaluate.Model("cast", space, {"cvr": cvr_of(scorer)}, {k: no_history for k in evaluate.BENCHMARK_KINDS if k != "cvr"}),
            evaluate.Model("zero_shot", space, {"cvr": cvr_of(cast_scorers.ZeroShotScorer())})],
           [evaluate.Benchmark(f"CVR ({config.dataset})", "cvr", space, bench, data.synthetic)])
 

@@ -426,7 +426,6 @@ class Trained:
   eval_texts: TextTable
   eval_tokens: dict[str, np.ndarray]
   tokenizer: WordPieceTokenizer
-  pretrain: dict[str, Examples]
   finetune: Examples
 
 
@@ -469,7 +468,7 @@ def trained(config, workdir: Path) -> Trained:
   for method, mode, start in FINETUNES:
     params[method] = train_model(method, model, lambda rng, s=start: params[s], fine, data, tokens, ftc, mode,
                                  config.seed, workdir)
-  return Trained(data, model, params, es, eval_texts, eval_tokens, tokenizer, pre, fine)
+  return Trained(data, model, params, es, eval_texts, eval_tokens, tokenizer, fine)
 
 
 def suite(config, workdir: str | Path) -> tuple[list[evaluate.Model], list[evaluate.Benchmark]]:
