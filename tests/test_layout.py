@@ -26,6 +26,7 @@ ALLOWED = {
                     "models", "ops", "progress", "scorers", "sharding", "train", "retrieval", "tokenizers", "tfds"},
     "tfds": {"data", "io", "checkpoints"},  # TFDS builders (the [tfds] extra) over the data layer
     "main": {"experiments", "sharding"},
+    "search": {"experiments"},
 }
 
 

@@ -143,6 +143,33 @@ def test_vtm_loss_matches_numpy_with_padding(seed):
 
 
 @pytest.mark.parametrize("seed", [0, 1])
+def test_multi_positive_softmax_matches_numpy(seed):
+  rng = np.random.default_rng(seed)
+  scores = rng.normal(size=(5, 6)) * 3
+  positive = rng.random((5, 6)) < 0.4
+  positive[0] = False  # a row without a positive contributes 0
+  positive[1, 0] = True
+  mask = np.ones((5, 6)); mask[:, 5:] = 0; mask[1, 3] = 0
+  expected = 0.0
+  for b in range(5):
+    real = mask[b] > 0
+    pos = positive[b] & real
+    if pos.any():
+      logp = _np_log_softmax(scores[b][real] / 0.5)
+      expected -= math.log(np.exp(logp[pos[real]]).sum())
+  expected /= 5
+  got = losses.multi_positive_softmax(jnp.asarray(scores), jnp.asarray(positive), jnp.asarray(mask), tau=0.5)
+  assert float(got) == pytest.approx(expected, rel=1e-5)
+  # One positive a row is vtm_loss; gradients stay finite with a positive-free row.
+  one = np.zeros((5, 6)); one[np.arange(5), [2, 0, 1, 4, 3]] = 1
+  assert float(losses.multi_positive_softmax(jnp.asarray(scores), jnp.asarray(one))) == pytest.approx(
+      float(losses.vtm_loss(jnp.asarray(scores), jnp.asarray([2, 0, 1, 4, 3]))), rel=1e-6)
+  grad = jax.grad(lambda s: losses.multi_positive_softmax(s, jnp.asarray(positive), jnp.asarray(mask)))(
+      jnp.asarray(scores))
+  assert np.isfinite(np.asarray(grad)).all() and not np.asarray(grad)[0].any()
+
+
+@pytest.mark.parametrize("seed", [0, 1])
 def test_vtc_loss_matches_numpy(seed):
   rng = np.random.default_rng(seed)
   t, v = rng.normal(size=(5, 7)), rng.normal(size=(5, 7))

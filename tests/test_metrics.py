@@ -113,6 +113,22 @@ def test_recall_from_ranked_matches_loop():
     assert got[f"r{k}"] == pytest.approx(100.0 * hits / 40)
 
 
+@pytest.mark.parametrize("seed", [0, 1])
+def test_confusion_rates_match_loops(seed):
+  rng = np.random.default_rng(seed)
+  kinds = rng.integers(0, 4, size=(7, 12))
+  got = metrics.confusion_rates(kinds, k=10)
+  state = ident = 0
+  for row in kinds:
+    for code in row[:10]:
+      state += code == metrics.STATE
+      ident += code == metrics.IDENTITY
+  assert got["state_confusion"] == pytest.approx(100.0 * state / 70)
+  assert got["ident_confusion"] == pytest.approx(100.0 * ident / 70)
+  with pytest.raises(ValueError, match="1 <= k <= K"):
+    metrics.confusion_rates(kinds, k=13)
+
+
 def test_binary_accuracy_ties_count_against():
   rng = np.random.default_rng(3)
   scores = rng.integers(0, 3, size=(50, 2)).astype(float)  # many ties

@@ -39,6 +39,10 @@ def test_two_stages_match_a_brute_force_reference():
     assert list(result.ids[i]) == list(ids[rows[:5]])
     assert list(result.stage_ids["b"][i]) == list(ids[rows])
     np.testing.assert_allclose(result.scores[i], np.sort(b)[::-1][:5], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(result.stage_scores["b"][i], np.sort(b)[::-1][:6], rtol=1e-5, atol=1e-5)
+    assert result.score_of("a", i, ids[rows[0]]) == pytest.approx(float(cu[rows[0]] @ _unit(queries[i] @ proj)), abs=1e-5)
+    assert result.score_of("recall", i, ids[rows[0]]) == pytest.approx(float(cu[rows[0]] @ qu[i]), abs=1e-5)
+  assert np.isnan(result.score_of("b", 0, "not-an-id"))
   assert {k: v.shape for k, v in result.stage_ids.items()} == {"recall": (7, 20), "a": (7, 12), "b": (7, 6)}
   assert set(result.latency_ms) == {"recall", "a", "b", "total"} and all(v >= 0 for v in result.latency_ms.values())
 
@@ -54,6 +58,22 @@ def test_one_stage_is_two_stage_and_no_stage_is_the_recall_alone():
   assert (alone.ids == np.asarray(rids)).all() and np.allclose(alone.scores, rscores)
   nested = Stack(Stack(index, 15, [Stage("r", _projected(proj), 15)]), 10).search(queries, 10)
   assert (nested.ids == one.ids).all()  # a stack is a recall stage too
+
+
+def test_excluded_ids_never_come_back_and_every_stage_still_gets_k_recall():
+  corpus, queries, ids, proj = _world(3)
+  index = DenseIndex(ids, corpus)
+  plain = Stack(index, 10, [Stage("a", _projected(proj), 5)], query_batch=4)
+  exclude = [list(index.retrieve(queries[i:i + 1], 3)[0][0]) if i % 2 else [] for i in range(len(queries))]
+  result = plain.search(queries, 5, exclude=exclude)
+  for i, gone in enumerate(exclude):  # = the same stack over the corpus without the excluded ids
+    keep = ~np.isin(ids, gone)
+    alone = Stack(DenseIndex(ids[keep], corpus[keep]), 10, [Stage("a", _projected(proj), 5)]).search(queries[i:i + 1], 5)
+    assert list(result.ids[i]) == list(alone.ids[0]) and list(result.stage_ids["recall"][i]) == list(alone.stage_ids["recall"][0])
+  tiny = Stack(DenseIndex(ids[:6], corpus[:6]), 5).search(queries[:1], 5, exclude=[list(ids[:3])])
+  assert set(tiny.ids[0][:3]) == set(ids[3:6]) and np.isneginf(tiny.scores[0][3:]).all()
+  with pytest.raises(ValueError, match="exclude has 1 rows for 7 queries"):
+    plain.search(queries, 5, exclude=[[]])
 
 
 def test_candidate_recall_per_stage():

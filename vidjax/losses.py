@@ -145,6 +145,33 @@ def vtm_loss(scores: jax.Array, positive: jax.Array, mask: Optional[jax.Array] =
   return -jnp.mean(jnp.take_along_axis(logp, jnp.asarray(positive)[:, None], axis=1))
 
 
+def multi_positive_softmax(scores: jax.Array, positive: jax.Array, mask: Optional[jax.Array] = None,
+                           tau: float = 1.0) -> jax.Array:
+  """Softmax cross-entropy over each query's candidates with every positive as the target (the stack's
+  pair reranker, `vidjax.models.pair`): -log(sum_pos e^{s/tau} / sum_all e^{s/tau}).
+
+  Args:
+    scores: [B, K] pair scores.
+    positive: [B, K] 1 = the candidate matches the query (at least one per row with a real candidate).
+    mask: [B, K] 1 = a real candidate (padding slots are left out of both sums); None = all real.
+    tau: temperature.
+
+  Returns:
+    the mean over rows; a row without a positive among its real candidates contributes 0.
+  """
+  if scores.ndim != 2:
+    raise ValueError(f"scores must be [B, K], got {tuple(scores.shape)}")
+  _check("positive", positive, scores.shape)
+  logits = _masked_logits(scores, mask) / tau
+  pos = jnp.asarray(positive) > 0
+  if mask is not None:
+    pos = pos & (jnp.asarray(mask) > 0)
+  has = pos.any(axis=1)
+  top = jax.nn.logsumexp(jnp.where(pos, logits, -1e30), axis=1)  # finite: no NaN gradient without positives
+  every = jax.nn.logsumexp(logits, axis=1)
+  return jnp.mean(jnp.where(has, every - top, 0.0))
+
+
 def vtc_loss(text: jax.Array, video: jax.Array, logit_scale: float = 20.0) -> jax.Array:
   """L_vtc: symmetric in-batch InfoNCE between text projections and frozen video embeddings.
 

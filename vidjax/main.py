@@ -22,6 +22,7 @@ from vidjax.experiments import extract as extract_experiment
 from vidjax.experiments import genstate as genstate_experiment
 from vidjax.experiments import grdr as grdr_experiment
 from vidjax.experiments import retrieval as retrieval_experiment
+from vidjax.experiments import stack as stack_experiment
 from vidjax.experiments import vedje as vedje_experiment
 
 # Experiment kind (config.experiment) -> run function. Plain imports, no registry magic.
@@ -33,6 +34,7 @@ EXPERIMENTS = {
     "genstate": genstate_experiment.run,
     "grdr": grdr_experiment.run,
     "retrieval": retrieval_experiment.run,
+    "stack": stack_experiment.run,
     "vedje": vedje_experiment.run,
 }
 

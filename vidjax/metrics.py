@@ -221,6 +221,25 @@ def recall_from_ranked(ids: np.ndarray, relevant: np.ndarray, ks: Sequence[int] 
   return {f"r{k}": float(100.0 * np.mean(first <= k)) if first.size else float("nan") for k in ks}
 
 
+def confusion_rates(kinds: np.ndarray, k: int = 10) -> dict[str, float]:
+  """State / identity confusion of ranked lists (the composed stack's corpus-scale CVR).
+
+  Args:
+    kinds: int [Q, K] the negative-type code (`NEG_TYPE_CODES`) of every ranked result, best first.
+    k: the top k results counted (k <= K).
+
+  Returns:
+    {"state_confusion", "ident_confusion"}: % of the top-k slots, over all queries, that hold a state
+    negative (the query's own video at another step) / an identity negative (the right step in another video).
+  """
+  kinds = np.asarray(kinds)
+  if kinds.ndim != 2 or not 1 <= k <= kinds.shape[1]:
+    raise ValueError(f"expected kinds [Q, K] with 1 <= k <= K, got shape {kinds.shape} and k={k}")
+  top = kinds[:, :k]
+  return {"state_confusion": float(100.0 * np.mean(top == STATE)) if top.size else float("nan"),
+          "ident_confusion": float(100.0 * np.mean(top == IDENTITY)) if top.size else float("nan")}
+
+
 # ----------------------------------------------------------------------------- pairs and triplets
 
 

@@ -92,6 +92,7 @@ class CVRData:
   # TFDS source: {"clip": (ids, [N, D]), "text": (ids, [M, D])} and the store manifest fields it recorded.
   arrays: dict | None = None
   features: dict = dataclasses.field(default_factory=dict)
+  videos: list = dataclasses.field(default_factory=list)  # every Video of both splits (not with TFDS)
 
   def tables(self, config) -> tuple[FeatureTable, FeatureTable]:
     """(clip table, text table) over every id the records use."""
@@ -161,6 +162,7 @@ def prepare_data(config, workdir: Path) -> CVRData:
     is_synthetic = True
     dropped = []
     reuse_gap = world.reuse_gap
+    videos = world.train_videos + world.eval_videos
   else:
     videos = read_annotations(config.dataset, config.data.annotations)
     store = FeatureStore(config.data.features)
@@ -192,7 +194,8 @@ def prepare_data(config, workdir: Path) -> CVRData:
   instances = io.read_json(out / names[1])
   print(("SYNTHETIC DATA: " if is_synthetic else "") + "CVR benchmark statistics (Table 1 shape)")
   print(cvr.format_stats(stats), end="\n\n", flush=True)
-  return CVRData(is_synthetic, store, benchmark, heldout, instances, stats, reuse_gap, features=store.metadata)
+  return CVRData(is_synthetic, store, benchmark, heldout, instances, stats, reuse_gap, features=store.metadata,
+                 videos=list(videos))
 
 
 # ----------------------------------------------------------------------------------------------

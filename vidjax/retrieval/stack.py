@@ -3,7 +3,8 @@
     stack = Stack(recall, k_recall=100, stages=[Stage("vedje", vedje_scorer, k=20, batch_fn=vedje_batch),
                                                 Stage("cast", cast_ensemble, k=10, batch_fn=with_history)])
     result = stack.search(queries, k=10)
-    result.ids [Q, 10]; result.stage_ids["recall" | "vedje" | "cast"]: what each stage passed on;
+    result.ids [Q, 10]; result.stage_ids["recall" | "vedje" | "cast"]: what each stage passed on (and
+    result.stage_scores[stage] the scores it gave them);
     result.latency_ms[stage]: ms per query; Stack.candidate_recall(result, relevant): per stage
 
 The recall stage is any `vidjax.evaluate.Retriever` (a `DenseIndex`, GRDR's `GenerativeRecall`); a stage is any
@@ -38,11 +39,18 @@ class Stage:
 
 class StackResult(NamedTuple):
   """ids / scores [Q, k] of the last stage; stage_ids {stage: [Q, K_stage]} what each stage passed on (recall
-  first); latency_ms {stage: ms per query, "total"}."""
+  first) and stage_scores {stage: [Q, K_stage]} the scores that stage gave them; latency_ms {stage: ms per
+  query, "total"}."""
   ids: np.ndarray
   scores: np.ndarray
   stage_ids: dict[str, np.ndarray]
+  stage_scores: dict[str, np.ndarray]
   latency_ms: dict[str, float]
+
+  def score_of(self, stage: str, query: int, item: Any) -> float:
+    """The score `stage` gave result `item` of query `query`, or NaN if that stage did not pass it on."""
+    hit = np.flatnonzero(self.stage_ids[stage][query] == item)
+    return float(self.stage_scores[stage][query, hit[0]]) if hit.size else float("nan")
 
 
 class Stack:
@@ -76,27 +84,41 @@ class Stack:
     fields = dict(queries) if isinstance(queries, Mapping) else {"text": queries}
     return {**fields, "candidates": self.recall.vectors(candidate_ids), "prior": previous}
 
-  def search(self, queries: Any, k: int) -> StackResult:
-    """The top `k` (1 <= k <= the last stage's k) of every query (an array [Q, ...] or a dict of them)."""
+  def search(self, queries: Any, k: int, exclude: Optional[Sequence[Sequence[Any]]] = None) -> StackResult:
+    """The top `k` (1 <= k <= the last stage's k) of every query (an array [Q, ...] or a dict of them).
+
+    `exclude[q]`: ids query q must not get back (e.g. the context clips it was given); the recall stage
+    fetches that many more candidates and drops them, so every stage still sees k_recall candidates (a corpus
+    too small for that pads with score -inf, which stays last)."""
     last = self.stages[-1].k if self.stages else self.k_recall
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= last:
       raise ValueError(f"Stack.search: k must be an integer in [1, {last}], got {k!r}")
     q = _num_rows(queries)
     if q == 0:
       raise ValueError("Stack.search: no queries (Q = 0)")
+    if exclude is not None and len(exclude) != q:
+      raise ValueError(f"Stack.search: exclude has {len(exclude)} rows for {q} queries")
+    extra = max((len(e) for e in exclude), default=0) if exclude is not None else 0
+    if extra and hasattr(self.recall, "__len__"):  # never more than the corpus holds
+      extra = max(0, min(extra, len(self.recall) - self.k_recall))
     seconds = dict.fromkeys(self.names, 0.0)
     parts: dict[str, list] = {name: [] for name in self.names}
+    part_scores: dict[str, list] = {name: [] for name in self.names}
     finals = []
     for start, stop, size in query_batches(q, self.query_batch):
       rows = _rows(queries, start, stop, size)
       t = time.perf_counter()
-      ids, scores = self.recall.retrieve(rows, self.k_recall)
+      ids, scores = self.recall.retrieve(rows, self.k_recall + extra)
       ids, scores = np.asarray(ids), np.asarray(scores, np.float32)
-      seconds[RECALL] += time.perf_counter() - t
-      if ids.shape != (size, self.k_recall) or scores.shape != ids.shape:
+      if ids.shape != (size, self.k_recall + extra) or scores.shape != ids.shape:
         raise ValueError(f"Stack: the recall stage returned ids {ids.shape} and scores {scores.shape} for {size} "
-                         f"queries and k={self.k_recall}; expected {(size, self.k_recall)} each")
+                         f"queries and k={self.k_recall + extra}; expected {(size, self.k_recall + extra)} each")
+      if exclude is not None:
+        ids, scores = _drop(ids, scores, [exclude[min(i, stop - 1)] for i in range(start, start + size)],
+                            self.k_recall)
+      seconds[RECALL] += time.perf_counter() - t
       parts[RECALL].append(ids[:stop - start])
+      part_scores[RECALL].append(scores[:stop - start])
       for stage in self.stages:
         t = time.perf_counter()
         batch = (stage.batch_fn or self.default_batch)(rows, ids, scores)
@@ -104,11 +126,13 @@ class Stack:
         ids, scores = rerank(fn, batch, ids, scores, stage.k, f"Stack stage {stage.name!r}")
         seconds[stage.name] += time.perf_counter() - t
         parts[stage.name].append(ids[:stop - start])
+        part_scores[stage.name].append(scores[:stop - start])
       finals.append((ids[:stop - start, :k], scores[:stop - start, :k]))
     latency = {name: 1e3 * s / q for name, s in seconds.items()}
     latency["total"] = sum(latency.values())
     return StackResult(np.concatenate([f[0] for f in finals]), np.concatenate([f[1] for f in finals]),
-                       {name: np.concatenate(p) for name, p in parts.items()}, latency)
+                       {name: np.concatenate(p) for name, p in parts.items()},
+                       {name: np.concatenate(p) for name, p in part_scores.items()}, latency)
 
   def retrieve(self, queries: Any, k: int) -> tuple[np.ndarray, np.ndarray]:
     """The `vidjax.evaluate.Retriever` protocol (a stack can be another stack's recall stage)."""
@@ -121,3 +145,12 @@ class Stack:
     relevant = np.asarray(relevant)
     return {name: float(100.0 * np.mean((ids == relevant[:, None]).any(axis=1)))
             for name, ids in result.stage_ids.items()}
+
+
+def _drop(ids: np.ndarray, scores: np.ndarray, exclude: Sequence[Sequence[Any]], k: int) -> tuple[np.ndarray, np.ndarray]:
+  """The first `k` candidates of each row that are not in its `exclude` (excluded ones left at the end score -inf)."""
+  hit = np.array([np.isin(row, np.asarray(list(e), dtype=ids.dtype)) if len(e) else np.zeros(len(row), bool)
+                  for row, e in zip(ids, exclude)])
+  order = np.argsort(hit, axis=1, kind="stable")[:, :k]  # kept candidates first, in recall order
+  ids, scores, hit = (np.take_along_axis(a, order, 1) for a in (ids, scores, hit))
+  return ids, np.where(hit, -np.inf, scores).astype(np.float32)

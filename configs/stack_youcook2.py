@@ -1,0 +1,17 @@
+"""The composed retrieval stack on YouCook2: corpus-scale Consistent Video Retrieval.
+
+    python -m vidjax.main --config configs/stack_youcook2.py --workdir /tmp/stack_yc2 \
+        --config.data.annotations=../shared/data/youcook2/youcookii_annotations_trainval.json \
+        --config.data.features=<store with kinds clip and text>
+
+Without `data.annotations` the run uses the embedded SYNTHETIC procedural world, as configs/cast_youcook2.py
+does; the `real` variant mines identity negatives by caption similarity (all-MiniLM-L6-v2). YouCook2 has no
+step labels, so at corpus scale an "identity" confusion is a clip of another video of the same recipe.
+See configs/stack_coin.py and `vidjax.defaults.stack`.
+"""
+from vidjax.defaults import stack
+
+
+def get_config(arg=None):
+  real = lambda c: c.data.update(identity_rule="caption_similarity")  # noqa: E731
+  return stack.get_config("youcook2", arg, eval_split="val", identity_rule="task_step", variants={"real": real})

@@ -1,0 +1,72 @@
+"""Search a built stack index from the command line.
+
+    python -m vidjax.search --index DIR "a query" [--context CLIP_ID ...] [--k 10] [--json]
+
+DIR is `<workdir>/index` of a `configs/stack_<dataset>.py` run (`vidjax.experiments.stack.write_index`): the
+corpus, the query encoder and the stages named in its manifest. The query goes through recall -> rerank, and
+through CAST consistency when `--context` names the clips the user has already seen (oldest first; they are
+never returned). Prints the ranked clips with each stage's score and the time each stage took, or one JSON
+object with `--json`. Every bad input (index directory, query, context clip, --k) is one line on stderr and
+exit status 2.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from vidjax.experiments.stack import StackIndex
+
+
+def parse(argv=None) -> argparse.Namespace:
+  p = argparse.ArgumentParser(prog="python -m vidjax.search", description=__doc__.split("\n\n")[0])
+  p.add_argument("query", help="the query text")
+  p.add_argument("--index", required=True, help="a built index directory (<workdir>/index of a stack run)")
+  p.add_argument("--context", nargs="*", default=[], metavar="CLIP_ID", help="clips already seen, oldest first")
+  p.add_argument("--k", type=int, default=10, help="results to return (default 10)")
+  p.add_argument("--json", action="store_true", help="print one JSON object")
+  return p.parse_args(argv)
+
+
+def search(args: argparse.Namespace) -> dict:
+  """The ranked results of one query as a JSON-able dict."""
+  index = StackIndex(args.index)
+  result, stages = index.search(args.query, args.context, args.k)
+  rows = []
+  for rank, (clip, score) in enumerate(zip(result.ids[0], result.scores[0]), 1):
+    row = index.row[clip]
+    rows.append({"rank": rank, "id": str(clip), "video": str(index.videos[row]), "caption": str(index.captions[row]),
+                 "score": float(score),
+                 "scores": {stage: round(result.score_of(stage, 0, clip), 6) for stage in ["recall", *stages]}})
+  return {"query": args.query, "context": list(args.context), "stages": ["recall", *stages],
+          "synthetic": index.synthetic, "backbone": index.manifest["backbone"], "results": rows,
+          "latency_ms": {k: round(v, 4) for k, v in result.latency_ms.items()}}
+
+
+def render(out: dict) -> str:
+  stages = out["stages"]
+  lines = [("SYNTHETIC index: " if out["synthetic"] else "") + f"{out['query']!r}"
+           + (f" after {', '.join(out['context'])}" if out["context"] else " (no context: CAST consistency skipped)")]
+  head = f"{'rank':>4}  {'clip':<16} {'caption':<28} " + " ".join(f"{s:>9}" for s in stages)
+  lines += [head, "-" * len(head)]
+  for r in out["results"]:
+    lines.append(f"{r['rank']:>4}  {r['id']:<16} {r['caption'][:28]:<28} "
+                 + " ".join(f"{r['scores'][s]:>9.4f}" for s in stages))
+  lines.append("ms: " + ", ".join(f"{k} {v:.2f}" for k, v in out["latency_ms"].items())
+               + " (one query in a fresh process: includes compilation; bench/stack_latency.py has the warm numbers)")
+  return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+  args = parse(argv)
+  try:
+    out = search(args)
+  except (ValueError, FileNotFoundError, KeyError) as e:
+    print(f"vidjax.search: {e}", file=sys.stderr)
+    return 2
+  print(json.dumps(out, indent=1) if args.json else render(out))
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
