@@ -353,7 +353,9 @@ class DenseIndex:
       which, rows = flat // self.chunk, (flat % self.chunk).astype(np.int32)
       for c in np.unique(which):
         sel = np.flatnonzero(which == c)
-        out[sel] = np.asarray(_gather_rows(self._chunks[c], rows[sel]))
+        # CPU float32: read the zero-copy host view (a jitted gather compiles once per row count).
+        out[sel] = (self._host_chunks[c][rows[sel]] if self._host_chunks is not None
+                    else np.asarray(_gather_rows(self._chunks[c], rows[sel])))
     return out.reshape(pos.shape + (self.dim,))
 
   # -- search ------------------------------------------------------------------------------------

@@ -1,0 +1,102 @@
+"""The composed stack's latency per stage at batch 1: dense recall (K = 100) -> rerank (K = 100) -> CAST.
+
+    python bench/stack_latency.py [--sizes 10000,100000,1000000] [--dim 768] [--k-recall 100]
+                                  [--context 5] [--queries 50] [--json PATH]
+
+WEIGHTS AND VECTORS ARE RANDOM (timing only). For every corpus size N it builds, in one process:
+  * `DenseIndex` over N random unit vectors of width `--dim` (768 = VideoPrism LvT-B), float32 storage;
+  * the rerank stage: `PairReranker` (s = w_rho rho + t^T W v) with random W, scoring all K candidates;
+  * the CAST stage: a `CAST` predictor (8 heads, random init) inside the Full Ensemble (eq. 13), reading
+    `--context` context clips, keeping the top 10;
+and runs `Stack.search` one query at a time (batch 1): one warm-up query (compilation), then `--queries`
+queries, each with its context clips excluded from the results (as the experiment does). Reported: ms per
+query of each stage (the stack's own per-stage timers), queries/s, and for the recall stage its achieved
+FLOP/s (2 N D per query) as a fraction of a float32 matmul measured in the same process (bench/machine.py)
+and the corpus bytes it streams per second (4 N D per query): one query is a matrix-vector product, bound by
+memory bandwidth, not by the matmul rate.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import jax  # noqa: E402
+import machine  # noqa: E402  (bench/machine.py)
+from dense_index import unit_rows  # noqa: E402
+from vidjax.models import cast as cast_models  # noqa: E402
+from vidjax.models.pair import PairReranker  # noqa: E402
+from vidjax.retrieval import DenseIndex, Stack, Stage  # noqa: E402
+from vidjax.scorers import cast as cast_scorers  # noqa: E402
+from vidjax.scorers.pair import PairScorer  # noqa: E402
+
+
+def stages(dim: int, k_recall: int, context: int, seed: int = 0) -> list[Stage]:
+  rng = np.random.default_rng(seed)
+  text = np.zeros((1, dim), np.float32)
+  pair = PairReranker()
+  params = pair.init(jax.random.PRNGKey(seed), text, np.zeros((1, k_recall, dim), np.float32), np.zeros((1, k_recall)))
+  params = {"params": {**params["params"], "bilinear": rng.normal(size=(dim, dim)).astype(np.float32) / dim}}
+  model = cast_models.CAST(dim, num_heads=8)
+  cast_params = model.init(jax.random.PRNGKey(seed + 1), text, np.zeros((1, context, dim), np.float32),
+                           np.ones((1, context), np.float32))["params"]
+  predictor = cast_scorers.PredictorScorer(lambda p, *a: model.apply({"params": p}, *a), cast_params)
+  return [Stage("rerank", PairScorer(pair, params["params"]), k_recall),
+          Stage("cast", cast_scorers.EnsembleScorer(predictor, 0.3, 1.0), 10)]
+
+
+def measure(n: int, dim: int, k_recall: int, context: int, queries: int, rate: float) -> dict:
+  rng = np.random.default_rng(n)
+  corpus = unit_rows(rng, n, dim)
+  ids = [f"c{i:07d}" for i in range(n)]
+  index = DenseIndex(ids, corpus, query_batch=1)
+  stack = Stack(index, k_recall, stages(dim, k_recall, context), query_batch=1)
+  q = queries + 1
+  rows = rng.integers(0, n, size=(q, context))
+  batch = {"text": unit_rows(rng, q, dim), "history": corpus[rows], "history_mask": np.ones((q, context), np.float32)}
+  exclude = [[ids[r] for r in row] for row in rows]
+  stack.search({k: v[:1] for k, v in batch.items()}, 10, exclude[:1])  # warm-up: compiles every stage
+  result = stack.search({k: v[1:] for k, v in batch.items()}, 10, exclude[1:])
+  ms = result.latency_ms
+  del corpus, index
+  return {"clips": n, "dim": dim, **{f"ms_{k}": round(v, 3) for k, v in ms.items()},
+          "queries_per_s": round(1e3 / ms["total"], 1),
+          "recall_matmul_fraction": round(2 * n * dim / (ms["recall"] / 1e3) / rate, 3),
+          "recall_gb_per_s": round(4 * n * dim / (ms["recall"] / 1e3) / 1e9, 2)}
+
+
+def main(argv=None):
+  p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  p.add_argument("--sizes", default="10000,100000,1000000")
+  p.add_argument("--dim", type=int, default=768)
+  p.add_argument("--k-recall", type=int, default=100)
+  p.add_argument("--context", type=int, default=5)
+  p.add_argument("--queries", type=int, default=50)
+  p.add_argument("--json", default="")
+  args = p.parse_args(argv)
+  print(machine.describe(), flush=True)
+  rate = machine.matmul_flops_per_s()
+  print(f"float32 matmul [2048]^2: {rate / 1e9:.1f} GFLOP/s", flush=True)
+  rows = []
+  head = (f"{'clips':>9} {'recall ms':>10} {'rerank ms':>10} {'cast ms':>8} {'total ms':>9} {'q/s':>7} "
+          f"{'recall/matmul':>14} {'recall GB/s':>12}")
+  print("random weights and vectors (timing only); batch 1, K = %d, context %d" % (args.k_recall, args.context))
+  print(head + "\n" + "-" * len(head), flush=True)
+  for n in [int(s) for s in args.sizes.split(",")]:
+    r = measure(n, args.dim, args.k_recall, args.context, args.queries, rate)
+    rows.append(r)
+    print(f"{n:>9} {r['ms_recall']:>10.3f} {r['ms_rerank']:>10.3f} {r['ms_cast']:>8.3f} {r['ms_total']:>9.3f} "
+          f"{r['queries_per_s']:>7.1f} {r['recall_matmul_fraction']:>14.1%} {r['recall_gb_per_s']:>12.1f}", flush=True)
+  if args.json:
+    Path(args.json).write_text(json.dumps({"machine": machine.describe(), "matmul_flops_per_s": rate, "rows": rows},
+                                          indent=1))
+
+
+if __name__ == "__main__":
+  main()
