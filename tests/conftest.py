@@ -29,6 +29,7 @@ SMOKE = {
     "comp": lambda: load_config(ROOT / "configs/comp_activitynet.py:smoke"),
     "genstate": lambda: load_config(ROOT / "configs/genstate_rendered.py:smoke"),
     "grdr": grdr_smoke_config,
+    "stack": lambda: load_config(ROOT / "configs/stack_coin.py:smoke"),
     "vedje": lambda: load_config(ROOT / "configs/vedje_msrvtt.py:smoke"),
 }
 

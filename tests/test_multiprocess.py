@@ -50,12 +50,12 @@ def _jsonl(path):
   return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def test_two_process_cast_run_equals_one_process(tmp_path):
-  _run("configs/cast_coin.py:smoke", tmp_path / "one", 1)
+def test_two_process_cast_run_equals_one_process(tmp_path, smoke_runs):
+  one = smoke_runs("cast")[0]  # the one-process run of the same config (conftest: shared with the CAST tests)
   two = _run("configs/cast_coin.py:smoke", tmp_path / "two", 2)
   assert "2 process(es)" in two[0] and "results written" in two[0]
   assert "results written" not in two[1]  # process 1 computes, process 0 writes
-  a = json.loads((tmp_path / "one" / "results.json").read_text())
+  a = json.loads((one / "results.json").read_text())
   b = json.loads((tmp_path / "two" / "results.json").read_text())
   for key in ("metrics", "context_sweep", "inference_ablation", "top1_breakdown"):
     for method in a[key]:
@@ -63,7 +63,7 @@ def test_two_process_cast_run_equals_one_process(tmp_path):
         assert b[key][method][metric] == pytest.approx(value, abs=0.75), (key, method, metric)  # 0.75 = a few queries
   assert a["benchmark_stats"] == b["benchmark_stats"]
   for method in ("cast", "late_fusion_learned", "early_fusion_residual"):
-    la = _jsonl(tmp_path / "one" / "train" / method / "metrics.jsonl")
+    la = _jsonl(one / "train" / method / "metrics.jsonl")
     lb = _jsonl(tmp_path / "two" / "train" / method / "metrics.jsonl")
     assert [r["step"] for r in la] == [r["step"] for r in lb]  # one writer: no duplicated records
     np.testing.assert_allclose([r["train/loss"] for r in lb], [r["train/loss"] for r in la], rtol=1e-4)

@@ -6,7 +6,7 @@ notebook's matplotlib and JAX state stay out of the pytest process), with shell/
 optimization is turned off in that process: the notebook's cost is almost all compilation of tiny
 programs, and their results do not depend on it.
 
-The CAST and stack notebooks train in an empty directory. The method notebooks load exactly the smoke
+The CAST notebook trains in an empty directory. The other notebooks load exactly the smoke
 config the experiment tests run, so they are pointed at that shared finished run (`conftest.smoke_runs`)
 and take their "read the finished run" branch (after `check_workdir` confirms the config): the suite
 trains each smoke world once, and the notebooks' own code (config, table, plot) runs on its results.
@@ -44,7 +44,7 @@ print("@@ notebook done", flush=True)
 RUNS = {"cast_quickstart.ipynb": (None, "context_sweep.png"),
         "genstate_quickstart.ipynb": ("genstate", "genstate_order_histogram.png"),
         "grdr_quickstart.ipynb": ("grdr", "grdr_latency_vs_corpus.png"),
-        "stack_quickstart.ipynb": (None, "stack_rows.png"),
+        "stack_quickstart.ipynb": ("stack", "stack_rows.png"),
         "vedje_quickstart.ipynb": ("vedje", "vedje_gain_per_k.png"),
         "videocomp_quickstart.ipynb": ("comp", "comp_accuracy_per_disruption.png")}
 

@@ -34,9 +34,8 @@ def _config(**overrides):
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
-  workdir = tmp_path_factory.mktemp("stack")
-  return workdir, stack_experiment.run(_config(), workdir)
+def run(smoke_runs):
+  return smoke_runs("stack")  # configs/stack_coin.py:smoke, shared with the stack notebook's test
 
 
 def test_results_contract_and_the_mechanism(run):

@@ -1,6 +1,7 @@
 """VEDJE end to end (smoke world), its reranking Scorer's input checks, cache bytes on disk, the cache-structure
 variants and the rank / schedule helpers it uses."""
 import json
+import shutil
 from pathlib import Path
 
 import jax
@@ -10,6 +11,7 @@ import pytest
 from vidjax import evaluate, metrics, ops, train
 from vidjax.data import features
 from vidjax.experiments import vedje as E
+from vidjax.defaults.vedje import ABLATIONS
 from vidjax.experiments.common import load_config
 from vidjax.models import vedje as V
 from vidjax.scorers.vedje import VedjeScorer
@@ -29,11 +31,12 @@ def test_smoke_run_writes_the_results_contract(smoke_run):
   assert on_disk["synthetic"] is True and "synthetic" in on_disk["dataset"]
   assert set(on_disk["metrics"]) == {"stage1", "vedje"}
   assert set(on_disk["metrics"]["vedje"]) >= KEYS and set(on_disk["metrics"]["stage1"]) >= KEYS
-  assert set(on_disk["ablations"]) == {"prior"}
-  assert set(on_disk["ablations"]["prior"]) == {"prior_only", "joint_only", "prior_joint"}
-  for row in on_disk["ablations"]["prior"].values():
-    assert set(row) >= KEYS
-  assert on_disk["ablations"]["prior"]["prior_joint"] == on_disk["metrics"]["vedje"]  # one model, reused
+  assert on_disk["ablations"] == {}  # the smoke config trains none (each row is a model); the plan:
+  plan = E.ablation_plan(4, 4, "bfloat16")
+  assert set(plan) == set(ABLATIONS)
+  assert plan["prior"]["prior_joint"] == (E.FULL, "bfloat16")  # the main model, reused
+  assert not plan["prior"]["prior_only"][0].use_joint and not plan["prior"]["joint_only"][0].use_prior
+  assert plan["delta"]["without_delta"][0] == E.NO_DELTA and plan["cache_budget"]["float4_e2m1_4"][0].tokens_per_frame == 1
   d = on_disk["reranker"]["hidden_size"]
   assert on_disk["cache_bytes"]["bf16_64"] == 64 * d * 2 and on_disk["cache_bytes"]["fp4_16"] == 16 * d // 2
   assert on_disk["cache_bytes"]["measured_main_kind"] == on_disk["cache_bytes"]["bf16_64"]
@@ -47,8 +50,10 @@ def test_smoke_run_writes_the_results_contract(smoke_run):
   assert store.storage_dtype("cache") == "bfloat16" and store.item_shape("cache") == (64, d)
 
 
-def test_a_rerun_resumes_from_the_checkpoints_and_caches(smoke_run):
-  workdir, results = smoke_run
+def test_a_rerun_resumes_from_the_checkpoints_and_caches(smoke_run, tmp_path):
+  shared, results = smoke_run
+  workdir = tmp_path / "rerun"  # a copy: the shared run keeps its config and results for the other tests
+  shutil.copytree(shared, workdir)
   config = load_config(ROOT / "configs/vedje_msrvtt.py:smoke")
   config.ablations, config.diagnostics, config.eval.k_sweep = (), False, ()  # resumable changes
   again = E.run(config, workdir)
