@@ -11,7 +11,7 @@ import pytest
 from conftest import grdr_smoke_config
 from vidjax import losses
 from vidjax.experiments import grdr as G
-from vidjax.retrieval import GenerativeRecall, SemanticIdTrie, TwoStage, beam_search
+from vidjax.retrieval import Stack, Stage, GenerativeRecall, SemanticIdTrie, TwoStage, beam_search
 
 
 def _unit(x):
@@ -124,6 +124,14 @@ def test_generative_recall_is_beam_search_then_dedup_and_pads_for_the_reranker()
   for q in range(3):
     n = int(np.sum(ids[q] != ""))
     assert set(res.ids[q, :n]) == set(ids[q, :n]) and all(i == "" for i in res.ids[q, n:])
+  # GRDR as the composed stack's recall stage: two rescoring stages, the padding stays last.
+  composed = Stack(recall, 6, [Stage("a", lambda b: -b["prior"], 6), Stage("b", lambda b: b["prior"], 3)])
+  out = composed.search(np.zeros((3, 1)), k=3, exclude=[[ids[0, 0]], [], []])
+  for q in range(3):
+    n = int(np.sum(ids[q] != ""))
+    assert set(out.stage_ids["recall"][q, :n - (q == 0)]) == set(ids[q, :n]) - ({ids[0, 0]} if q == 0 else set())
+    assert list(out.ids[q]) == [i for i in out.stage_ids["a"][q] if i != ""][:3] or n < 3
+  assert ids[0, 0] not in out.ids[0]
   assert set(recall.mean_latency_ms()) == {"encode", "decode", "id_to_video"}
 
 
