@@ -2,6 +2,7 @@
 
     python -m vidjax.main --config configs/stack_coin.py --workdir /tmp/stack_coin
     python -m vidjax.main --config configs/stack_coin.py:smoke --workdir /tmp/stack_coin_smoke   # seconds, tests
+    python -m vidjax.main --config configs/stack_coin.py --workdir /tmp/stack_coin --config.stack.recall=grdr
     python -m vidjax.search --index /tmp/stack_coin/index "task 03 step 02" --context syn02400#000 syn02400#001
 
 CAST's benchmark asks for the next clip among 10 candidates; here the pool is every clip of every evaluation

@@ -132,11 +132,33 @@ def test_search_errors_are_one_clear_line(run, tmp_path, capsys):
     assert message in err and err.count("\n") == 1, (argv, err)
 
 
+def test_grdr_recall_stage_end_to_end(run, tmp_path, capsys):
+  """stack.recall = "grdr": GRDR trained on the training clips' captions recalls from the corpus (then its dense
+  rerank); CAST and the reranker of the dense run are reused; the index names its GRDR and vidjax.search loads it."""
+  shared, dense = run
+  workdir = tmp_path / "grdr"
+  shutil.copytree(shared, workdir)
+  results = stack_experiment.run(_config(**{"stack.recall": "grdr", "stack.latency_queries": 2}), workdir)
+  assert results["corpus"]["recall"] == "grdr" and list(results["metrics"]) == list(dense["metrics"])
+  assert not (workdir / "train" / "cast" / "grdr").exists() and (workdir / "train" / "grdr").is_dir()
+  # Every stage after recall sees only what GRDR recalled.
+  cr = results["candidate_recall"]["full_stack"]
+  assert cr["cast"] <= cr["rerank"] <= cr["recall"] < 100
+  manifest = json.loads((workdir / "index" / "manifest.json").read_text())
+  assert manifest["recall"]["kind"] == "grdr"
+  index = stack_experiment.StackIndex(workdir / "index")
+  capsys.readouterr()  # the run's tables
+  assert search.main(["--index", str(workdir / "index"), index.captions[0], "--json"]) == 0
+  out = json.loads(capsys.readouterr().out)
+  assert out["stages"] == ["recall", "rerank"] and 1 <= len(out["results"]) <= 10
+
+
 def test_bad_configs_are_refused_before_any_work(tmp_path):
   for overrides, message in [({"stack.rerank_k": 60}, "10 <= k <= rerank_k <= k_recall"),
                              ({"stack.rerank_k_sweep": (5,)}, "stack.rerank_k_sweep"),
                              ({"data.source": "tfds", "data.tfds": "x"}, "data.source"),
-                             ({"rerank.candidates": 1}, "rerank.candidates")]:
+                             ({"rerank.candidates": 1}, "rerank.candidates"),
+                             ({"stack.recall": "bm25"}, "stack.recall")]:
     with pytest.raises(ValueError, match=message.replace("[", r"\[")):
       stack_experiment.run(_config(**overrides), tmp_path / "w")
   assert not (tmp_path / "w").exists()

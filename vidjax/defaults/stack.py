@@ -4,7 +4,8 @@ The stack (`vidjax.experiments.stack`) trains and reads the CAST run of the same
 store, its CVR benchmark, its trained CAST and Full-Ensemble weights), adds a rerank stage and evaluates
 corpus-scale Consistent Video Retrieval: every query against every clip of the evaluation split.
 
-    stack.k_recall   K candidates of the dense recall stage (100: the recall K of VEDJE's A.7 sweep and of GRDR's
+    stack.recall     "dense" (exact DenseIndex) or "grdr" (GRDR's generative recall, then its dense rerank)
+    stack.k_recall   K candidates of the recall stage (100: the recall K of VEDJE's A.7 sweep and of GRDR's
                      rerank, and the K of `bench/stack_latency.py`)
     stack.rerank_k   candidates the rerank stage passes on to CAST (100: all of them; see below)
     stack.k          results returned (10: R@10 and the confusion rates read the top 10)
@@ -26,7 +27,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from vidjax.defaults import cast
+from vidjax.defaults import cast, grdr
 
 
 def get_config(dataset: str, arg: str | None, *, eval_split: str, identity_rule: str,
@@ -36,6 +37,7 @@ def get_config(dataset: str, arg: str | None, *, eval_split: str, identity_rule:
   c.experiment = "stack"
   c.name = f"stack_{dataset}"
   c.stack = ml_collections.ConfigDict(dict(
+      recall="dense",        # "dense": exact DenseIndex | "grdr": GRDR generative recall + its dense rerank
       k_recall=100,
       rerank_k=100,
       rerank_k_sweep=(20, 50),  # full-stack rows with the rerank stage keeping fewer (results.json rerank_k_sweep)
@@ -49,7 +51,15 @@ def get_config(dataset: str, arg: str | None, *, eval_split: str, identity_rule:
       epochs=1, batch_size=256, lr=1e-3, weight_decay=1e-4,
       log_every=50, checkpoint_every=1000, progress=True,
   ))
-  if "smoke" in (arg or "").split(","):
+  # stack.recall = "grdr": GRDR (`configs/grdr_*.py`'s embedded-world model and schedule) trained on the training
+  # clips with their captions as queries, one view (a clip has one caption: no intents to split), the beam as
+  # wide as k_recall; its query width follows the space's text embeddings.
+  smoke = "smoke" in (arg or "").split(",")
+  g = grdr.get_config("msrvtt", "smoke" if smoke else None)
+  c.grdr = ml_collections.ConfigDict(dict(model=g.world_model, train=g.train))
+  c.grdr.model.num_views = 1
+  if smoke:
     c.stack.update(k_recall=50, rerank_k=50, rerank_k_sweep=(20,), latency_queries=8)
+    c.grdr.model.num_layers = 1  # one alignment and one co-training phase (tests)
     c.rerank.update(candidates=16, epochs=2, batch_size=64, log_every=5, progress=False)
   return c

@@ -30,21 +30,27 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import jax
+import ml_collections
 import numpy as np
 
 from vidjax import checkpoints, evaluate, io, losses, metrics, ops, sharding
 from vidjax.data.pipeline import FeatureTable
 from vidjax.experiments import cast, common
+from vidjax.experiments import grdr as grdr_experiment
 from vidjax.models import cast as cast_models
 from vidjax.models.pair import PairReranker
 from vidjax.ops import l2_normalize
 from vidjax.retrieval import DenseIndex, Stack, Stage
+from vidjax.retrieval.dense import DEFAULT_QUERY_BATCH
 from vidjax.scorers import cast as cast_scorers
 from vidjax.scorers.pair import PairScorer
 
 ROWS = ("recall", "recall_rerank", "full_stack")
-RESUMABLE_CHANGES = cast.RESUMABLE_CHANGES + ("stack.query_batch", "stack.latency_queries", "rerank.progress",
-                                              "rerank.log_every", "rerank.checkpoint_every")
+RECALLS = ("dense", "grdr")
+# stack.recall too: CAST and the reranker (trained on dense candidates) do not depend on it, so a workdir can
+# switch between dense and GRDR recall and keep them.
+RESUMABLE_CHANGES = cast.RESUMABLE_CHANGES + ("stack.query_batch", "stack.latency_queries", "stack.recall",
+                                              "rerank.progress", "rerank.log_every", "rerank.checkpoint_every")
 
 
 def validate(config) -> None:
@@ -57,6 +63,7 @@ def validate(config) -> None:
                                      "rerank.epochs", "rerank.batch_size", "rerank.log_every",
                                      "rerank.checkpoint_every"))
   common.check_positive(config, ("rerank.tau", "rerank.lr"))
+  common.check_choice(config, "stack.recall", RECALLS)
   s = config.stack
   if not 10 <= s.k <= s.rerank_k <= s.k_recall:
     common.bad_value("stack.k / stack.rerank_k / stack.k_recall", (s.k, s.rerank_k, s.k_recall),
@@ -165,6 +172,42 @@ def train_reranker(config, workdir: Path, data: cast.CVRData, train_videos, text
 
 
 # ----------------------------------------------------------------------------------------------
+# GRDR as the recall stage.
+
+
+def grdr_model(config, dim: int):
+  """The GRDR module of `config.grdr.model`, its query width set to the space's text width."""
+  mcfg = ml_collections.ConfigDict(config.grdr.model.to_dict())
+  mcfg.query_dim = dim
+  return grdr_experiment.build_model(mcfg, dim)
+
+
+def train_grdr(config, workdir: Path, data: cast.CVRData, corpus: Corpus):
+  """GRDR trained on the training clips, each clip's caption embedding its query; returns (model, params)."""
+  features = table(data, config, config.data.clip_kind, corpus.ids).gather(np.arange(len(corpus.ids)))
+  queries = table(data, config, config.data.text_kind, corpus.ids).gather(np.arange(len(corpus.ids)))
+  video = np.arange(len(corpus.ids))
+  intent, valid = grdr_experiment.query_intents(queries, video, len(video), config.grdr.model.num_views, config.seed)
+  model = grdr_model(config, features.shape[1])
+  data = grdr_experiment.TrainingSet(features, queries, video, intent, valid)
+  return model, grdr_experiment.train_grdr(model, data, config.grdr.train, workdir / "train" / "grdr", config.seed)
+
+
+def cosine_scores(batch) -> np.ndarray:
+  """GRDR's dense rerank of its candidates: cosine(text, candidate) (padding rows are zero vectors)."""
+  return np.einsum("qd,qkd->qk", l2_normalize(np.asarray(batch["text"], np.float32)),
+                   l2_normalize(np.asarray(batch["candidates"], np.float32)))
+
+
+def grdr_recall(model, params, vectors: np.ndarray, ids: Sequence[str], k: int) -> Stack:
+  """Generative recall over the corpus (beam width = k, at most k clips) then its dense rerank (GRDR §3.4), as one
+  recall stage."""
+  generative, _ = grdr_experiment.make_recall(model, params, vectors, list(ids),
+                                              ml_collections.ConfigDict(dict(beam_width=k, candidates=k)))
+  return Stack(generative, k, [Stage("dense", cosine_scores, k)], query_batch=DEFAULT_QUERY_BATCH)
+
+
+# ----------------------------------------------------------------------------------------------
 # The stacks and their metrics.
 
 
@@ -235,7 +278,13 @@ def run(config, workdir: str | Path) -> dict:
   corpus = Corpus(eval_videos)
   clips = table(data, config, config.data.clip_kind, corpus.ids)
   vectors = clips.gather(np.arange(len(corpus.ids)))
-  recall = DenseIndex(corpus.ids, vectors, query_batch=config.stack.query_batch)
+  grdr_parts = None
+  if config.stack.recall == "grdr":
+    grdr_parts = train_grdr(config, workdir, data, Corpus(train_videos))
+    # k_recall + L: room for the context clips the stack drops
+    recall = grdr_recall(*grdr_parts, vectors, corpus.ids, config.stack.k_recall + config.model.context_len)
+  else:
+    recall = DenseIndex(corpus.ids, vectors, query_batch=config.stack.query_batch)
   queries = {key: bench[key] for key in cast_scorers.QUERY_KEYS}
   targets = [r["target"] for r in data.benchmark]
   context = [r["context"] for r in data.benchmark]  # what the user already saw is never an answer
@@ -258,7 +307,8 @@ def run(config, workdir: str | Path) -> dict:
       "metrics": results_rows,
       "rerank_k_sweep": {str(k): sweep[f"full_stack (rerank keeps {k})"] for k in config.stack.rerank_k_sweep},
       "candidate_recall": candidate_recall,
-      "corpus": {"clips": len(corpus.ids), "videos": len(eval_videos), "queries": len(targets),
+      "corpus": {"recall": config.stack.recall, "clips": len(corpus.ids), "videos": len(eval_videos),
+                 "queries": len(targets),
                  "k_recall": config.stack.k_recall, "rerank_k": config.stack.rerank_k, "k": config.stack.k},
       "ensemble": {"w_v": cast_scorer.w_v, "w_p": cast_scorer.w_p, "selected_on": "heldout subset of train"},
       "features": {"backbone": backbone},
@@ -276,7 +326,7 @@ def run(config, workdir: str | Path) -> dict:
     all_texts = table(data, config, config.data.text_kind, [c.clip_id for v in data.videos for c in v.clips])
     write_index(workdir / "index", corpus=corpus, vectors=vectors, texts=all_texts, videos=data.videos,
                 config=config, backbone=backbone, synthetic=data.synthetic, rerank=(rerank_model, rerank_params),
-                cast_parts=(model, cast_params, cast_scorer))
+                cast_parts=(model, cast_params, cast_scorer), grdr_parts=grdr_parts)
     common.write_results(workdir, results, tables)
   return results
 
@@ -296,7 +346,7 @@ def _npz_bytes(**arrays) -> bytes:
 
 
 def write_index(path: Path, *, corpus: Corpus, vectors: np.ndarray, texts: FeatureTable, videos, config,
-                backbone: str, synthetic: bool, rerank, cast_parts) -> Path:
+                backbone: str, synthetic: bool, rerank, cast_parts, grdr_parts=None) -> Path:
   """Writes `<path>/`: corpus.npz (ids, clip vectors, captions, videos), texts.npz (the query encoder of a space
   without a text tower: every caption's mean text embedding), rerank.npz / cast.npz (parameters) and, last,
   manifest.json (an index without one is incomplete)."""
@@ -315,11 +365,16 @@ def write_index(path: Path, *, corpus: Corpus, vectors: np.ndarray, texts: Featu
   checkpoints.save_npz(rerank_params, path / "rerank.npz")
   checkpoints.save_npz(cast_params, path / "cast.npz")
   s = config.stack
+  recall = {"kind": "dense", "file": "corpus.npz", "k": s.k_recall, "backbone": backbone}
+  if grdr_parts is not None:
+    checkpoints.save_npz(grdr_parts[1], path / "grdr.npz")
+    recall = {"kind": "grdr", "file": "grdr.npz", "k": s.k_recall, "backbone": backbone,
+              "model": config.grdr.model.to_dict(), "context_len": config.model.context_len}
   manifest = {
       "format": INDEX_FORMAT, "dataset": config.dataset, "synthetic": synthetic, "backbone": backbone,
       "dim": int(np.shape(vectors)[1]), "clips": len(corpus.ids),
       "text_encoder": {"kind": "caption_lookup", "file": "texts.npz", "backbone": backbone},
-      "recall": {"kind": "dense", "file": "corpus.npz", "k": s.k_recall, "backbone": backbone},
+      "recall": recall,
       "stages": [
           {"name": "rerank", "kind": "pair_reranker", "k": s.rerank_k, "file": "rerank.npz", "backbone": backbone},
           {"name": "cast", "kind": "cast_ensemble", "k": s.k, "file": "cast.npz", "backbone": backbone,
@@ -355,14 +410,22 @@ class StackIndex:
         raise ValueError(f"index {path}: {what}'s file {part['file']} is missing")
     self.path, self.manifest = path, m
     self.synthetic = bool(m["synthetic"])
-    corpus = checkpoints.read_npz(path / m["recall"]["file"], "index corpus")
+    corpus = checkpoints.read_npz(path / "corpus.npz", "index corpus")
     self.ids, self.captions, self.videos = (corpus[k].astype(str).tolist() for k in ("ids", "captions", "videos"))
     self.row = {c: i for i, c in enumerate(self.ids)}
     if corpus["vectors"].shape != (len(self.ids), m["dim"]):
       raise ValueError(f"index {path}: corpus vectors {corpus['vectors'].shape} do not match the manifest's "
                        f"{len(self.ids)} clips x dim {m['dim']}")
     self.vectors = corpus["vectors"]
-    self.recall = DenseIndex(self.ids, self.vectors, query_batch=1)
+    r = m["recall"]
+    if r["kind"] == "dense":
+      self.recall = DenseIndex(self.ids, self.vectors, query_batch=1)
+    elif r["kind"] == "grdr":
+      params = ops.unflatten_dict(checkpoints.read_npz(path / r["file"], "index GRDR model"))["params"]
+      model = grdr_experiment.build_model(ml_collections.ConfigDict(dict(r["model"], query_dim=m["dim"])), m["dim"])
+      self.recall = grdr_recall(model, params, self.vectors, self.ids, int(r["k"]) + int(r["context_len"]))
+    else:
+      raise ValueError(f"index {path}: recall stage of unknown kind {r['kind']!r} (known: {', '.join(RECALLS)})")
     texts = checkpoints.read_npz(path / m["text_encoder"]["file"], "index text table")
     self.text_of = {t: v for t, v in zip(texts["captions"].astype(str).tolist(), texts["vectors"])}
     self.stages, self.needs_context = [], set()

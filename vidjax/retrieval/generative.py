@@ -17,6 +17,7 @@ and `queries_seen` the queries, for the per-stage latency of §4.1.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Any, Callable, Optional
 
 import jax
@@ -32,7 +33,7 @@ class GenerativeRecall:
   """The `vidjax.evaluate.Retriever` protocol over a `SemanticIdTrie` (see the module docstring)."""
 
   def __init__(self, trie: SemanticIdTrie, encode_fn: Callable, logp_fn: Callable, params: Any, *,
-               width: int, limit: Optional[int] = None, vectors: Any = None):
+               width: int, limit: Optional[int] = None, vectors: Any = None, query_key: str = "text"):
     """
     Args:
       trie: the corpus's semantic IDs.
@@ -43,6 +44,7 @@ class GenerativeRecall:
       limit: at most this many candidate videos per query (None: all the beams bring).
       vectors: optional [V, D] dense embeddings of the trie's videos (its order), for a reranker
         reading `vectors(ids)` (TwoStage's default batch).
+      query_key: the query field `retrieve` reads when given a dict batch (as `DenseIndex`)
     """
     if not is_positive_int(width):
       raise ValueError(f"GenerativeRecall: width must be a positive integer, got {width!r}")
@@ -50,7 +52,7 @@ class GenerativeRecall:
       raise ValueError(f"GenerativeRecall: limit must be a positive integer or None, got {limit!r}")
     if vectors is not None and np.shape(vectors)[0] != len(trie):
       raise ValueError(f"GenerativeRecall: {np.shape(vectors)[0]} vectors for a trie of {len(trie)} videos")
-    self.trie, self.params, self.width, self.limit = trie, params, int(width), limit
+    self.trie, self.params, self.width, self.limit, self.query_key = trie, params, int(width), limit, query_key
     self._arrays = trie.arrays()
     self._encode = jax.jit(encode_fn)
     self._logp_fn = logp_fn
@@ -63,6 +65,8 @@ class GenerativeRecall:
     return self._recall(queries)[0]
 
   def _recall(self, queries):
+    if isinstance(queries, Mapping):
+      queries = queries[self.query_key]
     t0 = time.perf_counter()
     state = jax.block_until_ready(self._encode(self.params, queries))
     t1 = time.perf_counter()

@@ -77,6 +77,11 @@ class Stack:
     self.recall, self.k_recall, self.stages, self.query_batch = recall, int(k_recall), list(stages), int(query_batch)
 
   @property
+  def max_k(self) -> int:
+    """The most results one search returns (the last stage's k)."""
+    return self.stages[-1].k if self.stages else self.k_recall
+
+  @property
   def names(self) -> list[str]:
     return [RECALL] + [s.name for s in self.stages]
 
@@ -90,7 +95,7 @@ class Stack:
     `exclude[q]`: ids query q must not get back (e.g. the context clips it was given); the recall stage
     fetches that many more candidates and drops them, so every stage still sees k_recall candidates (a corpus
     too small for that pads with score -inf, which stays last)."""
-    last = self.stages[-1].k if self.stages else self.k_recall
+    last = self.max_k
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= last:
       raise ValueError(f"Stack.search: k must be an integer in [1, {last}], got {k!r}")
     q = _num_rows(queries)
@@ -99,8 +104,9 @@ class Stack:
     if exclude is not None and len(exclude) != q:
       raise ValueError(f"Stack.search: exclude has {len(exclude)} rows for {q} queries")
     extra = max((len(e) for e in exclude), default=0) if exclude is not None else 0
-    if extra and hasattr(self.recall, "__len__"):  # never more than the corpus holds
-      extra = max(0, min(extra, len(self.recall) - self.k_recall))
+    most = getattr(self.recall, "max_k", None) or (len(self.recall) if hasattr(self.recall, "__len__") else None)
+    if extra and most is not None:  # never more than the recall stage can return
+      extra = max(0, min(extra, most - self.k_recall))
     seconds = dict.fromkeys(self.names, 0.0)
     parts: dict[str, list] = {name: [] for name in self.names}
     part_scores: dict[str, list] = {name: [] for name in self.names}
@@ -133,6 +139,10 @@ class Stack:
     return StackResult(np.concatenate([f[0] for f in finals]), np.concatenate([f[1] for f in finals]),
                        {name: np.concatenate(p) for name, p in parts.items()},
                        {name: np.concatenate(p) for name, p in part_scores.items()}, latency)
+
+  def vectors(self, ids: Any) -> np.ndarray:
+    """The recall stage's stored vectors of `ids` (so a stack used as a recall stage serves default batches)."""
+    return self.recall.vectors(ids)
 
   def retrieve(self, queries: Any, k: int) -> tuple[np.ndarray, np.ndarray]:
     """The `vidjax.evaluate.Retriever` protocol (a stack can be another stack's recall stage)."""
