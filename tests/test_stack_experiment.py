@@ -191,3 +191,31 @@ def test_pair_reranker_starts_at_the_prior_and_learns_a_hidden_match():
   assert np.mean(top == 0) > 0.9 > np.mean(np.argmax(prior, axis=1) == 0)
   with pytest.raises(ValueError, match="PairReranker expects"):
     model.apply({"params": params}, text, cands, prior[:, :3])
+
+
+def test_real_youcook2_annotations_with_a_store(tmp_path):
+  """The stack on the real YouCook2 file (a 24 + 12 video slice) with a feature store: the corpus is every clip of
+  the slice's val videos, and without step labels an identity confusion is another video of the same recipe."""
+  from vidjax.data import features
+  from vidjax.data.annotations import read_youcook2
+  videos = read_youcook2(ROOT.parent / "shared" / "data" / "youcook2" / "youcookii_annotations_trainval.json")
+  keep = [v for v in videos if v.split == "train"][:24] + [v for v in videos if v.split == "val"][:12]
+  (tmp_path / "available.txt").write_text("\n".join(v.video_id for v in keep))
+  ids = [c.clip_id for v in keep for c in v.clips]
+  emb = np.random.default_rng(0).normal(size=(len(ids), 16)).astype(np.float32)
+  features.write_arrays(tmp_path / "store", {"clip": (ids, emb), "text": (ids, emb + 0.3)},
+                        {"backbone": "random-test-features", "synthetic": True})
+  config = common.load_config(ROOT / "configs/stack_youcook2.py:smoke,real")
+  config.data.update(annotations=str(ROOT.parent / "shared" / "data" / "youcook2" / "youcookii_annotations_trainval.json"),
+                     features=str(tmp_path / "store"), available_videos=str(tmp_path / "available.txt"),
+                     heldout_fraction=0.3)
+  config.train.batch_size = 16
+  config.stack.update(k_recall=30, rerank_k=30, rerank_k_sweep=(10,))
+  results = stack_experiment.run(config, tmp_path / "run")
+  val = [v for v in keep if v.split == "val"]
+  assert results["corpus"]["clips"] == sum(len(v.clips) for v in val) and results["synthetic"] is True
+  assert list(results["metrics"]) == ["recall", "recall_rerank", "full_stack"]
+  corpus = stack_experiment.Corpus(val)
+  assert len(set(corpus.label)) == len({v.task for v in val})  # no step labels: the recipe is the label
+  manifest = json.loads((tmp_path / "run" / "index" / "manifest.json").read_text())
+  assert manifest["backbone"] == "random-test-features" and manifest["dataset"] == "youcook2"
