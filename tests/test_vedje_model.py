@@ -156,6 +156,10 @@ def test_prior_changes_score(params):
   assert s1[1] == pytest.approx(s0[1], abs=1e-6)  # same prior, same score
   # Only the prior path sees rho: the encoder's [CLS] state does not.
   assert not any("prior" in k for k in flatten_dict(params["reranker"]["bert"]))
+  # prior_scale: e_rho reads prior_scale * rho, the same parameters.
+  scaled = jax.jit(V.JointReranker(dataclasses.replace(TINY, prior_scale=4.0)).apply)
+  rho = np.array([0.5, 0.0, -2.0], np.float32)
+  np.testing.assert_allclose(scaled(p, ids, mask, cache, rho), score(p, ids, mask, cache, 4.0 * rho), rtol=1e-5, atol=1e-6)
 
 
 def test_mlm_head_is_tied_to_word_embeddings(params):

@@ -40,6 +40,7 @@ def _reranker(**kw) -> ml_collections.ConfigDict:
       horizons=(3,),            # H (A.3)
       dropout_rate=0.1,
       prior_hidden=64,          # e_rho: Linear(1, 64) -> GELU -> Linear(64, d_l)
+      prior_scale=1.0,          # e_rho reads prior_scale * rho (1: the raw stage-1 cosine, as the paper writes it)
       dtype="float32",          # computation dtype ("bfloat16" on accelerators); params stay float32
   )
   base.update(kw)

@@ -112,7 +112,7 @@ def model_config(mc, variant: Variant, visual_dim: int, patches: int, vtc_dim: i
       attention_dropout_rate=mc.dropout_rate, max_text_len=mc.max_text_len,
       compressor_layers=mc.compressor_layers, compressor_heads=mc.compressor_heads, compressor_mlp=mc.compressor_mlp,
       predictor_layers=mc.predictor_layers, predictor_heads=mc.predictor_heads, predictor_mlp=mc.predictor_mlp,
-      horizons=variant.horizons or tuple(mc.horizons), decoder_dropout=mc.dropout_rate, prior_hidden=mc.prior_hidden,
+      horizons=variant.horizons or tuple(mc.horizons), decoder_dropout=mc.dropout_rate, prior_hidden=mc.prior_hidden, prior_scale=mc.prior_scale,
       vtc_dim=vtc_dim, dtype=mc.dtype, cache_structure=variant.cache_structure, use_prior=variant.use_prior,
       use_joint=variant.use_joint)
 

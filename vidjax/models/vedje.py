@@ -139,6 +139,7 @@ class VedjeConfig:
   decoder_layer_norm_eps: float = 1e-5
   # Prior encoder e_rho and VTC head.
   prior_hidden: int = 64
+  prior_scale: float = 1.0           # rho enters e_rho as prior_scale * rho (1 = the raw stage-1 score)
   vtc_dim: int = 768                 # d_clip of the stage-1 space (VideoPrism-LvT-B)
   dtype: str = "float32"             # computation dtype; params stay float32
   # Ablations (§3.4, §3.6); the defaults are VEDJE.
@@ -490,7 +491,8 @@ class JointReranker(nn.Module):
     cfg = self.config
     c_tilde = hidden[:, 0].astype(dtype) if cfg.use_joint else jnp.zeros((hidden.shape[0], cfg.hidden_size), dtype)
     if cfg.use_prior:
-      c_tilde = c_tilde + self.prior_fc2(nn.gelu(self.prior_fc1(prior[:, None].astype(dtype)), approximate=False))
+      rho = (cfg.prior_scale * prior)[:, None].astype(dtype)
+      c_tilde = c_tilde + self.prior_fc2(nn.gelu(self.prior_fc1(rho), approximate=False))
     s = self.score_fc2(nn.gelu(self.score_fc1(c_tilde), approximate=False))
     return s[:, 0].astype(jnp.float32)
 
