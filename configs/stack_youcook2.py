@@ -3,6 +3,7 @@
     python -m vidjax.main --config configs/stack_youcook2.py --workdir /tmp/stack_yc2 \
         --config.data.annotations=../shared/data/youcook2/youcookii_annotations_trainval.json \
         --config.data.features=<store with kinds clip and text>
+    python -m vidjax.main --config configs/stack_youcook2.py:smoke --workdir /tmp/stack_yc2_smoke   # seconds, tests
 
 Without `data.annotations` the run uses the embedded SYNTHETIC procedural world, as configs/cast_youcook2.py
 does; the `real` variant mines identity negatives by caption similarity (all-MiniLM-L6-v2). YouCook2 has no

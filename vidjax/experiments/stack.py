@@ -41,7 +41,6 @@ from vidjax.models import cast as cast_models
 from vidjax.models.pair import PairReranker
 from vidjax.ops import l2_normalize
 from vidjax.retrieval import DenseIndex, Stack, Stage
-from vidjax.retrieval.dense import DEFAULT_QUERY_BATCH
 from vidjax.scorers import cast as cast_scorers
 from vidjax.scorers.pair import PairScorer
 
@@ -193,18 +192,12 @@ def train_grdr(config, workdir: Path, data: cast.CVRData, corpus: Corpus):
   return model, grdr_experiment.train_grdr(model, data, config.grdr.train, workdir / "train" / "grdr", config.seed)
 
 
-def cosine_scores(batch) -> np.ndarray:
-  """GRDR's dense rerank of its candidates: cosine(text, candidate) (padding rows are zero vectors)."""
-  return np.einsum("qd,qkd->qk", l2_normalize(np.asarray(batch["text"], np.float32)),
-                   l2_normalize(np.asarray(batch["candidates"], np.float32)))
-
-
 def grdr_recall(model, params, vectors: np.ndarray, ids: Sequence[str], k: int) -> Stack:
   """Generative recall over the corpus (beam width = k, at most k clips) then its dense rerank (GRDR §3.4), as one
   recall stage."""
   generative, _ = grdr_experiment.make_recall(model, params, vectors, list(ids),
                                               ml_collections.ConfigDict(dict(beam_width=k, candidates=k)))
-  return Stack(generative, k, [Stage("dense", cosine_scores, k)], query_batch=DEFAULT_QUERY_BATCH)
+  return Stack(generative, k, [Stage("dense", evaluate.CosineScorer(), k)])
 
 
 # ----------------------------------------------------------------------------------------------

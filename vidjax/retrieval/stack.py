@@ -18,14 +18,15 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any, Mapping, NamedTuple, Optional, Sequence
+from typing import Any, Callable, Mapping, NamedTuple, Optional, Sequence
 
 import numpy as np
 
-from vidjax.retrieval.dense import DEFAULT_QUERY_BATCH, query_batches
-from vidjax.retrieval.pipeline import BatchFn, _num_rows, _rows, rerank
+from vidjax.retrieval.dense import DEFAULT_QUERY_BATCH, pad_rows, query_batches
 
 RECALL = "recall"
+# (queries, candidate_ids [Q, K], previous_scores [Q, K]) -> a stage's batch
+BatchFn = Callable[[Any, np.ndarray, np.ndarray], Mapping[str, Any]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -164,3 +165,40 @@ def _drop(ids: np.ndarray, scores: np.ndarray, exclude: Sequence[Sequence[Any]],
   order = np.argsort(hit, axis=1, kind="stable")[:, :k]  # kept candidates first, in recall order
   ids, scores, hit = (np.take_along_axis(a, order, 1) for a in (ids, scores, hit))
   return ids, np.where(hit, -np.inf, scores).astype(np.float32)
+
+
+def _num_rows(queries: Any) -> int:
+  if isinstance(queries, Mapping):
+    sizes = {key: np.shape(v)[0] if np.ndim(v) else None for key, v in queries.items()}
+    if not sizes or None in sizes.values() or len(set(sizes.values())) != 1:
+      raise ValueError("search: query fields need one shared leading dimension Q, got shapes "
+                       f"{ {key: np.shape(v) for key, v in queries.items()} }")
+    return next(iter(sizes.values()))
+  if np.ndim(queries) < 1:
+    raise ValueError(f"search: queries must be [Q, ...], got shape {np.shape(queries)}")
+  return np.shape(queries)[0]
+
+
+def _rows(queries: Any, start: int, stop: int, size: int) -> Any:
+  if isinstance(queries, Mapping):
+    return {key: pad_rows(np.asarray(v)[start:stop], size) for key, v in queries.items()}
+  return pad_rows(np.asarray(queries)[start:stop], size)
+
+
+def rerank(scorer: Callable[[Mapping[str, Any]], Any], batch: Mapping[str, Any], ids: np.ndarray, prior: np.ndarray,
+           k: int, who: str) -> tuple[np.ndarray, np.ndarray]:
+  """The top `k` of candidates `ids [Q, K]` (previous scores `prior`) by `scorer(batch) -> [Q, K]`, best first.
+
+  Equal scores keep the previous order; candidates padded with prior -inf keep -inf and stay last; a NaN or
+  Inf score of a real candidate is an error (named after `who`)."""
+  scores = np.asarray(scorer(batch), np.float32)
+  if scores.shape != ids.shape:
+    raise ValueError(f"{who}: the reranker returned scores of shape {scores.shape} for {ids.shape[0]} "
+                     f"queries x {ids.shape[1]} candidates; expected {ids.shape}")
+  padding = prior == -np.inf  # a recall stage with fewer than K candidates pads with -inf
+  bad = ~np.isfinite(scores) & ~padding
+  if bad.any():
+    raise ValueError(f"{who}: the reranker returned NaN or Inf scores for {int(np.sum(bad.any(axis=1)))} queries")
+  scores = np.where(padding, -np.inf, scores)
+  order = np.argsort(-scores, axis=1, kind="stable")[:, :k]  # equal scores keep the previous order
+  return np.take_along_axis(ids, order, 1), np.take_along_axis(scores, order, 1)
