@@ -131,6 +131,32 @@ def test_candidate_ranks_match_a_loop():
     assert got[q] == 1 + sum(1 for j in range(6) if not relevant[q, j] and scores[q, j] >= best)
 
 
+def test_training_batches_are_stage1_neighbourhoods_of_positives():
+  """Every video of a training batch is some query's positive (a hard negative that is never a positive lets the
+  reranker score videos without reading the text); an anchor's neighbourhood holds its best-ranked stage-1
+  negatives; a query's candidates are itself first, its neighbourhood, then other videos of the batch."""
+  rng = np.random.default_rng(0)
+  n_videos, b = 40, 12
+  query_video = np.concatenate([np.arange(n_videos), rng.integers(0, n_videos, 20)])  # some videos: 2+ captions
+  query_video[5] = 39  # video 5 has no caption
+  q = len(query_video)
+  split = E.Split([f"q{i}" for i in range(q)], query_video, np.zeros((q, 4), np.int32), np.ones((q, 4), np.int32),
+                  rng.normal(size=(q, 8)), [f"v{i}" for i in range(n_videos)], rng.normal(size=(n_videos, 8)))
+  negatives = E.stage1_negatives(split, 9)
+  tc = type("TC", (), dict(hard_negatives=3, always_top=2, in_batch_negatives=2, candidate_pool=10))
+  for seed in range(5):
+    idx = np.random.default_rng(seed).permutation(q)[:b]
+    rows, hoods = E.neighbourhood_rows(split, negatives, idx, tc, np.random.default_rng(seed))
+    videos = query_video[rows]
+    assert len(rows) == b and len(set(videos.tolist())) == b  # distinct videos, each with its own caption
+    assert rows[0] == idx[0] and 5 not in videos
+    first = [0] + hoods[0].tolist()
+    assert len(first) == 4 and set(videos[first[1:3]]) == set(negatives[idx[0], :2].tolist())
+    for r in first:  # the neighbourhood is symmetric
+      assert sorted([r] + hoods[r].tolist()) == sorted(first)
+  assert len(split.captions_of_video[5]) == 0 and sum(map(len, split.captions_of_video)) == q
+
+
 def test_step_decay_schedule_is_the_papers():
   # VEDJE A.3: 400 warm-up steps 1e-6 -> 3e-4, then x0.9 per epoch (here: 4 warm-up steps, epochs of 10).
   sched = train.lr_schedule(3e-4, 4, warmup_init=1e-6, decay_every=10, decay_rate=0.9)
@@ -154,3 +180,11 @@ def test_the_reranker_is_evaluated_on_a_comp_benchmark_through_the_common_evalua
   scores = scorer.score(batch)
   assert got == {"temp_reorder": 100.0 * np.mean(scores[:, 0] > scores[:, 1]),
                  "all": 100.0 * np.mean(scores[:, 0] > scores[:, 1])}
+
+
+def test_candidates_that_do_not_fit_the_batch_are_a_config_error():
+  config = load_config(ROOT / "configs/vedje_msrvtt.py:smoke")
+  with config.unlocked():
+    config.world_train.in_batch_negatives = config.world_train.batch_size - config.world_train.hard_negatives
+  with pytest.raises(ValueError, match="world_train.in_batch_negatives=.* is invalid"):
+    E.validate(config)

@@ -56,8 +56,10 @@ def _train(**kw) -> ml_collections.ConfigDict:
       loss_weights=(1.0, 1.0, 1.0, 1.0),  # (vtm, vtc, mlm, delta), eq. 6
       tau_vtm=1.0, vtc_logit_scale=20.0,  # A.3
       # VTM candidates per query (A.3: "the stage-1 top-K of the training queries plus in-batch videos";
-      # the counts are vidjax's choice): its positive, `hard_negatives` from its stage-1 top
-      # `candidate_pool` (the `always_top` best-ranked always among them) and `in_batch_negatives`.
+      # the counts are vidjax's choice): a batch is built of stage-1 neighbourhoods, an anchor query and
+      # captions of `hard_negatives` videos from its stage-1 top `candidate_pool` (the `always_top`
+      # best-ranked always among them), so every video of the batch is also a positive; each query is
+      # scored against its positive, its neighbourhood and `in_batch_negatives` other batch videos.
       candidate_pool=20,
       hard_negatives=6,
       always_top=2,

@@ -5,9 +5,10 @@
      (kinds `tokens`, `clip`, `text`), or, when `config.data.features` is empty, the embedded
      SYNTHETIC moving-object world (its store is written to `<workdir>/features`);
   2. stage 1: cosine R@K in both directions (`vidjax.experiments.retrieval`, method `stage1`);
-  3. training (the one loop, `vidjax.train.fit`): each query's candidates are its positive, its
-     best-ranked stage-1 negatives among the training videos and other positives of the batch
-     (VTM); VTC against the frozen stage-1 video embeddings; MLM with the cache in context;
+  3. training (the one loop, `vidjax.train.fit`): a batch is B query-video pairs grouped in
+     stage-1 neighbourhoods (an anchor query, then captions of its best-ranked stage-1 negatives),
+     so every video of a batch is some query's positive; each query's candidates are its positive,
+     the rest of its neighbourhood and other videos of the batch (VTM); VTC against the frozen stage-1 video embeddings; MLM with the cache in context;
      L_delta on the batch's B positive videos (eq. 6, A.3: the batch is B query-video pairs);
   4. offline indexing: the compressor writes every corpus video's cache into the store (kind
      `cache`, `cache.precision` storage; resumable, `vidjax.extract.transform_kind`);
@@ -23,6 +24,7 @@ Every trained variant lives in `<workdir>/models/<variant>/` (checkpoints: a kil
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import time
 from pathlib import Path
@@ -139,8 +141,10 @@ def validate(config) -> None:
     tcs = common.get_key(config, section)
     if len(tcs.loss_weights) != 4 or min(tcs.loss_weights) < 0:
       common.bad_value(f"{section}.loss_weights", tcs.loss_weights, "four weights >= 0 (vtm, vtc, mlm, delta)")
-    if tcs.in_batch_negatives < 0 or tcs.in_batch_negatives >= tcs.batch_size:
-      common.bad_value(f"{section}.in_batch_negatives", tcs.in_batch_negatives, f"0 .. {section}.batch_size - 1")
+    if tcs.in_batch_negatives < 0 or 1 + tcs.hard_negatives + tcs.in_batch_negatives > tcs.batch_size:
+      common.bad_value(f"{section}.in_batch_negatives", tcs.in_batch_negatives,
+                       f">= 0 with 1 + {section}.hard_negatives + in_batch_negatives <= {section}.batch_size "
+                       "(the candidates of a query are videos of its batch)")
   common.check_positive_int(config, ["eval.k", "eval.pair_block"])
   bad = [a for a in config.ablations if a not in ABLATIONS]
   if bad:
@@ -164,6 +168,13 @@ class Split:
   text: np.ndarray            # [Q, D] stage-1 text embeddings
   video_ids: list[str]
   clip: np.ndarray            # [N, D] stage-1 video embeddings
+
+  @functools.cached_property
+  def captions_of_video(self) -> list[np.ndarray]:
+    """Per video row: the rows of its captions."""
+    order = np.argsort(self.query_video, kind="stable")
+    bounds = np.searchsorted(self.query_video[order], np.arange(len(self.video_ids) + 1))
+    return [order[bounds[v]:bounds[v + 1]] for v in range(len(self.video_ids))]
 
 
 def load_split(bench, store: FeatureStore, config, tokenizer, max_len: int) -> Split:
@@ -204,56 +215,86 @@ def stage1_negatives(split: Split, count: int, chunk: int = 4096) -> np.ndarray:
 # Training.
 
 
-def group_videos(x, b: int) -> np.ndarray:
-  """[B + B*H, ...] (the B positives, then query-major hard negatives) -> [B, 1 + H, ...]: every batch
-  field keeps the leading dimension B, so the batch shards over devices like any other."""
-  x = np.asarray(x)
-  return np.concatenate([x[:b, None], x[b:].reshape((b, -1) + x.shape[1:])], axis=1)
+def neighbourhood_rows(split: Split, negatives: np.ndarray, idx: np.ndarray, tc, rng: np.random.Generator) \
+    -> tuple[np.ndarray, list[np.ndarray]]:
+  """The batch's B query rows, built as stage-1 neighbourhoods, and each row's neighbourhood (rows into the batch).
 
-
-def ungroup_videos(x: jax.Array) -> jax.Array:
-  """The inverse of `group_videos` (inside the jitted loss): [B, 1 + H, ...] -> [B + B*H, ...]."""
-  return jnp.concatenate([x[:, 0], x[:, 1:].reshape((-1,) + x.shape[2:])], axis=0)
+  Each anchor query (the loop's `idx`, in order) brings `hard_negatives` of its stage-1 top `candidate_pool`
+  videos (the `always_top` best-ranked first, the rest drawn at random) *with one of their own captions*: every
+  video of the batch is some query's positive. A hard negative drawn as a bare extra video (the earlier design)
+  is a negative for others but never a positive, so stage-1 hubs were negatives far more often than positives
+  and the reranker learned a text-blind score of the video that ranks hubs last (measured: near-identical
+  scores for a video's forward and reversed captions, test R@1 below stage 1). Videos are distinct within a
+  batch; a neighbour without a training caption is skipped."""
+  b, h = len(idx), tc.hard_negatives
+  top = min(tc.always_top, h, negatives.shape[1])
+  captions = split.captions_of_video
+  rows: list[int] = []
+  taken: set[int] = set()
+  hoods: list[list[int]] = []
+  for anchor in idx:
+    if len(rows) >= b:
+      break
+    if split.query_video[anchor] in taken:
+      continue
+    hood = [len(rows)]
+    rows.append(int(anchor))
+    taken.add(int(split.query_video[anchor]))
+    pool = negatives[anchor]
+    order = np.concatenate([pool[:top], rng.permutation(pool[top:])])
+    for video in order:
+      if len(hood) > h or len(rows) >= b:
+        break
+      if video in taken or len(captions[video]) == 0:
+        continue
+      hood.append(len(rows))
+      rows.append(int(rng.choice(captions[video])))
+      taken.add(int(video))
+    hoods.append(hood)
+  rows_arr = np.asarray(rows, np.int64)
+  if len(rows_arr) < b:  # a batch whose queries share videos: top it up with any other training caption
+    free = np.flatnonzero(~np.isin(split.query_video, list(taken)))
+    extra = rng.choice(free, b - len(rows_arr), replace=False)
+    hoods += [[len(rows_arr) + i] for i in range(len(extra))]
+    rows_arr = np.concatenate([rows_arr, extra])
+  of_row = [np.empty(0, np.int64)] * b
+  for hood in hoods:
+    for r in hood:
+      of_row[r] = np.asarray([o for o in hood if o != r], np.int64)
+  return rows_arr, of_row
 
 
 def make_batch_fn(split: Split, patches_of, negatives: np.ndarray, tc, cfg: V.VedjeConfig, variant: Variant,
                   tokenizer, seed: int):
-  """index batch -> the `Vedje` training batch (videos: the B positives, then the hard negatives)."""
+  """index batch -> the `Vedje` training batch: B query-video pairs (stage-1 neighbourhoods, see
+  `neighbourhood_rows`); each query is scored against its positive, the other videos of its neighbourhood
+  (its hard negatives) and `in_batch_negatives` other videos of the batch, C = 1 + hard_negatives +
+  in_batch_negatives candidates (topped up with in-batch videos where a neighbourhood is smaller)."""
   text_n, clip_n = ops.l2_normalize(split.text), ops.l2_normalize(split.clip)
   special = [tokenizer.vocab[t] for t in ("[PAD]", "[CLS]", "[SEP]")]
-  h = min(tc.hard_negatives, negatives.shape[1])
+  c = 1 + tc.hard_negatives + tc.in_batch_negatives
 
   def batch_fn(idx: np.ndarray) -> dict:
     idx = np.asarray(idx)
     b = len(idx)
     rng = np.random.default_rng([seed, int(idx[0]), b])
-    pos = split.query_video[idx]
-    # H hard negatives per query from its stage-1 top `candidate_pool`: the `always_top` best-ranked
-    # (the time-reversed twin ties the positive at stage 1 and must be in the softmax, see
-    # ../shared/notes/vedje_learnability.md) and a uniform draw from the rest of the pool.
-    top = min(tc.always_top, h)
-    rest = np.stack([rng.choice(np.arange(top, negatives.shape[1]), h - top, replace=False) for _ in range(b)]) \
-        if h > top else np.zeros((b, 0), np.int64)
-    chosen = np.concatenate([np.tile(np.arange(top), (b, 1)), rest], axis=1)
-    videos = np.concatenate([pos, np.take_along_axis(negatives[idx], chosen, 1).ravel()])
-    cand = np.empty((b, 1 + h + tc.in_batch_negatives), np.int32)
-    cand[:, 0] = np.arange(b)
-    cand[:, 1:1 + h] = b + np.arange(b * h).reshape(b, h)
-    for i in range(b):  # other queries' positives of the batch
-      others = np.delete(np.arange(b), i)
-      cand[i, 1 + h:] = rng.choice(others, tc.in_batch_negatives, replace=False)
-    cand_video = videos[cand]
-    mask = np.ones(cand.shape, np.float32)
-    mask[:, 1:] = cand_video[:, 1:] != pos[:, None]  # another caption of the same video is not a negative
-    ids, attn = split.input_ids[idx], split.attention_mask[idx]
+    rows, hoods = neighbourhood_rows(split, negatives, idx, tc, rng)
+    pos = split.query_video[rows]
+    cand = np.empty((b, c), np.int32)
+    for i in range(b):
+      near = hoods[i][:c - 1]
+      others = np.setdiff1d(np.arange(b), np.concatenate([[i], near]))
+      cand[i] = np.concatenate([[i], near, rng.choice(others, c - 1 - len(near), replace=False)])
+    ids, attn = split.input_ids[rows], split.attention_mask[rows]
     masked, chosen = pipeline.mlm_mask(ids, attn, rng, mask_id=tokenizer.vocab["[MASK]"], vocab_size=cfg.vocab_size,
                                        special_ids=special, prob=tc.mlm_prob)
-    patches = patches_of(videos)
-    targets, valid = losses.future_delta_targets(patches[:b], cfg.horizons, absolute=variant.absolute_delta)
-    return {"patches": group_videos(patches, b), "input_ids": ids, "attention_mask": attn, "mlm_input_ids": masked, "mlm_mask": chosen,
-            "candidates": cand, "candidate_mask": mask, "positive": np.zeros(b, np.int32),
-            "priors": np.einsum("bd,bkd->bk", text_n[idx], clip_n[cand_video]).astype(np.float32),
-            "stage1_video": split.clip[pos], "delta_targets": np.asarray(targets), "delta_valid": np.broadcast_to(np.asarray(valid), (b,) + valid.shape)}
+    patches = patches_of(pos)
+    targets, valid = losses.future_delta_targets(patches, cfg.horizons, absolute=variant.absolute_delta)
+    return {"patches": patches, "input_ids": ids, "attention_mask": attn, "mlm_input_ids": masked, "mlm_mask": chosen,
+            "candidates": cand, "candidate_mask": np.ones(cand.shape, np.float32), "positive": np.zeros(b, np.int32),
+            "priors": np.einsum("bd,bkd->bk", text_n[rows], clip_n[pos[cand]]).astype(np.float32),
+            "stage1_video": split.clip[pos], "delta_targets": np.asarray(targets),
+            "delta_valid": np.broadcast_to(np.asarray(valid), (b,) + valid.shape)}
 
   return batch_fn
 
@@ -270,9 +311,8 @@ def train_variant(variant: Variant, cfg: V.VedjeConfig, split: Split, patches_of
     return V.init_from_minilm(params, bert) if bert is not None else params
 
   def loss_fn(params, batch, rng):
-    patches = ungroup_videos(batch["patches"])
     batch = {**batch, "delta_valid": batch["delta_valid"][0]}
-    out = model.apply({"params": params}, patches, batch["input_ids"], batch["attention_mask"],
+    out = model.apply({"params": params}, batch["patches"], batch["input_ids"], batch["attention_mask"],
                       batch["candidates"], batch["priors"], batch["mlm_input_ids"], deterministic=False,
                       rngs={"dropout": rng})
     return losses.vedje_loss(out, batch, tau_vtm=tc.tau_vtm, logit_scale=tc.vtc_logit_scale, weights=weights)
