@@ -2,6 +2,7 @@
 variants and the rank / schedule helpers it uses."""
 import json
 import shutil
+import types
 from pathlib import Path
 
 import jax
@@ -143,7 +144,7 @@ def test_training_batches_are_stage1_neighbourhoods_of_positives():
   split = E.Split([f"q{i}" for i in range(q)], query_video, np.zeros((q, 4), np.int32), np.ones((q, 4), np.int32),
                   rng.normal(size=(q, 8)), [f"v{i}" for i in range(n_videos)], rng.normal(size=(n_videos, 8)))
   negatives = E.stage1_negatives(split, 9)
-  tc = type("TC", (), dict(hard_negatives=3, always_top=2, in_batch_negatives=2, candidate_pool=10))
+  tc = types.SimpleNamespace(hard_negatives=3, always_top=2, in_batch_negatives=2, candidate_pool=10)
   for seed in range(5):
     idx = np.random.default_rng(seed).permutation(q)[:b]
     rows, hoods = E.neighbourhood_rows(split, negatives, idx, tc, np.random.default_rng(seed))

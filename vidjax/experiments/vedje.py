@@ -8,7 +8,8 @@
   3. training (the one loop, `vidjax.train.fit`): a batch is B query-video pairs grouped in
      stage-1 neighbourhoods (an anchor query, then captions of its best-ranked stage-1 negatives),
      so every video of a batch is some query's positive; each query's candidates are its positive,
-     the rest of its neighbourhood and other videos of the batch (VTM); VTC against the frozen stage-1 video embeddings; MLM with the cache in context;
+     the rest of its neighbourhood and other videos of the batch (VTM); VTC against the frozen
+     stage-1 video embeddings; MLM with the cache in context;
      L_delta on the batch's B positive videos (eq. 6, A.3: the batch is B query-video pairs);
   4. offline indexing: the compressor writes every corpus video's cache into the store (kind
      `cache`, `cache.precision` storage; resumable, `vidjax.extract.transform_kind`);
@@ -31,7 +32,6 @@ from pathlib import Path
 from typing import Any, Mapping, Optional
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from vidjax import checkpoints, evaluate, extract, losses, metrics, ops, train
@@ -285,13 +285,15 @@ def make_batch_fn(split: Split, patches_of, negatives: np.ndarray, tc, cfg: V.Ve
       near = hoods[i][:c - 1]
       others = np.setdiff1d(np.arange(b), np.concatenate([[i], near]))
       cand[i] = np.concatenate([[i], near, rng.choice(others, c - 1 - len(near), replace=False)])
+    mask = (pos[cand] != pos[:, None]).astype(np.float32)  # a top-up caption may share a video: not a negative
+    mask[:, 0] = 1.0
     ids, attn = split.input_ids[rows], split.attention_mask[rows]
     masked, chosen = pipeline.mlm_mask(ids, attn, rng, mask_id=tokenizer.vocab["[MASK]"], vocab_size=cfg.vocab_size,
                                        special_ids=special, prob=tc.mlm_prob)
     patches = patches_of(pos)
     targets, valid = losses.future_delta_targets(patches, cfg.horizons, absolute=variant.absolute_delta)
     return {"patches": patches, "input_ids": ids, "attention_mask": attn, "mlm_input_ids": masked, "mlm_mask": chosen,
-            "candidates": cand, "candidate_mask": np.ones(cand.shape, np.float32), "positive": np.zeros(b, np.int32),
+            "candidates": cand, "candidate_mask": mask, "positive": np.zeros(b, np.int32),
             "priors": np.einsum("bd,bkd->bk", text_n[rows], clip_n[pos[cand]]).astype(np.float32),
             "stage1_video": split.clip[pos], "delta_targets": np.asarray(targets),
             "delta_valid": np.broadcast_to(np.asarray(valid), (b,) + valid.shape)}
