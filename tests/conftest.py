@@ -3,16 +3,38 @@
 The experiment tests check their own run's files; `test_evaluate_all.py` loads the same finished runs, so the
 suite trains every smoke model once: the first worker to ask runs it under a file lock in the directory the
 workers share, the others wait for it and read its results.
+
+Compiled XLA programs are shared too: the session (the xdist controller, before its workers start) points
+JAX's persistent compilation cache at a fresh temporary directory, which the workers, notebook kernels and
+subprocesses inherit through the environment. The suite compiles many identical programs (a tiny train step
+in a test and again in a notebook, a fresh closure per test): each is compiled once per session. A cache
+directory the user already set is left alone.
 """
+import os
 import pickle
+import shutil
+import tempfile
 from pathlib import Path
 
 import filelock
 import pytest
 
-from vidjax.experiments.common import load_config
+# Before anything imports jax (it reads the variables at import).
+if "PYTEST_XDIST_WORKER" not in os.environ and "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+  os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="vidjax-tests-xla-cache-")
+  os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")
+  _OWN_CACHE = os.environ["JAX_COMPILATION_CACHE_DIR"]
+else:
+  _OWN_CACHE = None
+
+from vidjax.experiments.common import load_config  # noqa: E402  pylint: disable=wrong-import-position
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def pytest_unconfigure(config):  # pylint: disable=unused-argument
+  if _OWN_CACHE:
+    shutil.rmtree(_OWN_CACHE, ignore_errors=True)
 
 
 def grdr_smoke_config():
