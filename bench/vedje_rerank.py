@@ -2,13 +2,14 @@
 
     python bench/vedje_rerank.py [--k 100] [--text-len 32] [--caches 64,16]
                                  [--dtypes float32,bfloat16] [--layers 12] [--reps 3]
-                                 [--min-seconds 0] [--json PATH]
+                                 [--min-seconds 0] [--scan-pairs 20] [--json PATH]
 
 WEIGHTS ARE RANDOM (timing only): the scores mean nothing. For every cache size N (tokens per
 video; N = T * M with T = 16, so 64 = M 4, the paper's default, and 16 = M 1, "VEDJE-16") and
 computation dtype it builds `VedjeConfig.paper_shape(tokens_per_frame=M, dtype=dtype,
-num_layers=layers)` (12 layers = MiniLM-L12-H384, the paper's ~33M reranker; 6 = the MiniLM-L6
-shape), random float32 parameters (`vedje.init_params` on a `JointReranker`, seed 0) and jits
+num_layers=layers, scan_pairs=B)` (12 layers = MiniLM-L12-H384, the paper's ~33M reranker; 6 = the
+MiniLM-L6 shape; B = `--scan-pairs`, the pairs per block of the reranker's scan, default the config's 20,
+0 = all K pairs in one pass), random float32 parameters (`vedje.init_params` on a `JointReranker`, seed 0) and jits
 `JointReranker.rerank` in deterministic mode:
 
     (params, input_ids [1, S], attention_mask [1, S], caches [1, K, N, 384], priors [1, K])
@@ -135,6 +136,8 @@ def main():
   p.add_argument("--max-reps", type=int, default=50)
   p.add_argument("--matmul-n", type=int, default=2048, help="side of the reference matmul")
   p.add_argument("--matmul-iters", type=int, default=10, help="timed products of the reference matmul")
+  p.add_argument("--scan-pairs", type=int, default=vedje.VedjeConfig.scan_pairs,
+                 help="pairs per block inside one rerank call (VedjeConfig.scan_pairs; 0 = one pass)")
   p.add_argument("--json", default=None, help="also write the rows (and the run's context) here")
   args = p.parse_args()
   caches = [int(c) for c in args.caches.split(",")]
@@ -144,6 +147,8 @@ def main():
       p.error(f"--caches: {n} is not a positive multiple of T = {FRAMES}")
   if args.k < 1 or args.reps < 1:
     p.error("--k and --reps must be >= 1")
+  if args.scan_pairs < 0:
+    p.error("--scan-pairs must be >= 0 (0 = all pairs in one pass)")
 
   print("NOTE: random weights (timing only) -- the scores are meaningless.")
   print(f"machine: {machine.describe()} | load average {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
@@ -154,13 +159,14 @@ def main():
   print("matmul rate (this process, [{n}]^2 @ [{n}]^2): ".format(n=args.matmul_n)
         + ", ".join(f"{dt} {r / 1e9:.0f} GFLOP/s" for dt, r in matmul.items()))
   print(f"K = {args.k} candidates, batch-1 queries, text S = {args.text_len} tokens, "
-        f"{args.layers} layers, {args.reps} timed calls per cell (median)"
+        f"{args.layers} layers, scan pairs {args.scan_pairs or 'off (one pass)'}, "
+        f"{args.reps} timed calls per cell (median)"
         + (f", at least {args.min_seconds}s" if args.min_seconds > 0 else ""))
 
   rows, table = [], []
   for n in caches:
     m = n // FRAMES
-    base = vedje.VedjeConfig.paper_shape(tokens_per_frame=m, num_layers=args.layers)
+    base = vedje.VedjeConfig.paper_shape(tokens_per_frame=m, num_layers=args.layers, scan_pairs=args.scan_pairs)
     if args.text_len > base.max_text_len or args.text_len < 2:
       p.error(f"--text-len {args.text_len} is outside [2, max_text_len={base.max_text_len}]")
     # Parameters are float32 whatever the computation dtype: one tree serves every dtype.
@@ -181,13 +187,14 @@ def main():
       line += f" | paper ~33M: {'OK' if ok else 'MISMATCH'} ({100 * (online / PAPER_PARAMS - 1):+.1f}%)"
     print(line, flush=True)
     for dt in dtypes:
-      cfg = vedje.VedjeConfig.paper_shape(tokens_per_frame=m, dtype=dt, num_layers=args.layers)
+      cfg = vedje.VedjeConfig.paper_shape(tokens_per_frame=m, dtype=dt, num_layers=args.layers,
+                                          scan_pairs=args.scan_pairs)
       fl = flops_per_pair(cfg, args.text_len)
       res = bench_cell(params, cfg, args)
       s = res["seconds"]
       achieved = args.k * fl["total"] / s
       row = {"cache_tokens": n, "frames": FRAMES, "tokens_per_frame": m, "dtype": dt, "k": args.k,
-             "text_len": args.text_len, "layers": args.layers, "ms_per_query": 1e3 * s,
+             "text_len": args.text_len, "layers": args.layers, "scan_pairs": args.scan_pairs, "ms_per_query": 1e3 * s,
              "pairs_per_s": args.k / s, "flops_per_pair": fl["total"], "flops_by_part": fl,
              "achieved_flops_per_s": achieved, "frac_f32_matmul": achieved / matmul["float32"],
              "frac_dtype_matmul": achieved / matmul[dt], "online_params": online,
@@ -200,7 +207,7 @@ def main():
 
   print()
   print(f"VEDJE online rerank, random weights (timing only) | K = {args.k}, S = {args.text_len}, "
-        f"{args.layers} layers, batch-1 queries")
+        f"{args.layers} layers, scan pairs {args.scan_pairs or 'off'}, batch-1 queries")
   print(f"machine: {machine.describe()}")
   print(HEAD)
   print("|---|---|---:|---:|---:|---:|---:|---:|")

@@ -127,6 +127,26 @@ def test_shapes_of_every_module():
 # ---- behaviour on the tiny tree -------------------------------------------------------------------
 
 
+def test_rerank_in_scan_blocks_equals_one_pass(params):
+  """`scan_pairs` only batches the work: 2 queries x 5 candidates in blocks of 3 (the last padded) give
+  the one-pass scores, and each pair's score equals scoring it alone."""
+  rng = np.random.default_rng(3)
+  ids, mask = _text(rng, 2)
+  caches = rng.normal(size=(2, 5, N, D)).astype(np.float32)
+  priors = rng.normal(size=(2, 5)).astype(np.float32)
+  p = {"params": params["reranker"]}
+  blocked = V.JointReranker(dataclasses.replace(TINY, scan_pairs=3))
+  one_pass = V.JointReranker(dataclasses.replace(TINY, scan_pairs=0))
+  got = np.asarray(blocked.apply(p, ids, mask, caches, priors, method=blocked.rerank))
+  want = np.asarray(one_pass.apply(p, ids, mask, caches, priors, method=one_pass.rerank))
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+  alone = np.asarray(one_pass.apply(p, ids[1:], mask[1:], caches[1, 4][None], priors[1, 4][None]))
+  np.testing.assert_allclose(got[1, 4], alone[0], rtol=1e-5, atol=1e-5)
+  assert np.unique(got.round(5)).size == 10   # padded copies of pair 0 never leak into other slots
+  with pytest.raises(ValueError, match="scan_pairs=-1"):
+    dataclasses.replace(TINY, scan_pairs=-1)
+
+
 def test_frame_locality(params):
   """Changing frame t's patches changes exactly the cache rows [t*M, (t+1)*M) of that video."""
   rng = np.random.default_rng(1)

@@ -100,6 +100,7 @@ def get_config(dataset: str, arg: str | None = None) -> ml_collections.ConfigDic
       k=20,                        # stage-1 candidates reranked (A.7 default)
       k_sweep=(10, 20, 50, 100),   # A.7 (clipped to the corpus); () = skip
       pair_block=256,              # (text, cache) pairs per reranker call
+      scan_pairs=20,               # ... run inside the call in scan blocks of this many (CPU cache; 0 = one pass)
   ))
   # Ablation tables to train and print (each distinct variant is trained once and reused across tables):
   # the default runs the two the checks read; ":all" runs all five; () = the main model only.

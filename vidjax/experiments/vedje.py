@@ -46,7 +46,7 @@ from vidjax.retrieval import DenseIndex, TwoStage
 from vidjax.scorers.vedje import VedjeScorer
 from vidjax.tokenizers.wordpiece import WordPieceTokenizer
 
-RESUMABLE_CHANGES = ("eval.query_chunk", "eval.gallery_chunk", "eval.pair_block", "train.progress",
+RESUMABLE_CHANGES = ("eval.query_chunk", "eval.gallery_chunk", "eval.pair_block", "eval.scan_pairs", "train.progress",
                      "world_train.progress", "train.log_every", "world_train.log_every", "ablations",
                      "diagnostics", "eval.k_sweep")
 KEYS = ("t2v_r1", "t2v_r5", "t2v_r10", "v2t_r1", "v2t_r5", "v2t_r10")
@@ -146,6 +146,8 @@ def validate(config) -> None:
                        f">= 0 with 1 + {section}.hard_negatives + in_batch_negatives <= {section}.batch_size "
                        "(the candidates of a query are videos of its batch)")
   common.check_positive_int(config, ["eval.k", "eval.pair_block"])
+  if not (common.is_positive_int(config.eval.scan_pairs) or config.eval.scan_pairs == 0):
+    common.bad_value("eval.scan_pairs", config.eval.scan_pairs, "an integer >= 0 (0 = every pair in one pass)")
   bad = [a for a in config.ablations if a not in ABLATIONS]
   if bad:
     common.bad_value("ablations", config.ablations, f"a subset of {ABLATIONS}")
@@ -565,7 +567,7 @@ class Session:
 
   def scorer(self, variant: Variant, precision: str) -> tuple[VedjeScorer, PairBatches]:
     """The variant's reranker over the test videos' caches (indexed on first use)."""
-    cfg, params = self.cfg_of(variant), self.params_of(variant)
+    cfg, params = dataclasses.replace(self.cfg_of(variant), scan_pairs=self.config.eval.scan_pairs), self.params_of(variant)
     kind = self.kind_of(variant, precision)
     index_caches(params, cfg, self.store, self.cache_store, self.config.data.tokens_kind, kind, precision,
                  self.test.video_ids, self.tc.progress)

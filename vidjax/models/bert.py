@@ -160,13 +160,20 @@ class BertSelfAttention(nn.Module):
     q = split(_dense(d, cfg, "query")(x))
     k = split(_dense(d, cfg, "key")(x))
     v = split(_dense(d, cfg, "value")(x))
-    logits = jnp.einsum("bhqc,bhkc->bhqk", q, k).astype(jnp.float32) / math.sqrt(d // h)
+    logits = jnp.einsum("bhqc,bhkc->bhqk", q * (1.0 / math.sqrt(d // h)), k).astype(jnp.float32)
     # `where` rather than an additive -1e9 bias: a fully padded row stays finite (uniform weights)
     # instead of overflowing to -inf and NaN.
     logits = jnp.where(mask[:, None, None, :], logits, jnp.finfo(jnp.float32).min)
-    probs = jax.nn.softmax(logits, axis=-1).astype(jnp.dtype(cfg.dtype))
-    probs = nn.Dropout(cfg.attention_dropout_rate)(probs, deterministic=deterministic)
-    context = jnp.einsum("bhqk,bhkc->bhqc", probs, v).transpose(0, 2, 1, 3).reshape(b, s, d)
+    # Softmax with the normalization deferred past the value product: dividing the [B, H, S, c]
+    # context by the row sums instead of the [B, H, S, S] weights is the same arithmetic, and XLA:CPU
+    # runs the block ~3x faster than with `jax.nn.softmax` (bench/vedje_rerank.py). Dropout on the
+    # unnormalized weights equals dropout on the probabilities (the row sums are taken before it).
+    weights = jnp.exp(logits - jnp.max(logits, axis=-1, keepdims=True))
+    total = jnp.sum(weights, axis=-1, keepdims=True)
+    weights = nn.Dropout(cfg.attention_dropout_rate)(weights, deterministic=deterministic)
+    context = jnp.einsum("bhqk,bhkc->bhqc", weights.astype(jnp.dtype(cfg.dtype)), v)
+    context = (context.astype(jnp.float32) / total).astype(jnp.dtype(cfg.dtype))
+    context = context.transpose(0, 2, 1, 3).reshape(b, s, d)
     return _dense(d, cfg, "output")(context)
 
 

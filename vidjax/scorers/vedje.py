@@ -27,15 +27,16 @@ from vidjax.models import vedje as vedje_models
 class VedjeScorer:
   """Scores (text, cached video) pairs with a trained `JointReranker` (eq. 5).
 
-  The Q*K pairs of a batch run in blocks of `pair_block` (the last padded), so the jitted reranker
-  compiles once per text length.
+  The Q*K pairs of a batch run in calls of `pair_block` pairs (the last padded), so the jitted reranker
+  compiles once per text length; inside a call the model runs them in blocks of `config.scan_pairs`.
   """
 
   def __init__(self, config: vedje_models.VedjeConfig, params: Any, pair_block: int = 256):
     """params: the reranker's parameter tree (`Vedje` params['reranker'] or a `JointReranker` tree)."""
     self.config, self.params, self.pair_block = config, params, int(pair_block)
     model = vedje_models.JointReranker(config)
-    self._fn = jax.jit(lambda p, ids, mask, cache, prior: model.apply({"params": p}, ids, mask, cache, prior))
+    self._fn = jax.jit(lambda p, ids, mask, cache, prior: model.apply({"params": p}, ids, mask, cache, prior,
+                                                                      method=model.score_pairs))
 
   def check(self, batch: Mapping[str, Any]) -> tuple[int, int]:
     """Raises one clear ValueError for a malformed batch; returns (Q, K)."""
