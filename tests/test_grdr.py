@@ -61,6 +61,32 @@ def test_phases_follow_algorithm_1():
                             (3, "align", 1), (3, "cotrain", 4)]
 
 
+def test_progressive_schedule_runs_every_phase_of_algorithm_1(tmp_path):
+  """Algorithm 1 (train.schedule="progressive") end to end on the smoke world: one workdir per phase, and the
+  indexed IDs are valid codes."""
+  config = grdr_smoke_config()
+  config.train.schedule = "progressive"
+  G.validate(config)
+  world = G.world_of(config)
+  model, params = G.trained_model(config, tmp_path, world, 2, "p")
+  assert sorted(p.name for p in (tmp_path / "models" / "p").iterdir()) == [
+      "layer1_align", "layer1_cotrain", "layer2_align", "layer2_cotrain"]
+  codes = np.asarray(model.apply({"params": params}, world.features[:20], method=model.video_codes))
+  assert codes.shape == (20, 2, 2) and codes.min() >= 0 and codes.max() < config.world_model.num_codes
+  assert all(np.all(np.isfinite(x)) for x in jax.tree.leaves(params))
+
+
+def test_tokenizer_first_schedule_needs_views_in_the_query_space():
+  config = grdr_smoke_config()
+  assert config.train.schedule == "tokenizer_first"  # the default
+  config.world_model.latent_dim = 32
+  with pytest.raises(ValueError, match="world_model.latent_dim=32 .*query_dim=128"):
+    G.validate(config)
+  config.train.schedule = "alternating"
+  with pytest.raises(ValueError, match="train.schedule='alternating'"):
+    G.validate(config)
+
+
 @pytest.mark.parametrize("layer,align,trained", [(1, True, []), (2, False, [1]), (3, False, [2])])
 def test_phase_optimizer_freezes_the_other_codebooks(layer, align, trained):
   t = ml_collections.ConfigDict(dict(lr=0.1, weight_decay=0.5))
@@ -154,6 +180,8 @@ def test_grdr_smoke_run_writes_the_results_contract(smoke_run):
   assert len(saved["codebook"]["layers"]) == 2 and "colliding_ids" in saved["codebook"]
   assert saved["index_bytes_per_video"]["grdr"] < saved["index_bytes_per_video"]["dense_float32"]
   assert (workdir / "candidate_recall.png").stat().st_size > 0
+  # The default schedule (tokenizer_first): views, then frozen IDs, then the retriever, each checkpointed.
+  assert sorted(p.name for p in (workdir / "models" / "grdr").iterdir()) == ["retriever", "views"]
 
 
 def test_grdr_rerun_resumes_every_phase_to_the_same_results(smoke_run):
@@ -171,7 +199,7 @@ def test_grdr_model_shapes_and_code_distribution():
   rng = np.random.default_rng(0)
   f, q = jnp.asarray(rng.normal(size=(3, 128)), jnp.float32), jnp.asarray(rng.normal(size=(3, 128)), jnp.float32)
   params = model.init(jax.random.PRNGKey(0), f, q)["params"]
-  assert params["tokenizer"]["codebook_1"].shape == (16, 32)
+  assert params["tokenizer"]["codebook_1"].shape == (16, c.world_model.latent_dim)
   mem = model.apply({"params": params}, q, method=G.GRDR.encode_query)
   assert mem.shape == (3, c.world_model.query_tokens, c.world_model.t5.d_model)
   logp = model.apply({"params": params}, mem, jnp.zeros((3, 5, 1), jnp.int32), method=G.GRDR.code_logp)

@@ -179,3 +179,24 @@ def test_codebook_health_equals_plain_counts():
   assert h["colliding_ids"] == sum(ids.count(i) > 1 for i in set(ids))
   with pytest.raises(ValueError, match="outside"):
     codebook_health(codes, 4)
+
+
+def test_view_set_alignment_loss_equals_numpy():
+  rng = np.random.default_rng(11)
+  z, c = rng.normal(size=(3, 4, 6)), rng.normal(size=(3, 4, 6))
+  valid = np.array([[1, 1, 0, 0], [1, 1, 1, 1], [0, 1, 0, 0]], np.float32)
+  want = []
+  for b in range(3):
+    sim = _unit(z[b]) @ _unit(c[b]).T  # [views, centres]
+    ks = np.flatnonzero(valid[b])
+    cover = np.mean([1 - sim[:, k].max() for k in ks])
+    use = np.mean([1 - sim[i, ks].max() for i in range(4)])
+    want.append(cover + 0.3 * use)
+  got = losses.view_set_alignment_loss(z.astype(np.float32), c.astype(np.float32), valid, use_weight=0.3)
+  np.testing.assert_allclose(got, np.mean(want), rtol=1e-5)
+  # Views sitting on the valid centres (in any order) cost nothing; the invalid centres are ignored.
+  on = np.concatenate([c[:, 1:2], c[:, 0:1], c[:, 1:2], c[:, 0:1]], axis=1)
+  valid2 = np.array([[1, 1, 0, 0]] * 3, np.float32)
+  assert float(losses.view_set_alignment_loss(on.astype(np.float32), c.astype(np.float32), valid2)) < 1e-6
+  with pytest.raises(ValueError, match="valid must have shape"):
+    losses.view_set_alignment_loss(z.astype(np.float32), c.astype(np.float32), valid[:, :3])

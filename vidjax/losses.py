@@ -320,6 +320,28 @@ def alignment_loss(z: jax.Array, h: jax.Array, tau: jax.Array) -> jax.Array:
   return jnp.mean(jax.nn.logsumexp(logits, axis=1) - jnp.diagonal(logits))
 
 
+def view_set_alignment_loss(z: jax.Array, centres: jax.Array, valid: jax.Array, use_weight: float = 0.5) -> jax.Array:
+  """Aligns a video's N_v views with its query-cluster centres as a set (no fixed view <-> cluster pairing).
+
+  Cover: every valid centre is near its closest view; use: every view is near its closest valid centre
+  (so no view drifts off to nothing). Distances are 1 - cosine.
+
+  Args:
+    z: [B, N, D] the views of B videos; centres: [B, K, D] their query-cluster centres (any order);
+    valid: [B, K] 1 = the cluster has queries (each row needs at least one).
+    use_weight: weight of the use term.
+
+  Returns:
+    mean over videos of  mean_{valid k} (1 - max_i cos(z_i, c_k)) + use_weight * mean_i (1 - max_{valid k} cos(z_i, c_k)).
+  """
+  _check("valid", valid, centres.shape[:2])
+  sim = jnp.einsum("bid,bkd->bik", l2_normalize(jnp.asarray(z, jnp.float32)), l2_normalize(jnp.asarray(centres, jnp.float32)))
+  m = jnp.asarray(valid, jnp.float32)
+  cover = jnp.sum((1.0 - jnp.max(sim, axis=1)) * m, axis=1) / jnp.maximum(jnp.sum(m, axis=1), 1.0)
+  use = jnp.mean(1.0 - jnp.max(jnp.where(m[:, None, :] > 0, sim, -1.0), axis=2), axis=1)
+  return jnp.mean(cover + use_weight * use)
+
+
 def code_logits(h: jax.Array, codebook: jax.Array, tau: jax.Array) -> jax.Array:
   """GRDR eq. 8 before the softmax: cos(h, C) / tau; h [..., D], codebook [K, D] -> [..., K]."""
   return (l2_normalize(jnp.asarray(h, jnp.float32)) @ l2_normalize(jnp.asarray(codebook, jnp.float32)).T) / tau

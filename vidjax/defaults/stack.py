@@ -58,7 +58,11 @@ def get_config(dataset: str, arg: str | None, *, eval_split: str, identity_rule:
   g = grdr.get_config("msrvtt", "smoke" if smoke else None)
   c.grdr = ml_collections.ConfigDict(dict(model=g.world_model, train=g.train))
   c.grdr.model.num_views = 1
+  # Algorithm 1 here: the stack's GRDR learns from one caption per clip (no query clusters for the
+  # tokenizer_first schedule to align views with), and its query width is the space's, not the latent's.
+  c.grdr.train.schedule = "progressive"
   if smoke:
+    c.grdr.model.latent_dim = 32
     c.stack.update(k_recall=50, rerank_k=50, rerank_k_sweep=(20,), latency_queries=8)
     c.grdr.model.num_layers = 1  # one alignment and one co-training phase (tests)
     c.rerank.update(candidates=16, epochs=2, batch_size=64, log_every=5, progress=False)

@@ -57,6 +57,15 @@ def validate(config) -> None:
     raise ValueError("grdr: real feature stores are not supported yet; leave data.features empty for the "
                      "embedded SYNTHETIC polysemous world")
   common.check_choice(config, "world_model.query_encoder", ("minilm", "t5"))
+  common.check_choice(config, "train.schedule", ("progressive", "tokenizer_first"))
+  if config.train.schedule == "tokenizer_first":
+    common.check_positive_int(config, ("train.view_epochs", "train.view_batch_size", "train.retriever_epochs"))
+    common.check_positive(config, ("train.view_lr", "train.retriever_lr"))
+    mc = config.world_model
+    if mc.latent_dim != mc.query_dim:
+      common.bad_value("world_model.latent_dim", mc.latent_dim,
+                       f"equal to world_model.query_dim={mc.query_dim}: train.schedule='tokenizer_first' aligns the "
+                       "views with query-cluster centres in the query space")
 
 
 def build_model(mcfg, feature_dim: int, num_views: int | None = None) -> GRDR:
@@ -118,12 +127,17 @@ def view_of_query(model: GRDR, params, data: TrainingSet) -> np.ndarray:
   h1 = _batched(jax.jit(lambda q: model.apply(
       {"params": params}, q, method=lambda m, q: m.decode(m.encode_query(q), jnp.zeros((q.shape[0], 0), jnp.int32))[:, 0])),
       data.queries)
-  n_views = z.shape[1]
   centres = np.zeros(z.shape[:2] + (h1.shape[1],), np.float32)
   np.add.at(centres, (data.video, data.intent), ops.l2_normalize(h1))
+  return matched_view(z, centres, data)
+
+
+def matched_view(z: np.ndarray, centres: np.ndarray, data: TrainingSet) -> np.ndarray:
+  """int32 [Nq]: the view of its video each training query's intent is matched with (`match_views` of the
+  views z [V, N_v, d] and the intents' centres [V, N_v, d])."""
   perm = np.asarray(match_views(jnp.asarray(z), jnp.asarray(centres), jnp.asarray(data.intent_valid)))
   view_of_intent = np.empty_like(perm)
-  np.put_along_axis(view_of_intent, perm, np.broadcast_to(np.arange(n_views), perm.shape), axis=1)
+  np.put_along_axis(view_of_intent, perm, np.broadcast_to(np.arange(z.shape[1]), perm.shape), axis=1)
   return view_of_intent[data.video, data.intent].astype(np.int32)
 
 
@@ -172,10 +186,12 @@ def phase_optimizer(tcfg, layer: int, align: bool, num_layers: int) -> optax.Gra
 
 
 def train_grdr(model: GRDR, data: TrainingSet, tcfg, workdir: Path, seed: int):
-  """Runs every phase (each logs to `<workdir>/<phase>/metrics.jsonl`); returns the final params."""
-  m_layers = model.tokenizer.num_layers
+  """Trains with `tcfg.schedule` (each phase logs to `<workdir>/<phase>/metrics.jsonl`); returns the params."""
   dummy = (jnp.zeros((1, data.features.shape[1])), jnp.zeros((1, data.queries.shape[1])))
   params = jax.device_get(model.init(jax.random.PRNGKey(seed), *dummy)["params"])
+  if tcfg.schedule == "tokenizer_first":
+    return train_tokenizer_first(model, params, data, tcfg, workdir, seed)
+  m_layers = model.tokenizer.num_layers
   for i, (layer, kind, epochs) in enumerate(phases(tcfg, m_layers)):
     align = kind == "align"
     if not align:
@@ -200,6 +216,64 @@ def train_grdr(model: GRDR, data: TrainingSet, tcfg, workdir: Path, seed: int):
         seed=seed + i, workdir=workdir / name, optimizer=phase_optimizer(tcfg, layer, align, m_layers))
     params = jax.device_get(state.params)
   return params
+
+
+def intent_centres(data: TrainingSet, n_views: int) -> np.ndarray:
+  """Each training video's query-cluster centres in the raw query space: [V, N_v, query_dim] (unit or 0)."""
+  centres = np.zeros((len(data.features), n_views, data.queries.shape[1]), np.float32)
+  np.add.at(centres, (data.video, data.intent), data.queries)
+  return np.asarray(ops.l2_normalize(centres), np.float32)
+
+
+def train_tokenizer_first(model: GRDR, params, data: TrainingSet, tcfg, workdir: Path, seed: int):
+  """The two-stage schedule (`train.schedule = "tokenizer_first"`; defaults docstring): views, then IDs, then
+  the retriever, each a call of the one loop.
+
+  1. views: the view MLPs alone, `view_set_alignment_loss` of each video's views against its query-cluster
+     centres in the query space (needs latent_dim == query_dim); `view_epochs` over the videos.
+  2. codebooks: C^(1..M) by k-means on the residuals of every training view, layer by layer (Algorithm 1
+     line 10), then frozen with the views: every video's semantic IDs are fixed from here on.
+  3. retriever: query encoder and decoder, teacher-forced L_CE (eq. 11) summed over the M layers towards the
+     codes of the view matched (`match_views`) with the query's intent; `retriever_epochs` over the queries.
+  """
+  n_views, m_layers = model.tokenizer.num_views, model.tokenizer.num_layers
+  centres = intent_centres(data, n_views)
+  valid = data.intent_valid.astype(np.float32)
+  encode = lambda p, f: model.apply({"params": p}, f, method=lambda m, f: m.tok.encode(f))  # noqa: E731
+
+  def view_loss(p, batch, rng):
+    loss = losses.view_set_alignment_loss(encode(p, batch["feature"]), batch["centres"], batch["valid"],
+                                          tcfg.use_weight)
+    return loss, {"set_alignment": loss}
+
+  only = lambda pattern, lr: optax.multi_transform(  # noqa: E731
+      {"train": train.adamw(lr, tcfg.weight_decay), "frozen": optax.set_to_zero()},
+      lambda p: train.param_labels(p, [(pattern, "train"), (".*", "frozen")]))
+  start = params
+  state = common.train_epochs(
+      name="grdr views", init_fn=lambda _: start, loss_fn=view_loss, num_examples=len(data.features),
+      batch_fn=lambda idx: {"feature": data.features[idx], "centres": centres[idx], "valid": valid[idx]},
+      tcfg=ml_collections.ConfigDict({**tcfg.to_dict(), "epochs": tcfg.view_epochs, "batch_size": tcfg.view_batch_size}),
+      seed=seed, workdir=workdir / "views", optimizer=only("tokenizer/encoder/.*", tcfg.view_lr))
+  params = jax.device_get(state.params)
+  for layer in range(1, m_layers + 1):
+    params = init_codebook(model, params, data.features, layer, seed + 1000 * layer, tcfg.kmeans_iters)
+  view = matched_view(_batched(jax.jit(lambda f: encode(params, f)), data.features), centres, data)
+
+  def retriever_loss(p, batch, rng):
+    out = model.apply({"params": p}, batch["feature"], batch["query"], batch["view"], m_layers, m_layers,
+                      deterministic=False, rngs={"dropout": rng}, method=GRDR.phase_outputs)
+    ces = [losses.code_cross_entropy(out["h"][:, l], out["codebooks"][l], out["view_codes"][:, l], out["tau_code"])
+           for l in range(m_layers)]
+    return sum(ces), {f"ce{l + 1}": c for l, c in enumerate(ces)}
+
+  start = params
+  state = common.train_epochs(
+      name="grdr retriever", init_fn=lambda _: start, loss_fn=retriever_loss, num_examples=len(data.queries),
+      batch_fn=lambda idx: {"feature": data.features[data.video[idx]], "query": data.queries[idx], "view": view[idx]},
+      tcfg=ml_collections.ConfigDict({**tcfg.to_dict(), "epochs": tcfg.retriever_epochs}),
+      seed=seed + 1, workdir=workdir / "retriever", optimizer=only("(?!tokenizer/).*", tcfg.retriever_lr))
+  return jax.device_get(state.params)
 
 
 # ----------------------------------------------------------------------------------------------
