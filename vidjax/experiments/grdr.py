@@ -38,7 +38,8 @@ from vidjax.models.grdr import GRDR, RetrieverConfig, TokenizerConfig, match_vie
 from vidjax.models.t5 import T5Config
 from vidjax.retrieval import DenseIndex, GenerativeRecall, SemanticIdTrie, TwoStage
 
-RESUMABLE_CHANGES = ("train.progress", "train.log_every", "eval.latency_queries")
+RESUMABLE_CHANGES = ("train.progress", "train.log_every", "eval.latency_queries", "eval.beam_width",
+                     "eval.candidates")   # evaluation only: a finished run re-evaluates without retraining
 KEYS = ("t2v_r1", "t2v_r5", "t2v_r10")
 SETTINGS = ("inductive", "full_corpus")
 
