@@ -210,3 +210,32 @@ def test_grdr_model_shapes_and_code_distribution():
   np.testing.assert_allclose(h[:, 0], h2[:, 0], atol=1e-5)  # h_1 does not see c_1
   codes = model.apply({"params": params}, f, method=G.GRDR.video_codes)
   assert codes.shape == (3, c.world_model.num_views, 2) and codes.dtype == jnp.int32
+
+
+def test_pseudo_query_providers_plug_in_and_bad_ones_get_one_clear_error():
+  config = grdr_smoke_config()
+  world = G.world_of(config)
+  q, video = G.checked_queries(G.WorldQueries(world), world.train, 128)
+  np.testing.assert_array_equal(q, world.train_queries)
+  np.testing.assert_array_equal(world.train[video], world.train_query_video)  # positions name the right videos
+  # A subset of the training videos keeps only their queries, positions relative to the subset.
+  rows = world.train[::3]
+  q2, v2 = G.WorldQueries(world)(rows)
+  assert len(q2) == sum(int(v) in set(rows.tolist()) for v in world.train_query_video)
+  np.testing.assert_array_equal(rows[v2], world.train_query_video[np.isin(world.train_query_video, rows)])
+
+  class Bad:
+    def __init__(self, queries, video):
+      self.out = (queries, video)
+
+    def __call__(self, rows):
+      return self.out
+
+  good = np.ones((3, 128), np.float32)
+  for provider, message in [
+      (Bad(np.ones((3, 64)), np.zeros(3, int)), r"from Bad: expected \[Nq >= 1, 128\] vectors, got shape \(3, 64\)"),
+      (Bad(good, np.zeros(2, int)), "one integer video position per query"),
+      (Bad(good, np.array([0, 1, len(world.train)])), f"query 2 names video position {len(world.train)}, outside"),
+      (Bad(np.where(np.arange(3)[:, None] == 1, np.nan, good), np.zeros(3, int)), "query 1 is not finite")]:
+    with pytest.raises(ValueError, match=message):
+      G.checked_queries(provider, world.train, 128)

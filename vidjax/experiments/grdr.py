@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -77,6 +77,50 @@ def build_model(mcfg, feature_dim: int, num_views: int | None = None) -> GRDR:
   ret = RetrieverConfig(t5=t5, query_encoder=mcfg.query_encoder, query_dim=mcfg.query_dim,
                         query_tokens=mcfg.query_tokens, tau_init=mcfg.tau_init)
   return GRDR(tok, ret)
+
+
+# ----------------------------------------------------------------------------------------------
+# Pseudo queries (§4.3: an LLM writes ~50 per video; any source plugs in here).
+
+
+class PseudoQueries(Protocol):
+  """The training queries of GRDR's tokenizer and retriever for the training videos `rows` (indices into
+  the corpus): query vectors [Nq, query_dim] and, for each, the position in `rows` of the video it describes."""
+
+  def __call__(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class WorldQueries:
+  """The embedded polysemous world's own multi-intent training queries (one facet each)."""
+  world: PolysemousWorld
+
+  def __call__(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    position = {int(v): i for i, v in enumerate(rows)}
+    keep = np.asarray([int(v) in position for v in self.world.train_query_video])
+    video = np.asarray([position[int(v)] for v in self.world.train_query_video[keep]], np.int64)
+    return self.world.train_queries[keep], video
+
+
+def checked_queries(provider: PseudoQueries, rows: np.ndarray, query_dim: int) -> tuple[np.ndarray, np.ndarray]:
+  """The provider's (queries, video positions), or one clear error naming what is wrong."""
+  queries, video = provider(rows)
+  queries, video = np.asarray(queries, np.float32), np.asarray(video)
+  name = type(provider).__name__
+  if queries.ndim != 2 or queries.shape[1] != query_dim or len(queries) == 0:
+    raise ValueError(f"GRDR pseudo queries from {name}: expected [Nq >= 1, {query_dim}] vectors, got shape "
+                     f"{queries.shape}")
+  if video.shape != (len(queries),) or not np.issubdtype(video.dtype, np.integer):
+    raise ValueError(f"GRDR pseudo queries from {name}: expected one integer video position per query, got "
+                     f"{video.dtype} {video.shape} for {len(queries)} queries")
+  bad = (video < 0) | (video >= len(rows))
+  if bad.any():
+    raise ValueError(f"GRDR pseudo queries from {name}: query {int(np.flatnonzero(bad)[0])} names video position "
+                     f"{int(video[bad][0])}, outside the {len(rows)} training videos")
+  if not np.all(np.isfinite(queries)):
+    raise ValueError(f"GRDR pseudo queries from {name}: query {int(np.flatnonzero(~np.isfinite(queries).all(1))[0])} "
+                     "is not finite")
+  return queries, video.astype(np.int64)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -378,12 +422,13 @@ def world_of(config) -> PolysemousWorld:
                                                      test_queries=w.test_queries), seed=config.seed)
 
 
-def trained_model(config, workdir: Path, world: PolysemousWorld, n_views: int, name: str) -> tuple[GRDR, Any]:
-  """GRDR with `n_views` views trained on the world's training queries (restored from `workdir/models/name`)."""
-  train_rows = {v: i for i, v in enumerate(world.train)}
-  video = np.asarray([train_rows[v] for v in world.train_query_video])
-  intent, valid = query_intents(world.train_queries, video, len(world.train), n_views, config.seed)
-  data = TrainingSet(world.features[world.train], world.train_queries, video, intent, valid)
+def trained_model(config, workdir: Path, world: PolysemousWorld, n_views: int, name: str,
+                  queries: PseudoQueries | None = None) -> tuple[GRDR, Any]:
+  """GRDR with `n_views` views trained on the training videos' pseudo queries (default: the world's own) and
+  restored from `workdir/models/name` when trained there before."""
+  q, video = checked_queries(queries or WorldQueries(world), world.train, config.world_model.query_dim)
+  intent, valid = query_intents(q, video, len(world.train), n_views, config.seed)
+  data = TrainingSet(world.features[world.train], q, video, intent, valid)
   model = build_model(config.world_model, world.features.shape[1], n_views)
   return model, train_grdr(model, data, config.train, workdir / "models" / name, config.seed)
 
