@@ -172,9 +172,7 @@ def view_of_query(model: GRDR, params, data: TrainingSet) -> np.ndarray:
   h1 = _batched(jax.jit(lambda q: model.apply(
       {"params": params}, q, method=lambda m, q: m.decode(m.encode_query(q), jnp.zeros((q.shape[0], 0), jnp.int32))[:, 0])),
       data.queries)
-  centres = np.zeros(z.shape[:2] + (h1.shape[1],), np.float32)
-  np.add.at(centres, (data.video, data.intent), ops.l2_normalize(h1))
-  return matched_view(z, centres, data)
+  return matched_view(z, intent_centres(data, ops.l2_normalize(h1), z.shape[1]), data)
 
 
 def matched_view(z: np.ndarray, centres: np.ndarray, data: TrainingSet) -> np.ndarray:
@@ -263,10 +261,11 @@ def train_grdr(model: GRDR, data: TrainingSet, tcfg, workdir: Path, seed: int):
   return params
 
 
-def intent_centres(data: TrainingSet, n_views: int) -> np.ndarray:
-  """Each training video's query-cluster centres in the raw query space: [V, N_v, query_dim] (unit or 0)."""
-  centres = np.zeros((len(data.features), n_views, data.queries.shape[1]), np.float32)
-  np.add.at(centres, (data.video, data.intent), data.queries)
+def intent_centres(data: TrainingSet, vectors: np.ndarray, n_views: int) -> np.ndarray:
+  """Each training video's intent centres of per-query `vectors` [Nq, d] (the raw queries, or their decoder
+  features): the direction of each intent's sum, [V, N_v, d] (unit, or 0 for an intent without queries)."""
+  centres = np.zeros((len(data.features), n_views, vectors.shape[1]), np.float32)
+  np.add.at(centres, (data.video, data.intent), vectors)
   return np.asarray(ops.l2_normalize(centres), np.float32)
 
 
@@ -282,7 +281,7 @@ def train_tokenizer_first(model: GRDR, params, data: TrainingSet, tcfg, workdir:
      codes of the view matched (`match_views`) with the query's intent; `retriever_epochs` over the queries.
   """
   n_views, m_layers = model.tokenizer.num_views, model.tokenizer.num_layers
-  centres = intent_centres(data, n_views)
+  centres = intent_centres(data, data.queries, n_views)
   valid = data.intent_valid.astype(np.float32)
   encode = lambda p, f: model.apply({"params": p}, f, method=lambda m, f: m.tok.encode(f))  # noqa: E731
 
