@@ -64,11 +64,14 @@ def test_interval_and_reorder_rules_hold_for_many_draws():
   rng = np.random.default_rng(0)
   for n in range(2, 9):
     for _ in range(50):
-      pair = comp._seg_intervals(list(range(n)), rng)
+      # Triples (0, 10), (0, 20), (10, 20): intervals [0, 2) and [1, 3) cover the same span (0, 20).
+      events = [(20.0 * (i // 3) + (0, 0, 10)[i % 3], 20.0 * (i // 3) + (10, 20, 20)[i % 3], f"s{i}") for i in range(n)]
+      pair = comp._seg_intervals(events, rng)
       if pair is None:
         continue
       a, b = (set(range(*x)) for x in pair)
       assert a and b and a - b and b - a and len(a ^ b) >= 2
+      assert comp._span(events, pair[0]) != comp._span(events, pair[1])  # the two crops differ
       order = comp._reorder([f"s{i}" for i in range(n)], rng)
       assert order is not None and order != [f"s{i}" for i in range(n)]
   assert comp._reorder(["same", "same"], rng) is None  # no order reads differently
@@ -190,6 +193,21 @@ def test_world_events_build_every_type_and_motion_tokens_carry_the_events():
   rewriter = comp.TemplateRewriter(comp.WORLD_LEXICON, connectives=False)
   triplets, counts = comp.build_comp(videos, split="train", rewriter=rewriter)
   assert all(counts[t] >= 10 for t in comp.TRAIN_TYPES) and sum(counts["dropped_validation"].values()) == 0
+  by_video = {}
+  for t in triplets:
+    by_video.setdefault(t.video_id, {})[t.type] = t
+  nested = 0
+  for g in by_video.values():  # multi = the temp-reorder shuffle of the action-replace sentences
+    if {"temp_reorder", "action_replace", "multi"} <= set(g):
+      assert len({g[k].positive for k in ("temp_reorder", "action_replace", "multi")}) == 1
+      sent = lambda p: p.rstrip(".").split(". ")  # noqa: E731
+      pos, order, rep, multi = (sent(x) for x in (g["multi"].positive, g["temp_reorder"].negative,
+                                                  g["action_replace"].negative, g["multi"].negative))
+      edit = [(a, b) for a, b in zip(pos, rep) if a != b]
+      assert len(edit) == 1 and sorted(multi) == sorted(rep)
+      assert [(a, b) for a, b in zip(order, multi) if a != b] == edit  # the same edit, in the shuffled order
+      nested += 1
+  assert nested >= 10
   replaced = [t for t in triplets if t.type == "action_replace"]
   for t in replaced:  # a direction of motion changed, nothing else
     diff = [(a, b) for a, b in zip(t.positive.split(), t.negative.split()) if a != b]

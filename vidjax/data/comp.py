@@ -28,7 +28,8 @@ paper's rules (§3.1):
 * seg-mismatch: two contiguous sub-intervals of the event sequence whose caption sets differ by at
   least two captions, each holding a caption the other lacks (neither contains the other); the video
   is cropped to the first, the text is the second's paragraph.
-* multi (training splits): temp-reorder followed by action-replace.
+* multi (training splits): the video's temp-reorder shuffle applied to its action-replace sentences, so
+  it contains both single disruptions (the top level of the CompLoss hierarchy).
 
 The paper rewrites with an LLM (Gemini-1.5-Pro); vidjax builds the same edits deterministically through
 the `Rewriter` interface (`TemplateRewriter`: connective words and the lexicon), so an LLM rewriter can be
@@ -262,16 +263,34 @@ class TemplateRewriter:
     return paragraph[:m.start()] + alt + paragraph[m.end():]
 
 
-def _rng(seed: int, video_id: str, kind: str) -> np.random.Generator:
-  return np.random.default_rng([seed, zlib.crc32(video_id.encode()), TRAIN_TYPES.index(kind) + 1])
+def _rng(seed: int, video_id: str, kind: str | None, stream: int = 0) -> np.random.Generator:
+  """The random stream of one video (and type; None: shared by every type)."""
+  return np.random.default_rng([seed, zlib.crc32(video_id.encode()), 0 if kind is None else TRAIN_TYPES.index(kind) + 1,
+                                stream])
 
 
-def _reorder(sentences, rng):
+def _permutation(sentences, rng) -> np.ndarray | None:
+  """A shuffle of the sentences that is not the identity and does not read the same (None: none exists)."""
   n = len(sentences)
   for _ in range(20):
     perm = rng.permutation(n)
     if (perm != np.arange(n)).any() and [sentences[i] for i in perm] != list(sentences):
-      return [sentences[i] for i in perm]
+      return perm
+  return None
+
+
+def _reorder(sentences, rng):
+  perm = _permutation(sentences, rng)
+  return None if perm is None else [sentences[i] for i in perm]
+
+
+def _replace_one(sentences, rewriter: Rewriter, rng) -> list[str] | None:
+  """The sentences with one key action replaced (`rewriter.replace_action` on one sentence that has one,
+  drawn uniformly); None when no sentence has an action word."""
+  for i in rng.permutation(len(sentences)):
+    new = rewriter.replace_action(sentences[i], rng)
+    if new is not None and new != sentences[i]:
+      return [*sentences[:i], new, *sentences[i + 1:]]
   return None
 
 
@@ -281,9 +300,15 @@ def _seg_intervals(events, rng, tries: int = 50):
     a = sorted(rng.choice(n + 1, 2, replace=False))
     b = sorted(rng.choice(n + 1, 2, replace=False))
     sa, sb = set(range(*a)), set(range(*b))
-    if sa - sb and sb - sa and len(sa ^ sb) >= 2:  # each keeps information of its own (§3.1.2)
-      return tuple(a), tuple(b)
+    if sa - sb and sb - sa and len(sa ^ sb) >= 2 and _span(events, a) != _span(events, b):
+      return tuple(a), tuple(b)  # each keeps information of its own (§3.1.2), and the crops differ
   return None
+
+
+def _span(events, interval) -> tuple[float, float]:
+  """The video span of events[i0:i1] (their first start to their last end)."""
+  i0, i1 = interval
+  return events[i0][0], max(e[1] for e in events[i0:i1])
 
 
 def build_comp(videos: Sequence[EventVideo], *, split: str, types: Sequence[str] | None = None, seed: int = 0,
@@ -328,27 +353,33 @@ def build_comp(videos: Sequence[EventVideo], *, split: str, types: Sequence[str]
     sentences = [e[2] for e in events]
     span = (events[0][0], max(e[1] for e in events))
     full = (0.0, video.duration)
+    # One shuffle and one action replacement per video, shared by the types that use them, so a multi
+    # negative is exactly the temp-reorder shuffle of the action-replace sentences: each level of the
+    # CompLoss hierarchy adds disruption to the one below it (eq. 2).
+    perm = _permutation(sentences, _rng(seed, video.video_id, "temp_reorder", 1))
+    replaced = _replace_one(sentences, rewriter, _rng(seed, video.video_id, "action_replace", 1))
+    # Every paragraph of the video draws its connective words from the same state, so a negative differs
+    # from its positive (and multi from temp-reorder) by the edit alone.
+    connect = lambda s, vid=video.video_id: rewriter.connect(s, _rng(seed, vid, None))  # noqa: E731
     for kind in types:
       rng = _rng(seed, video.video_id, kind)
-      positive = rewriter.connect(sentences, rng)
+      positive = connect(sentences)
       pos_span, neg_span, query, negative, sources = span, span, full, None, sentences
-      if kind in ("temp_reorder", "multi"):
-        order = _reorder(sentences, rng)
-        negative = None if order is None else rewriter.connect(order, rng)
-        if kind == "multi" and negative is not None:
-          negative = rewriter.replace_action(negative, rng)
-      elif kind == "action_replace":
-        negative = rewriter.replace_action(positive, rng)
+      if kind == "temp_reorder" and perm is not None:
+        negative = connect([sentences[i] for i in perm])
+      elif kind == "multi" and perm is not None and replaced is not None:
+        negative = connect([replaced[i] for i in perm])
+      elif kind == "action_replace" and replaced is not None:
+        negative = connect(replaced)
         sources = [positive]
-      else:  # seg_mismatch
+      elif kind == "seg_mismatch":
         pair = _seg_intervals(events, rng)
         if pair is not None:
           (a0, a1), (b0, b1) = pair
           pos_sent, neg_sent = sentences[a0:a1], sentences[b0:b1]
-          pos_span = (events[a0][0], max(e[1] for e in events[a0:a1]))
-          neg_span = (events[b0][0], max(e[1] for e in events[b0:b1]))
+          pos_span, neg_span = _span(events, (a0, a1)), _span(events, (b0, b1))
           query = pos_span
-          positive, negative = rewriter.connect(pos_sent, rng), rewriter.connect(neg_sent, rng)
+          positive, negative = connect(pos_sent), connect(neg_sent)
           if not (valid(positive, pos_sent) and valid(negative, neg_sent)):
             dropped[kind] += 1
             continue
@@ -385,9 +416,9 @@ class CompGroup:
 
 def training_groups(triplets: Sequence[CompTriplet], hierarchy: Sequence[str]) -> list[CompGroup]:
   """Groups triplets that share an input video (id and span) into eq. 2 examples, negatives in `hierarchy`
-  order (less disrupted first). The group's positive is its first triplet's (the builder draws connectives
-  afresh per type, so positives of one span can differ in connective words only). Types outside
-  `hierarchy` are left out."""
+  order (less disrupted first). The group's positive is its first triplet's (the builder gives every type of a
+  span the same positive; release files may differ in connective words). Types outside `hierarchy` are
+  left out."""
   unknown = [t for t in hierarchy if t not in TRAIN_TYPES]
   if unknown or len(set(hierarchy)) != len(hierarchy):
     raise ValueError(f"hierarchy {tuple(hierarchy)} must list distinct types of {TRAIN_TYPES}")
