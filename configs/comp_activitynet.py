@@ -10,7 +10,8 @@ Real data: `--config.data.features=<store with per-frame tokens [16, N, 768] key
 `--config.data.train_annotations=../shared/data/activitynet_captions/train_modified.json`;
 or official release files with `data.release_eval` / `data.release_train`. Defaults and deviations:
 vidjax/defaults/comp.py (the text tower starts from all-MiniLM-L6-v2 instead of the paper's CLIP text
-transformer, which is not available offline). results.json: methods zero_shot, contrastive, negclip,
+transformer, which is not available offline; with real VideoPrism weights `--config.model.init=lvt` starts it
+from VideoPrism's LvT text encoder instead, see there). results.json: methods zero_shot, contrastive, negclip,
 comploss, comppretrain_comploss x temp_reorder, action_replace, seg_mismatch, all, t2v_r1, v2t_r1.
 """
 from vidjax.defaults import comp

@@ -55,6 +55,7 @@ def test_a_rerun_resumes_and_a_changed_config_is_refused(smoke_run):
     ("world_pretrain.stack", 3, "model.frames"),
     ("world_model.init_temperature", 2.0, "init_temperature"),
     ("model.text_layers", 12, "model.text_layers"),
+    ("world_model.init", "lvt", "world_model.lvt_checkpoint"),
 ])
 def test_bad_config_values_get_one_clear_error(tmp_path, key, value, match):
   config = load_config(ROOT / "configs/comp_youcook2.py:smoke")
@@ -98,3 +99,37 @@ def test_real_annotations_and_a_store_become_triplets_and_model_inputs(tmp_path)
   config.data.features = str(tmp_path / "small")
   with pytest.raises(features.MissingFeatureError, match="lacks"):
     E.real_data(config)
+
+
+def test_the_text_tower_can_start_from_a_videoprism_lvt_checkpoint(tmp_path):
+  """model.init='lvt': SentencePiece ids, the LvT text encoder's weights from an official-layout .npz."""
+  import jax
+  from vidjax import checkpoints
+  from vidjax.data import pipeline
+  from vidjax.models import videoprism
+  from vidjax.models import vidclip as V
+  from vidjax.ops import flatten_dict
+  from vidjax.tokenizers.sentencepiece import SentencePieceTokenizer
+  spm = ROOT.parent / "shared" / "data" / "videoprism_assets" / "test_spm.model"
+  mc = load_config(ROOT / "configs/comp_activitynet.py:smoke").world_model
+  lvt = videoprism.FactorizedVideoCLIP(patch_size=2, pos_emb_shape=(2, 2, 2), num_spatial_layers=1, num_temporal_layers=1,
+                                       mlp_dim=8, num_auxiliary_layers=1, vocabulary_size=1000,
+                                       num_unimodal_layers=mc.text_layers, model_dim=mc.text_hidden, num_heads=mc.text_heads)
+  checkpoints.save_npz(videoprism.init_params(lvt, seed=1), tmp_path / "lvt.npz")
+  mc.update(init="lvt", lvt_checkpoint=str(tmp_path / "lvt.npz"), spm_path=str(spm), text_mlp=4 * mc.text_hidden)
+  model, tokenizer, fresh = E.vidclip_setup(mc, 8, 3)
+  params = fresh(jax.random.PRNGKey(0))
+  official = flatten_dict(checkpoints.read_npz(tmp_path / "lvt.npz"))
+  for k, v in flatten_dict(params["text"]["lvt"]).items():
+    np.testing.assert_array_equal(v, official["params/text_encoder/" + k])
+  texts = ["The red cube moves left.", "Up."]
+  batch = pipeline.text_token_batch(tokenizer, texts, mc.max_text_len)
+  want = [SentencePieceTokenizer(spm).encode_one(x) for x in texts]
+  assert batch["input_ids"].shape == (2, mc.max_text_len)
+  assert batch["attention_mask"].sum(1).tolist() == [len(w) for w in want]
+  assert batch["input_ids"][1, :len(want[1])].tolist() == want[1]
+  t = model.apply({"params": params}, batch["input_ids"], batch["attention_mask"], method=V.VidClip.encode_text)
+  np.testing.assert_allclose(np.linalg.norm(t, axis=-1), 1.0, rtol=1e-5)
+  mc.text_layers += 1  # a checkpoint of another shape is one clear error naming the file
+  with pytest.raises(checkpoints.CheckpointMismatchError, match="lvt.npz"):
+    E.vidclip_setup(mc, 8, 3)[2](jax.random.PRNGKey(0))

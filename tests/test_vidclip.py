@@ -8,6 +8,7 @@ import pytest
 from vidjax import checkpoints, losses
 from vidjax.models import bert
 from vidjax.models import vidclip as V
+from vidjax.ops import flatten_dict, unflatten_dict
 
 TEXT = bert.BertConfig(hidden_size=32, num_layers=1, num_heads=2, intermediate_size=64, max_position=16,
                        dropout_rate=0.0, attention_dropout_rate=0.0, use_pooler=False)
@@ -76,6 +77,31 @@ def test_text_tower_starts_from_the_real_minilm():
   assert float(jnp.abs(new["text"]["out_proj"]["kernel"]).max()) == 0.0  # the projection is not BERT's
   with pytest.raises(ValueError, match="VidCLIP text tower has 1 layers, the pretrained BERT 6"):
     V.init_text_from(jax.eval_shape(lambda: V.init_params(V.VidClip(tiny()), jax.random.PRNGKey(0))), pretrained)
+
+
+def test_text_tower_starts_from_an_lvt_checkpoint_and_computes_the_lvt_text_embedding():
+  from vidjax.models import videoprism
+  lvt = videoprism.FactorizedVideoCLIP(patch_size=2, pos_emb_shape=(2, 2, 2), num_spatial_layers=1, num_temporal_layers=1,
+                                       mlp_dim=16, num_auxiliary_layers=1, vocabulary_size=50, num_unimodal_layers=2,
+                                       model_dim=16, num_heads=2)
+  official = flatten_dict(jax.device_get(videoprism.init_params(lvt, seed=3)))  # "params/text_encoder/..."
+  cfg = tiny(lvt=V.LvtText(vocabulary_size=50, model_dim=16, num_layers=2, num_heads=2, mlp_dim=64), embed_dim=16,
+             max_text_len=12)
+  model = V.VidClip(cfg)
+  params = V.init_text_from_lvt(V.init_params(model, jax.random.PRNGKey(0), 3), official, "tiny.npz")
+  params["text"]["out_proj"] = {"kernel": jnp.eye(16), "bias": jnp.zeros(16)}  # read the CLS state itself
+  ids = jax.random.randint(jax.random.PRNGKey(1), (3, 12), 3, 50)
+  mask = (jnp.arange(12)[None] < jnp.array([[12], [5], [1]])).astype(jnp.int32)
+  ids = ids * mask
+  got = model.apply({"params": params}, ids, mask, method=V.VidClip.encode_text)
+  _, want, _ = lvt.apply({"params": unflatten_dict(official)["params"]}, None, ids,
+                         (1 - mask).astype(jnp.float32))
+  np.testing.assert_allclose(got, want, atol=1e-5)
+  bad = {k: v for k, v in official.items() if "unimodal_ln" not in k}
+  with pytest.raises(checkpoints.CheckpointMismatchError, match="tiny.npz.*\n.*missing.*unimodal_ln"):
+    V.init_text_from_lvt(params, bad, "tiny.npz")
+  with pytest.raises(ValueError, match="not an LvT encoder"):
+    V.init_text_from_lvt(V.init_params(V.VidClip(tiny()), jax.random.PRNGKey(0)), official)
 
 
 def test_learns_the_order_of_events_with_its_negatives():

