@@ -88,7 +88,8 @@ def test_text_tower_starts_from_an_lvt_checkpoint_and_computes_the_lvt_text_embe
   cfg = tiny(lvt=V.LvtText(vocabulary_size=50, model_dim=16, num_layers=2, num_heads=2, mlp_dim=64), embed_dim=16,
              max_text_len=12)
   model = V.VidClip(cfg)
-  params = V.init_text_from_lvt(V.init_params(model, jax.random.PRNGKey(0), 3), official, "tiny.npz")
+  params = V.init_params(model, jax.random.PRNGKey(0), 3)
+  params = V.init_text_from_lvt(params, checkpoints.lvt_text_encoder(official, params["text"]["lvt"], "tiny.npz"))
   params["text"]["out_proj"] = {"kernel": jnp.eye(16), "bias": jnp.zeros(16)}  # read the CLS state itself
   ids = jax.random.randint(jax.random.PRNGKey(1), (3, 12), 3, 50)
   mask = (jnp.arange(12)[None] < jnp.array([[12], [5], [1]])).astype(jnp.int32)
@@ -99,9 +100,11 @@ def test_text_tower_starts_from_an_lvt_checkpoint_and_computes_the_lvt_text_embe
   np.testing.assert_allclose(got, want, atol=1e-5)
   bad = {k: v for k, v in official.items() if "unimodal_ln" not in k}
   with pytest.raises(checkpoints.CheckpointMismatchError, match="tiny.npz.*\n.*missing.*unimodal_ln"):
-    V.init_text_from_lvt(params, bad, "tiny.npz")
+    checkpoints.lvt_text_encoder(bad, params["text"]["lvt"], "tiny.npz")
   with pytest.raises(ValueError, match="not an LvT encoder"):
-    V.init_text_from_lvt(V.init_params(V.VidClip(tiny()), jax.random.PRNGKey(0)), official)
+    V.init_text_from_lvt(V.init_params(V.VidClip(tiny()), jax.random.PRNGKey(0)), params["text"]["lvt"])
+  with pytest.raises(ValueError, match="does not match the text tower"):
+    V.init_text_from_lvt(params, {"cls_emb": params["text"]["lvt"]["cls_emb"]})
 
 
 def test_learns_the_order_of_events_with_its_negatives():

@@ -147,6 +147,22 @@ def load_videoprism(path_or_npz: str | os.PathLike | Mapping[str, np.ndarray], m
   return unflatten_dict({k: jnp.asarray(v, dtype=expected[k].dtype) for k, v in arrays.items()})
 
 
+def lvt_text_encoder(arrays: Mapping[str, np.ndarray], like: Mapping[str, Any], source: str = "<arrays>") -> dict:
+  """The `params/text_encoder/...` arrays of an official VideoPrism LvT checkpoint as a tree shaped like `like`
+  (e.g. the VidCLIP LvT text tower's params); the vision arrays are not read.
+
+  Raises:
+    CheckpointMismatchError: listing every missing, unexpected and mis-shaped text-encoder array.
+  """
+  prefix = "params/text_encoder/"
+  expected = {k: np.shape(v) for k, v in flatten_dict(like).items()}
+  text = {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}
+  check_keys(text, expected, f"LvT checkpoint {source}: its text encoder does not match the text tower",
+             hints=["the text tower's shape comes from model.text_hidden / text_layers / text_heads / text_mlp and "
+                    "the SentencePiece vocabulary"])
+  return unflatten_dict({k: np.asarray(v, np.float32) for k, v in text.items()})
+
+
 # ----------------------------------------------------------------------------- BERT / MiniLM
 
 def bert_params_from_hf(tensors: Mapping[str, np.ndarray], config, source: str = "<tensors>") -> dict:

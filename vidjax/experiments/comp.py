@@ -308,8 +308,12 @@ def vidclip_setup(mc, visual_dim: int, tokens_per_frame: int):
 
     model = V.VidClip(model_config(mc, visual_dim, sp.vocab_size))
     lvt = checkpoints.read_npz(mc.lvt_checkpoint, "VideoPrism LvT checkpoint")
-    return model, tokenizer, lambda rng: V.init_text_from_lvt(V.init_params(model, rng, tokens_per_frame), lvt,
-                                                               mc.lvt_checkpoint)
+
+    def fresh_lvt(rng):
+      params = V.init_params(model, rng, tokens_per_frame)
+      return V.init_text_from_lvt(params, checkpoints.lvt_text_encoder(lvt, params["text"]["lvt"], mc.lvt_checkpoint))
+
+    return model, tokenizer, fresh_lvt
   model = V.VidClip(model_config(mc, visual_dim))
   tokenizer = WordPieceTokenizer.from_vocab(Path(mc.minilm_dir or checkpoints.default_minilm_dir()) / "vocab.txt")
   text_init = checkpoints.load_bert_dir(mc.minilm_dir) if mc.init == "minilm" else None

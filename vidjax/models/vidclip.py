@@ -19,7 +19,7 @@ available offline. MiniLM's 512 learned positions cover the 160 tokens, so no re
 
 With real VideoPrism weights the text tower can instead be VideoPrism's LvT text encoder
 (`LvtText`: `videoprism.TextEncoder`, CLS appended last, causal, SentencePiece ids; `init_text_from_lvt`
-copies the `text_encoder` subtree of an official LvT checkpoint), so both towers start from VideoPrism.
+places the `text_encoder` subtree of an official LvT checkpoint, `checkpoints.lvt_text_encoder`), so both towers start from VideoPrism.
 
 Similarity is the cosine of the two L2-normalised embeddings (§3.4: "we use cosine similarity
 between video and text embeddings"); the contrastive temperature is learnable, tau = exp(-log_scale)
@@ -37,7 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from vidjax.models import bert, videoprism
-from vidjax.ops import flatten_dict, l2_normalize, unflatten_dict
+from vidjax.ops import flatten_dict, l2_normalize
 
 Params = dict[str, Any]
 MAX_LOGIT_SCALE = 100.0
@@ -45,12 +45,13 @@ MAX_LOGIT_SCALE = 100.0
 
 @dataclasses.dataclass(frozen=True)
 class LvtText:
-  """VideoPrism's LvT text encoder as the text tower (`videoprism.TextEncoder`; LvT-B's shape by default)."""
-  vocabulary_size: int = 32_000
-  model_dim: int = 768
-  num_layers: int = 12
-  num_heads: int = 12
-  mlp_dim: int = 3072
+  """VideoPrism's LvT text encoder as the text tower (`videoprism.TextEncoder`). LvT-B: vocabulary 32,000
+  (c4_en), width 768, 12 layers, 12 heads, MLP 3072; LvT-L: 1024, 24, 16, 4096; logit cap 50 in both."""
+  vocabulary_size: int
+  model_dim: int
+  num_layers: int
+  num_heads: int
+  mlp_dim: int
   atten_logit_cap: float = 50.0
 
 
@@ -215,28 +216,15 @@ def init_text_from(params: Params, bert_params: Params) -> Params:
   return {**params, "text": {**text, "bert": new_bert}}
 
 
-def init_text_from_lvt(params: Params, checkpoint: Any, source: str = "<arrays>") -> Params:
-  """Copies the LvT text encoder of an official VideoPrism LvT checkpoint into the text tower; a new tree.
-
-  Args:
-    params: VidCLIP params of a config with `lvt` set.
-    checkpoint: the checkpoint's arrays, `{"params/text_encoder/...": array, ...}` (`checkpoints.read_npz`);
-      its other arrays (the vision tower) are not used.
-    source: the file, for error messages.
-
-  Raises:
-    checkpoints.CheckpointMismatchError: listing every missing or mis-shaped text-encoder array.
-  """
-  from vidjax import checkpoints  # pylint: disable=g-import-not-at-top
-
+def init_text_from_lvt(params: Params, text_encoder: Params) -> Params:
+  """Puts an LvT text encoder tree (`checkpoints.lvt_text_encoder`: the `text_encoder` subtree of an official
+  VideoPrism LvT checkpoint) into the text tower; a new tree."""
   if "lvt" not in params["text"]:
     raise ValueError("init_text_from_lvt: the VidCLIP text tower is not an LvT encoder (set VidClipConfig.lvt)")
-  prefix = "params/text_encoder/"
-  expected = flatten_dict(params["text"]["lvt"])
-  arrays = {k[len(prefix):]: v for k, v in checkpoint.items() if k.startswith(prefix)}
-  checkpoints.check_keys(arrays, {k: np.shape(v) for k, v in expected.items()},
-                         f"LvT checkpoint {source}: text encoder does not match the VidCLIP text tower",
-                         hints=["the text tower's shape comes from model.text_hidden / text_layers / text_heads / "
-                                "text_mlp and the SentencePiece vocabulary"])
-  lvt = unflatten_dict({k: jnp.asarray(arrays[k], jnp.float32) for k in expected})
+  want = {k: np.shape(v) for k, v in flatten_dict(params["text"]["lvt"]).items()}
+  got = {k: np.shape(v) for k, v in flatten_dict(text_encoder).items()}
+  if got != want:
+    raise ValueError(f"init_text_from_lvt: the LvT tree does not match the text tower: "
+                     f"{sorted(set(want.items()) ^ set(got.items()))[:6]}")
+  lvt = jax.tree.map(lambda x: jnp.asarray(x, jnp.float32), text_encoder)
   return {**params, "text": {**params["text"], "lvt": lvt}}
