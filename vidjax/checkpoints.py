@@ -71,8 +71,9 @@ def check_keys(arrays: Mapping[str, Any], expected: Mapping[str, tuple[int, ...]
 
 # ----------------------------------------------------------------------------- files
 
-def read_npz(path: str | os.PathLike, what: str = "checkpoint") -> dict[str, np.ndarray]:
-  """All arrays of an `.npz` (local, or `gs://...` through etils.epath) as `{key: array}`."""
+def read_npz(path: str | os.PathLike, what: str = "checkpoint", prefix: str = "") -> dict[str, np.ndarray]:
+  """The arrays of an `.npz` (local, or `gs://...` through etils.epath) as `{key: array}`; with `prefix`,
+  only those whose key starts with it are read."""
   path = os.fspath(path)
   if "://" in path:
     from etils import epath  # pylint: disable=g-import-not-at-top  (remote paths only)
@@ -83,7 +84,7 @@ def read_npz(path: str | os.PathLike, what: str = "checkpoint") -> dict[str, np.
     source = path
   try:
     with np.load(source, allow_pickle=False) as npz:
-      return {k: npz[k] for k in npz.files}
+      return {k: npz[k] for k in npz.files if k.startswith(prefix)}
   except (ValueError, OSError, zipfile.BadZipFile) as e:
     raise ValueError(f"{what} {path} is not a readable .npz file: {e}") from None
 
@@ -147,14 +148,24 @@ def load_videoprism(path_or_npz: str | os.PathLike | Mapping[str, np.ndarray], m
   return unflatten_dict({k: jnp.asarray(v, dtype=expected[k].dtype) for k, v in arrays.items()})
 
 
-def lvt_text_encoder(arrays: Mapping[str, np.ndarray], like: Mapping[str, Any], source: str = "<arrays>") -> dict:
+def lvt_text_encoder(checkpoint: str | os.PathLike | Mapping[str, np.ndarray], like: Mapping[str, Any],
+                     source: str | None = None) -> dict:
   """The `params/text_encoder/...` arrays of an official VideoPrism LvT checkpoint as a tree shaped like `like`
-  (e.g. the VidCLIP LvT text tower's params); the vision arrays are not read.
+  (e.g. the VidCLIP LvT text tower's params or their `jax.eval_shape`).
+
+  Args:
+    checkpoint: the `.npz` path (only its text-encoder arrays are read) or its arrays `{key: array}`.
+    like: the tree the arrays must match, key by key and shape by shape.
+    source: the file named in errors (default: the path).
 
   Raises:
     CheckpointMismatchError: listing every missing, unexpected and mis-shaped text-encoder array.
   """
   prefix = "params/text_encoder/"
+  if isinstance(checkpoint, Mapping):
+    arrays, source = checkpoint, source or "<arrays>"
+  else:
+    arrays, source = read_npz(checkpoint, "VideoPrism LvT checkpoint", prefix), source or os.fspath(checkpoint)
   expected = {k: np.shape(v) for k, v in flatten_dict(like).items()}
   text = {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}
   check_keys(text, expected, f"LvT checkpoint {source}: its text encoder does not match the text tower",

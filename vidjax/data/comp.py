@@ -361,9 +361,10 @@ def build_comp(videos: Sequence[EventVideo], *, split: str, types: Sequence[str]
     # Every paragraph of the video draws its connective words from the same state, so a negative differs
     # from its positive (and multi from temp-reorder) by the edit alone.
     connect = lambda s, vid=video.video_id: rewriter.connect(s, _rng(seed, vid, None))  # noqa: E731
+    whole = connect(sentences)
     for kind in types:
       rng = _rng(seed, video.video_id, kind)
-      positive = connect(sentences)
+      positive = whole
       pos_span, neg_span, query, negative, sources = span, span, full, None, sentences
       if kind == "temp_reorder" and perm is not None:
         negative = connect([sentences[i] for i in perm])

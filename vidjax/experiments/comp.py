@@ -307,13 +307,10 @@ def vidclip_setup(mc, visual_dim: int, tokens_per_frame: int):
       return ids, (1.0 - paddings).astype(np.int32)
 
     model = V.VidClip(model_config(mc, visual_dim, sp.vocab_size))
-    lvt = checkpoints.read_npz(mc.lvt_checkpoint, "VideoPrism LvT checkpoint")
-
-    def fresh_lvt(rng):
-      params = V.init_params(model, rng, tokens_per_frame)
-      return V.init_text_from_lvt(params, checkpoints.lvt_text_encoder(lvt, params["text"]["lvt"], mc.lvt_checkpoint))
-
-    return model, tokenizer, fresh_lvt
+    # Read and checked once, here: the text encoder's arrays only (not the checkpoint's vision tower).
+    shapes = jax.eval_shape(lambda: V.init_params(model, jax.random.PRNGKey(0), tokens_per_frame))
+    text_encoder = checkpoints.lvt_text_encoder(mc.lvt_checkpoint, shapes["text"]["lvt"])
+    return model, tokenizer, lambda rng: V.init_text_from_lvt(V.init_params(model, rng, tokens_per_frame), text_encoder)
   model = V.VidClip(model_config(mc, visual_dim))
   tokenizer = WordPieceTokenizer.from_vocab(Path(mc.minilm_dir or checkpoints.default_minilm_dir()) / "vocab.txt")
   text_init = checkpoints.load_bert_dir(mc.minilm_dir) if mc.init == "minilm" else None
