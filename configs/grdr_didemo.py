@@ -3,7 +3,7 @@
     python -m vidjax.main --config configs/grdr_didemo.py --workdir /tmp/grdr_didemo              # embedded SYNTHETIC world
     python -m vidjax.main --config configs/grdr_didemo.py:smoke --workdir /tmp/grdr_didemo_smoke  # seconds (tests)
 
-The run uses the embedded SYNTHETIC polysemous world (vidjax.data.polysemous) and labels every output
+The run uses the embedded SYNTHETIC polysemous world (vidjax.worlds.polysemous) and labels every output
 synthetic. Defaults and deviations: vidjax/defaults/grdr.py. results.json: per setting ("inductive",
 "full_corpus") methods dense / grdr / grdr_nv1 with t2v_r1/5/10, candidate_recall, num_candidates and
 latency_ms per stage; "codebook"; "index_bytes_per_video".

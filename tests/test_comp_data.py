@@ -185,12 +185,12 @@ def test_span_frames_sample_inside_the_span():
 
 
 def test_world_events_build_every_type_and_motion_tokens_carry_the_events():
-  from vidjax.data import moving_objects as mo
+  from vidjax.worlds import moving_objects as mo
   world = mo.make_moving_object_world(mo.MovingObjectWorldConfig(num_train_groups=12, num_eval_groups=4, num_events=4), 0)
-  videos = comp.events_from_world(world, "train")
+  videos = mo.comp_events(world, "train")
   assert len(videos) == 12 and all(len(v.events) == 4 and v.duration == 16.0 for v in videos)
   assert videos[0].events[1][:2] == (4.0, 8.0) and videos[0].events[1][2].startswith("The ")
-  rewriter = comp.TemplateRewriter(comp.WORLD_LEXICON, connectives=False)
+  rewriter = comp.TemplateRewriter(mo.COMP_LEXICON, connectives=False)
   triplets, counts = comp.build_comp(videos, split="train", rewriter=rewriter)
   assert all(counts[t] >= 10 for t in comp.TRAIN_TYPES) and sum(counts["dropped_validation"].values()) == 0
   by_video = {}
@@ -211,7 +211,7 @@ def test_world_events_build_every_type_and_motion_tokens_carry_the_events():
   replaced = [t for t in triplets if t.type == "action_replace"]
   for t in replaced:  # a direction of motion changed, nothing else
     diff = [(a, b) for a, b in zip(t.positive.split(), t.negative.split()) if a != b]
-    assert len(diff) == 1 and diff[0][0].rstrip(".") in comp.WORLD_LEXICON
+    assert len(diff) == 1 and diff[0][0].rstrip(".") in mo.COMP_LEXICON
   tokens = mo.motion_tokens(world, seed=0, noise=0.0)
   assert tokens.shape == (len(world.data.videos), 16, world.config.max_objects, world.config.dim)
   i = [v.video_id for v in world.data.videos].index(videos[0].video_id)

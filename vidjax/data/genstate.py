@@ -1,7 +1,7 @@
 """GenState-AI triplet benchmarks (../shared/papers/genstate_ai.txt §3-§5): metadata format, reader, pools.
 
 The GenState-AI clips are not released, so vidjax reads a small metadata file that a user writes for
-their own clips (and that `from_moving_object_world` builds for the embedded SYNTHETIC world). Format,
+their own clips (and that `vidjax.worlds.moving_objects.genstate_triplets` builds for the embedded SYNTHETIC world). Format,
 a JSON list with one object per query::
 
     [{"id": "q0001",                          # unique query id
@@ -107,21 +107,4 @@ def subsets(triplets: Sequence[Triplet]) -> dict[str, list[int]]:
   out: dict[str, list[int]] = {}
   for i, t in enumerate(triplets):
     out.setdefault(t.subset, []).append(i)
-  return out
-
-
-def from_moving_object_world(world, split: str = "test", subset_by: str = "objects") -> list[Triplet]:
-  """GenState triplets of the SYNTHETIC moving-object world (`vidjax.data.moving_objects`).
-
-  Each base video is a main clip; its temporal negative is the end-state variant (same objects, start
-  and first events; the last event ends elsewhere) and its semantic negative the substituted-object
-  variant. Subsets group queries by the number of objects in the scene ("2 objects", "3 objects"), or
-  all in one ("moving objects") with `subset_by="none"`.
-  """
-  text = {c.video_id: c.text for c in world.data.captions}
-  out = []
-  for vid in world.ids(split, kinds=("base",)):
-    group = world.group[vid]
-    subset = (f"{len(world.scenes[vid].objects)} objects" if subset_by == "objects" else "moving objects")
-    out.append(Triplet(group, text[vid], vid, group + "_end_state", group + "_semantic", subset))
   return out

@@ -11,7 +11,7 @@ import dataclasses
 
 import ml_collections
 
-from vidjax.data.synthetic import ProceduralWorldConfig
+from vidjax.worlds.procedural import ProceduralWorldConfig
 
 DATASETS = ("youcook2", "coin", "crosstask")
 METHODS = ("zero_shot", "late_fusion_heuristic", "late_fusion_learned", "early_fusion",

@@ -33,7 +33,7 @@ import dataclasses
 
 import ml_collections
 
-from vidjax.data.moving_objects import MovingObjectWorldConfig
+from vidjax.worlds.moving_objects import MovingObjectWorldConfig
 
 DATASETS = ("activitynet", "youcook2")
 METHODS = ("zero_shot", "contrastive", "negclip", "comploss", "comppretrain_comploss")

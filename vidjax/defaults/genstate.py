@@ -2,7 +2,7 @@
 
 GenState-AI (../shared/papers/genstate_ai.txt) is a benchmark, not a model: its protocol is §4.3 (R@1/5/10,
 Acc_temp, Acc_sem, Acc_tri, the relative-order histogram) over the candidate pools of §5.1. Its clips are
-not released, so the default run renders its own (`vidjax.data.rendered`, SYNTHETIC) and evaluates
+not released, so the default run renders its own (`vidjax.worlds.rendered`, SYNTHETIC) and evaluates
 
   * `zero_shot`: an order-blind dual encoder -- the frame mean of the backbone's patch tokens against the
     bag of the prompt's colour words (the stand-in space's counterpart of the moving-object world's
@@ -29,7 +29,7 @@ import dataclasses
 
 import ml_collections
 
-from vidjax.data.rendered import RenderedWorldConfig
+from vidjax.worlds.rendered import RenderedWorldConfig
 
 METHODS = ("zero_shot", "vidclip")
 METRICS = ("r1", "r5", "r10", "acc_temp", "acc_sem", "acc_tri")

@@ -3,7 +3,7 @@
 Zero-shot dual-encoder retrieval from a feature store (text and clip kinds, e.g. VideoPrism-LvT
 embeddings from configs/extract_videoprism.py), evaluated with the standard R@K protocol in both
 directions (`vidjax.data.retrieval`). With `data.features` empty the run uses the embedded SYNTHETIC
-moving-object world (`vidjax.data.moving_objects`) and labels every output synthetic.
+moving-object world (`vidjax.worlds.moving_objects`) and labels every output synthetic.
 """
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import dataclasses
 
 import ml_collections
 
-from vidjax.data.moving_objects import MovingObjectWorldConfig
+from vidjax.worlds.moving_objects import MovingObjectWorldConfig
 
 # dataset -> (reader protocol, evaluation split) of its standard text-to-video benchmark.
 DATASETS = {

@@ -4,7 +4,7 @@ CAST paper (../shared/papers/cast.txt): §2.2 benchmark protocol, §2.3 adapter,
 inference, §3.1 baselines and metrics, §3.3 ablations (Tables 4, 5, Figure 6), App. B settings.
 
 `run(config, workdir)`:
-  1. data: the embedded procedural world (`vidjax.data.synthetic`, when `config.data.annotations`
+  1. data: the embedded procedural world (`vidjax.worlds.procedural`, when `config.data.annotations`
      is empty) or real annotations + a feature store; or (`data.source = "tfds"`) a CVR dataset built
      by `vidjax.tfds.cvr.VidjaxCvr` with its embeddings, read through TFDS' data source;
   2. the CVR files by the paper's rules (`vidjax.data.cvr`): the 1-vs-9 evaluation benchmark, the
@@ -28,7 +28,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from vidjax import evaluate, io, losses, metrics, sharding
-from vidjax.data import cvr, synthetic
+from vidjax.data import cvr
+from vidjax.worlds import procedural
 from vidjax.data.annotations import read_annotations
 from vidjax.data.features import FeatureStore, write_arrays
 from vidjax.data.pipeline import FeatureTable
@@ -45,7 +46,7 @@ from vidjax.scorers import cast as cast_scorers
 def validate(config) -> None:
   common.check_choice(config, "dataset", DATASETS)
   common.check_choice(config, "data.identity_rule", cvr.IDENTITY_RULES)
-  common.check_choice(config, "data.world", tuple(synthetic.WORLDS))
+  common.check_choice(config, "data.world", tuple(procedural.WORLDS))
   if config.data.annotations and config.data.world != "first_order":
     common.bad_value("data.world", config.data.world, "'first_order' (the default) when data.annotations is set: "
                      "worlds are synthetic and replace the annotations")
@@ -147,7 +148,7 @@ def prepare_data(config, workdir: Path) -> CVRData:
   out = workdir / "cvr"
   writer = common.is_writer()  # one process writes shared files; the others wait, then read
   if not config.data.annotations:
-    world = synthetic.make_procedural_world(synthetic.world_config_from(config.world, config.data.world),
+    world = procedural.make_procedural_world(procedural.world_config_from(config.world, config.data.world),
                                             seed=config.seed)
     store_dir = workdir / "features"
     if writer:

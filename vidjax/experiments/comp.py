@@ -31,7 +31,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from vidjax import checkpoints, evaluate, io, losses, metrics, train
-from vidjax.data import comp, moving_objects, pipeline
+from vidjax.data import comp, pipeline
+from vidjax.worlds import moving_objects
 from vidjax.data.annotations import read_activitynet_captions, read_youcook2
 from vidjax.data.features import FeatureStore, MissingFeatureError
 from vidjax.defaults.comp import METHODS, METRICS
@@ -147,8 +148,8 @@ def _clips(videos: Sequence[comp.EventVideo], drop_global: bool, iou_threshold: 
 
 def world_data(config) -> CompData:
   world = moving_objects.make_moving_object_world(moving_objects.world_config_from(config.world), seed=config.seed)
-  rewriter = comp.TemplateRewriter(comp.WORLD_LEXICON, connectives=False)
-  splits = {s: comp.events_from_world(world, s) for s in ("train", "test")}
+  rewriter = comp.TemplateRewriter(moving_objects.COMP_LEXICON, connectives=False)
+  splits = {s: moving_objects.comp_events(world, s) for s in ("train", "test")}
   built = {s: comp.build_comp(v, split=s, seed=config.seed, drop_global=False, rewriter=rewriter,
                               iou_threshold=config.benchmark.iou_threshold, min_overlap=config.benchmark.min_overlap,
                               name="world-comp") for s, v in splits.items()}

@@ -1,7 +1,7 @@
 """GenState-AI: render a state-transition world, extract it, train an order-aware model, evaluate triplets.
 
 `run(config, workdir)`:
-  1. the rendered SYNTHETIC world (`vidjax.data.rendered`): every clip of the training and evaluation
+  1. the rendered SYNTHETIC world (`vidjax.worlds.rendered`): every clip of the training and evaluation
      queries written as `<workdir>/world/videos/<clip_id>.mp4` (resumable), and the evaluation queries as a
      GenState metadata file `<workdir>/world/genstate_test.json` (`vidjax.data.genstate` format);
   2. extraction through the real engine (`vidjax.extract.extract_videos`: decoding, padding of corrupt
@@ -29,7 +29,8 @@ import numpy as np
 from vidjax import evaluate
 from vidjax import extract as engine
 from vidjax import progress as progress_lib
-from vidjax.data import genstate, rendered
+from vidjax.data import genstate
+from vidjax.worlds import rendered
 from vidjax.data import video as video_lib
 from vidjax.data.features import FeatureStore
 from vidjax.defaults.genstate import METHODS, METRICS

@@ -1,7 +1,7 @@
 """GRDR: multi-view tokenizer + generative retriever (progressive co-training), trie recall, dense rerank.
 
 `run(config, workdir)`:
-  1. data: the embedded SYNTHETIC polysemous world (`vidjax.data.polysemous`; `config.data.features`
+  1. data: the embedded SYNTHETIC polysemous world (`vidjax.worlds.polysemous`; `config.data.features`
      must be empty: real feature stores are not wired for GRDR yet);
   2. query intents: each training video's queries are clustered by k-means into N_v intents (§3.2);
   3. training, Algorithm 1: for m = 1..M an alignment phase (L_CL + [m > 1] L_HC) and, after a
@@ -32,7 +32,7 @@ import numpy as np
 import optax
 
 from vidjax import evaluate, losses, metrics, ops, train
-from vidjax.data.polysemous import PolysemousWorld, PolysemousWorldConfig, make_polysemous_world
+from vidjax.worlds.polysemous import PolysemousWorld, PolysemousWorldConfig, make_polysemous_world
 from vidjax.experiments import common
 from vidjax.models.grdr import GRDR, RetrieverConfig, TokenizerConfig, match_views
 from vidjax.models.t5 import T5Config

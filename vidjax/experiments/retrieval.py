@@ -3,7 +3,7 @@
 `run(config, workdir)`:
   1. data: the dataset's annotations through its reader (`vidjax.data.annotations`) and a feature
      store, or, when `config.data.features` is empty, the embedded SYNTHETIC moving-object world
-     (`vidjax.data.moving_objects`), whose store (kinds `tokens`, `clip`, `text`) is written to
+     (`vidjax.worlds.moving_objects`), whose store (kinds `tokens`, `clip`, `text`) is written to
      `<workdir>/features` for the methods that build on it; or (`data.source = "tfds"`) one split of
      a built `vidjax.tfds.retrieval.VidjaxRetrieval` dataset with its embeddings;
   2. the benchmark by the standard protocol (`vidjax.data.retrieval`);
@@ -20,7 +20,8 @@ from pathlib import Path
 import numpy as np
 
 from vidjax import evaluate
-from vidjax.data import annotations, moving_objects
+from vidjax.data import annotations
+from vidjax.worlds import moving_objects
 from vidjax.data.features import FeatureStore, MissingFeatureError, write_arrays
 from vidjax.data.retrieval import PROTOCOLS, RetrievalBenchmark, build_benchmark
 from vidjax.defaults.retrieval import DATASETS

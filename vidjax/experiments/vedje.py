@@ -464,7 +464,7 @@ def cache_probe(params, cfg: V.VedjeConfig, cache_store: FeatureStore, kind: str
   Query-token embeddings are the reranker's text-only final hidden states (its text space); content
   tokens exclude [CLS]/[SEP]/[PAD] and the function words of the moving-object world / English.
   """
-  from vidjax.data.moving_objects import DIRECTIONS, FUNCTION_WORDS  # the probe's lexical classes
+  from vidjax.worlds.moving_objects import DIRECTIONS, FUNCTION_WORDS  # the probe's lexical classes
   reranker = V.JointReranker(cfg)
   p = {"params": params["reranker"]}
   n = min(limit, len(test.query_ids))

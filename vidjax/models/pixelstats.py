@@ -1,7 +1,7 @@
 """A STAND-IN frozen video backbone: patch tokens from pixel statistics, no learned weights.
 
 **This is not VideoPrism and not a learned model.** It exists so that the rendered GenState world
-(`vidjax.data.rendered`) runs through the real pipeline -- mp4 files, decoding, the extraction engine,
+(`vidjax.worlds.rendered`) runs through the real pipeline -- mp4 files, decoding, the extraction engine,
 a feature store, trained models -- on a fresh machine without downloading a checkpoint. Its features
 carry real signal about the rendered scenes (which colours are where, and how much), because those
 scenes are flat coloured shapes on a grey background; on natural video they mean little. With a real

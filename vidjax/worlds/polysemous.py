@@ -16,7 +16,7 @@ Splits: `train_fraction` of the videos are training videos with `train_queries` 
 intents); the rest are test videos with `test_queries` queries each, never seen in training (the
 inductive setting, §4.1). The full-corpus setting searches train + test videos with the test queries.
 
-Calibration (defaults; `python -m vidjax.data.polysemous` prints it): exact dense retrieval (cosine
+Calibration (defaults; `python -m vidjax.worlds.polysemous` prints it): exact dense retrieval (cosine
 of q with f_v) over the 1,000 test videos has R@1 0.44-0.45 (R@10 0.89-0.91, R@100 ~1.0, seeds
 0-2); over the full corpus of 10,000 R@1 0.18 and R@100 0.90-0.92. The note's prototype on the same
 world measured that one semantic ID per video recalls the target among 150 candidates for ~0.76 of

@@ -30,7 +30,7 @@ Every video belongs to a group of four (`KINDS`), each a real corpus video with 
   * `semantic`: one object substituted by another colour or shape at the same place doing the same
     (GenState's semantic negative).
 
-Calibration (defaults; `python -m vidjax.data.moving_objects`, tests/test_moving_objects.py): the
+Calibration (defaults; `python -m vidjax.worlds.moving_objects`, tests/test_moving_objects.py): the
 linear probe of `twin_probe_accuracy` (caption event clauses x per-slot late-minus-early patch tokens)
 tells the base from its time-reversed twin on held-out groups with 96.7-99.3% accuracy (defaults, seeds
 0-2), and the same probe on frame-mean tokens sits at exactly 50% (the twin's frame mean equals the
@@ -50,10 +50,11 @@ from typing import Sequence
 
 import numpy as np
 
+from vidjax.data import comp, genstate
 from vidjax.data.annotations.types import Caption, RetrievalData, RetrievalVideo
 from vidjax.ops import l2_normalize
 
-SYNTHETIC_NOTE = "SYNTHETIC moving-object world (vidjax.data.moving_objects): demonstrates mechanisms, not paper numbers"
+SYNTHETIC_NOTE = "SYNTHETIC moving-object world (vidjax.worlds.moving_objects): demonstrates mechanisms, not paper numbers"
 
 COLOURS = ("red", "blue", "green", "yellow", "purple", "orange")
 SHAPES = ("cube", "ball", "cone", "cylinder")
@@ -392,3 +393,43 @@ if __name__ == "__main__":  # pragma: no cover - a calibration aid
     w = make_moving_object_world(seed=s)
     print(f"seed {s}: {len(w.data.videos)} videos; twin probe ordered "
           f"{twin_probe_accuracy(w, 'ordered'):.3f}, frame-mean {twin_probe_accuracy(w, 'frame_mean'):.3f}")
+
+
+# ---------------------------------------------------------------------------------------------- the world in other
+# benchmarks' formats: VideoComp's densely captioned videos and GenState-AI's triplets
+
+
+# The moving-object world's action words are its directions of motion: action-replace makes an object
+# move another way (`TemplateRewriter(COMP_LEXICON, connectives=False)`).
+COMP_LEXICON = {d: tuple(x for x in ("left", "right", "up", "down") if x != d) for d in ("left", "right", "up", "down")}
+
+
+def comp_events(world, split: str) -> list[comp.EventVideo]:
+  """The moving-object world's base videos as densely captioned videos (SYNTHETIC): event i owns frames
+  [i·T/E, (i+1)·T/E) (one frame per second) and its sentence is "The <colour> <shape> moves <direction>"."""
+  frames = world.config.frames
+  out = []
+  for vid in world.ids(split, kinds=("base",)):
+    scene = world.scenes[vid]
+    span = frames // len(scene.events)
+    out.append(comp.EventVideo(vid, float(frames), tuple(
+        (float(i * span), float((i + 1) * span), f"The {' '.join(scene.objects[o])} moves {d}")
+        for i, (o, d, _) in enumerate(scene.events))))
+  return out
+
+
+def genstate_triplets(world, split: str = "test", subset_by: str = "objects") -> list[genstate.Triplet]:
+  """GenState triplets of the SYNTHETIC moving-object world (`vidjax.worlds.moving_objects`).
+
+  Each base video is a main clip; its temporal negative is the end-state variant (same objects, start
+  and first events; the last event ends elsewhere) and its semantic negative the substituted-object
+  variant. Subsets group queries by the number of objects in the scene ("2 objects", "3 objects"), or
+  all in one ("moving objects") with `subset_by="none"`.
+  """
+  text = {c.video_id: c.text for c in world.data.captions}
+  out = []
+  for vid in world.ids(split, kinds=("base",)):
+    group = world.group[vid]
+    subset = (f"{len(world.scenes[vid].objects)} objects" if subset_by == "objects" else "moving objects")
+    out.append(genstate.Triplet(group, text[vid], vid, group + "_end_state", group + "_semantic", subset))
+  return out

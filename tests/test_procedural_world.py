@@ -1,14 +1,14 @@
-"""The procedural worlds (vidjax/data/synthetic.py): the first-order world unchanged, the history world's
+"""The procedural worlds (vidjax/worlds/procedural.py): the first-order world unchanged, the history world's
 structure and calibration, and the control world."""
 import numpy as np
 import pytest
 
-from vidjax.data import synthetic
+from vidjax.worlds import procedural
 
 
 def test_first_order_world_is_unchanged():
   # Values recorded from the world before the history knobs existed: they must not move.
-  w = synthetic.make_procedural_world(synthetic.ProceduralWorldConfig(num_train_videos=20, num_eval_videos=5, dim=16))
+  w = procedural.make_procedural_world(procedural.ProceduralWorldConfig(num_train_videos=20, num_eval_videos=5, dim=16))
   assert len(w.clip_ids) == 162 and w.eval_videos[0].clips[1].text == "task 23 step 02"
   assert float(w.clip_emb.astype(np.float64).sum()) == pytest.approx(11.871614600324392, abs=1e-9)
   assert float(w.text_emb.astype(np.float64).sum()) == pytest.approx(13.587224904855248, abs=1e-9)
@@ -16,20 +16,20 @@ def test_first_order_world_is_unchanged():
 
 
 def test_world_presets_and_overrides():
-  cfg = synthetic.world_config_from({}, "history")
+  cfg = procedural.world_config_from({}, "history")
   assert cfg.num_objects == 6 and cfg.use_closeup and not cfg.carry_visible
-  assert synthetic.world_config_from({}, "history_control").carry_visible
+  assert procedural.world_config_from({}, "history_control").carry_visible
   # A value set away from the first-order default wins over the preset.
-  assert synthetic.world_config_from({"cutaway_prob": 0.1}, "history").cutaway_prob == 0.1
+  assert procedural.world_config_from({"cutaway_prob": 0.1}, "history").cutaway_prob == 0.1
   with pytest.raises(ValueError, match="unknown procedural world"):
-    synthetic.world_config_from({}, "second_order")
+    procedural.world_config_from({}, "second_order")
   with pytest.raises(ValueError, match="carry_visible needs carried objects"):
-    synthetic.ProceduralWorldConfig(carry_visible=True).validate()
+    procedural.ProceduralWorldConfig(carry_visible=True).validate()
 
 
 @pytest.fixture(scope="module")
 def history():
-  return synthetic.make_procedural_world(synthetic.world_config_from({}, "history"), seed=0)
+  return procedural.make_procedural_world(procedural.world_config_from({}, "history"), seed=0)
 
 
 def test_every_use_follows_its_prepare_at_the_recorded_gap(history):
@@ -53,7 +53,7 @@ def test_every_use_follows_its_prepare_at_the_recorded_gap(history):
 def test_history_world_calibration(history):
   """The issue's bounds on the 1-vs-9 benchmark: reuse queries 25-35%, text-only Acc <= 25, late
   fusion A + B <= 60, visual continuity B's Ident Acc about 75-85."""
-  report = synthetic.calibration(history, seed=0)
+  report = procedural.calibration(history, seed=0)
   assert 0.25 <= report["reuse_fraction"] <= 0.35, report["reuse_fraction"]
   assert report["A"]["acc"] <= 25
   assert report["A+B"]["acc"] <= 60
@@ -61,7 +61,7 @@ def test_history_world_calibration(history):
 
 
 def test_control_world_keeps_the_object_visible_before_its_use(history):
-  control = synthetic.make_procedural_world(synthetic.world_config_from({}, "history_control"), seed=0)
+  control = procedural.make_procedural_world(procedural.world_config_from({}, "history_control"), seed=0)
 
   def mean_similarity(world):  # the clip just before each use against its prepare clip
     index = {c: i for i, c in enumerate(world.clip_ids)}

@@ -47,7 +47,7 @@ import numpy as np
 from vidjax import io
 from vidjax.data import genstate
 
-SYNTHETIC_NOTE = ("SYNTHETIC rendered state-transition world (vidjax.data.rendered) through the STAND-IN pixel-statistics "
+SYNTHETIC_NOTE = ("SYNTHETIC rendered state-transition world (vidjax.worlds.rendered) through the STAND-IN pixel-statistics "
                   "backbone: demonstrates mechanisms, not paper numbers")
 # Well-separated hues (0, 33, 54, 129, 233, 274 degrees): each falls inside one bin of the stand-in's histogram.
 COLOURS = {"red": (220, 40, 40), "orange": (235, 140, 20), "yellow": (230, 210, 30), "green": (40, 170, 60),

@@ -23,7 +23,7 @@ away from z_{t-1}): exactly the CVR difficulty. Predicting z_t = z_{t-1} + d(q_t
 and the anchor state -- CAST's residual transition -- resolves both.
 
 Calibration (defaults; 1-vs-9 pools by the paper's rules with the task+step identity rule; seeds 0-2;
-re-check with `python -m vidjax.data.synthetic`): zero-shot Acc 15-16% (paper Table 2, CLIP rows: 14-25%)
+re-check with `python -m vidjax.worlds.procedural`): zero-shot Acc 15-16% (paper Table 2, CLIP rows: 14-25%)
 with State Acc 37-38%; late fusion A + B 56-57% Acc (the issue's bound: at most 60%); a *linear* ridge
 predictor of v_t from [q; v_{t-1}] already reaches about 75% with its C score alone and 68% inside the
 Full Ensemble, so a learned transition has a real but not free margin to earn; trained CAST with the
@@ -72,7 +72,7 @@ import numpy as np
 from vidjax.data.annotations.types import Clip, Video
 from vidjax.ops import l2_normalize
 
-SYNTHETIC_NOTE = "SYNTHETIC procedural world (vidjax.data.synthetic): demonstrates mechanisms, not paper numbers"
+SYNTHETIC_NOTE = "SYNTHETIC procedural world (vidjax.worlds.procedural): demonstrates mechanisms, not paper numbers"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,7 +140,7 @@ class ProceduralWorldConfig:
 
 # The worlds `--config.data.world` selects: field values on top of the first-order defaults. Values a
 # config sets away from the first-order defaults (e.g. --config.world.w_id=0.5) win over the preset.
-# "history": measured with `python -m vidjax.data.synthetic history` (see the module docstring).
+# "history": measured with `python -m vidjax.worlds.procedural history` (see the module docstring).
 HISTORY = dict(min_steps=3, max_steps=6, w_id=1.2, num_objects=6, min_objects=2, max_objects=3, object_spread=0.4,
                w_type=1.5, long_gap_prob=0.1, use_closeup=True, cutaway_prob=0.3, cutaway_scale=0.3)
 WORLDS = {
@@ -309,7 +309,7 @@ def calibration(world: ProceduralWorld, seed: int = 0) -> dict:
   return out
 
 
-if __name__ == "__main__":  # pragma: no cover - a calibration aid: python -m vidjax.data.synthetic [world]
+if __name__ == "__main__":  # pragma: no cover - a calibration aid: python -m vidjax.worlds.procedural [world]
   import sys
   name = sys.argv[1] if len(sys.argv) > 1 else "first_order"
   for seed in (0, 1, 2):
