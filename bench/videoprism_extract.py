@@ -31,7 +31,6 @@ import numpy as np
 
 from vidjax import extract as engine
 from vidjax.data import video
-from vidjax.experiments import extract as experiment
 from vidjax.models import videoprism as vp
 
 MP4 = REPO.parent / "shared" / "data" / "videoprism_assets" / "water_bottle_drumming.mp4"
@@ -70,10 +69,10 @@ def main(argv=None):
   args = p.parse_args(argv)
 
   model = vp.get_model(args.model, fprop_dtype=jnp.dtype(args.dtype))
-  variables = experiment.random_variables(model, seed=0)
+  variables = engine.random_variables(model, seed=0)
   mesh = engine.local_mesh()
   batch = -(-args.batch // mesh.devices.size) * mesh.devices.size
-  fn = experiment.make_video_fn(model, variables, mesh, ("clip", "clip_mean"))
+  fn = engine.make_video_fn(model, variables, mesh, ("clip", "clip_mean"))
   frames = jax.device_put(
       np.random.default_rng(0).uniform(size=(batch, args.frames, args.resolution, args.resolution, 3))
       .astype(np.float32), jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("data")))

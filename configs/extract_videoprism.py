@@ -20,15 +20,12 @@ demo mp4 at 36 px with the VideoPrism test SentencePiece model, in seconds on CP
 """
 from pathlib import Path
 
-from vidjax.defaults import extract
+from vidjax.defaults import common, extract
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 
 
 def get_config(arg: str | None = None):
-  config = extract.default_config()
-  if arg == "smoke":
-    config = extract.smoke(config, SHARED)
-  elif arg:
-    raise ValueError(f"configs/extract_videoprism.py: unknown argument {arg!r}; expected 'smoke' or nothing")
-  return config
+  """`arg`: None (the defaults) or "smoke" (a tiny random model on the real demo mp4)."""
+  return common.apply_variants(extract.default_config(), arg, {"smoke": lambda c: extract.smoke(c, SHARED)},
+                               "configs/extract_videoprism.py")

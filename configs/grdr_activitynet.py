@@ -1,16 +1,10 @@
-"""GRDR (../shared/papers/grdr.txt) for activitynet: multi-view semantic IDs, generative recall, dense rerank.
+"""GRDR (../shared/papers/grdr.txt) on activitynet: the paper's settings; vidjax/defaults/grdr.py has them and the variants.
 
-    python -m vidjax.main --config configs/grdr_activitynet.py --workdir /tmp/grdr_activitynet              # embedded SYNTHETIC world
-    python -m vidjax.main --config configs/grdr_activitynet.py:smoke --workdir /tmp/grdr_activitynet_smoke  # seconds (tests)
-
-The run uses the embedded SYNTHETIC polysemous world (vidjax.worlds.polysemous) and labels every output
-synthetic. Defaults and deviations: vidjax/defaults/grdr.py. results.json: per setting ("inductive",
-"full_corpus") methods dense / grdr / grdr_nv1 with t2v_r1/5/10, candidate_recall, num_candidates and
-latency_ms per stage; "codebook"; "index_bytes_per_video".
+    python -m vidjax.main --config configs/grdr_activitynet.py:world --workdir /tmp/grdr_activitynet   # embedded SYNTHETIC world
+    python -m vidjax.main --config configs/grdr_activitynet.py:smoke --workdir /tmp/grdr_smoke  # seconds (tests)
 """
 from vidjax.defaults import grdr
 
 
 def get_config(arg=None):
-  """`arg`: None (the defaults) or "smoke" (a tiny world, seconds on a CPU)."""
   return grdr.get_config("activitynet", arg)

@@ -44,27 +44,38 @@ def test_a_rerun_resumes_and_a_changed_config_is_refused(smoke_run):
   again = E.run(load_config(ROOT / "configs/comp_activitynet.py:smoke"), workdir)
   assert again["metrics"] == results["metrics"]
   config = load_config(ROOT / "configs/comp_activitynet.py:smoke")
-  config.world_finetune.lam = 1.0
-  with pytest.raises(ValueError, match="world_finetune.lam"):
+  config.finetune.lam = 1.0
+  with pytest.raises(ValueError, match="finetune.lam"):
     E.run(config, workdir)
 
 
 @pytest.mark.parametrize("key,value,match", [
-    ("world_finetune.hierarchy", ("temp_reorder", "bogus"), "world_finetune.hierarchy"),
-    ("world_finetune.levels", (1, 1), "world_finetune.levels"),
-    ("world_pretrain.stack", 3, "model.frames"),
-    ("world_model.init_temperature", 2.0, "init_temperature"),
+    ("finetune.hierarchy", ("temp_reorder", "bogus"), "finetune.hierarchy"),
+    ("finetune.levels", (1, 1), "finetune.levels"),
+    ("pretrain.stack", 3, "model.frames"),
+    ("model.init_temperature", 2.0, "init_temperature"),
     ("model.text_layers", 12, "model.text_layers"),
-    ("world_model.init", "lvt", "world_model.lvt_checkpoint"),
+    ("model.init", "lvt", "model.lvt_checkpoint"),
 ])
 def test_bad_config_values_get_one_clear_error(tmp_path, key, value, match):
   config = load_config(ROOT / "configs/comp_youcook2.py:smoke")
   section, field = key.split(".")
-  if key == "model.text_layers":
+  if key == "model.text_layers":  # the paper's config (MiniLM text tower) on a user's store
+    config = load_config(ROOT / "configs/comp_youcook2.py")
     config.data.features, config.data.annotations = str(tmp_path), "x.json"
   config[section][field] = value
   with pytest.raises(ValueError, match=match):
     E.run(config, tmp_path / "run")
+
+
+def test_the_world_variant_and_a_users_store_exclude_each_other(tmp_path):
+  paper = load_config(ROOT / "configs/comp_activitynet.py")
+  with pytest.raises(ValueError, match=r"configs/comp_activitynet.py:world"):
+    E.run(paper, tmp_path / "a")   # the paper's settings need data
+  world = load_config(ROOT / "configs/comp_activitynet.py:world")
+  world.data.features = str(tmp_path)
+  with pytest.raises(ValueError, match="drop :world"):
+    E.run(world, tmp_path / "b")
 
 
 def test_real_annotations_and_a_store_become_triplets_and_model_inputs(tmp_path):
@@ -111,7 +122,7 @@ def test_the_text_tower_can_start_from_a_videoprism_lvt_checkpoint(tmp_path):
   from vidjax.ops import flatten_dict
   from vidjax.tokenizers.sentencepiece import SentencePieceTokenizer
   spm = ROOT.parent / "shared" / "data" / "videoprism_assets" / "test_spm.model"
-  mc = load_config(ROOT / "configs/comp_activitynet.py:smoke").world_model
+  mc = load_config(ROOT / "configs/comp_activitynet.py:smoke").model
   lvt = videoprism.FactorizedVideoCLIP(patch_size=2, pos_emb_shape=(2, 2, 2), num_spatial_layers=1, num_temporal_layers=1,
                                        mlp_dim=8, num_auxiliary_layers=1, vocabulary_size=1000,
                                        num_unimodal_layers=mc.text_layers, model_dim=mc.text_hidden, num_heads=mc.text_heads)

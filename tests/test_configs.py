@@ -106,7 +106,8 @@ def test_grdr_configs_carry_paper_settings(dataset):
   c = load(f"grdr_{dataset}.py")
   views, codes = (1, 200) if dataset == "lsmdc" else (4, 128)  # GRDR §4.3
   assert (c.model.num_views, c.model.num_layers, c.model.num_codes) == (views, 3, codes)
-  assert (c.world_model.num_views, c.world_model.num_codes) == (views, codes)
+  w = load(f"grdr_{dataset}.py", "world")
+  assert (w.model.num_views, w.model.num_codes) == (views, codes)
   assert (c.model.t5.d_model, c.model.t5.encoder_layers, c.model.t5.decoder_layers) == (512, 6, 6)  # T5-Small
   assert (c.train.lr, c.train.batch_size) == (1e-4, 512)
   assert (c.train.first_align_epochs, c.train.align_epochs, c.train.cotrain_epochs) == (3, 1, 4)

@@ -34,7 +34,7 @@ def yc2(split):
 def _yc2_build(out_dir, seed=0):
   # Real validation split as the benchmark; a slice of the training split keeps the test fast.
   return cvr.build_cvr(yc2("train")[:120], yc2("val"), out_dir, seed=seed, embed_fn=fake_embed,
-                       **cvr.DATASET_RULES["youcook2"])
+                       **cvr.DATASET_RULES["youcook2"]).stats
 
 
 @pytest.fixture(scope="module")
@@ -291,7 +291,7 @@ def test_coin_real_subset_rules():
 def test_crosstask_build_from_fixture(tmp_path):
   videos = annotations.read_crosstask(CROSSTASK)
   stats = cvr.build_crosstask_cvr(videos, tmp_path, num_state=1, num_identity=1, pool_size=4,
-                                  heldout_fraction=0.25, seed=0)
+                                  heldout_fraction=0.25, seed=0).stats
   names = sorted(p.name for p in tmp_path.glob("*.json"))
   assert names == ["clips.json", "crosstask_test.json", "crosstask_train.json", "heldout.json",
                    "splits.json", "stats.json"]

@@ -236,9 +236,9 @@ def _smoke_config(**data):
 def videoprism_run(tmp_path_factory):
   tmp = tmp_path_factory.mktemp("vp")
   config = _smoke_config()
-  model, _, _ = experiment.load_model(config)
+  model, _, _ = engine.load_model(config)
   ckpt = tmp / "tiny.npz"
-  checkpoints.save_npz(experiment.random_variables(model, seed=3), ckpt)
+  checkpoints.save_npz(engine.random_variables(model, seed=3), ckpt)
   (tmp / "videos").mkdir()
   (tmp / "videos" / "corrupt.mp4").write_bytes(b"not a video" * 100)
   entries = [{"clip_id": "drum#000", "video": str(MP4), "start": 0.0, "end": 2.0, "text": "hit the bottle"},
@@ -328,7 +328,7 @@ def test_clip_lists_and_random_init(tmp_path):
   config = _smoke_config()
   clips, _, _ = experiment.build_clips(config.data)
   assert [c.clip_id for c in clips] == ["water_bottle_drumming"]
-  _, variables, meta = experiment.load_model(config)
+  _, variables, meta = engine.load_model(config)
   assert meta["random_init"] is True and meta["checkpoint_hash"] is None
   assert variables["params"]["vision_encoder"]["patch_projection"]["linear"]["kernel"].shape == (18 * 18 * 3, 32)
 

@@ -116,7 +116,7 @@ def test_bad_config_values_get_one_clear_error(tmp_path, key, value, match):
 
 def test_with_a_videoprism_checkpoint_the_clips_and_prompts_go_through_videoprism(tmp_path):
   from vidjax import checkpoints
-  from vidjax.experiments import extract as extract_experiment
+  from vidjax import extract as extract_experiment
   config = load_config(SMOKE)
   config.world.update(size=72, num_train=1, num_test=1, categories=("Actor",))  # 72 = 4 VideoPrism patches of 18
   assets = ROOT.parent / "shared" / "data" / "videoprism_assets"

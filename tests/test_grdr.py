@@ -11,6 +11,8 @@ import pytest
 from conftest import grdr_smoke_config
 from vidjax import losses
 from vidjax.experiments import grdr as G
+from vidjax.methods import grdr as GM
+from vidjax.worlds.polysemous import WorldQueries
 from vidjax.retrieval import Stack, Stage, GenerativeRecall, SemanticIdTrie, TwoStage, beam_search
 
 
@@ -57,7 +59,7 @@ def test_grdr_phase_loss_equals_numpy(align):
 
 def test_phases_follow_algorithm_1():
   t = ml_collections.ConfigDict(dict(first_align_epochs=3, align_epochs=1, cotrain_epochs=4))
-  assert G.phases(t, 3) == [(1, "align", 3), (1, "cotrain", 4), (2, "align", 1), (2, "cotrain", 4),
+  assert GM.phases(t, 3) == [(1, "align", 3), (1, "cotrain", 4), (2, "align", 1), (2, "cotrain", 4),
                             (3, "align", 1), (3, "cotrain", 4)]
 
 
@@ -72,15 +74,15 @@ def test_progressive_schedule_runs_every_phase_of_algorithm_1(tmp_path):
   assert sorted(p.name for p in (tmp_path / "models" / "p").iterdir()) == [
       "layer1_align", "layer1_cotrain", "layer2_align", "layer2_cotrain"]
   codes = np.asarray(model.apply({"params": params}, world.features[:20], method=model.video_codes))
-  assert codes.shape == (20, 2, 2) and codes.min() >= 0 and codes.max() < config.world_model.num_codes
+  assert codes.shape == (20, 2, 2) and codes.min() >= 0 and codes.max() < config.model.num_codes
   assert all(np.all(np.isfinite(x)) for x in jax.tree.leaves(params))
 
 
 def test_tokenizer_first_schedule_needs_views_in_the_query_space():
   config = grdr_smoke_config()
   assert config.train.schedule == "tokenizer_first"  # the default
-  config.world_model.latent_dim = 32
-  with pytest.raises(ValueError, match="world_model.latent_dim=32 .*query_dim=128"):
+  config.model.latent_dim = 32
+  with pytest.raises(ValueError, match="model.latent_dim=32 .*query_dim=128"):
     G.validate(config)
   config.train.schedule = "alternating"
   with pytest.raises(ValueError, match="train.schedule='alternating'"):
@@ -92,7 +94,7 @@ def test_phase_optimizer_freezes_the_other_codebooks(layer, align, trained):
   t = ml_collections.ConfigDict(dict(lr=0.1, weight_decay=0.5))
   params = {"tokenizer": {f"codebook_{l}": jnp.ones((2, 3)) for l in range(3)} | {"w": jnp.ones(3)},
             "log_tau_code": jnp.zeros(())}
-  opt = G.phase_optimizer(t, layer, align, 3)
+  opt = GM.phase_optimizer(t, layer, align, 3)
   grads = jax.tree.map(jnp.ones_like, params)
   updates, _ = opt.update(grads, opt.init(params), params)
   for l in range(3):
@@ -111,7 +113,7 @@ def test_query_intents_recover_each_videos_facets():
   w = make_polysemous_world(PolysemousWorldConfig(num_videos=200, query_noise=0.2, min_facets=2, max_facets=2), seed=3)
   rows = {v: i for i, v in enumerate(w.train)}
   video = np.asarray([rows[v] for v in w.train_query_video])
-  intent, valid = G.query_intents(w.train_queries, video, len(w.train), 2, seed=0)
+  intent, valid = GM.query_intents(w.train_queries, video, len(w.train), 2, seed=0)
   agree = []
   for v in range(len(w.train)):
     sel = video == v
@@ -195,13 +197,13 @@ def test_grdr_rerun_resumes_every_phase_to_the_same_results(smoke_run):
 def test_grdr_model_shapes_and_code_distribution():
   from vidjax.defaults import grdr as defaults
   c = defaults.get_config("msrvtt", "smoke")
-  model = G.build_model(c.world_model, 128)
+  model = GM.build_model(c.model, 128)
   rng = np.random.default_rng(0)
   f, q = jnp.asarray(rng.normal(size=(3, 128)), jnp.float32), jnp.asarray(rng.normal(size=(3, 128)), jnp.float32)
   params = model.init(jax.random.PRNGKey(0), f, q)["params"]
-  assert params["tokenizer"]["codebook_1"].shape == (16, c.world_model.latent_dim)
+  assert params["tokenizer"]["codebook_1"].shape == (16, c.model.latent_dim)
   mem = model.apply({"params": params}, q, method=G.GRDR.encode_query)
-  assert mem.shape == (3, c.world_model.query_tokens, c.world_model.t5.d_model)
+  assert mem.shape == (3, c.model.query_tokens, c.model.t5.d_model)
   logp = model.apply({"params": params}, mem, jnp.zeros((3, 5, 1), jnp.int32), method=G.GRDR.code_logp)
   assert logp.shape == (3, 5, 16)
   np.testing.assert_allclose(np.asarray(jax.nn.logsumexp(logp, -1)), 0.0, atol=1e-5)
@@ -209,18 +211,18 @@ def test_grdr_model_shapes_and_code_distribution():
   h2 = model.apply({"params": params}, mem, jnp.asarray([[4], [5], [6]]), method=G.GRDR.decode)
   np.testing.assert_allclose(h[:, 0], h2[:, 0], atol=1e-5)  # h_1 does not see c_1
   codes = model.apply({"params": params}, f, method=G.GRDR.video_codes)
-  assert codes.shape == (3, c.world_model.num_views, 2) and codes.dtype == jnp.int32
+  assert codes.shape == (3, c.model.num_views, 2) and codes.dtype == jnp.int32
 
 
 def test_pseudo_query_providers_plug_in_and_bad_ones_get_one_clear_error():
   config = grdr_smoke_config()
   world = G.world_of(config)
-  q, video = G.checked_queries(G.WorldQueries(world), world.train, 128)
+  q, video = GM.checked_queries(WorldQueries(world), world.train, 128)
   np.testing.assert_array_equal(q, world.train_queries)
   np.testing.assert_array_equal(world.train[video], world.train_query_video)  # positions name the right videos
   # A subset of the training videos keeps only their queries, positions relative to the subset.
   rows = world.train[::3]
-  q2, v2 = G.WorldQueries(world)(rows)
+  q2, v2 = WorldQueries(world)(rows)
   assert len(q2) == sum(int(v) in set(rows.tolist()) for v in world.train_query_video)
   np.testing.assert_array_equal(rows[v2], world.train_query_video[np.isin(world.train_query_video, rows)])
 
@@ -238,4 +240,4 @@ def test_pseudo_query_providers_plug_in_and_bad_ones_get_one_clear_error():
       (Bad(good, np.array([0, 1, len(world.train)])), f"query 2 names video position {len(world.train)}, outside"),
       (Bad(np.where(np.arange(3)[:, None] == 1, np.nan, good), np.zeros(3, int)), "query 1 is not finite")]:
     with pytest.raises(ValueError, match=message):
-      G.checked_queries(provider, world.train, 128)
+      GM.checked_queries(provider, world.train, 128)

@@ -19,15 +19,18 @@ ALLOWED = {
     "worlds": {"data", "ops", "io", "metrics"},     # the embedded SYNTHETIC worlds write what real data would
     "defaults": {"worlds", "ops"},  # only the numpy-level world configs; no jax (tests/test_configs.py)
     "checkpoints": {"ops", "io", "models", "tokenizers"},
-    "train": {"io", "sharding", "losses", "progress"},
+    "train": {"io", "sharding", "losses", "progress", "data"},  # data: the Grain index batches of fit_epochs
     "evaluate": {"metrics", "ops", "retrieval"},
-    "extract": {"data", "sharding", "progress"},
+    "extract": {"data", "sharding", "progress", "checkpoints", "models", "ops"},  # + the backbone it runs
     "scorers": {"evaluate", "metrics", "models", "ops", "defaults"},
-    "experiments": {"checkpoints", "data", "defaults", "evaluate", "extract", "io", "losses", "metrics",
+    # A method's library code: its model built from a config, its loss in the one loop, restore, index.
+    "methods": {"checkpoints", "data", "defaults", "evaluate", "extract", "io", "losses", "metrics", "models", "ops",
+                "retrieval", "scorers", "sharding", "tfds", "tokenizers", "train", "worlds"},
+    "experiments": {"checkpoints", "data", "defaults", "evaluate", "extract", "io", "losses", "metrics", "methods",
                     "models", "ops", "progress", "scorers", "sharding", "train", "retrieval", "tokenizers", "tfds", "worlds"},
     "tfds": {"data", "io", "checkpoints"},  # TFDS builders (the [tfds] extra) over the data layer
     "main": {"experiments", "sharding"},
-    "search": {"experiments"},
+    "search": {"methods"},
 }
 
 
@@ -73,3 +76,31 @@ def test_real_data_layer_imports_no_world():
   bad = [f"{p.relative_to(ROOT)} imports vidjax.worlds" for p in sorted((ROOT / "vidjax" / "data").rglob("*.py"))
          if "worlds" in set(_imports(p))]
   assert not bad, bad
+
+
+def _vidjax_modules(path: Path):
+  """Full dotted names of the vidjax modules `path` imports (`from vidjax.x import y` counts vidjax.x.y too)."""
+  for node in ast.walk(ast.parse(path.read_text())):
+    if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("vidjax"):
+      yield node.module
+      yield from (f"{node.module}.{a.name}" for a in node.names)
+    elif isinstance(node, ast.Import):
+      yield from (a.name for a in node.names if a.name.startswith("vidjax"))
+
+
+def test_experiments_import_no_other_experiment():
+  """An experiment holds one experiment: what another needs lives in the package (`vidjax/methods/`, ...). Only
+  `evaluate_all` reaches into the experiments (to train a missing run and to read finished runs' models)."""
+  experiments = ROOT / "vidjax" / "experiments"
+  names = {p.stem for p in experiments.glob("*.py")} - {"__init__", "common"}
+  bad = []
+  for path in sorted(experiments.glob("*.py")):
+    if path.stem == "evaluate_all":
+      continue
+    others = {m.split(".")[2] for m in _vidjax_modules(path) if m.startswith("vidjax.experiments.")} & names
+    bad += [f"experiments/{path.name} imports vidjax.experiments.{o}" for o in sorted(others - {path.stem})]
+  assert not bad, bad
+
+
+def test_search_imports_no_experiment():
+  assert not [m for m in _vidjax_modules(ROOT / "vidjax" / "search.py") if m.startswith("vidjax.experiments")]

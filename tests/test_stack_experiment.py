@@ -14,6 +14,7 @@ import pytest
 from vidjax import io, losses, metrics
 from vidjax.experiments import common
 from vidjax.experiments import stack as stack_experiment
+from vidjax.methods import stack as stack_method
 from vidjax.models.pair import PairReranker
 from vidjax import search
 
@@ -59,7 +60,7 @@ def test_results_contract_and_the_mechanism(run):
 def test_recall_row_equals_a_numpy_brute_force(run):
   """Cosine of every query text with every evaluation clip, the context clips dropped, top 10."""
   workdir, results = run
-  index = stack_experiment.StackIndex(workdir / "index")
+  index = stack_method.StackIndex(workdir / "index")
   records = io.read_json(workdir / "cvr" / "benchmark.json")
   vectors = np.asarray(index.vectors, np.float64)
   vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
@@ -85,7 +86,7 @@ def test_recall_row_equals_a_numpy_brute_force(run):
 
 def test_search_prints_ranked_results_and_json(run, capsys):
   workdir, _ = run
-  index = stack_experiment.StackIndex(workdir / "index")
+  index = stack_method.StackIndex(workdir / "index")
   caption, context = index.captions[1], index.ids[:1]
   assert search.main(["--index", str(workdir / "index"), caption, "--context", *context, "--k", "5"]) == 0
   text = capsys.readouterr().out
@@ -100,7 +101,7 @@ def test_search_prints_ranked_results_and_json(run, capsys):
 
 def test_search_as_a_module_end_to_end(run):
   workdir, _ = run
-  index = stack_experiment.StackIndex(workdir / "index")
+  index = stack_method.StackIndex(workdir / "index")
   proc = subprocess.run([sys.executable, "-m", "vidjax.search", "--index", str(workdir / "index"), index.captions[0],
                          "--context", index.ids[0], index.ids[1], "--json"], capture_output=True, text=True, timeout=300)
   assert proc.returncode == 0, proc.stderr[-3000:]
@@ -111,7 +112,7 @@ def test_search_as_a_module_end_to_end(run):
 def test_search_errors_are_one_clear_line(run, tmp_path, capsys):
   workdir, _ = run
   good = workdir / "index"
-  caption = stack_experiment.StackIndex(good).captions[0]
+  caption = stack_method.StackIndex(good).captions[0]
   other = tmp_path / "other"
   shutil.copytree(good, other)
   manifest = json.loads((other / "manifest.json").read_text())
@@ -146,7 +147,7 @@ def test_grdr_recall_stage_end_to_end(run, tmp_path, capsys):
   assert cr["cast"] <= cr["rerank"] <= cr["recall"] < 100
   manifest = json.loads((workdir / "index" / "manifest.json").read_text())
   assert manifest["recall"]["kind"] == "grdr"
-  index = stack_experiment.StackIndex(workdir / "index")
+  index = stack_method.StackIndex(workdir / "index")
   capsys.readouterr()  # the run's tables
   assert search.main(["--index", str(workdir / "index"), index.captions[0], "--json"]) == 0
   out = json.loads(capsys.readouterr().out)
@@ -215,7 +216,7 @@ def test_real_youcook2_annotations_with_a_store(tmp_path):
   val = [v for v in keep if v.split == "val"]
   assert results["corpus"]["clips"] == sum(len(v.clips) for v in val) and results["synthetic"] is True
   assert list(results["metrics"]) == ["recall", "recall_rerank", "full_stack"]
-  corpus = stack_experiment.Corpus(val)
+  corpus = stack_method.Corpus(val)
   assert len(set(corpus.label)) == len({v.task for v in val})  # no step labels: the recipe is the label
   manifest = json.loads((tmp_path / "run" / "index" / "manifest.json").read_text())
   assert manifest["backbone"] == "random-test-features" and manifest["dataset"] == "youcook2"

@@ -186,6 +186,6 @@ def test_the_reranker_is_evaluated_on_a_comp_benchmark_through_the_common_evalua
 def test_candidates_that_do_not_fit_the_batch_are_a_config_error():
   config = load_config(ROOT / "configs/vedje_msrvtt.py:smoke")
   with config.unlocked():
-    config.world_train.in_batch_negatives = config.world_train.batch_size - config.world_train.hard_negatives
-  with pytest.raises(ValueError, match="world_train.in_batch_negatives=.* is invalid"):
+    config.train.in_batch_negatives = config.train.batch_size - config.train.hard_negatives
+  with pytest.raises(ValueError, match="train.in_batch_negatives=.* is invalid"):
     E.validate(config)

@@ -2,7 +2,7 @@
 
     python -m vidjax.search --index DIR "a query" [--context CLIP_ID ...] [--k 10] [--json]
 
-DIR is `<workdir>/index` of a `configs/stack_<dataset>.py` run (`vidjax.experiments.stack.write_index`): the
+DIR is `<workdir>/index` of a `configs/stack_<dataset>.py` run (`vidjax.methods.stack.write_index`): the
 corpus, the query encoder and the stages named in its manifest. The query goes through recall -> rerank, and
 through CAST consistency when `--context` names the clips the user has already seen (oldest first; they are
 never returned). Prints the ranked clips with each stage's score and the time each stage took, or one JSON
@@ -15,7 +15,7 @@ import argparse
 import json
 import sys
 
-from vidjax.experiments.stack import StackIndex
+from vidjax.methods.stack import StackIndex
 
 
 def parse(argv=None) -> argparse.Namespace:

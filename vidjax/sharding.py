@@ -172,3 +172,30 @@ def abstract_replicated(tree: Any, mesh: Mesh) -> Any:
   """`jax.ShapeDtypeStruct`s with replicated shardings matching `tree` (for checkpoint restore)."""
   sharding = replicated(mesh)
   return jax.tree.map(lambda x: jax.ShapeDtypeStruct(np.shape(x), x.dtype, sharding=sharding), tree)
+
+
+# ----------------------------------------------------------------------------------------------
+# Files every process needs: process 0 writes, the others wait and read.
+
+
+def is_writer() -> bool:
+  """Whether this process writes shared files (process 0; the others wait at a `barrier`)."""
+  return jax.process_index() == 0
+
+
+def barrier(name: str) -> None:
+  """Waits for every process (no-op on one host)."""
+  if jax.process_count() > 1:
+    from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+    multihost_utils.sync_global_devices(name)
+
+
+def shared(name: str, make, write, read):
+  """A file every process needs: process 0 makes it and writes it (`write(made)`), the others wait at the barrier
+  `name` and `read()` it. Process 0 returns what it made (no round trip through the file)."""
+  value = None
+  if is_writer():
+    value = make()
+    write(value)
+  barrier(name)
+  return value if is_writer() else read()

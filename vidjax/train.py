@@ -13,13 +13,11 @@ and gets back the trained state and the logged history:
   state, history = fit(init_fn=init_fn, loss_fn=loss_fn, optimizer=adamw(1e-4, 1e-3),
                        dataset=dataset, num_steps=5000, workdir=workdir, seed=0)
 
-A method with non-gradient state (GRDR's codebook usage counts, k-means-initialized codebooks)
-passes `stateful=True`: `init_fn(rng) -> (params, model_state)` and
-`loss_fn(params, model_state, batch, rng) -> (loss, (aux, new_model_state))`; the new state is
-kept in `TrainState.model_state`, checkpointed and resumed with the params.
+Most methods train by epochs over an index range: `fit_epochs(...)` turns a `tcfg` section (epochs,
+batch_size, lr, weight_decay, checkpoint_every, log_every, progress) into steps, index batches and `fit`.
 
 What the loop does (ARCHITECTURE.md, "train.py"; STYLE.md items 3, 8-10):
-- The train state is a small pytree (`TrainState`: step, params, opt_state, model_state). The optimizer is not
+- The train state is a small pytree (`TrainState`: step, params, opt_state). The optimizer is not
   stored in it; it is closed over by `make_train_step`, so the state is pure data that orbax saves.
 - `make_train_step(loss_fn, optimizer)` builds the pure `train_step(state, batch, rng)`; `fit` jits
   it once with `donate_argnums=0` and explicit shardings from a `('data',)` mesh (batch split along
@@ -70,6 +68,7 @@ import orbax.checkpoint as ocp
 from vidjax import io
 from vidjax import progress as progress_lib
 from vidjax import sharding as sharding_lib
+from vidjax.data import pipeline
 
 LossFn = Callable[[Any, Any, jax.Array], tuple[jax.Array, Mapping[str, jax.Array]]]
 EvalFn = Callable[[Any, int], Mapping[str, Any]]
@@ -86,14 +85,10 @@ class TrainState:
     step: int32 scalar, the number of optimizer updates applied so far.
     params: the model parameters (a pytree, usually Flax's nested dict).
     opt_state: the optimizer state for `params`.
-    model_state: non-gradient state a stateful `loss_fn` updates (codebook usage counts, EMA
-      statistics, k-means-initialized codebooks, ...); an empty dict for plain losses. It is
-      checkpointed and restored with the rest.
   """
   step: jax.Array
   params: Any
   opt_state: Any
-  model_state: Any = flax.struct.field(default_factory=dict)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -207,26 +202,19 @@ def _iterate(dataset: Any) -> Iterator[Any]:
 
 
 def init_state(init_fn: Callable[[jax.Array], Any], optimizer: optax.GradientTransformation,
-               rng: jax.Array, stateful: bool = False) -> TrainState:
-  """Builds the initial `TrainState` (step 0). Pure: jit it to create it sharded.
-
-  `init_fn(rng)` returns the params, or `(params, model_state)` when `stateful`.
-  """
-  params, model_state = init_fn(rng) if stateful else (init_fn(rng), {})
-  return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=optimizer.init(params),
-                    model_state=model_state)
+               rng: jax.Array) -> TrainState:
+  """Builds the initial `TrainState` (step 0) from `init_fn(rng) -> params`. Pure: jit it to create it sharded."""
+  params = init_fn(rng)
+  return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=optimizer.init(params))
 
 
-def make_train_step(loss_fn: LossFn, optimizer: optax.GradientTransformation, stateful: bool = False):
+def make_train_step(loss_fn: LossFn, optimizer: optax.GradientTransformation):
   """Builds the pure `train_step(state, batch, rng) -> (state, metrics)` for one loss.
 
   Args:
     loss_fn: `loss_fn(params, batch, rng) -> (loss, aux)` with a scalar `loss` and `aux` a dict
-      of scalar metrics (must not use the names 'loss' or 'grad_norm'). When `stateful`:
-      `loss_fn(params, model_state, batch, rng) -> (loss, (aux, new_model_state))`; no gradient
-      flows through `model_state`, and the new one replaces it in the state.
+      of scalar metrics (must not use the names 'loss' or 'grad_norm').
     optimizer: the optax transformation applied to the gradients.
-    stateful: whether `loss_fn` reads and updates `state.model_state`.
 
   Returns:
     `train_step(state, batch, rng)`: `batch` is a pytree of `[B, ...]` arrays; `rng` is the run's
@@ -236,13 +224,7 @@ def make_train_step(loss_fn: LossFn, optimizer: optax.GradientTransformation, st
 
   def train_step(state: TrainState, batch: Any, rng: jax.Array):
     step_rng = jax.random.fold_in(rng, state.step)
-    if stateful:
-      frozen = jax.lax.stop_gradient(state.model_state)
-      (loss, (aux, model_state)), grads = jax.value_and_grad(
-          lambda p: loss_fn(p, frozen, batch, step_rng), has_aux=True)(state.params)
-    else:
-      (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, batch, step_rng)
-      model_state = state.model_state
+    (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params, batch, step_rng)
     clash = set(aux) & set(CHECKED_METRICS)
     if clash:
       raise ValueError(f"loss_fn aux metrics must not be named {sorted(clash)}; the train step "
@@ -256,8 +238,7 @@ def make_train_step(loss_fn: LossFn, optimizer: optax.GradientTransformation, st
     metrics = {name: jnp.asarray(v, jnp.float32) for name, v in aux.items()}
     metrics["loss"] = jnp.asarray(loss, jnp.float32)
     metrics["grad_norm"] = optax.tree.norm(grads).astype(jnp.float32)
-    return state.replace(step=state.step + 1, params=params, opt_state=opt_state,
-                         model_state=model_state), metrics
+    return state.replace(step=state.step + 1, params=params, opt_state=opt_state), metrics
 
   return train_step
 
@@ -349,14 +330,12 @@ def fit(*, init_fn: Callable[[jax.Array], Any], loss_fn: LossFn,
         workdir: str | Path, seed: int = 0, mesh: jax.sharding.Mesh | None = None,
         checkpoint_every: int = 1000, log_every: int = 50, max_to_keep: int = 2,
         eval_fn: EvalFn | None = None, eval_every: int | None = None, progress: bool = True,
-        description: str = "train", stateful: bool = False) -> tuple[TrainState, list[dict[str, Any]]]:
+        description: str = "train") -> tuple[TrainState, list[dict[str, Any]]]:
   """Trains for `num_steps` optimizer steps, resuming from `<workdir>/checkpoints` if present.
 
   Args:
-    init_fn: `init_fn(rng) -> params` (`-> (params, model_state)` when `stateful`).
-    loss_fn: `loss_fn(params, batch, rng) -> (loss, aux_metrics)`, or when `stateful`
-      `loss_fn(params, model_state, batch, rng) -> (loss, (aux_metrics, model_state))`; see
-      `make_train_step`.
+    init_fn: `init_fn(rng) -> params`.
+    loss_fn: `loss_fn(params, batch, rng) -> (loss, aux_metrics)`; see `make_train_step`.
     optimizer: an optax transformation (e.g. `adamw(...)`, or a `multi_transform`).
     dataset: a Grain `IterDataset` (or `MapDataset`) whose items are batches, i.e. dicts of
       `[B_local, ...]` numpy arrays for this process; usually
@@ -375,7 +354,6 @@ def fit(*, init_fn: Callable[[jax.Array], Any], loss_fn: LossFn,
     eval_every: call `eval_fn` every this many steps and at the last step.
     progress: report progress (process 0 only; `vidjax.progress.bar`).
     description: label of the bar and of error messages.
-    stateful: `loss_fn` reads and updates `state.model_state` (see `make_train_step`).
 
   Returns:
     `(state, history)`: the final `TrainState` and every logged record
@@ -399,8 +377,8 @@ def fit(*, init_fn: Callable[[jax.Array], Any], loss_fn: LossFn,
 
   init_rng, step_rng = jax.random.split(jax.random.PRNGKey(seed))
   # The user's functions are closed over here, once per call (never static jit arguments).
-  make_state = functools.partial(init_state, init_fn, optimizer, stateful=stateful)
-  train_step = jit_train_step(make_train_step(loss_fn, optimizer, stateful), mesh)
+  make_state = functools.partial(init_state, init_fn, optimizer)
+  train_step = jit_train_step(make_train_step(loss_fn, optimizer), mesh)
   data_iter = _iterate(dataset)
   manager = _checkpoint_manager(workdir, max_to_keep)
   writer = None
@@ -486,3 +464,45 @@ def fit(*, init_fn: Callable[[jax.Array], Any], loss_fn: LossFn,
       pbar.close()
     if writer is not None:
       writer.close()
+
+
+def fit_epochs(*, name: str, init_fn: Callable[[jax.Array], Any], loss_fn: LossFn, num_examples: int,
+               batch_fn: Callable[[np.ndarray], Any], tcfg, seed: int, workdir: str | Path,
+               mesh: jax.sharding.Mesh | None = None, optimizer: optax.GradientTransformation | None = None,
+               description: str = "") -> TrainState:
+  """Trains `tcfg.epochs` epochs of `num_examples // tcfg.batch_size` steps with `fit`.
+
+  Batches come from `pipeline.make_index_batches(num_examples, batch_size, seed, batch_fn)`; the
+  optimizer defaults to AdamW with `tcfg.lr` and `tcfg.weight_decay`. Resumes from `workdir`.
+  `tcfg` also gives `checkpoint_every`, `log_every` and `progress`.
+
+  Returns:
+    the final `TrainState` (device arrays; fetch what you need, e.g. `jax.device_get(state.params)`).
+  """
+  steps_per_epoch = num_examples // tcfg.batch_size
+  if steps_per_epoch < 1:
+    raise ValueError(f"{name}: the training set has {num_examples} examples, fewer than "
+                     f"train.batch_size={tcfg.batch_size}")
+  num_steps = steps_per_epoch * tcfg.epochs
+  state, _ = fit(
+      init_fn=init_fn, loss_fn=loss_fn,
+      optimizer=optimizer if optimizer is not None else adamw(tcfg.lr, tcfg.weight_decay),
+      dataset=pipeline.loader(pipeline.make_index_batches(num_examples, tcfg.batch_size, seed, batch_fn)),
+      num_steps=num_steps, workdir=workdir, seed=seed, mesh=mesh,
+      checkpoint_every=tcfg.checkpoint_every, log_every=min(tcfg.log_every, num_steps),
+      progress=tcfg.progress, description=description or name)
+  return state
+
+
+def load_params(workdir: str | Path) -> Any:
+  """The params of the latest checkpoint in `<workdir>/checkpoints` (host arrays), without the optimizer
+  state or the data iterator: how a finished run's model is read back for evaluation."""
+  directory = (Path(workdir) / "checkpoints").absolute()
+  if not directory.is_dir():
+    raise FileNotFoundError(f"{workdir}: no checkpoints/ (the model was never trained there)")
+  with ocp.CheckpointManager(directory, options=ocp.CheckpointManagerOptions(read_only=True)) as manager:
+    step = manager.latest_step()
+    if step is None:
+      raise FileNotFoundError(f"{directory}: no finished checkpoint")
+    restored = manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore()))
+  return jax.device_get(restored.state["params"])

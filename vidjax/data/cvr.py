@@ -92,7 +92,7 @@ import dataclasses
 import os
 import zlib
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
@@ -466,12 +466,20 @@ def _clip_table(videos: Sequence[Video]) -> dict:
           for v in videos for c in v.clips}
 
 
+class CVRFiles(NamedTuple):
+  """What `build_cvr` wrote: the benchmark records, the held-out pools, the training instances and the statistics."""
+  benchmark: list[dict]
+  heldout: list[dict]
+  train: list[dict]
+  stats: dict
+
+
 def build_cvr(videos_train: Sequence[Video], videos_eval: Sequence[Video], out_dir: str | os.PathLike, *,
               identity_rule: str, embed_fn: EmbedFn | None = None, easy_rule: str | None = None,
               task_fallback: bool = True, context_len: int = 5, num_state: int = 3, num_identity: int = 3,
               pool_size: int = 10, caption_topk: int = 3, heldout_fraction: float = 0.1, seed: int = 0,
               train_name: str = "train.json", eval_name: str = "benchmark.json",
-              verbose: bool = False) -> dict:
+              verbose: bool = False) -> CVRFiles:
   """Builds and writes the CVR benchmark, held-out pools and training instances (Table 8).
 
   Args:
@@ -485,7 +493,7 @@ def build_cvr(videos_train: Sequence[Video], videos_eval: Sequence[Video], out_d
     verbose: print the statistics table.
 
   Returns:
-    The statistics also written to `<out_dir>/stats.json`.
+    `CVRFiles`: the records written, and the statistics also written to `<out_dir>/stats.json`.
   """
   overlap = {v.video_id for v in videos_train} & {v.video_id for v in videos_eval}
   if overlap:
@@ -513,11 +521,19 @@ def build_cvr(videos_train: Sequence[Video], videos_eval: Sequence[Video], out_d
   io.atomic_write_json(out / "stats.json", stats)
   if verbose:
     print(format_stats(stats))
-  return stats
+  return CVRFiles(benchmark, heldout, train, stats)
+
+
+def read_cvr(out_dir: str | os.PathLike, dataset: str) -> CVRFiles:
+  """The CVR files `build_dataset_cvr` wrote for `dataset` in `out_dir`, read back."""
+  out = Path(out_dir)
+  eval_name, train_name = file_names(dataset)
+  return CVRFiles(io.read_json(out / eval_name), io.read_json(out / "heldout.json"), io.read_json(out / train_name),
+                  io.read_json(out / "stats.json"))
 
 
 def build_crosstask_cvr(videos: Sequence[Video], out_dir: str | os.PathLike, *, split_seed: int = 42,
-                        test_fraction: float = 0.2, **kwargs) -> dict:
+                        test_fraction: float = 0.2, **kwargs) -> CVRFiles:
   """CrossTask variant (App. B): 80/20 video-disjoint split with seed 42, then `build_cvr`.
 
   Writes `crosstask_train.json` (training instances) and `crosstask_test.json` (the benchmark)
@@ -581,13 +597,13 @@ def file_names(dataset: str) -> tuple[str, str]:
 
 def build_dataset_cvr(dataset: str, videos: Sequence[Video], out_dir: str | os.PathLike, *, source: str = "",
                       train_split: str = "train", eval_split: str = "val", crosstask_split_seed: int = 42,
-                      crosstask_test_fraction: float = 0.2, **rules) -> dict:
+                      crosstask_test_fraction: float = 0.2, **rules) -> CVRFiles:
   """The paper's CVR files for one annotated dataset: its own split rule, then `build_cvr`.
 
   CrossTask is split 80/20 by video with seed 42 (App. B, `build_crosstask_cvr`); YouCook2 and COIN
   use the annotation splits `train_split` (training + held-out) and `eval_split` (the benchmark).
   `rules` are `build_cvr`'s mining arguments over `DATASET_RULES[dataset]`; `source` names the
-  annotation file in errors. Returns the statistics.
+  annotation file in errors. Returns the `CVRFiles` written.
   """
   if dataset not in DATASET_RULES:
     raise ValueError(f"unknown CVR dataset {dataset!r}; expected one of {sorted(DATASET_RULES)}")

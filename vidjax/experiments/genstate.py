@@ -35,12 +35,11 @@ from vidjax.data import video as video_lib
 from vidjax.data.features import FeatureStore
 from vidjax.defaults.genstate import METHODS, METRICS
 from vidjax.experiments import common
-from vidjax.experiments import comp as comp_experiment
-from vidjax.experiments import extract as extract_experiment
+from vidjax.methods import vidclip
 from vidjax.models import pixelstats
 
-RESUMABLE_CHANGES = ("eval.chunk", "train.progress", "train.log_every", "progress", "extract.batch_size",
-                     "extract.decode_workers", "extract.text_batch_size")
+# Besides `common.is_resumable`'s rule: the extraction's batching does not change the features it writes.
+RESUMABLE = ("extract.batch_size", "extract.decode_workers", "extract.text_batch_size")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -61,7 +60,7 @@ def validate(config) -> None:
   common.check_positive_int(config, [f"model.{k}" for k in (
       "frames", "width", "pool_queries", "pool_heads", "pool_mlp", "embed_dim", "text_hidden", "text_layers",
       "text_heads", "text_mlp", "max_text_len")])
-  comp_experiment.check_text_tower(config, "model")
+  vidclip.check_text_tower(config, "model")
   common.check_choice(config, "model.frame_input", ("frame", "patches"))
   common.compute_dtype(config, "model.dtype")
   common.check_fraction(config, "model.init_temperature")
@@ -105,8 +104,8 @@ def render_clips(world: rendered.RenderedWorld, progress: bool) -> int:
 def extract(config, world: rendered.RenderedWorld, store_root: Path, prompts: Mapping[str, str]):
   """Clip features (`clip_mean`, `tokens`, and VideoPrism's `clip`) and, with VideoPrism, the `prompts`
   ({text id: prompt}) through its text tower."""
-  model, variables, meta = extract_experiment.load_model(config.extract)
-  lvt = extract_experiment.is_lvt(model)
+  model, variables, meta = engine.load_model(config.extract)
+  lvt = engine.is_lvt(model)
   kinds = (["clip"] if lvt else []) + ["clip_mean", "tokens"]
   wc = world.config
   store = engine.open_store(store_root, {**meta, "num_frames": wc.frames, "resolution": wc.size, "aspect": "squash",
@@ -114,7 +113,7 @@ def extract(config, world: rendered.RenderedWorld, store_root: Path, prompts: Ma
                                          "dataset": "rendered_genstate (SYNTHETIC)"})
   mesh = engine.local_mesh()
   clips = [engine.VideoSegment(c.clip_id, str(world.path(c.clip_id))) for c in world.all_clips()]
-  stats = engine.extract_videos(store, clips, extract_experiment.make_video_fn(model, variables, mesh, kinds),
+  stats = engine.extract_videos(store, clips, engine.make_video_fn(model, variables, mesh, kinds),
                                 num_frames=wc.frames, resolution=wc.size, batch_size=config.extract.batch_size,
                                 kinds=kinds, mesh=mesh, dtype=config.extract.store_dtype,
                                 decode_workers=config.extract.decode_workers, progress=config.progress)
@@ -123,7 +122,7 @@ def extract(config, world: rendered.RenderedWorld, store_root: Path, prompts: Ma
     if not config.extract.model.spm_path:
       common.bad_value("extract.model.spm_path", "", "the LvT SentencePiece model (the prompts go through its text tower)")
     tok = SentencePieceTokenizer(config.extract.model.spm_path)
-    engine.extract_texts(store, dict(prompts), extract_experiment.make_text_fn(model, variables, tok, mesh),
+    engine.extract_texts(store, dict(prompts), engine.make_text_fn(model, variables, tok, mesh),
                          batch_size=config.extract.text_batch_size, dtype=config.extract.store_dtype,
                          progress=config.progress)
   report = engine.finalize(store)
@@ -160,9 +159,7 @@ def evaluate_method(scorer, inputs, chunk: int) -> tuple[dict, dict]:
 
 def plot_order_histogram(by_method: Mapping[str, Mapping[str, Mapping[str, int]]], path: Path, synthetic: bool) -> Path:
   """Figures 3-4: per panel (all queries, then each subset) the share of queries in each ordering, per method."""
-  import matplotlib  # pylint: disable=g-import-not-at-top
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  plt = common.pyplot()
   from vidjax import metrics  # pylint: disable=g-import-not-at-top
 
   panels = list(next(iter(by_method.values())))
@@ -190,11 +187,10 @@ def _write(config, workdir: Path, metrics_by_method: dict, subsets: dict, synthe
   printed = [evaluate.format_table(table, f"GenState triplets on {where} (Table 3 shape; %)", synthetic, list(METRICS))]
   hists = {m: {subset: by[m]["order_histogram"] for subset, by in rows.items()} for m in metrics_by_method}
   plot_order_histogram(hists, workdir / "order_histogram.png", synthetic)
-  results = {"experiment": "genstate", "dataset": "rendered" if synthetic else str(config.data.metadata),
-             "synthetic": synthetic, "note": rendered.SYNTHETIC_NOTE if synthetic else "",
-             "metrics": metrics_by_method, "subsets": subsets, **extra}
-  if common.is_writer():
-    common.write_results(workdir, results, printed)
+  results = common.results_dict(config, dataset="rendered" if synthetic else str(config.data.metadata),
+                                synthetic=synthetic, metrics=metrics_by_method,
+                                note=rendered.SYNTHETIC_NOTE if synthetic else "", subsets=subsets, **extra)
+  common.write_results(workdir, results, printed)
   return results
 
 
@@ -287,18 +283,18 @@ def trained(config, workdir: Path) -> Trained:
 
   # VidCLIP on the training queries' clips: positive = the clip's own prompt, negatives = its triplet's other prompts.
   mc, tc = config.model, config.train
-  model, tokenizer, fresh = comp_experiment.vidclip_setup(mc, feats.tokens.shape[-1], feats.tokens.shape[-2])
-  texts = comp_experiment.TextTable()
+  model, tokenizer, fresh = vidclip.vidclip_setup(mc, feats.tokens.shape[-1], feats.tokens.shape[-2])
+  texts = vidclip.TextTable()
   frame_rows = np.round(np.linspace(0, world.config.frames - 1, mc.frames)).astype(np.int64)
   train_clips = world.clips["train"]
   prompts = [texts(c.prompt) for c in train_clips]
   negatives = [[prompts[3 * (i // 3) + j] for j in range(3) if j != i % 3] for i in range(len(train_clips))]
-  ex = comp_experiment.Examples(np.array([[feats.row[c.clip_id]] * mc.frames for c in train_clips]),
+  ex = vidclip.Examples(np.array([[feats.row[c.clip_id]] * mc.frames for c in train_clips]),
                                 np.tile(frame_rows, (len(train_clips), 1)), np.array(prompts), np.array(negatives))
   tokens = texts.tokens(tokenizer, mc.max_text_len)
-  params = comp_experiment.train_model("vidclip", model, fresh, ex, feats, tokens, tc, tc.mode, config.seed, workdir,
+  params = vidclip.train_model("vidclip", model, fresh, ex, feats, tokens, tc, tc.mode, config.seed, workdir,
                                        group=tc.group)
-  enc = comp_experiment.Encoder(model, feats, config.eval.chunk)
+  enc = vidclip.Encoder(model, feats, config.eval.chunk)
 
   def vidclip_videos(vs):
     return enc.videos(params, np.array([[feats.row[v]] * mc.frames for v in vs]), np.tile(frame_rows, (len(vs), 1)))
@@ -331,7 +327,7 @@ def suite(config, workdir: str | Path) -> tuple[list[evaluate.Model], list[evalu
 
 
 def run(config, workdir: str | Path) -> dict:
-  workdir = common.start_run(config, workdir, validate, RESUMABLE_CHANGES)
+  workdir = common.start_run(config, workdir, validate, RESUMABLE)
   if config.data.metadata:
     return run_user_benchmark(config, workdir)
   t = trained(config, workdir)

@@ -13,21 +13,19 @@
 """
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
 import numpy as np
 
 from vidjax import evaluate
-from vidjax.data import annotations
 from vidjax.worlds import moving_objects
-from vidjax.data.features import FeatureStore, MissingFeatureError, write_arrays
-from vidjax.data.retrieval import PROTOCOLS, RetrievalBenchmark, build_benchmark
+from vidjax.data.features import FeatureStore, MissingFeatureError
+from vidjax.data.retrieval import PROTOCOLS, RetrievalBenchmark, build_benchmark, embeddings, read_dataset
 from vidjax.defaults.retrieval import DATASETS
 from vidjax.experiments import common
 
-RESUMABLE_CHANGES = ("eval.query_chunk", "eval.gallery_chunk")
+RESUMABLE = ()  # the rule of `common.is_resumable` covers eval.*
 
 
 def validate(config) -> None:
@@ -46,36 +44,15 @@ def validate(config) -> None:
                      "empty when data.source='tfds': the TFDS dataset carries the queries and embeddings")
 
 
-def read_dataset(config) -> annotations.RetrievalData:
-  """The dataset's records through its reader."""
-  if config.dataset == "msrvtt":
-    return annotations.read_msrvtt(config.data.annotations, config.data.video_list or None)
-  if config.data.video_list:
-    common.bad_value("data.video_list", config.data.video_list, "'' (only MSR-VTT reads an id list)")
-  return annotations.RETRIEVAL_READERS[config.dataset](config.data.annotations)
-
-
 def synthetic_world(config, workdir: Path):
   """The moving-object world, its store under `<workdir>/features` and its test benchmark."""
   world = moving_objects.make_moving_object_world(moving_objects.world_config_from(config.world), seed=config.seed)
-  store_dir = workdir / "features"
   if common.is_writer():
-    ids = world.data.video_ids()
-    write_arrays(store_dir, {"tokens": (ids, world.tokens), "clip": (ids, world.clip),
-                             "text": ([c.caption_id for c in world.data.captions], world.text)},
-                 {"backbone": "synthetic-moving-object-world", "synthetic": True, "seed": config.seed,
-                  "world": dict(config.world)})
+    moving_objects.write_store(world, workdir / "features", seed=config.seed, world_fields=config.world)
   common.barrier("vidjax_retrieval_store")
   bench = build_benchmark(world.data, protocol="captions", split="test",
                           name=f"moving-object world test groups (synthetic, seed {config.seed})")
-  return world, FeatureStore(store_dir), bench
-
-
-def _features(store: FeatureStore, kind: str, ids, what: str) -> np.ndarray:
-  try:
-    return np.asarray(store.get(kind, list(ids)), np.float32)
-  except MissingFeatureError as e:
-    raise MissingFeatureError(f"{what}: {e}") from None
+  return world, FeatureStore(workdir / "features"), bench
 
 
 def tfds_data(config) -> tuple[RetrievalBenchmark, np.ndarray, np.ndarray, dict]:
@@ -114,7 +91,7 @@ def twin_check(world, bench: RetrievalBenchmark, scores: np.ndarray) -> dict:
 
 def run(config, workdir: str | Path) -> dict:
   """Runs stage-1 retrieval; returns (and writes) the results dict."""
-  workdir = common.start_run(config, workdir, validate, RESUMABLE_CHANGES)
+  workdir = common.start_run(config, workdir, validate, RESUMABLE)
   start = time.time()
   world = None
   if config.data.source == "tfds":
@@ -122,11 +99,11 @@ def run(config, workdir: str | Path) -> dict:
   else:
     if config.data.features:
       store = FeatureStore(config.data.features)
-      bench = build_benchmark(read_dataset(config), protocol=config.data.protocol, split=config.data.split or None)
+      bench = build_benchmark(read_dataset(config.dataset, config.data.annotations, config.data.video_list), protocol=config.data.protocol, split=config.data.split or None)
     else:
       world, store, bench = synthetic_world(config, workdir)
-    text = _features(store, config.data.text_kind, bench.query_ids, "query texts")
-    video = _features(store, config.data.clip_kind, bench.corpus, "corpus videos")
+    text = embeddings(store, config.data.text_kind, bench.query_ids, "query texts")
+    video = embeddings(store, config.data.clip_kind, bench.corpus, "corpus videos")
     manifest = store.metadata
   synthetic = world is not None or bool(manifest.get("synthetic", False))
   print(("SYNTHETIC DATA: " if synthetic else "") + "retrieval benchmark: " +
@@ -139,15 +116,10 @@ def run(config, workdir: str | Path) -> dict:
                                      query_chunk=config.eval.query_chunk, gallery_chunk=config.eval.gallery_chunk)
   stage1 = {k: round(float(v), 4) for k, v in values.items() if k != "v2t_videos"}
   dataset = config.dataset + (" (synthetic moving-object world)" if synthetic else "")
-  results = {
-      "experiment": config.name,
-      "dataset": dataset,
-      "synthetic": synthetic,
-      "metrics": {"stage1": stage1},
-      "benchmark": {**bench.stats(), "v2t_videos": values["v2t_videos"]},
-      "features": {k: manifest.get(k) for k in ("backbone", "checkpoint_hash", "random_init")},
-      "config": json.loads(config.to_json_best_effort()),
-  }
+  results = common.results_dict(
+      config, dataset=dataset, synthetic=synthetic, metrics={"stage1": stage1},
+      benchmark={**bench.stats(), "v2t_videos": values["v2t_videos"]},
+      features={k: manifest.get(k) for k in ("backbone", "checkpoint_hash", "random_init")})
   tables = [evaluate.format_table({"stage1 (zero-shot cosine)": stage1}, f"Text-video retrieval ({dataset}), "
                                   f"{bench.stats()['queries']} queries x {len(bench.corpus)} videos", synthetic)]
   if world is not None:
@@ -159,6 +131,5 @@ def run(config, workdir: str | Path) -> dict:
                                         ">= the base video)", synthetic,
                                         columns=[k for k in results["world_checks"] if k != "note"]))
   results["seconds"] = round(time.time() - start, 1)
-  if common.is_writer():
-    common.write_results(workdir, results, tables)
+  common.write_results(workdir, results, tables)
   return results

@@ -24,7 +24,6 @@ The run writes `<workdir>/index/` (`write_index`, `StackIndex`), which `python -
 """
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any, Sequence
@@ -33,23 +32,19 @@ import jax
 import ml_collections
 import numpy as np
 
-from vidjax import checkpoints, evaluate, io, losses, metrics, ops, sharding
-from vidjax.data.pipeline import FeatureTable
-from vidjax.experiments import cast, common
-from vidjax.experiments import grdr as grdr_experiment
-from vidjax.models import cast as cast_models
-from vidjax.models.pair import PairReranker
-from vidjax.ops import l2_normalize
+from vidjax import evaluate, metrics, sharding
+from vidjax.experiments import common
+from vidjax.methods import cast
+from vidjax.methods.stack import (RECALLS, Corpus, PairScorer, grdr_recall, split_videos, table, train_grdr,
+                                  train_reranker, write_index)
 from vidjax.retrieval import DenseIndex, Stack, Stage
 from vidjax.scorers import cast as cast_scorers
-from vidjax.scorers.pair import PairScorer
 
 ROWS = ("recall", "recall_rerank", "full_stack")
-RECALLS = ("dense", "grdr")
-# stack.recall too: CAST and the reranker (trained on dense candidates) do not depend on it, so a workdir can
-# switch between dense and GRDR recall and keep them.
-RESUMABLE_CHANGES = cast.RESUMABLE_CHANGES + ("stack.query_batch", "stack.latency_queries", "stack.recall",
-                                              "rerank.progress", "rerank.log_every", "rerank.checkpoint_every")
+# Besides `common.is_resumable`'s rule: more CAST epochs resume training, and nothing written depends on the
+# stack's stages (CAST and the reranker are trained on dense candidates, so a workdir can switch between dense and
+# GRDR recall and keep them; the index is rewritten).
+RESUMABLE = ("train.epochs", "stack")
 
 
 def validate(config) -> None:
@@ -72,132 +67,6 @@ def validate(config) -> None:
       common.bad_value("stack.rerank_k_sweep", tuple(s.rerank_k_sweep), f"integers in [k={s.k}, k_recall={s.k_recall}]")
   if config.rerank.candidates < 2:
     common.bad_value("rerank.candidates", config.rerank.candidates, "at least 2 (a positive and a negative)")
-
-
-# ----------------------------------------------------------------------------------------------
-# The corpus and what each clip is to a query.
-
-
-class Corpus:
-  """Every clip of the given videos: ids (sorted, as `DenseIndex` stores them), their video and step label."""
-
-  def __init__(self, videos: Sequence[Any]):
-    clips = sorted((c for v in videos for c in v.clips), key=lambda c: c.clip_id)
-    if not clips:
-      raise ValueError("the stack's corpus is empty: no evaluation videos with clips")
-    self.ids = [c.clip_id for c in clips]
-    self.row = {c: i for i, c in enumerate(self.ids)}
-    self.captions = [c.text for c in clips]
-    self.video_ids = [c.video_id for c in clips]
-    # Identity = the same step in another video: (task, step) where steps are labelled, else the task.
-    labels = [(c.task, c.step) if c.step != "" else (c.task,) for c in clips]
-    self.video = np.unique(self.video_ids, return_inverse=True)[1]
-    self.label = np.unique([repr(x) for x in labels], return_inverse=True)[1]
-
-  def kinds(self, result_ids: np.ndarray, targets: Sequence[str]) -> np.ndarray:
-    """int [Q, K] `metrics.NEG_TYPE_CODES` of every result relative to its query's ground truth."""
-    rows = np.vectorize(self.row.__getitem__, otypes=[np.int64])(result_ids)
-    t = np.array([self.row[x] for x in targets])[:, None]
-    same_video, same_label = self.video[rows] == self.video[t], self.label[rows] == self.label[t]
-    return np.select([rows == t, same_video, same_label], [metrics.GT, metrics.STATE, metrics.IDENTITY], metrics.EASY)
-
-
-def split_videos(data: cast.CVRData) -> tuple[list, list]:
-  """(training videos, evaluation videos) as the CVR files split them (every split rule, CrossTask's too)."""
-  if not data.videos:
-    raise ValueError("the stack needs the videos of both splits (a feature store source, not TFDS)")
-  video_of = {c.clip_id: v.video_id for v in data.videos for c in v.clips}
-  evaluation = {video_of[c] for r in data.benchmark for c in [r["target"], *r["candidates"]]}
-  training = {video_of[r["target"]] for r in data.instances + data.heldout}
-  return ([v for v in data.videos if v.video_id in training], [v for v in data.videos if v.video_id in evaluation])
-
-
-def table(data: cast.CVRData, config, kind: str, ids: Sequence[str]) -> FeatureTable:
-  return FeatureTable(data.store, kind, list(ids), int(config.data.memory_budget_mb * 2**20))
-
-
-# ----------------------------------------------------------------------------------------------
-# The rerank stage.
-
-
-def rerank_training_set(corpus: Corpus, clips: FeatureTable, texts: FeatureTable, instances: Sequence[dict],
-                        k: int, query_batch: int) -> dict[str, np.ndarray]:
-  """Every training query's top-k recall candidates over the training corpus (the positive forced in).
-
-  Returns {"text" [N] rows of `texts`, "candidates" [N, k] rows of `clips`, "prior" [N, k] recall cosines,
-  "positive" [N, k] 1 = the candidate shows the query's step (or is its clip)}.
-  """
-  index = DenseIndex(corpus.ids, clips.gather(np.arange(len(corpus.ids))), query_batch=query_batch)
-  targets = [r["target"] for r in instances]
-  text_rows = np.array([texts.index[t] for t in targets])
-  queries = texts.gather(text_rows)
-  ids, prior = index.search(queries, k)
-  rows = np.vectorize(corpus.row.__getitem__, otypes=[np.int64])(ids)
-  target_rows = np.array([corpus.row[t] for t in targets])
-  missing = ~(rows == target_rows[:, None]).any(axis=1)
-  rows[missing, -1] = target_rows[missing]  # the positive always in its own softmax
-  vectors = clips.gather(rows[missing, -1])
-  prior[missing, -1] = np.sum(vectors * queries[missing], axis=-1) / np.maximum(
-      np.linalg.norm(vectors, axis=-1) * np.linalg.norm(queries[missing], axis=-1), 1e-12)
-  positive = (corpus.label[rows] == corpus.label[target_rows][:, None]) | (rows == target_rows[:, None])
-  return {"text": text_rows, "candidates": rows, "prior": prior.astype(np.float32),
-          "positive": positive.astype(np.float32)}
-
-
-def train_reranker(config, workdir: Path, data: cast.CVRData, train_videos, texts: FeatureTable, mesh):
-  """Trains the pair reranker with the one train loop; returns (model, params)."""
-  rc = config.rerank
-  corpus = Corpus(train_videos)
-  clips = table(data, config, config.data.clip_kind, corpus.ids)
-  train_set = rerank_training_set(corpus, clips, texts, data.instances, rc.candidates, config.stack.query_batch)
-  model = PairReranker()
-
-  def batch_fn(indices):
-    i = np.asarray(indices)
-    return {"text": texts.gather(train_set["text"][i]), "candidates": clips.gather(train_set["candidates"][i]),
-            "prior": train_set["prior"][i], "positive": train_set["positive"][i]}
-
-  def loss_fn(params, batch, rng):
-    del rng
-    scores = model.apply({"params": params}, batch["text"], batch["candidates"], batch["prior"])
-    return losses.multi_positive_softmax(scores, batch["positive"], tau=rc.tau), {}
-
-  example = batch_fn([0])
-  state = common.train_epochs(
-      name="rerank", init_fn=lambda rng: model.init(rng, example["text"], example["candidates"], example["prior"])["params"],
-      loss_fn=loss_fn, num_examples=len(train_set["text"]), batch_fn=batch_fn, tcfg=rc, seed=config.seed,
-      workdir=workdir / "train" / "rerank", mesh=mesh, description=f"{config.name}/rerank")
-  return model, jax.device_get(state.params)
-
-
-# ----------------------------------------------------------------------------------------------
-# GRDR as the recall stage.
-
-
-def grdr_model(config, dim: int):
-  """The GRDR module of `config.grdr.model`, its query width set to the space's text width."""
-  mcfg = ml_collections.ConfigDict(config.grdr.model.to_dict())
-  mcfg.query_dim = dim
-  return grdr_experiment.build_model(mcfg, dim)
-
-
-def train_grdr(config, workdir: Path, data: cast.CVRData, corpus: Corpus):
-  """GRDR trained on the training clips, each clip's caption embedding its query; returns (model, params)."""
-  features = table(data, config, config.data.clip_kind, corpus.ids).gather(np.arange(len(corpus.ids)))
-  queries = table(data, config, config.data.text_kind, corpus.ids).gather(np.arange(len(corpus.ids)))
-  video = np.arange(len(corpus.ids))
-  intent, valid = grdr_experiment.query_intents(queries, video, len(video), config.grdr.model.num_views, config.seed)
-  model = grdr_model(config, features.shape[1])
-  data = grdr_experiment.TrainingSet(features, queries, video, intent, valid)
-  return model, grdr_experiment.train_grdr(model, data, config.grdr.train, workdir / "train" / "grdr", config.seed)
-
-
-def grdr_recall(model, params, vectors: np.ndarray, ids: Sequence[str], k: int) -> Stack:
-  """Generative recall over the corpus (beam width = k, at most k clips) then its dense rerank (GRDR §3.4), as one
-  recall stage."""
-  generative, _ = grdr_experiment.make_recall(model, params, vectors, list(ids),
-                                              ml_collections.ConfigDict(dict(beam_width=k, candidates=k)))
-  return Stack(generative, k, [Stage("dense", evaluate.CosineScorer(), k)])
 
 
 # ----------------------------------------------------------------------------------------------
@@ -231,9 +100,7 @@ def latency(stack: Stack, queries: dict, exclude: Sequence[Sequence[str]], n: in
 
 def plot(results: dict, path: Path, title: str, synthetic: bool) -> Path:
   """R@1/5/10 per row, and the per-stage latency (batch 1) as stacked bars."""
-  import matplotlib
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
+  plt = common.pyplot()
   rows = list(results)
   fig, (ax, bx) = plt.subplots(1, 2, figsize=(10, 3.6), dpi=120)
   x = np.arange(len(rows))
@@ -257,7 +124,7 @@ def plot(results: dict, path: Path, title: str, synthetic: bool) -> Path:
 
 def run(config, workdir: str | Path) -> dict:
   """Trains (or restores) CAST and the reranker, evaluates the stacks, writes results.json and the index."""
-  workdir = common.start_run(config, workdir, validate, RESUMABLE_CHANGES)
+  workdir = common.start_run(config, workdir, validate, RESUMABLE)
   start = time.time()
   data, _, texts, bench, heldout, source = cast.setup(config, workdir)
   mesh = sharding.make_mesh()
@@ -293,179 +160,27 @@ def run(config, workdir: str | Path) -> dict:
 
   dataset = config.dataset + (" (synthetic procedural world)" if data.synthetic else "")
   backbone = data.features.get("backbone") or "unknown"
-  results = {
-      "experiment": config.name,
-      "dataset": dataset,
-      "synthetic": data.synthetic,
-      "metrics": results_rows,
-      "rerank_k_sweep": {str(k): sweep[f"full_stack (rerank keeps {k})"] for k in config.stack.rerank_k_sweep},
-      "candidate_recall": candidate_recall,
-      "corpus": {"recall": config.stack.recall, "clips": len(corpus.ids), "videos": len(eval_videos),
-                 "queries": len(targets),
-                 "k_recall": config.stack.k_recall, "rerank_k": config.stack.rerank_k, "k": config.stack.k},
-      "ensemble": {"w_v": cast_scorer.w_v, "w_p": cast_scorer.w_p, "selected_on": "heldout subset of train"},
-      "features": {"backbone": backbone},
-      "seconds": round(time.time() - start, 1),
-      "config": json.loads(config.to_json_best_effort()),
-  }
+  results = common.results_dict(
+      config, dataset=dataset, synthetic=data.synthetic, metrics=results_rows,
+      rerank_k_sweep={str(k): sweep[f"full_stack (rerank keeps {k})"] for k in config.stack.rerank_k_sweep},
+      candidate_recall=candidate_recall,
+      corpus={"recall": config.stack.recall, "clips": len(corpus.ids), "videos": len(eval_videos),
+              "queries": len(targets), "k_recall": config.stack.k_recall, "rerank_k": config.stack.rerank_k,
+              "k": config.stack.k},
+      ensemble={"w_v": cast_scorer.w_v, "w_p": cast_scorer.w_p, "selected_on": "heldout subset of train"},
+      features={"backbone": backbone},
+      seconds=round(time.time() - start, 1))
   shown = {name: {k: v for k, v in m.items() if k != "latency_ms"} | {
       f"ms_{stage}": ms for stage, ms in m.get("latency_ms", {}).items()} for name, m in {**results_rows, **sweep}.items()}
   tables = [evaluate.format_table(shown, f"Corpus-scale CVR ({dataset}): {len(targets)} queries against all "
                                   f"{len(corpus.ids)} evaluation clips; latency ms/query at batch 1", data.synthetic,
                                   columns=["r1", "r5", "r10", "state_confusion", "ident_confusion", "ms_recall",
                                            "ms_rerank", "ms_cast", "ms_total"])]
+  plot(results_rows, workdir / "stack.png", dataset, data.synthetic)
   if common.is_writer():
-    plot(results_rows, workdir / "stack.png", dataset, data.synthetic)
     all_texts = table(data, config, config.data.text_kind, [c.clip_id for v in data.videos for c in v.clips])
     write_index(workdir / "index", corpus=corpus, vectors=vectors, texts=all_texts, videos=data.videos,
                 config=config, backbone=backbone, synthetic=data.synthetic, rerank=(rerank_model, rerank_params),
                 cast_parts=(model, cast_params, cast_scorer), grdr_parts=grdr_parts)
-    common.write_results(workdir, results, tables)
+  common.write_results(workdir, results, tables)
   return results
-
-
-# ----------------------------------------------------------------------------------------------
-# The index `python -m vidjax.search` loads.
-
-INDEX_FORMAT = "vidjax-stack-index/1"
-MANIFEST = "manifest.json"
-
-
-def _npz_bytes(**arrays) -> bytes:
-  import io as _io  # pylint: disable=g-import-not-at-top
-  buf = _io.BytesIO()
-  np.savez(buf, **arrays)
-  return buf.getvalue()
-
-
-def write_index(path: Path, *, corpus: Corpus, vectors: np.ndarray, texts: FeatureTable, videos, config,
-                backbone: str, synthetic: bool, rerank, cast_parts, grdr_parts=None) -> Path:
-  """Writes `<path>/`: corpus.npz (ids, clip vectors, captions, videos), texts.npz (the query encoder of a space
-  without a text tower: every caption's mean text embedding), rerank.npz / cast.npz (parameters) and, last,
-  manifest.json (an index without one is incomplete)."""
-  path.mkdir(parents=True, exist_ok=True)
-  clips = [c for v in videos for c in v.clips]
-  captions = sorted({c.text for c in clips})
-  which = {t: i for i, t in enumerate(captions)}
-  sums = np.zeros((len(captions), texts.dim), np.float32)
-  np.add.at(sums, [which[c.text] for c in clips], texts.gather(np.array([texts.index[c.clip_id] for c in clips])))
-  io.atomic_write_bytes(path / "texts.npz", _npz_bytes(captions=np.array(captions), vectors=l2_normalize(sums)))
-  io.atomic_write_bytes(path / "corpus.npz", _npz_bytes(ids=np.array(corpus.ids), vectors=np.asarray(vectors, np.float32),
-                                                        captions=np.array(corpus.captions),
-                                                        videos=np.array(corpus.video_ids)))
-  rerank_model, rerank_params = rerank
-  cast_model, cast_params, ensemble = cast_parts
-  checkpoints.save_npz(rerank_params, path / "rerank.npz")
-  checkpoints.save_npz(cast_params, path / "cast.npz")
-  s = config.stack
-  recall = {"kind": "dense", "file": "corpus.npz", "k": s.k_recall, "backbone": backbone}
-  if grdr_parts is not None:
-    checkpoints.save_npz(grdr_parts[1], path / "grdr.npz")
-    recall = {"kind": "grdr", "file": "grdr.npz", "k": s.k_recall, "backbone": backbone,
-              "model": config.grdr.model.to_dict(), "context_len": config.model.context_len}
-  manifest = {
-      "format": INDEX_FORMAT, "dataset": config.dataset, "synthetic": synthetic, "backbone": backbone,
-      "dim": int(np.shape(vectors)[1]), "clips": len(corpus.ids),
-      "text_encoder": {"kind": "caption_lookup", "file": "texts.npz", "backbone": backbone},
-      "recall": recall,
-      "stages": [
-          {"name": "rerank", "kind": "pair_reranker", "k": s.rerank_k, "file": "rerank.npz", "backbone": backbone},
-          {"name": "cast", "kind": "cast_ensemble", "k": s.k, "file": "cast.npz", "backbone": backbone,
-           "num_heads": cast_model.num_heads, "context_len": config.model.context_len,
-           "w_v": ensemble.w_v, "w_p": ensemble.w_p, "needs_context": True},
-      ],
-  }
-  io.atomic_write_json(path / MANIFEST, manifest)
-  return path
-
-
-class StackIndex:
-  """A built index: the corpus, the query encoder and the stages, ready to `search`."""
-
-  def __init__(self, path: str | Path):
-    path = Path(path)
-    if not path.is_dir():
-      raise FileNotFoundError(f"index {path}: no such directory (build one with python -m vidjax.main "
-                              "--config configs/stack_<dataset>.py --workdir DIR; the index is DIR/index)")
-    if not (path / MANIFEST).is_file():
-      raise ValueError(f"index {path}: no {MANIFEST}; not a vidjax stack index, or its build did not finish")
-    m = io.read_json(path / MANIFEST, "index manifest")
-    if not isinstance(m, dict) or m.get("format") != INDEX_FORMAT:
-      raise ValueError(f"index {path}/{MANIFEST}: format {m.get('format') if isinstance(m, dict) else m!r} is not "
-                       f"{INDEX_FORMAT!r}")
-    parts = [("the text encoder", m["text_encoder"]), ("the recall stage", m["recall"])] + [
-        (f"stage {s['name']!r}", s) for s in m["stages"]]
-    for what, part in parts:
-      if part.get("backbone") != m["backbone"]:
-        raise ValueError(f"index {path}: {what} was built for backbone {part.get('backbone')!r} but the index's corpus "
-                         f"holds {m['backbone']!r} features; rebuild the index from one feature store")
-      if not (path / part["file"]).is_file():
-        raise ValueError(f"index {path}: {what}'s file {part['file']} is missing")
-    self.path, self.manifest = path, m
-    self.synthetic = bool(m["synthetic"])
-    corpus = checkpoints.read_npz(path / "corpus.npz", "index corpus")
-    self.ids, self.captions, self.videos = (corpus[k].astype(str).tolist() for k in ("ids", "captions", "videos"))
-    self.row = {c: i for i, c in enumerate(self.ids)}
-    if corpus["vectors"].shape != (len(self.ids), m["dim"]):
-      raise ValueError(f"index {path}: corpus vectors {corpus['vectors'].shape} do not match the manifest's "
-                       f"{len(self.ids)} clips x dim {m['dim']}")
-    self.vectors = corpus["vectors"]
-    r = m["recall"]
-    if r["kind"] == "dense":
-      self.recall = DenseIndex(self.ids, self.vectors, query_batch=1)
-    elif r["kind"] == "grdr":
-      params = ops.unflatten_dict(checkpoints.read_npz(path / r["file"], "index GRDR model"))["params"]
-      model = grdr_experiment.build_model(ml_collections.ConfigDict(dict(r["model"], query_dim=m["dim"])), m["dim"])
-      self.recall = grdr_recall(model, params, self.vectors, self.ids, int(r["k"]) + int(r["context_len"]))
-    else:
-      raise ValueError(f"index {path}: recall stage of unknown kind {r['kind']!r} (known: {', '.join(RECALLS)})")
-    texts = checkpoints.read_npz(path / m["text_encoder"]["file"], "index text table")
-    self.text_of = {t: v for t, v in zip(texts["captions"].astype(str).tolist(), texts["vectors"])}
-    self.stages, self.needs_context = [], set()
-    for s in m["stages"]:
-      params = ops.unflatten_dict(checkpoints.read_npz(path / s["file"], f"index stage {s['name']!r}"))["params"]
-      if s["kind"] == "pair_reranker":
-        scorer = PairScorer(PairReranker(), params)
-      elif s["kind"] == "cast_ensemble":
-        model = cast_models.CAST(m["dim"], num_heads=s["num_heads"])
-        predictor = cast_scorers.PredictorScorer(lambda p, *a, model=model: model.apply({"params": p}, *a), params)
-        scorer = cast_scorers.EnsembleScorer(predictor, s["w_v"], s["w_p"])
-        self.context_len = int(s["context_len"])
-      else:
-        raise ValueError(f"index {path}: stage {s['name']!r} has unknown kind {s['kind']!r}")
-      if s.get("needs_context"):
-        self.needs_context.add(s["name"])
-      self.stages.append(Stage(s["name"], scorer, int(s["k"])))
-
-  def encode(self, text: str) -> np.ndarray:
-    """The query's text embedding: this index's encoder is a caption table (the space has no text tower)."""
-    found = self.text_of.get(text) if text in self.text_of else next(
-        (v for t, v in self.text_of.items() if t.lower() == text.strip().lower()), None)
-    if found is None:
-      examples = ", ".join(repr(t) for t in list(self.text_of)[:3])
-      raise ValueError(f"query {text!r} is not a caption of this index's space (its text encoder is a caption table "
-                       f"of {len(self.text_of)} captions, e.g. {examples})")
-    return found
-
-  def search(self, text: str, context: Sequence[str] = (), k: int = 10):
-    """(StackResult for one query, stages used): recall -> rerank -> CAST when `context` clips are given."""
-    unknown = [c for c in context if c not in self.row]
-    if unknown:
-      raise ValueError(f"unknown context clip {unknown[0]!r}: not a clip of this index's corpus "
-                       f"({len(self.ids)} clips, e.g. {self.ids[0]!r})")
-    stages = [s for s in self.stages if context or s.name not in self.needs_context]
-    last = stages[-1].k if stages else self.manifest["recall"]["k"]
-    if not 1 <= k <= last:
-      raise ValueError(f"--k must be in [1, {last}] for this index, got {k}")
-    query = {"text": self.encode(text)[None].astype(np.float32)}
-    if self.needs_context:
-      length = getattr(self, "context_len", len(context))
-      history = np.zeros((1, length, self.vectors.shape[1]), np.float32)
-      mask = np.zeros((1, length), np.float32)
-      recent = list(context)[-length:] if length else []
-      if recent:
-        history[0, length - len(recent):] = self.vectors[[self.row[c] for c in recent]]
-        mask[0, length - len(recent):] = 1.0
-      query.update(history=history, history_mask=mask)
-    stack = Stack(self.recall, int(self.manifest["recall"]["k"]), stages, query_batch=1)
-    return stack.search(query, k, exclude=[list(context)]), [s.name for s in stages]

@@ -37,18 +37,19 @@ import numpy as np
 from vidjax import checkpoints, evaluate, extract, losses, metrics, ops, train
 from vidjax.data import pipeline
 from vidjax.data.features import FeatureStore, MissingFeatureError, STORAGE_DTYPES
-from vidjax.data.retrieval import build_benchmark
+from vidjax.data.retrieval import PROTOCOLS, build_benchmark, embeddings, read_dataset
+from vidjax.defaults.retrieval import DATASETS as RETRIEVAL_DATASETS
 from vidjax.defaults.vedje import ABLATIONS, PRECISIONS
 from vidjax.experiments import common
-from vidjax.experiments import retrieval as retrieval_experiment
+from vidjax.worlds import moving_objects
 from vidjax.models import vedje as V
 from vidjax.retrieval import DenseIndex, TwoStage
 from vidjax.scorers.vedje import VedjeScorer
 from vidjax.tokenizers.wordpiece import WordPieceTokenizer
 
-RESUMABLE_CHANGES = ("eval.query_chunk", "eval.gallery_chunk", "eval.pair_block", "eval.scan_pairs", "train.progress",
-                     "world_train.progress", "train.log_every", "world_train.log_every", "ablations",
-                     "diagnostics", "eval.k_sweep")
+# Besides `common.is_resumable`'s rule: which ablation tables and diagnostics to report (each variant trains in its
+# own directory on first use).
+RESUMABLE = ("ablations", "diagnostics")
 KEYS = ("t2v_r1", "t2v_r5", "t2v_r10", "v2t_r1", "v2t_r5", "v2t_r10")
 
 
@@ -124,16 +125,21 @@ def model_config(mc, variant: Variant, visual_dim: int, patches: int, vtc_dim: i
 
 
 def validate(config) -> None:
-  retrieval_experiment.validate(config)
-  mc = config.model if config.data.features else config.world_model
+  common.check_choice(config, "dataset", tuple(RETRIEVAL_DATASETS))
+  common.check_data_source(config, bool(config.data.features), f"configs/vedje_{config.dataset}.py")
+  common.check_choice(config, "data.protocol", PROTOCOLS)
+  common.check_choice(config, "data.source", ("store",))
+  common.check_positive_int(config, ("eval.query_chunk", "eval.gallery_chunk"))
+  if config.data.features and not config.data.annotations:
+    common.bad_value("data.annotations", config.data.annotations, "the dataset's annotation file when data.features is set")
+  mc = config.model
   common.check_choice(config, "model.init", ("minilm", "random"))
-  common.check_choice(config, "world_model.init", ("minilm", "random"))
   common.check_choice(config, "cache.precision", STORAGE_DTYPES)
-  for section in ("model", "world_model"):
+  for section in ("model",):
     common.check_positive_int(config, [f"{section}.{k}" for k in (
         "frames", "tokens_per_frame", "hidden_size", "num_layers", "num_heads", "intermediate_size", "max_text_len")])
     common.compute_dtype(config, f"{section}.dtype")
-  for section in ("train", "world_train"):
+  for section in ("train",):
     common.check_positive_int(config, [f"{section}.{k}" for k in ("batch_size", "epochs", "checkpoint_every",
                                                                   "log_every", "hard_negatives", "candidate_pool")])
     common.check_positive(config, [f"{section}.lr", f"{section}.tau_vtm", f"{section}.vtc_logit_scale"])
@@ -180,7 +186,7 @@ class Split:
 
 
 def load_split(bench, store: FeatureStore, config, tokenizer, max_len: int) -> Split:
-  get = retrieval_experiment._features  # pylint: disable=protected-access
+  get = embeddings
   video_ids = list(bench.corpus)
   tokens = pipeline.text_token_batch(tokenizer, [q.text for q in bench.queries], max_len)
   return Split(bench.query_ids, bench.relevant(), tokens["input_ids"], tokens["attention_mask"],
@@ -192,11 +198,8 @@ def read_train(config):
   """The training split's records (real data)."""
   if not config.data.train_annotations:
     common.bad_value("data.train_annotations", "", "the training split's annotation file when data.features is set")
-  sub = config.copy_and_resolve_references()
-  with sub.unlocked():
-    sub.data.annotations, sub.data.video_list = config.data.train_annotations, config.data.train_video_list
-  return build_benchmark(retrieval_experiment.read_dataset(sub), protocol="captions",
-                         split=config.data.train_split or None)
+  return build_benchmark(read_dataset(config.dataset, config.data.train_annotations, config.data.train_video_list),
+                         protocol="captions", split=config.data.train_split or None)
 
 
 def stage1_negatives(split: Split, count: int, chunk: int = 4096) -> np.ndarray:
@@ -324,7 +327,7 @@ def train_variant(variant: Variant, cfg: V.VedjeConfig, split: Split, patches_of
   steps_per_epoch = len(split.query_ids) // tc.batch_size
   optimizer = train.adamw(tc.lr, tc.weight_decay, tc.warmup_steps, warmup_init=tc.warmup_init,
                           decay_every=max(steps_per_epoch, 1), decay_rate=tc.epoch_decay)
-  state = common.train_epochs(
+  state = train.fit_epochs(
       name=f"VEDJE {variant.name}", init_fn=init_fn, loss_fn=loss_fn, num_examples=len(split.query_ids),
       batch_fn=make_batch_fn(split, patches_of, negatives, tc, cfg, variant, tokenizer, seed),
       tcfg=tc, seed=seed, workdir=workdir, optimizer=optimizer, description=f"vedje {variant.name}")
@@ -464,7 +467,7 @@ def cache_probe(params, cfg: V.VedjeConfig, cache_store: FeatureStore, kind: str
   Query-token embeddings are the reranker's text-only final hidden states (its text space); content
   tokens exclude [CLS]/[SEP]/[PAD] and the function words of the moving-object world / English.
   """
-  from vidjax.worlds.moving_objects import DIRECTIONS, FUNCTION_WORDS  # the probe's lexical classes
+  from vidjax.worlds.moving_objects import DIRECTIONS, FUNCTION_WORDS  # the probe's lexical classes  # noqa
   reranker = V.JointReranker(cfg)
   p = {"params": params["reranker"]}
   n = min(limit, len(test.query_ids))
@@ -513,16 +516,21 @@ class Session:
     self.config, self.workdir = config, workdir
     self.synthetic_world = not config.data.features
     if self.synthetic_world:
-      world, store, test_bench = retrieval_experiment.synthetic_world(config, workdir)
+      world = moving_objects.make_moving_object_world(moving_objects.world_config_from(config.world), seed=config.seed)
+      if common.is_writer():
+        moving_objects.write_store(world, workdir / "features", seed=config.seed, world_fields=config.world)
+      common.barrier("vidjax_vedje_store")
+      store = FeatureStore(workdir / "features")
+      test_bench = build_benchmark(world.data, protocol="captions", split="test",
+                                   name=f"moving-object world test groups (synthetic, seed {config.seed})")
       train_bench = build_benchmark(world.data, protocol="captions", split="train",
                                     name=f"moving-object world training groups (synthetic, seed {config.seed})")
-      self.mc, self.tc = config.world_model, config.world_train
     else:
       store = FeatureStore(config.data.features)
-      test_bench = build_benchmark(retrieval_experiment.read_dataset(config), protocol=config.data.protocol,
-                                   split=config.data.split or None)
+      test_bench = build_benchmark(read_dataset(config.dataset, config.data.annotations, config.data.video_list),
+                                   protocol=config.data.protocol, split=config.data.split or None)
       train_bench = read_train(config)
-      self.mc, self.tc = config.model, config.train
+    self.mc, self.tc = config.model, config.train
     mc = self.mc
     self.store, self.test_bench = store, test_bench
     self.synthetic = self.synthetic_world or bool(store.metadata.get("synthetic", False))
@@ -540,7 +548,7 @@ class Session:
     frames, self.patches, self.visual_dim = token_shape
     if frames != mc.frames:
       raise ValueError(f"store kind {config.data.tokens_kind!r} has {frames} frames per video, the model expects "
-                       f"{'world_model' if self.synthetic_world else 'model'}.frames={mc.frames}")
+                       f"model.frames={mc.frames}")
     self.negatives = stage1_negatives(self.train_split, max(self.tc.candidate_pool - 1, self.tc.hard_negatives))
     self.cache_store = FeatureStore.create(config.data.cache_store) if config.data.cache_store else store
     self.trained: dict[str, Any] = {}
@@ -612,7 +620,7 @@ def suite(config, workdir: str | Path) -> tuple[list[evaluate.Model], list[evalu
 
 def run(config, workdir: str | Path) -> dict:
   """Trains VEDJE (and its ablations), indexes the caches, reranks; returns (and writes) the results."""
-  workdir = common.start_run(config, workdir, validate, RESUMABLE_CHANGES)
+  workdir = common.start_run(config, workdir, validate, RESUMABLE)
   start = time.time()
   sess = Session(config, workdir)
   test, store, cache_store, mc, tokenizer = sess.test, sess.store, sess.cache_store, sess.mc, sess.tokenizer
@@ -697,8 +705,7 @@ def run(config, workdir: str | Path) -> dict:
 
   results["seconds"] = round(time.time() - start, 1)
   results["config"] = json.loads(config.to_json_best_effort())
-  if common.is_writer():
-    common.write_results(workdir, results, tables)
+  common.write_results(workdir, results, tables)
   return results
 
 

@@ -51,6 +51,7 @@ from typing import Sequence
 import numpy as np
 
 from vidjax.data import comp, genstate
+from vidjax.data.features import write_arrays
 from vidjax.data.annotations.types import Caption, RetrievalData, RetrievalVideo
 from vidjax.ops import l2_normalize
 
@@ -433,3 +434,12 @@ def genstate_triplets(world, split: str = "test", subset_by: str = "objects") ->
     subset = (f"{len(world.scenes[vid].objects)} objects" if subset_by == "objects" else "moving objects")
     out.append(genstate.Triplet(group, text[vid], vid, group + "_end_state", group + "_semantic", subset))
   return out
+
+
+def write_store(world: MovingObjectWorld, root, *, seed: int, world_fields) -> None:
+  """Writes the world as a user's extraction would: a feature store with kinds `tokens` (per-frame patch tokens),
+  `clip` (the frame-mean embedding) per video id and `text` per caption id, its manifest saying SYNTHETIC."""
+  ids = world.data.video_ids()
+  write_arrays(root, {"tokens": (ids, world.tokens), "clip": (ids, world.clip),
+                      "text": ([c.caption_id for c in world.data.captions], world.text)},
+               {"backbone": "synthetic-moving-object-world", "synthetic": True, "seed": seed, "world": dict(world_fields)})

@@ -126,6 +126,19 @@ def dense_recall(world: PolysemousWorld, pool: str = "inductive", ks=(1, 5, 10, 
   return {f"r{k}": float(np.mean(rank <= k)) for k in ks}
 
 
+@dataclasses.dataclass(frozen=True)
+class WorldQueries:
+  """The world's own multi-intent training queries (one facet each), as GRDR's `PseudoQueries` provider: called
+  with the training videos' rows, it returns query vectors and the position in `rows` of the video each describes."""
+  world: PolysemousWorld
+
+  def __call__(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    position = {int(v): i for i, v in enumerate(rows)}
+    keep = np.asarray([int(v) in position for v in self.world.train_query_video])
+    video = np.asarray([position[int(v)] for v in self.world.train_query_video[keep]], np.int64)
+    return self.world.train_queries[keep], video
+
+
 if __name__ == "__main__":
   for s in range(3):
     w = make_polysemous_world(seed=s)

@@ -70,6 +70,7 @@ import dataclasses
 import numpy as np
 
 from vidjax.data.annotations.types import Clip, Video
+from vidjax.data.features import write_arrays
 from vidjax.ops import l2_normalize
 
 SYNTHETIC_NOTE = "SYNTHETIC procedural world (vidjax.worlds.procedural): demonstrates mechanisms, not paper numbers"
@@ -317,3 +318,11 @@ if __name__ == "__main__":  # pragma: no cover - a calibration aid: python -m vi
     print(f"{name} seed {seed}: reuse {100 * report['reuse_fraction']:.1f}% | " + " | ".join(
         f"{k} acc={m['acc']:.1f} state={m['state_acc']:.1f} ident={m['ident_acc']:.1f}"
         for k, m in report.items() if k != "reuse_fraction"))
+
+
+def write_store(world: ProceduralWorld, root, *, seed: int, world_name: str = "first_order"):
+  """Writes the world as a user's extraction would: a feature store with kinds `clip` and `text` (a caption
+  embedding per clip id), its manifest saying SYNTHETIC."""
+  return write_arrays(root, {"clip": (world.clip_ids, world.clip_emb), "text": (world.clip_ids, world.text_emb)},
+                      {"backbone": "synthetic-procedural-world", "synthetic": True, "seed": seed,
+                       "world": dataclasses.asdict(world.config), "world_name": world_name})

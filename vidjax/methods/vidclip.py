@@ -1,0 +1,187 @@
+"""VidCLIP as a method (../shared/papers/videocomp.txt §3-4): the dual encoder built from a config section (its
+text tower from all-MiniLM-L6-v2, an LvT checkpoint or random), its examples as rows into frozen features,
+training through the one loop with any of the contrastive / NegCLIP / CompLoss objectives, and jitted encoders.
+
+VideoComp (`configs/comp_*.py`) and GenState (`configs/genstate_rendered.py`) both train and evaluate VidCLIP
+through this module. An example is a video given as rows into the frozen features (`video_rows [T]`,
+`frame_rows [T]`: a span of one video, or k stacked clips of several) plus its texts; a features object has
+`gather(video_rows [B, T], frame_rows [B, T]) -> float32 [B, T, N, D]`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from vidjax import checkpoints, evaluate, losses, train
+from vidjax.data import pipeline
+from vidjax.defaults import common
+from vidjax.models import bert
+from vidjax.models import vidclip as V
+from vidjax.tokenizers.sentencepiece import SentencePieceTokenizer
+from vidjax.tokenizers.wordpiece import WordPieceTokenizer
+
+
+def check_text_tower(config, section: str) -> None:
+  """`<section>.init`: "minilm" needs all-MiniLM-L6-v2's shape; "lvt" an LvT checkpoint and its SentencePiece model."""
+  common.check_choice(config, f"{section}.init", ("minilm", "lvt", "random"))
+  mc = common.get_key(config, section)
+  if mc.init == "minilm" and (mc.text_hidden, mc.text_layers, mc.text_heads, mc.text_mlp) != (384, 6, 12, 1536):
+    common.bad_value(f"{section}.text_layers", mc.text_layers, "all-MiniLM-L6-v2's shape (384 wide, 6 layers, 12 "
+                     f"heads, MLP 1536) with {section}.init='minilm', or {section}.init='random'")
+  if mc.init == "lvt" and not (mc.lvt_checkpoint and mc.spm_path):
+    common.bad_value(f"{section}.lvt_checkpoint", mc.lvt_checkpoint, f"an official VideoPrism LvT .npz, with its "
+                     f"SentencePiece model in {section}.spm_path, when {section}.init='lvt'")
+
+
+
+@dataclasses.dataclass
+class Examples:
+  """Training or evaluation examples as arrays (texts index `texts`)."""
+  video_rows: np.ndarray   # int [E, T]
+  frame_rows: np.ndarray   # int [E, T]
+  positive: np.ndarray     # int [E] into texts
+  negatives: np.ndarray    # int [E, H] into texts, -1 = none
+
+
+
+class TextTable:
+  """Unique texts -> rows (tokenized once)."""
+
+  def __init__(self):
+    self.rows: dict[str, int] = {}
+
+  def __call__(self, text: str | None) -> int:
+    if text is None:
+      return -1
+    return self.rows.setdefault(text, len(self.rows))
+
+  def tokens(self, tokenizer, max_len: int) -> dict[str, np.ndarray]:
+    return pipeline.text_token_batch(tokenizer, list(self.rows), max_len)
+
+
+
+def model_config(mc, visual_dim: int, vocab_size: int = 32_000) -> V.VidClipConfig:
+  """The VidCLIP of a model section; `vocab_size`: the SentencePiece vocabulary of an LvT text tower."""
+  lvt = None if mc.init != "lvt" else V.LvtText(vocabulary_size=vocab_size, model_dim=mc.text_hidden,
+                                                 num_layers=mc.text_layers, num_heads=mc.text_heads, mlp_dim=mc.text_mlp)
+  text = bert.BertConfig(vocab_size=30522, hidden_size=mc.text_hidden, num_layers=mc.text_layers,
+                         num_heads=mc.text_heads, intermediate_size=mc.text_mlp,
+                         max_position=512 if mc.init == "minilm" else mc.max_text_len,
+                         dropout_rate=mc.dropout_rate, attention_dropout_rate=mc.dropout_rate, use_pooler=False)
+  return V.VidClipConfig(visual_dim=visual_dim, frames=mc.frames, width=mc.width, pool_queries=mc.pool_queries,
+                         pool_heads=mc.pool_heads, pool_mlp=mc.pool_mlp, embed_dim=mc.embed_dim, text=text, lvt=lvt,
+                         max_text_len=mc.max_text_len, init_temperature=mc.init_temperature, dtype=mc.dtype)
+
+
+def vidclip_setup(mc, visual_dim: int, tokens_per_frame: int):
+  """(VidCLIP, tokenizer, fresh-params function) of a model section: the text tower from all-MiniLM-L6-v2
+  (WordPiece), from an LvT checkpoint (SentencePiece) or random (WordPiece ids)."""
+  if mc.init == "lvt":
+    sp = SentencePieceTokenizer(mc.spm_path)
+
+    def tokenizer(texts, max_length, padding="max_length"):  # the `text_token_batch` contract: ids and a mask
+      del padding  # always fixed length
+      ids, paddings = sp.encode(list(texts), max_length)
+      return ids, (1.0 - paddings).astype(np.int32)
+
+    model = V.VidClip(model_config(mc, visual_dim, sp.vocab_size))
+    # Read and checked once, here: the text encoder's arrays only (not the checkpoint's vision tower).
+    shapes = jax.eval_shape(lambda: V.init_params(model, jax.random.PRNGKey(0), tokens_per_frame))
+    text_encoder = checkpoints.lvt_text_encoder(mc.lvt_checkpoint, shapes["text"]["lvt"])
+    return model, tokenizer, lambda rng: V.init_text_from_lvt(V.init_params(model, rng, tokens_per_frame), text_encoder)
+  model = V.VidClip(model_config(mc, visual_dim))
+  tokenizer = WordPieceTokenizer.from_vocab(Path(mc.minilm_dir or checkpoints.default_minilm_dir()) / "vocab.txt")
+  text_init = checkpoints.load_bert_dir(mc.minilm_dir) if mc.init == "minilm" else None
+
+  def fresh(rng):
+    params = V.init_params(model, rng, tokens_per_frame)
+    return V.init_text_from(params, text_init) if text_init is not None else params
+
+  return model, tokenizer, fresh
+
+
+def batch_fn_for(data, ex: Examples, tokens: dict[str, np.ndarray]):
+  def batch_fn(idx):
+    neg = ex.negatives[idx]
+    safe = np.maximum(neg, 0)
+    return {"video": data.gather(ex.video_rows[idx], ex.frame_rows[idx]),
+            "input_ids": tokens["input_ids"][ex.positive[idx]], "attention_mask": tokens["attention_mask"][ex.positive[idx]],
+            "neg_ids": tokens["input_ids"][safe], "neg_mask": tokens["attention_mask"][safe],
+            "neg_valid": (neg >= 0).astype(np.float32)}
+  return batch_fn
+
+
+def train_model(name: str, model: V.VidClip, init_fn, ex: Examples, data, tokens, tc, mode: str,
+                seed: int, workdir: Path, group: int = 1):
+  """One VidCLIP training through the one loop; returns host params.
+
+  `group` > 1 keeps runs of `group` consecutive examples in one batch (e.g. a GenState query's clip and its
+  two hard-negative clips, so each is an in-batch negative of the others); `tc.batch_size` must divide by it.
+  """
+
+  def loss_fn(params, batch, rng):
+    apply = functools.partial(model.apply, {"params": params})
+    video = apply(batch["video"], method=V.VidClip.encode_video)
+    drop = {"dropout": rng}
+    text = apply(batch["input_ids"], batch["attention_mask"], False, method=V.VidClip.encode_text, rngs=drop)
+    tau = apply(method=V.VidClip.temperature)
+    b, h, s = batch["neg_ids"].shape
+    if h == 0 or mode == "contrastive":
+      loss, aux = losses.comp_total_loss(video, text, jnp.zeros((b, 0, text.shape[1])), jnp.zeros((b, 0)), tau,
+                                         mode="contrastive")
+    else:
+      neg = apply(batch["neg_ids"].reshape(b * h, s), batch["neg_mask"].reshape(b * h, s), False,
+                  method=V.VidClip.encode_text, rngs=drop).reshape(b, h, -1)
+      loss, aux = losses.comp_total_loss(video, text, neg, batch["neg_valid"], tau, mode=mode, lam=tc.lam,
+                                         levels=tuple(tc.levels))
+    return loss, {**aux, "tau": tau}
+
+  negs = ex.negatives if mode != "contrastive" else ex.negatives[:, :0]
+  ex = dataclasses.replace(ex, negatives=negs)
+  batch_fn = batch_fn_for(data, ex, tokens)
+  if group > 1:
+    if tc.batch_size % group or len(ex.positive) % group:
+      raise ValueError(f"VidCLIP {name}: batch size {tc.batch_size} and {len(ex.positive)} examples must be "
+                       f"multiples of the group size {group}")
+    grouped = lambda idx, fn=batch_fn: fn((np.asarray(idx)[:, None] * group + np.arange(group)).reshape(-1))  # noqa: E731
+    dataset = pipeline.loader(pipeline.make_index_batches(len(ex.positive) // group, tc.batch_size // group, seed,
+                                                          grouped))
+  else:
+    dataset = pipeline.loader(pipeline.make_index_batches(len(ex.positive), tc.batch_size, seed, batch_fn))
+  state, _ = train.fit(init_fn=init_fn, loss_fn=loss_fn,
+                       optimizer=train.adamw(tc.lr, tc.weight_decay, tc.warmup_steps),
+                       dataset=dataset, num_steps=tc.steps, workdir=workdir / "models" / name, seed=seed,
+                       checkpoint_every=tc.checkpoint_every, log_every=min(tc.log_every, tc.steps),
+                       progress=tc.progress, description=f"VidCLIP {name}")
+  return jax.device_get(state.params)
+
+
+
+class Encoder:
+  """Jitted unit embeddings of videos (given as feature rows) and texts, in fixed-size chunks."""
+
+  def __init__(self, model: V.VidClip, data, chunk: int):
+    self.data, self.chunk = data, chunk
+    self._video = jax.jit(lambda p, x: model.apply({"params": p}, x, method=V.VidClip.encode_video))
+    self._text = jax.jit(lambda p, i, m: model.apply({"params": p}, i, m, method=V.VidClip.encode_text))
+
+  def videos(self, params, video_rows, frame_rows) -> np.ndarray:
+    return evaluate.chunked(lambda b: self._video(params, self.data.gather(b["v"], b["f"])),
+                            {"v": video_rows, "f": frame_rows}, self.chunk)
+
+  def texts(self, params, tokens) -> np.ndarray:
+    return evaluate.chunked(lambda b: self._text(params, b["input_ids"], b["attention_mask"]), tokens, self.chunk)
+
+  def strings(self, params, texts: Sequence[str], tokenizer, max_len: int) -> np.ndarray:
+    """Embeddings of raw texts (each distinct text encoded once)."""
+    table = TextTable()
+    rows = [table(t) for t in texts]
+    return self.texts(params, table.tokens(tokenizer, max_len))[rows]
+
+
