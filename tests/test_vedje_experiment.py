@@ -12,6 +12,7 @@ import pytest
 from vidjax import evaluate, metrics, ops, train
 from vidjax.data import features
 from vidjax.experiments import vedje as E
+from vidjax.methods import vedje as VM
 from vidjax.defaults.vedje import ABLATIONS
 from vidjax.experiments.common import load_config
 from vidjax.models import vedje as V
@@ -141,13 +142,13 @@ def test_training_batches_are_stage1_neighbourhoods_of_positives():
   query_video = np.concatenate([np.arange(n_videos), rng.integers(0, n_videos, 20)])  # some videos: 2+ captions
   query_video[5] = 39  # video 5 has no caption
   q = len(query_video)
-  split = E.Split([f"q{i}" for i in range(q)], query_video, np.zeros((q, 4), np.int32), np.ones((q, 4), np.int32),
+  split = VM.Split([f"q{i}" for i in range(q)], query_video, np.zeros((q, 4), np.int32), np.ones((q, 4), np.int32),
                   rng.normal(size=(q, 8)), [f"v{i}" for i in range(n_videos)], rng.normal(size=(n_videos, 8)))
   negatives = E.stage1_negatives(split, 9)
   tc = types.SimpleNamespace(hard_negatives=3, always_top=2, in_batch_negatives=2, candidate_pool=10)
   for seed in range(5):
     idx = np.random.default_rng(seed).permutation(q)[:b]
-    rows, hoods = E.neighbourhood_rows(split, negatives, idx, tc, np.random.default_rng(seed))
+    rows, hoods = VM.neighbourhood_rows(split, negatives, idx, tc, np.random.default_rng(seed))
     videos = query_video[rows]
     assert len(rows) == b and len(set(videos.tolist())) == b  # distinct videos, each with its own caption
     assert rows[0] == idx[0] and 5 not in videos

@@ -10,6 +10,7 @@ import pytest
 
 from vidjax import losses, train
 from vidjax.data import pipeline
+from vidjax.methods import vedje as VM
 from vidjax.worlds import moving_objects
 from vidjax.models import vedje as V
 from vidjax.tokenizers.wordpiece import WordPieceTokenizer
@@ -40,7 +41,7 @@ def test_mlm_mask_follows_bert():
   ids[:, 0], ids[:, -1] = 101, 102
   attention = np.ones_like(ids)
   attention[:, 15:] = 0
-  masked, chosen = pipeline.mlm_mask(ids, attention, rng, mask_id=103, vocab_size=30522, special_ids=(101, 102, 0))
+  masked, chosen = VM.mlm_mask(ids, attention, rng, mask_id=103, vocab_size=30522, special_ids=(101, 102, 0))
   assert not chosen[:, 0].any() and not chosen[:, 15:].any()  # never [CLS], never padding
   assert chosen.any(axis=1).all()
   assert 0.13 < chosen[:, 1:15].mean() < 0.2
@@ -69,7 +70,7 @@ def test_tiny_vedje_trains_through_the_one_loop_on_the_moving_object_world(tmp_p
     vids = [train_ids[i] for i in idx]
     rows = [row[v] for v in vids]
     ids, mask = tokens["input_ids"][idx], tokens["attention_mask"][idx]
-    masked, chosen = pipeline.mlm_mask(ids, mask, np.random.default_rng(int(idx[0])), mask_id=tok.vocab["[MASK]"],
+    masked, chosen = VM.mlm_mask(ids, mask, np.random.default_rng(int(idx[0])), mask_id=tok.vocab["[MASK]"],
                                        vocab_size=cfg.vocab_size, special_ids=special)
     patches = world.tokens[rows]
     targets, valid = losses.future_delta_targets(jnp.asarray(patches), cfg.horizons)

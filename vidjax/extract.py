@@ -36,6 +36,7 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import dataclasses
+import functools
 import logging
 import time
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence

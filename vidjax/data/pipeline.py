@@ -237,28 +237,3 @@ def text_token_batch(tokenizer: Callable[..., tuple[np.ndarray, np.ndarray]], te
     raise TypeError("text_token_batch expects a sequence of strings, got a single str")
   ids, mask = tokenizer(list(texts), max_length=max_length, padding="max_length")
   return {"input_ids": np.asarray(ids, np.int32), "attention_mask": np.asarray(mask, np.int32)}
-
-
-def mlm_mask(input_ids: np.ndarray, attention_mask: np.ndarray, rng: np.random.Generator, *,
-             mask_id: int, vocab_size: int, special_ids: Sequence[int], prob: float = 0.15
-             ) -> tuple[np.ndarray, np.ndarray]:
-  """BERT's masking for a masked-language objective (VEDJE's L_mlm, A.3: "standard MLM").
-
-  Each real, non-special token is chosen with probability `prob`; a chosen token becomes [MASK]
-  80% of the time, a random token 10% and stays 10%. Every row with a maskable token gets at
-  least one chosen position, so no row is empty.
-
-  Returns:
-    (masked input_ids int32 [B, S], chosen float32 [B, S]: the positions the loss predicts).
-  """
-  ids = np.asarray(input_ids, np.int32)
-  maskable = (np.asarray(attention_mask) > 0) & ~np.isin(ids, np.asarray(list(special_ids)))
-  chosen = maskable & (rng.random(ids.shape) < prob)
-  for b in np.flatnonzero(~chosen.any(axis=1) & maskable.any(axis=1)):
-    chosen[b, rng.choice(np.flatnonzero(maskable[b]))] = True
-  action = rng.random(ids.shape)
-  out = ids.copy()
-  out[chosen & (action < 0.8)] = mask_id
-  swap = chosen & (action >= 0.8) & (action < 0.9)
-  out[swap] = rng.integers(0, vocab_size, size=int(swap.sum()))
-  return out, chosen.astype(np.float32)

@@ -14,6 +14,9 @@ Deviations, each stated where it is set:
 """
 from __future__ import annotations
 
+import dataclasses
+from typing import Optional
+
 import ml_collections
 
 from vidjax.defaults import common, retrieval
@@ -21,6 +24,56 @@ from vidjax.defaults import common, retrieval
 # Ablation tables (results.json "ablations"), in print order.
 ABLATIONS = ("cache_structure", "prior", "cache_budget", "delta", "loss_stack")
 PRECISIONS = ("bfloat16", "float8_e4m3", "float4_e2m1")
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+  """One trained VEDJE model (the defaults are the full model of the config)."""
+  tokens_per_frame: Optional[int] = None    # None = the config's M
+  cache_structure: str = "ordered"
+  use_prior: bool = True
+  use_joint: bool = True
+  weights: tuple[float, ...] = (1.0, 1.0, 1.0, 1.0)  # multiplies train.loss_weights (vtm, vtc, mlm, delta)
+  horizons: Optional[tuple[int, ...]] = None
+  absolute_delta: bool = False
+
+  @property
+  def name(self) -> str:
+    parts = [f"m{self.tokens_per_frame}" if self.tokens_per_frame else "", self.cache_structure,
+             "" if self.use_prior else "noprior", "" if self.use_joint else "nojoint",
+             "" if self.weights == (1.0, 1.0, 1.0, 1.0) else "w" + "-".join(f"{w:g}" for w in self.weights),
+             "h" + "-".join(map(str, self.horizons)) if self.horizons else "", "abs" if self.absolute_delta else ""]
+    return "_".join(p for p in parts if p)
+
+
+FULL = Variant()
+NO_DELTA = Variant(weights=(1.0, 1.0, 1.0, 0.0))
+
+
+def ablation_plan(frames: int, tokens_per_frame: int, precision: str) -> dict[str, dict[str, tuple[Variant, str]]]:
+  """{table: {row: (variant, cache precision)}}: the paper's ablations (§3.3-3.6, A.13, A.14)."""
+  compact = 1 if tokens_per_frame > 1 else tokens_per_frame
+  big, small = frames * tokens_per_frame, frames * compact
+  unordered = dict(weights=NO_DELTA.weights)  # Table 4: the unordered caches have no future-delta target
+  return {
+      "cache_structure": {"ordered": (FULL, precision),
+                          "frame_mean": (Variant(cache_structure="frame_mean", **unordered), precision),
+                          "frame_attention": (Variant(cache_structure="frame_attention", **unordered), precision),
+                          "middle_frame": (Variant(cache_structure="middle_frame", **unordered), precision)},
+      "prior": {"prior_only": (Variant(use_joint=False), precision),
+                "joint_only": (Variant(use_prior=False), precision),
+                "prior_joint": (FULL, precision)},
+      "cache_budget": {f"{p}_{n}": (FULL if m == tokens_per_frame else Variant(tokens_per_frame=m), p)
+                       for n, m in ((big, tokens_per_frame), (small, compact)) for p in PRECISIONS},
+      "delta": {"with_delta": (FULL, precision), "without_delta": (NO_DELTA, precision),
+                "absolute_target": (Variant(absolute_delta=True), precision),
+                "horizons_2_3_4": (Variant(horizons=(2, 3, 4)), precision),
+                f"with_delta_{small}": (Variant(tokens_per_frame=compact), precision),
+                f"without_delta_{small}": (Variant(tokens_per_frame=compact, weights=NO_DELTA.weights), precision)},
+      "loss_stack": {"full": (FULL, precision),
+                     **{f"without_{name}": (Variant(weights=tuple(0.0 if j == i else 1.0 for j in range(4))), precision)
+                        for i, name in enumerate(("vtm", "vtc", "mlm", "delta"))}},
+  }
 
 
 def _reranker(**kw) -> ml_collections.ConfigDict:

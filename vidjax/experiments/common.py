@@ -21,11 +21,9 @@ from __future__ import annotations
 import importlib.util
 import json
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
-import jax
 import jax.numpy as jnp
-import numpy as np
 
 from vidjax import io
 from vidjax.sharding import barrier, is_writer, shared  # noqa: F401  (the experiments' multi-host helpers)

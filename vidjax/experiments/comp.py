@@ -22,12 +22,9 @@ run resumes. Each example is a video given as rows into the frozen features (`vi
 from __future__ import annotations
 
 import dataclasses
-import functools
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
 from vidjax import evaluate, io, metrics

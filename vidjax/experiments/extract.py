@@ -25,15 +25,11 @@ Outputs: the store at `config.store` (default `<workdir>/features`) and `<workdi
 """
 from __future__ import annotations
 
-import functools
 import logging
 import os
 from pathlib import Path
 from typing import Any
 
-import jax
-import jax.numpy as jnp
-import numpy as np
 
 from vidjax import extract as engine
 from vidjax import io

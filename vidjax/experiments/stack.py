@@ -26,10 +26,8 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
-import jax
-import ml_collections
 import numpy as np
 
 from vidjax import evaluate, metrics, sharding

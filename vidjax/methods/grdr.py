@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import jax
 import jax.numpy as jnp

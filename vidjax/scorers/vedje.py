@@ -10,7 +10,7 @@ is dequantized to float32 when read). A reranker batch for Q queries x K stage-1
     prior           [Q, K]            stage-1 scores rho(q, v)
     -> scores       float32 [Q, K]
 
-`vidjax.experiments.vedje.PairBatches` builds such batches from a feature store for
+`PairBatches` builds such batches from a feature store for
 `vidjax.retrieval.TwoStage` in both directions.
 """
 from __future__ import annotations
@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from vidjax.data.features import FeatureStore, MissingFeatureError
 from vidjax.models import vedje as vedje_models
 
 
@@ -79,3 +80,43 @@ class VedjeScorer:
       scores = self._fn(self.params, part["input_ids"], part["attention_mask"], part["cache"], part["prior"])
       out[start:stop] = np.asarray(scores)[:stop - start]
     return out.reshape(q, k)
+
+
+class PairBatches:
+  """`TwoStage` batch functions for VEDJE: texts (tokenized) x videos (cached in a store).
+
+  Args:
+    store: the feature store holding the caches; cache_kind: their kind.
+    text_ids: the caption ids, in the order of `input_ids` rows; input_ids, attention_mask: [Nq, S].
+  Queries handed to `TwoStage.search` carry a `row` field: the row of each query in its own table
+  (caption rows for `text_to_video`, video ids' positions in `video_ids` for `video_to_text`).
+  """
+
+  def __init__(self, store: FeatureStore, cache_kind: str, text_ids, input_ids: np.ndarray,
+               attention_mask: np.ndarray, video_ids=None):
+    self.store, self.cache_kind = store, cache_kind
+    self.text_row = {t: i for i, t in enumerate(text_ids)}
+    self.input_ids, self.attention_mask = np.asarray(input_ids), np.asarray(attention_mask)
+    self.video_ids = None if video_ids is None else np.asarray(video_ids)
+
+  def caches(self, video_ids: np.ndarray) -> np.ndarray:
+    flat = [str(v) for v in np.ravel(video_ids)]
+    try:
+      out = self.store.get(self.cache_kind, flat)
+    except MissingFeatureError as e:
+      raise MissingFeatureError(f"VEDJE rerank: a candidate video has no cache: {e}") from None
+    return out.reshape(np.shape(video_ids) + out.shape[1:])
+
+  def text_to_video(self, queries: Mapping[str, np.ndarray], candidate_ids: np.ndarray, s1: np.ndarray) -> dict:
+    rows = np.asarray(queries["row"])
+    k = candidate_ids.shape[1]
+    return {"input_ids": np.repeat(self.input_ids[rows][:, None], k, 1),
+            "attention_mask": np.repeat(self.attention_mask[rows][:, None], k, 1),
+            "cache": self.caches(candidate_ids), "prior": s1}
+
+  def video_to_text(self, queries: Mapping[str, np.ndarray], candidate_ids: np.ndarray, s1: np.ndarray) -> dict:
+    videos = self.video_ids[np.asarray(queries["row"])]
+    k = candidate_ids.shape[1]
+    rows = np.vectorize(self.text_row.__getitem__, otypes=[np.int64])(candidate_ids)
+    return {"input_ids": self.input_ids[rows], "attention_mask": self.attention_mask[rows],
+            "cache": np.repeat(self.caches(videos)[:, None], k, 1), "prior": s1}

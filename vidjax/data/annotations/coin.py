@@ -19,7 +19,7 @@ import os
 from vidjax import io
 from vidjax.data.annotations import types
 
-SUBSETS = {"training": "train", "validation": "val", "testing": "test"}
+SUBSETS = types.SUBSETS
 
 
 def _entries(data, path) -> dict:
@@ -52,26 +52,14 @@ def read_coin(path: str | os.PathLike, split: str | None = None) -> list[types.V
     ValueError: naming the file, the video / annotation and what was expected, on malformed input.
   """
   types.check_split_arg(split, types.SPLITS, "read_coin")
+
+  def step_of(ann, at):
+    step = str(types.require(ann, "id", (str, int), path, at)).strip()
+    label = types.require(ann, "label", str, path, at).strip()
+    if not step or not label:
+      types.fail(path, at, f"'id' and 'label' must be non-empty, got id={step!r} label={label!r}")
+    return label, step
+
   entries = _entries(io.read_json(path, "COIN annotation file"), path)
-  videos = []
-  for video_id in sorted(entries):
-    entry = entries[video_id]
-    where = f"video {video_id!r}"
-    subset = types.require(entry, "subset", str, path, where)
-    if subset not in SUBSETS:
-      types.fail(path, where, f"'subset' must be one of {sorted(SUBSETS)}, got {subset!r}")
-    task = str(types.require(entry, "recipe_type", (int, str), path, where))
-    duration = types.optional_duration(entry, path, where)
-    annotations = types.require(entry, "annotation", list, path, where)
-    segments = []
-    for i, ann in enumerate(annotations):
-      at = f"{where} annotation #{i}"
-      start, end = types.parse_segment(types.require(ann, "segment", list, path, at), path, at)
-      step = str(types.require(ann, "id", (str, int), path, at)).strip()
-      label = types.require(ann, "label", str, path, at).strip()
-      if not step or not label:
-        types.fail(path, at, f"'id' and 'label' must be non-empty, got id={step!r} label={label!r}")
-      segments.append((start, end, label, step))
-    if split is None or SUBSETS[subset] == split:
-      videos.append(types.make_video(video_id, task, SUBSETS[subset], segments, duration))
-  return videos
+  return types.step_videos(entries, path, split, annotations_key="annotation", step_of=step_of,
+                           task_types=(int, str))

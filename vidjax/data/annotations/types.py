@@ -15,7 +15,7 @@ import dataclasses
 import math
 import os
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -133,6 +133,37 @@ def optional_duration(entry: dict, path, where: str) -> float | None:
   if not is_number(value) or value < 0:
     fail(path, where, f"'duration' must be a non-negative number, got {value!r}")
   return float(value)
+
+
+# The official subset names of the step-annotated release files (YouCook2, COIN) -> vidjax split names.
+SUBSETS = {"training": "train", "validation": "val", "testing": "test"}
+
+
+def step_videos(entries: dict, path, split: str | None, *, annotations_key: str,
+                step_of: Callable[[dict, str], tuple[str, str]], task_types: tuple = (str, int)) -> list[Video]:
+  """The videos of a {video_id: entry} release (YouCook2, COIN), sorted by id, optionally one split.
+
+  Every entry is validated whatever split is asked for (so a broken file fails for every split): its
+  'subset', 'recipe_type' (the task), optional 'duration' and the list `annotations_key` of
+  {"segment": [start, end], ...}; `step_of(annotation, where)` returns the annotation's (text, step id).
+  """
+  videos = []
+  for video_id in sorted(entries):
+    entry = entries[video_id]
+    where = f"video {video_id!r}"
+    subset = require(entry, "subset", str, path, where)
+    if subset not in SUBSETS:
+      fail(path, where, f"'subset' must be one of {sorted(SUBSETS)}, got {subset!r}")
+    task = str(require(entry, "recipe_type", task_types, path, where))
+    duration = optional_duration(entry, path, where)
+    segments = []
+    for i, ann in enumerate(require(entry, annotations_key, list, path, where)):
+      at = f"{where} annotation #{i}"
+      start, end = parse_segment(require(ann, "segment", list, path, at), path, at)
+      segments.append((start, end, *step_of(ann, at)))
+    if split is None or SUBSETS[subset] == split:
+      videos.append(make_video(video_id, task, SUBSETS[subset], segments, duration))
+  return videos
 
 
 def split_by_video(videos: Sequence[Video], fraction: float, seed: int) -> tuple[list[Video], list[Video]]:

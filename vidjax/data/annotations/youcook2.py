@@ -19,7 +19,7 @@ import os
 from vidjax import io
 from vidjax.data.annotations import types
 
-SUBSETS = {"training": "train", "validation": "val", "testing": "test"}
+SUBSETS = types.SUBSETS
 
 
 def read_youcook2(path: str | os.PathLike, split: str | None = None) -> list[types.Video]:
@@ -33,27 +33,12 @@ def read_youcook2(path: str | os.PathLike, split: str | None = None) -> list[typ
     ValueError: naming the file, the video / annotation and what was expected, on malformed input.
   """
   types.check_split_arg(split, types.SPLITS, "read_youcook2")
-  data = io.read_json(path, "YouCook2 annotation file")
-  database = types.require(data, "database", dict, path, "top level")
-  videos = []
-  for video_id in sorted(database):
-    entry = database[video_id]
-    where = f"video {video_id!r}"
-    subset = types.require(entry, "subset", str, path, where)
-    if subset not in SUBSETS:
-      types.fail(path, where, f"'subset' must be one of {sorted(SUBSETS)}, got {subset!r}")
-    task = str(types.require(entry, "recipe_type", (str, int), path, where))
-    duration = types.optional_duration(entry, path, where)
-    annotations = types.require(entry, "annotations", list, path, where)
-    segments = []
-    for i, ann in enumerate(annotations):
-      at = f"{where} annotation #{i}"
-      start, end = types.parse_segment(types.require(ann, "segment", list, path, at), path, at)
-      sentence = types.require(ann, "sentence", str, path, at).strip()
-      if not sentence:
-        types.fail(path, at, "'sentence' must be a non-empty caption")
-      segments.append((start, end, sentence, ""))
-    # Validate every entry (so a broken file fails whatever split is asked for), keep the split's.
-    if split is None or SUBSETS[subset] == split:
-      videos.append(types.make_video(video_id, task, SUBSETS[subset], segments, duration))
-  return videos
+
+  def step_of(ann, at):  # free-text captions, no step labels
+    sentence = types.require(ann, "sentence", str, path, at).strip()
+    if not sentence:
+      types.fail(path, at, "'sentence' must be a non-empty caption")
+    return sentence, ""
+
+  database = types.require(io.read_json(path, "YouCook2 annotation file"), "database", dict, path, "top level")
+  return types.step_videos(database, path, split, annotations_key="annotations", step_of=step_of)
