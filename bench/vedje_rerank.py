@@ -55,6 +55,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 from vidjax.models import vedje  # noqa: E402
+from vidjax.models.bert import BertConfig  # noqa: E402
 
 FRAMES = 16                     # T (A.2); the cache size picks M = N / T
 CLS_ID, SEP_ID = 101, 102       # BERT uncased WordPiece
@@ -68,11 +69,11 @@ def count(tree) -> int:
 
 def flops_per_pair(cfg: vedje.VedjeConfig, text_len: int) -> dict[str, float]:
   """Analytic forward FLOPs (2 x MACs) of one joint pass over [text; cache], by part."""
-  length, d, ffn = text_len + cfg.cache_len, cfg.hidden_size, cfg.intermediate_size
+  length, d, ffn = text_len + cfg.cache_len, cfg.hidden_size, cfg.text.intermediate_size
   macs = {
-      "projections": cfg.num_layers * 4 * length * d * d,
-      "attention": cfg.num_layers * 2 * length * length * d,
-      "ffn": cfg.num_layers * 2 * length * d * ffn,
+      "projections": cfg.text.num_layers * 4 * length * d * d,
+      "attention": cfg.text.num_layers * 2 * length * length * d,
+      "ffn": cfg.text.num_layers * 2 * length * d * ffn,
       "e_rho": 1 * cfg.prior_hidden + cfg.prior_hidden * d,
       "score_head": d * d + d * 1,
   }
@@ -85,7 +86,7 @@ def make_inputs(cfg: vedje.VedjeConfig, k: int, text_len: int, dtype: str, seed:
   """input_ids [1, S] ([CLS] random-word-ids [SEP]), mask [1, S] all ones, caches [1, K, N, d]
   random normal in `dtype`, priors [1, K] random in [0, 1)."""
   rng = np.random.default_rng(seed)
-  ids = rng.integers(1000, cfg.vocab_size, size=(1, text_len), dtype=np.int32)
+  ids = rng.integers(1000, cfg.text.vocab_size, size=(1, text_len), dtype=np.int32)
   ids[:, 0], ids[:, -1] = CLS_ID, SEP_ID
   mask = np.ones((1, text_len), np.int32)
   caches = rng.standard_normal((1, k, cfg.cache_len, cfg.hidden_size), dtype=np.float32)
@@ -166,7 +167,8 @@ def main():
   rows, table = [], []
   for n in caches:
     m = n // FRAMES
-    base = vedje.VedjeConfig.paper_shape(tokens_per_frame=m, num_layers=args.layers, scan_pairs=args.scan_pairs)
+    base = vedje.VedjeConfig.paper_shape(tokens_per_frame=m, text=BertConfig(num_layers=args.layers, use_pooler=False),
+                                        scan_pairs=args.scan_pairs)
     if args.text_len > base.max_text_len or args.text_len < 2:
       p.error(f"--text-len {args.text_len} is outside [2, max_text_len={base.max_text_len}]")
     # Parameters are float32 whatever the computation dtype: one tree serves every dtype.
@@ -187,7 +189,7 @@ def main():
       line += f" | paper ~33M: {'OK' if ok else 'MISMATCH'} ({100 * (online / PAPER_PARAMS - 1):+.1f}%)"
     print(line, flush=True)
     for dt in dtypes:
-      cfg = vedje.VedjeConfig.paper_shape(tokens_per_frame=m, dtype=dt, num_layers=args.layers,
+      cfg = vedje.VedjeConfig.paper_shape(tokens_per_frame=m, dtype=dt, text=BertConfig(num_layers=args.layers, use_pooler=False),
                                           scan_pairs=args.scan_pairs)
       fl = flops_per_pair(cfg, args.text_len)
       res = bench_cell(params, cfg, args)

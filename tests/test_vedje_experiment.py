@@ -16,6 +16,7 @@ from vidjax.methods import vedje as VM
 from vidjax.defaults.vedje import ABLATIONS
 from vidjax.experiments.common import load_config
 from vidjax.models import vedje as V
+from vidjax.models.bert import BertConfig
 from vidjax.scorers.vedje import VedjeScorer
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -63,8 +64,8 @@ def test_a_rerun_resumes_from_the_checkpoints_and_caches(smoke_run, tmp_path):
 
 
 def _tiny_scorer():
-  cfg = V.VedjeConfig(frames=2, tokens_per_frame=2, patches=3, visual_dim=4, vocab_size=30, hidden_size=16,
-                      num_layers=1, num_heads=2, intermediate_size=32, max_text_len=6, compressor_heads=2,
+  cfg = V.VedjeConfig(frames=2, tokens_per_frame=2, patches=3, visual_dim=4, max_text_len=6,
+                      text=BertConfig(vocab_size=30, hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32), compressor_heads=2,
                       compressor_mlp=32, predictor_heads=2, predictor_mlp=32, vtc_dim=4, prior_hidden=4)
   params = V.init_params(V.JointReranker(cfg), jax.random.PRNGKey(0))
   return cfg, VedjeScorer(cfg, params, pair_block=4)

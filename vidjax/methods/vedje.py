@@ -24,6 +24,7 @@ from vidjax.data.retrieval import build_benchmark, embeddings, read_dataset
 from vidjax.defaults import common
 from vidjax.defaults.vedje import Variant
 from vidjax.models import vedje as V
+from vidjax.models.bert import BertConfig
 from vidjax.retrieval import DenseIndex, TwoStage
 from vidjax.scorers.vedje import PairBatches, VedjeScorer
 
@@ -33,9 +34,10 @@ KEYS = ("t2v_r1", "t2v_r5", "t2v_r10", "v2t_r1", "v2t_r5", "v2t_r10")
 def model_config(mc, variant: Variant, visual_dim: int, patches: int, vtc_dim: int, vocab_size: int) -> V.VedjeConfig:
   return V.VedjeConfig(
       frames=mc.frames, tokens_per_frame=variant.tokens_per_frame or mc.tokens_per_frame, patches=patches,
-      visual_dim=visual_dim, vocab_size=vocab_size, hidden_size=mc.hidden_size, num_layers=mc.num_layers,
-      num_heads=mc.num_heads, intermediate_size=mc.intermediate_size, dropout_rate=mc.dropout_rate,
-      attention_dropout_rate=mc.dropout_rate, max_text_len=mc.max_text_len,
+      visual_dim=visual_dim, max_text_len=mc.max_text_len,
+      text=BertConfig(vocab_size=vocab_size, hidden_size=mc.hidden_size, num_layers=mc.num_layers, num_heads=mc.num_heads,
+                      intermediate_size=mc.intermediate_size, dropout_rate=mc.dropout_rate,
+                      attention_dropout_rate=mc.dropout_rate, use_pooler=False),
       compressor_layers=mc.compressor_layers, compressor_heads=mc.compressor_heads, compressor_mlp=mc.compressor_mlp,
       predictor_layers=mc.predictor_layers, predictor_heads=mc.predictor_heads, predictor_mlp=mc.predictor_mlp,
       horizons=variant.horizons or tuple(mc.horizons), decoder_dropout=mc.dropout_rate, prior_hidden=mc.prior_hidden, prior_scale=mc.prior_scale,
@@ -175,7 +177,7 @@ def make_batch_fn(split: Split, patches_of, negatives: np.ndarray, tc, cfg: V.Ve
     mask = (pos[cand] != pos[:, None]).astype(np.float32)  # a top-up caption may share a video: not a negative
     mask[:, 0] = 1.0
     ids, attn = split.input_ids[rows], split.attention_mask[rows]
-    masked, chosen = mlm_mask(ids, attn, rng, mask_id=tokenizer.vocab["[MASK]"], vocab_size=cfg.vocab_size,
+    masked, chosen = mlm_mask(ids, attn, rng, mask_id=tokenizer.vocab["[MASK]"], vocab_size=cfg.text.vocab_size,
                                        special_ids=special, prob=tc.mlm_prob)
     patches = patches_of(pos)
     targets, valid = losses.future_delta_targets(patches, cfg.horizons, absolute=variant.absolute_delta)

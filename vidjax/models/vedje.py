@@ -98,7 +98,7 @@ class VedjeConfig:
 
   Cache (A.2): T = 16 frames, M = 4 tokens per frame (TM = 64; the compact TM = 16 is M = 1),
   VideoPrism-B patches P = 256 of width d_v = 768.
-  Joint reranker (A.2): microsoft/MiniLM-L12-H384-uncased — 12 layers, d_l = 384, 12 heads,
+  Joint reranker (A.2, `text`): microsoft/MiniLM-L12-H384-uncased — 12 layers, d_l = 384, 12 heads,
   FFN 1536, vocab 30522, text at most 64 WordPiece tokens incl. [CLS]/[SEP].
   Compressor and F_omega (A.2): 2 decoder layers each, 8 heads, FFN 4 d_l = 1536, GELU,
   dropout 0.1; F_omega's horizon set H = {3} (A.3, A.14).
@@ -113,16 +113,9 @@ class VedjeConfig:
   tokens_per_frame: int = 4          # M
   patches: int = 256                 # P
   visual_dim: int = 768              # d_v
-  # Joint encoder (BERT / MiniLM); hidden_size is d_l for every module.
-  vocab_size: int = 30522
-  hidden_size: int = 384
-  num_layers: int = 12
-  num_heads: int = 12
-  intermediate_size: int = 1536
-  type_vocab_size: int = 2
-  layer_norm_eps: float = 1e-12
-  dropout_rate: float = 0.1
-  attention_dropout_rate: float = 0.1
+  # Joint encoder (BERT / MiniLM): its vocabulary, width d_l (= `hidden_size`, shared by every module), depth,
+  # heads, FFN, LayerNorm eps and dropouts. Its positions and pooler are the reranker's (`bert_config`).
+  text: BertConfig = BertConfig(num_layers=12, use_pooler=False)
   max_text_len: int = 64
   cache_token_type: int = 1          # BERT segment id of cache tokens (text is segment 0)
   # Frame-local compressor (A.2).
@@ -155,7 +148,7 @@ class VedjeConfig:
   def __post_init__(self):
     object.__setattr__(self, "horizons", tuple(int(h) for h in self.horizons))
     problems = []
-    for what, heads in (("num_heads", self.num_heads), ("compressor_heads", self.compressor_heads),
+    for what, heads in (("text.num_heads", self.text.num_heads), ("compressor_heads", self.compressor_heads),
                         ("predictor_heads", self.predictor_heads)):
       if heads < 1 or self.hidden_size % heads:
         problems.append(f"hidden_size={self.hidden_size} is not divisible by {what}={heads}")
@@ -168,9 +161,9 @@ class VedjeConfig:
         problems.append(f"{name}={getattr(self, name)} must be >= 1")
     if not self.horizons or any(h < 1 for h in self.horizons):
       problems.append(f"horizons={self.horizons} must be a non-empty set of integers >= 1")
-    if not 0 <= self.cache_token_type < self.type_vocab_size:
+    if not 0 <= self.cache_token_type < self.text.type_vocab_size:
       problems.append(f"cache_token_type={self.cache_token_type} is not a segment id below "
-                      f"type_vocab_size={self.type_vocab_size}")
+                      f"text.type_vocab_size={self.text.type_vocab_size}")
     if self.cache_structure not in CACHE_STRUCTURES:
       problems.append(f"cache_structure={self.cache_structure!r} is not one of {CACHE_STRUCTURES}")
     if self.scan_pairs < 0:
@@ -189,7 +182,12 @@ class VedjeConfig:
   @classmethod
   def minilm_l6(cls, **overrides) -> "VedjeConfig":
     """The all-MiniLM-L6-v2 shape (6 layers, otherwise as the paper), loadable from the real weights."""
-    return cls(**{"num_layers": 6, **overrides})
+    return cls(**{"text": BertConfig(num_layers=6, use_pooler=False), **overrides})
+
+  @property
+  def hidden_size(self) -> int:
+    """d_l: the joint encoder's width, which the compressor, F_omega and the heads share."""
+    return self.text.hidden_size
 
   @property
   def cache_len(self) -> int:
@@ -203,13 +201,7 @@ class VedjeConfig:
 
   def bert_config(self) -> BertConfig:
     """The `BertConfig` of the reranker's encoder layers (no pooler; positions cover the joint input)."""
-    return BertConfig(vocab_size=self.vocab_size, hidden_size=self.hidden_size,
-                      num_layers=self.num_layers, num_heads=self.num_heads,
-                      intermediate_size=self.intermediate_size, max_position=self.input_len,
-                      type_vocab_size=self.type_vocab_size, layer_norm_eps=self.layer_norm_eps,
-                      dropout_rate=self.dropout_rate,
-                      attention_dropout_rate=self.attention_dropout_rate, use_pooler=False,
-                      dtype=self.dtype)
+    return dataclasses.replace(self.text, max_position=self.input_len, use_pooler=False, dtype=self.dtype)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -382,11 +374,11 @@ class JointEmbeddings(nn.Module):
     dtype = jnp.dtype(cfg.dtype)
     embed = lambda n: nn.Embed(n, cfg.hidden_size, dtype=dtype, param_dtype=jnp.float32,  # noqa: E731
                                embedding_init=nn.initializers.normal(0.02))
-    self.word_embeddings = embed(cfg.vocab_size)
+    self.word_embeddings = embed(cfg.text.vocab_size)
     self.position_embeddings = embed(cfg.input_len)
-    self.token_type_embeddings = embed(cfg.type_vocab_size)
-    self.layer_norm = nn.LayerNorm(epsilon=cfg.layer_norm_eps, dtype=dtype, param_dtype=jnp.float32)
-    self.dropout = nn.Dropout(cfg.dropout_rate)
+    self.token_type_embeddings = embed(cfg.text.type_vocab_size)
+    self.layer_norm = nn.LayerNorm(epsilon=cfg.text.layer_norm_eps, dtype=dtype, param_dtype=jnp.float32)
+    self.dropout = nn.Dropout(cfg.text.dropout_rate)
 
   def __call__(self, input_ids: jax.Array, cache: Optional[jax.Array] = None,
                deterministic: bool = True) -> jax.Array:
@@ -481,8 +473,8 @@ class JointReranker(nn.Module):
     self.score_fc2 = _dense(1, dtype, None)
     self.vtc_proj = _dense(cfg.vtc_dim, dtype, None)
     self.mlm_transform = _dense(d, dtype, None, nn.initializers.normal(0.02))
-    self.mlm_norm = nn.LayerNorm(epsilon=cfg.layer_norm_eps, dtype=dtype, param_dtype=jnp.float32)
-    self.mlm_bias = self.param("mlm_bias", nn.initializers.zeros, (cfg.vocab_size,), jnp.float32)
+    self.mlm_norm = nn.LayerNorm(epsilon=cfg.text.layer_norm_eps, dtype=dtype, param_dtype=jnp.float32)
+    self.mlm_bias = self.param("mlm_bias", nn.initializers.zeros, (cfg.text.vocab_size,), jnp.float32)
 
   def encode(self, input_ids: jax.Array, attention_mask: jax.Array,
              cache: Optional[jax.Array] = None, deterministic: bool = True) -> jax.Array:
