@@ -1,7 +1,7 @@
 """YouCook2 identity negatives mined with the REAL all-MiniLM-L6-v2 weights (CAST App. B), end to end.
 
 The builder's rules are tested with a cheap fake embedding in test_cvr.py; here the experiment's wiring
-(`vidjax.experiments.cast._embed_fn` -> Flax BERT on the shipped safetensors) is exercised on a slice
+(`vidjax.methods.cast._embed_fn` -> Flax BERT on the shipped safetensors) is exercised on a slice
 of the real validation split, and the mined negatives are checked against an independent NumPy
 ranking of the same embeddings.
 """
@@ -14,6 +14,7 @@ import pytest
 from vidjax.data import cvr
 from vidjax.data.annotations import read_youcook2
 from vidjax.experiments import cast
+from vidjax.methods import cast as cast_method
 
 YC2 = Path(__file__).resolve().parents[2] / "shared" / "data" / "youcook2" / "youcookii_annotations_trainval.json"
 
@@ -22,7 +23,7 @@ YC2 = Path(__file__).resolve().parents[2] / "shared" / "data" / "youcook2" / "yo
 def mined():
   videos = read_youcook2(YC2, split="val")[:30]
   config = ml_collections.ConfigDict({"data": {"identity_rule": "caption_similarity", "minilm_dir": ""}})
-  embed_fn = cast._embed_fn(config)
+  embed_fn = cast_method._embed_fn(config)
   records, stats = cvr.build_benchmark(videos, identity_rule="caption_similarity", embed_fn=embed_fn, seed=0)
   clips = [c for v in videos for c in v.clips]
   return videos, clips, records, stats, embed_fn([c.text for c in clips])

@@ -12,6 +12,7 @@ from vidjax.data import cvr, features, genstate
 from vidjax.data.annotations import read_activitynet_captions, read_didemo, read_msrvtt, read_youcook2
 from vidjax.data.retrieval import build_benchmark
 from vidjax.experiments import cast
+from vidjax.methods import cast as cast_method
 from vidjax.tfds.common import open_dataset, prepare, read_split
 from vidjax.tfds.cvr import CvrConfig, VidjaxCvr, as_cvr_records
 from vidjax.tfds.genstate import GenstateConfig, VidjaxGenstate, as_triplets
@@ -34,7 +35,7 @@ def youcook2(tmp_path_factory):
   (tmp / "available.txt").write_text("\n".join(v.video_id for v in keep))
   config = CvrConfig(name="youcook2_slice", dataset="youcook2", available_videos=str(tmp / "available.txt"))
   builder = prepare(VidjaxCvr(config=config, data_dir=str(tmp / "tfds")), manual_dir=YC2)
-  embed_fn = cast._embed_fn(type("C", (), {"data": type("D", (), {"identity_rule": "caption_similarity",
+  embed_fn = cast_method._embed_fn(type("C", (), {"data": type("D", (), {"identity_rule": "caption_similarity",
                                                                    "minilm_dir": ""})})())
   cvr.build_dataset_cvr("youcook2", keep, tmp / "files", eval_split="val", embed_fn=embed_fn)
   return builder, tmp / "files", len(videos)

@@ -13,10 +13,8 @@ not released, so the default run renders its own (`vidjax.worlds.rendered`, SYNT
     positive is its own prompt and its negatives the prompts of the other two clips of its triplet, which
     share its batch (`train.group`).
 
-Why VidCLIP and not VEDJE as the order-aware model: on the moving-object world VEDJE's reranker did not
-learn to read event order within its CPU budget (BENCHMARKS.md: reranked T2V R@1 4.7% vs stage 1 10.0%),
-while VidCLIP learns order from hard negatives in its behavioural test; the issue allows "a small temporal
-model" in that case.
+Why VidCLIP and not VEDJE as the order-aware model: GenState scores a prompt against every clip of a pool with
+one score per (prompt, clip), which a dual encoder gives directly; VEDJE is a reranker of a stage-1 shortlist.
 
 Deviations: the backbone is the STAND-IN pixel-statistics model (`vidjax.models.pixelstats`) unless
 `extract.model.checkpoint` names a VideoPrism checkpoint; the subsets are the world's four kinds of change
@@ -45,8 +43,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # A user's own benchmark: a GenState metadata file (vidjax.data.genstate) + a feature store holding `video_kind`
   # for every video id and `text_kind` for every query id (e.g. VideoPrism LvT `clip` and `text`): zero-shot only.
   c.data = ml_collections.ConfigDict(dict(metadata="", features="", video_kind="clip", text_kind="text"))
-  # 800 training queries per category (9,600 training clips): with 200 the model memorized its training triplets
-  # (hinge term 0.005) and stayed at 66.5% Acc_temp; with 600, 78.5% (seed 0, 2,000 steps; BENCHMARKS.md).
+  # 800 training queries per category (9,600 training clips): fewer and the model memorizes its training triplets
+  # (BENCHMARKS.md, "GenState", has the measurements).
   c.world = ml_collections.ConfigDict({**dataclasses.asdict(RenderedWorldConfig()), "num_train": 800})
   c.extract = ml_collections.ConfigDict(dict(
       seed=0,

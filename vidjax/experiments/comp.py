@@ -27,7 +27,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from vidjax import evaluate, io, metrics
+from vidjax import evaluate, io, metrics, train
 from vidjax.data import comp
 from vidjax.data.annotations import read_activitynet_captions, read_youcook2
 from vidjax.data.features import FeatureStore, MissingFeatureError
@@ -297,8 +297,9 @@ class Trained:
   finetune: Examples
 
 
-def trained(config, workdir: Path) -> Trained:
-  """Builds the benchmark and trains (or, from `workdir`'s checkpoints, restores) every method."""
+def trained(config, workdir: Path, restore: bool = False) -> Trained:
+  """Builds the benchmark and trains (or, from `workdir`'s checkpoints, resumes) every method; `restore` reads a
+  finished run's final checkpoints instead (nothing trains)."""
   data = real_data(config) if config.data.features else world_data(config)
   mc = config.model
   ptc, ftc = config.pretrain, config.finetune
@@ -323,6 +324,10 @@ def trained(config, workdir: Path) -> Trained:
   es = eval_set(data, frames, eval_texts)
   eval_tokens = eval_texts.tokens(tokenizer, mc.max_text_len)
   params = {}
+  if restore:
+    names = [*pre, *(method for method, _, _ in FINETUNES)]
+    return Trained(data, model, {n: train.load_params(workdir / "models" / n) for n in names}, es, eval_texts,
+                   eval_tokens, tokenizer, fine)
   for name, ex in pre.items():
     params[name] = train_model(name, model, fresh, ex, data, tokens, ptc, "contrastive" if name == "base" else "comploss",
                                config.seed, workdir)
@@ -334,8 +339,9 @@ def trained(config, workdir: Path) -> Trained:
 
 def suite(config, workdir: str | Path) -> tuple[list[evaluate.Model], list[evaluate.Benchmark]]:
   """Every method as a dual encoder on the Comp benchmark and on paragraph-to-video R@K over its positive
-  pairs (`configs/evaluate_all.py`). Videos are keyed by evaluation-input row, texts by paragraph."""
-  t = trained(config, Path(workdir))
+  pairs (`configs/evaluate_all.py`), each read from the run's final checkpoint. Videos are keyed by
+  evaluation-input row, texts by paragraph."""
+  t = trained(config, Path(workdir), restore=True)
   enc = Encoder(t.model, t.data, config.eval.chunk)
   space = (f"the moving-object world of {config.name} (synthetic, seed {config.seed})" if not config.data.features
            else f"the feature store {config.data.features}")

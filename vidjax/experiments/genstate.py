@@ -26,7 +26,7 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from vidjax import evaluate
+from vidjax import evaluate, train
 from vidjax import extract as engine
 from vidjax import progress as progress_lib
 from vidjax.data import genstate
@@ -257,8 +257,9 @@ class Trained:
     return "STAND-IN pixel statistics (vidjax.models.pixelstats), not VideoPrism" if not self.lvt else "VideoPrism"
 
 
-def trained(config, workdir: Path) -> Trained:
-  """Renders and extracts the world and trains VidCLIP (each step resumes from what `workdir` holds)."""
+def trained(config, workdir: Path, restore: bool = False) -> Trained:
+  """Renders and extracts the world and trains VidCLIP (each step resumes from what `workdir` holds); `restore`
+  reads a finished run's final VidCLIP checkpoint instead (nothing trains)."""
   world = rendered.make_world(world_config(config), config.seed, workdir / "world" / "videos")
   if common.is_writer():
     render_clips(world, config.progress)
@@ -292,8 +293,9 @@ def trained(config, workdir: Path) -> Trained:
   ex = vidclip.Examples(np.array([[feats.row[c.clip_id]] * mc.frames for c in train_clips]),
                                 np.tile(frame_rows, (len(train_clips), 1)), np.array(prompts), np.array(negatives))
   tokens = texts.tokens(tokenizer, mc.max_text_len)
-  params = vidclip.train_model("vidclip", model, fresh, ex, feats, tokens, tc, tc.mode, config.seed, workdir,
-                                       group=tc.group)
+  params = (train.load_params(workdir / "models" / "vidclip") if restore else
+            vidclip.train_model("vidclip", model, fresh, ex, feats, tokens, tc, tc.mode, config.seed, workdir,
+                                group=tc.group))
   enc = vidclip.Encoder(model, feats, config.eval.chunk)
 
   def vidclip_videos(vs):
@@ -310,7 +312,7 @@ def suite(config, workdir: str | Path) -> tuple[list[evaluate.Model], list[evalu
   """The trained models and three benchmarks of the test clips (`configs/evaluate_all.py`): the GenState pools,
   Comp-style text pairs (each main clip against its temporal / semantic negative's prompt) and R@K of every
   test clip's prompt over every test clip."""
-  t = trained(config, Path(workdir))
+  t = trained(config, Path(workdir), restore=True)
   space = f"the rendered world (seed {config.seed}, {t.backbone} features)"
   models = [evaluate.dual_encoder(name, space, *enc, chunk=config.eval.chunk) for name, enc in t.encoders.items()]
   prompt = {c.clip_id: c.prompt for c in t.world.clips["test"]}

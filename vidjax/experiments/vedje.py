@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 
-from vidjax import checkpoints, evaluate, ops
+from vidjax import checkpoints, evaluate, ops, train
 from vidjax.data.features import FeatureStore, STORAGE_DTYPES
 from vidjax.data.retrieval import PROTOCOLS, build_benchmark, read_dataset
 from vidjax.defaults.retrieval import DATASETS as RETRIEVAL_DATASETS
@@ -99,8 +99,8 @@ def validate(config) -> None:
 class Session:
   """A run's data, stage 1 and (trained on first use, restored from `workdir` after) VEDJE variants."""
 
-  def __init__(self, config, workdir: Path):
-    self.config, self.workdir = config, workdir
+  def __init__(self, config, workdir: Path, restore: bool = False):
+    self.config, self.workdir, self.restore = config, workdir, restore
     self.synthetic_world = not config.data.features
     if self.synthetic_world:
       world = moving_objects.make_moving_object_world(moving_objects.world_config_from(config.world), seed=config.seed)
@@ -150,6 +150,8 @@ class Session:
                         len(self.tokenizer.vocab))
 
   def params_of(self, variant: Variant):
+    if variant.name not in self.trained and self.restore:  # a finished run: its final checkpoint, nothing trains
+      self.trained[variant.name] = train.load_params(self.workdir / "models" / variant.name)
     if variant.name not in self.trained:
       self.trained[variant.name] = train_variant(variant, self.cfg_of(variant), self.train_split, self.patches_of,
                                                  self.negatives, self.tc, self.mc, self.tokenizer, self.config.seed,
@@ -187,7 +189,7 @@ class Session:
 def suite(config, workdir: str | Path) -> tuple[list[evaluate.Model], list[evaluate.Benchmark]]:
   """Stage 1 (the store's dual-encoder embeddings) and VEDJE (stage-1 top `eval.k` reranked) on the test split's
   caption-to-video R@K (`configs/evaluate_all.py`). Texts are keyed by caption id, videos by video id."""
-  sess = Session(config, Path(workdir))
+  sess = Session(config, Path(workdir), restore=True)
   test, space = sess.test, sess.space
   text_row, video_row = {q: i for i, q in enumerate(test.query_ids)}, {v: i for i, v in enumerate(test.video_ids)}
   stage1 = evaluate.dual_encoder("vedje_stage1", space, lambda ids: test.text[[text_row[i] for i in ids]],
