@@ -190,12 +190,10 @@ def barrier(name: str) -> None:
     multihost_utils.sync_global_devices(name)
 
 
-def shared(name: str, make, write, read):
-  """A file every process needs: process 0 makes it and writes it (`write(made)`), the others wait at the barrier
-  `name` and `read()` it. Process 0 returns what it made (no round trip through the file)."""
-  value = None
-  if is_writer():
-    value = make()
-    write(value)
+def on_writer(name: str, write):
+  """Files every process needs: process 0 runs `write()` (which writes them), then every process waits at the
+  barrier `name`. Returns what `write` returned on process 0 and None elsewhere (where the caller reads the files:
+  `on_writer(name, build) or read(...)`), so the process that built them goes on without a round trip."""
+  value = write() if is_writer() else None
   barrier(name)
-  return value if is_writer() else read()
+  return value

@@ -95,7 +95,7 @@ def suite(config, workdir: str | Path) -> tuple[list[evaluate.Model], list[evalu
   CAST's scorer reads the query's visual history, so it takes the CVR pools only; the zero-shot cosine reads
   the space's raw embeddings, so it takes them too."""
   workdir = Path(workdir)
-  data, clips, _, bench, _, _ = setup(config, workdir)
+  data, clips, _, bench, _, _ = setup(config, workdir, finished=True)
   params = train.load_params(workdir / "train" / "cast")
   w = common.read_results(workdir)["ensemble"]
   scorer = cast_scorers.EnsembleScorer(predictor_scorer(build_models(config, clips.dim)["cast"], params),

@@ -7,8 +7,7 @@ calls
                                          `vidjax.defaults.common`), then the workdir, refusing one made by a
                                          different config (`RESUMABLE` says what may change between runs)
   check_data_source(config, has_data)    the :world variant and a user's data exclude each other
-  shared(name, make, write, read)        multi-host: process 0 makes and writes a shared file, the others
-                                         wait at a barrier and read it
+  on_writer(name, write)                 multi-host: process 0 writes the files every process needs, all wait
   write_results(config, workdir, ...)    results.json (process 0) + printed tables
   pyplot() / save_figure(fig, path)      the one matplotlib setup (Agg, atomic PNG)
 
@@ -26,7 +25,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import jax.numpy as jnp
 
 from vidjax import io
-from vidjax.sharding import barrier, is_writer, shared  # noqa: F401  (the experiments' multi-host helpers)
+from vidjax.sharding import barrier, is_writer, on_writer  # noqa: F401  (the experiments' multi-host helpers)
 from vidjax.defaults.common import (bad_value, check_choice, check_fraction, check_positive,  # noqa: F401
                                     check_positive_int, get_key)
 from vidjax.ops import is_positive_int  # noqa: F401  (re-exported for the experiments' checks)

@@ -297,20 +297,23 @@ class Trained:
   finetune: Examples
 
 
+def write_benchmark(config, workdir: Path, data: CompData) -> None:
+  """The run's Comp triplets in the release format (`<workdir>/benchmark/`) and their Table-1 counts."""
+  for split, triplets in (("train", data.train), ("eval", data.eval)):
+    comp.write_release(workdir / "benchmark" / f"{config.name}_{split}.json", triplets)
+  if data.counts:
+    io.atomic_write_json(workdir / "benchmark" / "counts.json", data.counts)
+    print(("SYNTHETIC " if data.synthetic else "") + f"{config.name} benchmark (Table 1 shape)\n"
+          + comp.format_counts(data.counts), flush=True)
+
+
 def trained(config, workdir: Path, restore: bool = False) -> Trained:
   """Builds the benchmark and trains (or, from `workdir`'s checkpoints, resumes) every method; `restore` reads a
   finished run's final checkpoints instead (nothing trains)."""
   data = real_data(config) if config.data.features else world_data(config)
   mc = config.model
   ptc, ftc = config.pretrain, config.finetune
-  if common.is_writer():
-    for split, triplets in (("train", data.train), ("eval", data.eval)):
-      comp.write_release(workdir / "benchmark" / f"{config.name}_{split}.json", triplets)
-    if data.counts:
-      io.atomic_write_json(workdir / "benchmark" / "counts.json", data.counts)
-      print(("SYNTHETIC " if data.synthetic else "") + f"{config.name} benchmark (Table 1 shape)\n"
-            + comp.format_counts(data.counts), flush=True)
-  common.barrier("comp_benchmark")
+  common.on_writer("comp_benchmark", lambda: write_benchmark(config, workdir, data))
 
   visual = data.gather(np.zeros((1, 1), np.int64), np.zeros((1, 1), np.int64)).shape
   model, tokenizer, fresh = vidclip_setup(mc, visual[-1], visual[-2])

@@ -90,6 +90,13 @@ def world_config(config) -> rendered.RenderedWorldConfig:
 # Render and extract.
 
 
+def write_world(world: rendered.RenderedWorld, workdir: Path, progress: bool) -> None:
+  """The world as a user's data: its mp4 clips (resumable) and a GenState metadata file per split."""
+  render_clips(world, progress)
+  for split in ("train", "test"):
+    rendered.write_metadata(world, workdir / "world" / f"genstate_{split}.json", split)
+
+
 def render_clips(world: rendered.RenderedWorld, progress: bool) -> int:
   """Writes every clip not yet on disk (atomic files, so a killed run resumes); returns how many it wrote."""
   world.video_dir.mkdir(parents=True, exist_ok=True)
@@ -261,11 +268,7 @@ def trained(config, workdir: Path, restore: bool = False) -> Trained:
   """Renders and extracts the world and trains VidCLIP (each step resumes from what `workdir` holds); `restore`
   reads a finished run's final VidCLIP checkpoint instead (nothing trains)."""
   world = rendered.make_world(world_config(config), config.seed, workdir / "world" / "videos")
-  if common.is_writer():
-    render_clips(world, config.progress)
-    for split in ("train", "test"):
-      rendered.write_metadata(world, workdir / "world" / f"genstate_{split}.json", split)
-  common.barrier("genstate_render")
+  common.on_writer("genstate_render", lambda: write_world(world, workdir, config.progress))
   test_clips = world.clips["test"]
   store, lvt, extract_info = extract(config, world, workdir / "features", {c.clip_id: c.prompt for c in test_clips})
   ids = [c.clip_id for c in world.all_clips()]

@@ -47,9 +47,8 @@ def validate(config) -> None:
 def synthetic_world(config, workdir: Path):
   """The moving-object world, its store under `<workdir>/features` and its test benchmark."""
   world = moving_objects.make_moving_object_world(moving_objects.world_config_from(config.world), seed=config.seed)
-  if common.is_writer():
-    moving_objects.write_store(world, workdir / "features", seed=config.seed, world_fields=config.world)
-  common.barrier("vidjax_retrieval_store")
+  common.on_writer("vidjax_retrieval_store", lambda: moving_objects.write_store(
+      world, workdir / "features", seed=config.seed, world_fields=config.world))
   bench = build_benchmark(world.data, protocol="captions", split="test",
                           name=f"moving-object world test groups (synthetic, seed {config.seed})")
   return world, FeatureStore(workdir / "features"), bench

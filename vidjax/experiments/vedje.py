@@ -104,9 +104,8 @@ class Session:
     self.synthetic_world = not config.data.features
     if self.synthetic_world:
       world = moving_objects.make_moving_object_world(moving_objects.world_config_from(config.world), seed=config.seed)
-      if common.is_writer():
-        moving_objects.write_store(world, workdir / "features", seed=config.seed, world_fields=config.world)
-      common.barrier("vidjax_vedje_store")
+      common.on_writer("vidjax_vedje_store", lambda: moving_objects.write_store(
+          world, workdir / "features", seed=config.seed, world_fields=config.world))
       store = FeatureStore(workdir / "features")
       test_bench = build_benchmark(world.data, protocol="captions", split="test",
                                    name=f"moving-object world test groups (synthetic, seed {config.seed})")

@@ -128,9 +128,9 @@ def tfds_data(config) -> CVRData:
                  arrays=tfds_cvr.embedding_arrays(examples), features=dict(meta["features"]))
 
 
-def prepare_data(config, workdir: Path) -> CVRData:
+def prepare_data(config, workdir: Path, finished: bool = False) -> CVRData:
   """Reads or generates the videos, writes the CVR files to `<workdir>/cvr` (process 0; the others read them),
-  opens the store."""
+  opens the store. `finished`: a finished run's files are read as they are, nothing is written."""
   if config.data.source == "tfds":
     return tfds_data(config)
   out = workdir / "cvr"
@@ -143,9 +143,9 @@ def prepare_data(config, workdir: Path) -> CVRData:
                                              seed=config.seed)
     if config.data.clip_kind != "clip" or config.data.text_kind != "text":
       raise ValueError("the synthetic world writes kinds 'clip' and 'text'; leave data.clip_kind/text_kind as is")
-    if sharding.is_writer():
-      procedural.write_store(world, workdir / "features", seed=config.seed, world_name=config.data.world)
-    sharding.barrier("vidjax_cast_store")
+    if not finished:
+      sharding.on_writer("vidjax_cast_store", lambda: procedural.write_store(
+          world, workdir / "features", seed=config.seed, world_name=config.data.world))
     store = FeatureStore(workdir / "features")
     videos, dropped, reuse_gap = world.train_videos + world.eval_videos, [], world.reuse_gap
     build = lambda: cvr.build_cvr(world.train_videos, world.eval_videos, out, eval_name=names[0],  # noqa: E731
@@ -161,7 +161,7 @@ def prepare_data(config, workdir: Path) -> CVRData:
         eval_split=config.data.eval_split, crosstask_split_seed=config.data.crosstask_split_seed,
         crosstask_test_fraction=config.data.crosstask_test_fraction, **rules())
   is_synthetic = not config.data.annotations or bool(store.metadata.get("synthetic", False))
-  files = sharding.shared("vidjax_cast_cvr", build, lambda _: None, lambda: cvr.read_cvr(out, config.dataset))
+  files = (None if finished else sharding.on_writer("vidjax_cast_cvr", build)) or cvr.read_cvr(out, config.dataset)
   stats = dict(files.stats)
   stats["dropped_videos"] = {"count": len(dropped), "ids": dropped[:100],
                              "rule": config.data.available_videos or
@@ -175,9 +175,10 @@ def prepare_data(config, workdir: Path) -> CVRData:
                  features=store.metadata, videos=list(videos))
 
 
-def setup(config, workdir: Path):
-  """(data, clip table, text table, benchmark arrays, held-out arrays, training source) of a run."""
-  data = prepare_data(config, workdir)
+def setup(config, workdir: Path, finished: bool = False):
+  """(data, clip table, text table, benchmark arrays, held-out arrays, training source) of a run (`finished`: read
+  a finished run's files, write nothing)."""
+  data = prepare_data(config, workdir, finished)
   clips, texts = data.tables(config)
   if clips.dim != texts.dim:
     raise ValueError(f"clip embeddings have width {clips.dim} but text embeddings {texts.dim}: "
