@@ -214,7 +214,7 @@ def bert_config_from_json(path: str | os.PathLike, **overrides):
   from vidjax.models import bert  # pylint: disable=g-import-not-at-top
   path = Path(path)
   try:
-    raw = json.loads(path.read_text())
+    raw = vio.loads_json(path.read_text(), f"BERT config file {path}")
   except FileNotFoundError:
     raise FileNotFoundError(f"BERT config file not found: {path}") from None
   except json.JSONDecodeError as e:
@@ -267,7 +267,7 @@ def load_minilm(model_dir: str | os.PathLike | None = None, *, max_length: int |
 
   def optional_json(name):
     p = model_dir / name
-    return json.loads(p.read_text()) if p.is_file() else {}
+    return vio.loads_json(p.read_text(), str(p)) if p.is_file() else {}
 
   pooling = optional_json("1_Pooling/config.json")
   if pooling and not pooling.get("pooling_mode_mean_tokens", False):

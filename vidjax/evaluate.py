@@ -98,6 +98,20 @@ def _take(arrays: Batch, idx: np.ndarray) -> dict[str, np.ndarray]:
   return {k: np.asarray(v)[idx] for k, v in arrays.items()}
 
 
+def check_finite_inputs(arrays: Batch, what: str) -> None:
+  """One clear error when a floating-point input holds NaN or Inf: a NaN score would rank first and a NaN row
+  normalise to zero and rank last, both silently. Names the array and its rows (first few + count)."""
+  for key, value in arrays.items():
+    value = np.asarray(value)
+    if not np.issubdtype(value.dtype, np.floating) or value.ndim == 0:
+      continue
+    bad = ~np.isfinite(value.reshape(value.shape[0], -1)).all(axis=1)
+    if bad.any():
+      rows = np.flatnonzero(bad)
+      raise ValueError(f"{what}: input {key!r} holds NaN or Inf in {len(rows)} of {len(bad)} rows (rows "
+                       f"{rows[:5].tolist()}{' ...' if len(rows) > 5 else ''}); check the features they came from")
+
+
 def _leading(arrays: Batch, what: str) -> int:
   sizes = {k: np.shape(v)[0] if np.ndim(v) else None for k, v in arrays.items()}
   if not sizes or None in sizes.values() or len(set(sizes.values())) != 1:
@@ -121,6 +135,7 @@ def chunked(fn: Callable[[dict], Any], arrays: Batch, chunk: int = DEFAULT_CHUNK
   if chunk < 1:
     raise ValueError(f"chunk must be >= 1, got {chunk}")
   n = _leading(arrays, "chunked")
+  check_finite_inputs(arrays, "evaluation")
   outs = []
   for start in range(0, n, chunk):
     idx = np.minimum(np.arange(start, start + chunk), n - 1)  # pad by repeating the last row
@@ -271,6 +286,8 @@ def gallery_ranks(scorer: Scorer | Callable, queries: Batch, gallery: Batch, rel
   fn = score_fn(scorer)
   q = _leading(queries, "gallery_ranks queries")
   n = _leading(gallery, "gallery_ranks gallery")
+  check_finite_inputs(queries, "gallery_ranks queries")
+  check_finite_inputs(gallery, "gallery_ranks gallery")
   relevant = np.asarray(relevant, np.int64)
   if relevant.shape != (q,) or relevant.min() < 0 or relevant.max() >= n:
     raise ValueError(f"relevant must be int [Q={q}] with values in [0, {n}), got shape {relevant.shape}, "

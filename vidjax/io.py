@@ -52,13 +52,36 @@ def atomic_save_npy(path: str | os.PathLike, array: np.ndarray) -> Path:
   return _atomic(path, lambda f: np.save(f, array, allow_pickle=False), "wb")
 
 
+class DuplicateKeyError(ValueError):
+  """A JSON object names one key twice (JSON parsers keep the last silently: a video replaced by another)."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict:
+  out = {}
+  for key, value in pairs:
+    if key in out:
+      raise DuplicateKeyError(key)
+    out[key] = value
+  return out
+
+
+def loads_json(text: str, source: str = "<JSON>") -> Any:
+  """`json.loads` that rejects an object with a duplicate key, naming `source` and the key."""
+  try:
+    return json.loads(text, object_pairs_hook=_unique_keys)
+  except DuplicateKeyError as e:
+    raise DuplicateKeyError(f"{source}: the key {e.args[0]!r} appears twice in one JSON object (a reader would "
+                            "silently keep the last); remove or rename the duplicate") from None
+
+
 def read_json(path: str | os.PathLike, what: str = "JSON file") -> Any:
-  """Reads JSON, raising one clear error that names the file and the parse problem."""
+  """Reads JSON, raising one clear error that names the file and the problem (a parse error, or a key that appears
+  twice in one object, which a plain parser would resolve silently to its last value)."""
   path = Path(path)
   if not path.exists():
     raise FileNotFoundError(f"{what} not found: {path}")
   try:
     with open(path, "rb") as f:
-      return json.loads(f.read().decode("utf-8"))
+      return loads_json(f.read().decode("utf-8"), f"{what} {path}")
   except (json.JSONDecodeError, UnicodeDecodeError) as e:
     raise ValueError(f"{what} {path} is not valid JSON: {e}") from None

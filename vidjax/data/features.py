@@ -84,6 +84,27 @@ def _from_storage(array: np.ndarray, dtype: str, shape: Sequence[int]) -> np.nda
   return np.asarray(array, dtype=np.float32)
 
 
+class NonFiniteFeatureError(ValueError):
+  """Features hold NaN or Inf (a NaN score ranks first, a NaN row normalises to zero and ranks last: both silent)."""
+
+
+class StaleFeatureError(ValueError):
+  """An id is written again with values other than the ones the store holds."""
+
+
+def _ids_shown(ids: Sequence[str], limit: int = 5) -> str:
+  return ", ".join(repr(str(i)) for i in list(ids)[:limit]) + (f" ... ({len(ids)} in all)" if len(ids) > limit else "")
+
+
+def check_finite(array: np.ndarray, ids: Sequence[str], where: str) -> None:
+  """Raises `NonFiniteFeatureError` naming `where` and the ids (first few + count) of rows [N, ...] with NaN / Inf."""
+  bad = ~np.isfinite(np.asarray(array, np.float32).reshape(len(ids), -1)).all(axis=1)
+  if bad.any():
+    rows = [ids[i] for i in np.flatnonzero(bad)]
+    raise NonFiniteFeatureError(f"{where}: {len(rows)} of {len(ids)} items hold NaN or Inf: {_ids_shown(rows)}; "
+                                "re-extract them (or drop them from the annotations)")
+
+
 class FeatureStore:
   """Random-access store of arrays keyed by (kind, id); see the module docstring for the layout."""
 
@@ -153,12 +174,17 @@ class FeatureStore:
     return sum(len(self._kind_index(k)) for k in self.kinds())
 
   def _shard(self, kind: str, shard: str) -> tuple[np.ndarray, str, tuple[int, ...]]:
-    """(memory-mapped on-disk array, storage dtype, per-item shape as read back)."""
+    """(memory-mapped on-disk array, storage dtype, per-item shape as read back). A shard is checked once, when
+    first opened: its values must be finite (`NonFiniteFeatureError` names the store, kind and ids)."""
     key = (kind, shard)
     if key not in self._shards:
       meta = io.read_json(self.root / kind / (shard + _IDS_SUFFIX), "feature shard id list")
       array = np.load(self.root / kind / (shard + ".npy"), mmap_mode="r")
-      self._shards[key] = (array, meta.get("dtype", "float32"), tuple(meta.get("shape", array.shape[1:])))
+      dtype, shape = meta.get("dtype", "float32"), tuple(meta.get("shape", array.shape[1:]))
+      for start in range(0, array.shape[0], 4096):  # bounded memory on a large memory-mapped shard
+        check_finite(_from_storage(array[start:start + 4096], dtype, shape), meta["ids"][start:start + 4096],
+                     f"feature store {self.root}, kind {kind!r} (shard {shard})")
+      self._shards[key] = (array, dtype, shape)
     return self._shards[key]
 
   def get(self, kind: str, ids: Sequence[str]) -> np.ndarray:
@@ -263,7 +289,9 @@ class FeatureStore:
 class ShardWriter:
   """Buffers (id, array) pairs and commits them as numbered shards `<prefix>-<00000>`.
 
-  Ids already in the store are skipped, so re-running a killed job resumes where it stopped.
+  An id already in the store is skipped when its values are the ones stored (so re-running a killed job resumes
+  where it stopped) and refused with `StaleFeatureError` when they differ: a store never keeps old values silently
+  (write changed features into a new store). Non-finite values are refused (`NonFiniteFeatureError`).
   Use as a context manager; leaving the block flushes the remainder.
   """
 
@@ -285,11 +313,23 @@ class ShardWriter:
       self.flush()
 
   def add(self, item_id: str, array: np.ndarray) -> bool:
-    """Queues one item; returns False (and does nothing) if the id is already stored or queued."""
+    """Queues one item; returns False (and does nothing) if the id is already stored or queued with these values."""
     item_id = str(item_id)
-    if item_id in self._pending or self.store.has(self.kind, item_id):
-      return False
     array = np.asarray(array)
+    where = f"feature store {self.store.root}, kind {self.kind!r}"
+    check_finite(array[None], [item_id], where)
+    if item_id in self._pending or self.store.has(self.kind, item_id):
+      if item_id in self._pending:
+        old = _from_storage(_to_storage(self._arrays[self._ids.index(item_id)][None], self.dtype), self.dtype,
+                            self._arrays[0].shape)[0]
+      else:
+        old = self.store.get_one(self.kind, item_id)
+      new = _from_storage(_to_storage(array[None], self.dtype), self.dtype, array.shape)[0]
+      if old.shape != new.shape or not np.array_equal(old, new):
+        raise StaleFeatureError(f"{where}: id {item_id!r} is already stored with other values; a store does not "
+                                "keep two versions of an item: write the changed features into a new store (or "
+                                "delete the old kind first)")
+      return False
     if self._arrays and array.shape != self._arrays[0].shape:
       raise ValueError(f"feature {self.kind}/{item_id}: shape {array.shape} differs from {self._arrays[0].shape}")
     self._ids.append(item_id)

@@ -1,0 +1,61 @@
+"""Inputs that used to give silently wrong results now give one clear error naming the file/store and key/id."""
+import numpy as np
+import pytest
+
+from vidjax import io
+from vidjax.data import annotations
+from vidjax.data.features import FeatureStore, NonFiniteFeatureError, write_arrays
+
+
+def test_a_duplicate_json_key_is_an_error_naming_file_and_key(tmp_path):
+  # A YouCook2 file whose "database" names one video twice: json.loads would keep the second silently.
+  path = tmp_path / "yc2.json"
+  entry = '{"subset": "training", "recipe_type": "1", "annotations": [{"segment": [0, 1], "id": 0, "sentence": "%s"}]}'
+  path.write_text('{"database": {"vid1": %s, "vid1": %s}}' % (entry % "cut", entry % "boil"))
+  with pytest.raises(io.DuplicateKeyError, match=r"yc2.json.*'vid1' appears twice"):
+    annotations.read_youcook2(path)
+  # ActivityNet Captions: two entries for one video id.
+  an = tmp_path / "val_1.json"
+  an.write_text('{"v_a": {"duration": 5.0, "timestamps": [[0, 1]], "sentences": ["x"]}, '
+                '"v_a": {"duration": 9.0, "timestamps": [[0, 2]], "sentences": ["y"]}}')
+  with pytest.raises(io.DuplicateKeyError, match=r"val_1.json.*'v_a'"):
+    annotations.read_activitynet_captions(an)
+  assert io.loads_json('{"a": {"b": 1}, "c": {"b": 2}}') == {"a": {"b": 1}, "c": {"b": 2}}  # same key, two objects: fine
+
+
+def test_non_finite_features_are_refused_on_write_and_on_load(tmp_path):
+  ids = [f"v{i}" for i in range(6)]
+  good = np.random.default_rng(0).normal(size=(6, 4)).astype(np.float32)
+  bad = good.copy()
+  bad[2, 1], bad[4, 0] = np.inf, np.nan
+  with pytest.raises(NonFiniteFeatureError, match=r"kind 'text'.*'v2'"):
+    write_arrays(tmp_path / "a", {"text": (ids, bad)})
+  # A shard written by someone else (not through the writer) is checked once, when first read.
+  write_arrays(tmp_path / "b", {"text": (ids, good)})
+  shard = next((tmp_path / "b" / "text").glob("*.npy"))
+  np.save(shard, bad)
+  with pytest.raises(NonFiniteFeatureError, match=r"feature store .*b, kind 'text'.*2 of 6 items.*'v2', 'v4'"):
+    FeatureStore(tmp_path / "b").get("text", ["v0"])
+
+
+def test_evaluators_refuse_non_finite_inputs():
+  from vidjax import evaluate
+  text = np.random.default_rng(1).normal(size=(5, 4)).astype(np.float32)
+  video = text.copy()
+  text[3] = np.inf  # used to raise T2V R@1: a NaN / Inf score ranks first
+  with pytest.raises(ValueError, match=r"queries: input 'text' holds NaN or Inf in 1 of 5 rows \(rows \[3\]\)"):
+    evaluate.evaluate_gallery(evaluate.CosineScorer(), {"text": text}, {"candidates": video}, np.arange(5))
+  with pytest.raises(ValueError, match="input 'candidates' holds NaN"):
+    evaluate.score_pools(evaluate.CosineScorer(), {"text": video, "candidates": np.stack([text, video], 1)})
+
+
+def test_reimporting_changed_values_is_refused_not_kept_silently(tmp_path):
+  from vidjax.data.features import StaleFeatureError
+  ids = ["a", "b"]
+  x = np.ones((2, 3), np.float32)
+  write_arrays(tmp_path, {"clip": (ids, x)})
+  write_arrays(tmp_path, {"clip": (ids, x)})  # the same values again: a resume, nothing new is written
+  assert len(list((tmp_path / "clip").glob("*.npy"))) == 1
+  with pytest.raises(StaleFeatureError, match=r"kind 'clip'.*id 'a' is already stored with other values"):
+    write_arrays(tmp_path, {"clip": (ids, 2 * x)})
+  np.testing.assert_array_equal(FeatureStore(tmp_path).get("clip", ids), x)  # what was written is kept
