@@ -59,3 +59,24 @@ def test_reimporting_changed_values_is_refused_not_kept_silently(tmp_path):
   with pytest.raises(StaleFeatureError, match=r"kind 'clip'.*id 'a' is already stored with other values"):
     write_arrays(tmp_path, {"clip": (ids, 2 * x)})
   np.testing.assert_array_equal(FeatureStore(tmp_path).get("clip", ids), x)  # what was written is kept
+
+
+def test_vedje_k_sweep_of_zero_is_a_config_error():
+  from pathlib import Path
+  from vidjax.experiments import vedje
+  from vidjax.experiments.common import load_config
+  config = load_config(Path(__file__).resolve().parents[1] / "configs/vedje_msrvtt.py:smoke")
+  config.eval.k_sweep = (0, 10)  # used to print a "K=0" row holding the K=10 numbers
+  with pytest.raises(ValueError, match=r"config.eval.k_sweep=\(0, 10\) is invalid: expected positive integers"):
+    vedje.validate(config)
+
+
+def test_a_negative_seed_is_one_clear_error(tmp_path):
+  from pathlib import Path
+  from vidjax.experiments import retrieval
+  from vidjax.experiments.common import load_config
+  config = load_config(Path(__file__).resolve().parents[1] / "configs/retrieval_msrvtt.py:smoke")
+  config.seed = -1  # used to fail inside NumPy without naming the key
+  with pytest.raises(ValueError, match=r"config.seed=-1 is invalid: expected a non-negative integer"):
+    retrieval.run(config, tmp_path / "run")
+  assert not (tmp_path / "run").exists()  # validated before anything is written

@@ -8,6 +8,7 @@ multi-host JAX when the environment asks for it, logs hosts and devices and call
 """
 from __future__ import annotations
 
+import re
 import sys
 
 from absl import app, flags, logging
@@ -50,7 +51,11 @@ def run(config, workdir: str):
   return EXPERIMENTS[config.experiment](config, workdir)
 
 
+_PARSED = []  # set once absl has parsed the flags: errors before that are the command line's
+
+
 def main(argv):
+  _PARSED.append(True)
   if len(argv) > 1:
     raise app.UsageError(f"unexpected arguments: {argv[1:]}")
   if _CONFIG.value is None or not _WORKDIR.value:
@@ -64,11 +69,21 @@ def main(argv):
 
 
 def entry():
-  # absl prints a flag error with its own traceback; an unknown config key should read as one line.
+  # absl prints a flag error with its own traceback, and ml_collections raises a chained AttributeError for an
+  # unknown --config.<key> (its "did you mean" hint inside): either should read as one line.
   try:
     app.run(main)
   except flags.Error as e:  # pragma: no cover - exercised through the CLI test
     print(f"vidjax: {e}", file=sys.stderr)
+    sys.exit(2)
+  except (AttributeError, KeyError) as e:
+    if _PARSED:
+      raise
+    text = str(e.args[0] if e.args else e)
+    key = re.search(r"([A-Za-z0-9_]+)", text.replace("\\", ""))
+    hint = re.search(r'(Did you mean "[^"]+" instead of "[^"]+"\?)', text)
+    print(f"vidjax: unknown config key {key.group(1) if key else text!r}" + (f"; {hint.group(1)}" if hint else ""),
+          file=sys.stderr)
     sys.exit(2)
 
 
