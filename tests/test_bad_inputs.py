@@ -1,4 +1,6 @@
 """Inputs that used to give silently wrong results now give one clear error naming the file/store and key/id."""
+import json
+
 import numpy as np
 import pytest
 
@@ -80,3 +82,42 @@ def test_a_negative_seed_is_one_clear_error(tmp_path):
   with pytest.raises(ValueError, match=r"config.seed=-1 is invalid: expected a non-negative integer"):
     retrieval.run(config, tmp_path / "run")
   assert not (tmp_path / "run").exists()  # validated before anything is written
+
+
+def _release_entry(**over):
+  e = {"key": "k0", "video_id": "v", "type": "temp_reorder", "original_video/start_time": 0.0,
+       "original_video/end_time": 10.0, "query_video/start_time": 0.0, "query_video/end_time": 10.0,
+       "positive_text": "a b. then c d.", "negative_text": "c d. then a b.", "positive_start_time": 0.0,
+       "positive_end_time": 10.0, "negative_start_time": 0.0, "negative_end_time": 10.0}
+  e.update(over)
+  return e
+
+
+@pytest.mark.parametrize("over,message", [
+    ({"negative_text": "a b. then c d."}, "k0.*negative text equals the positive"),
+    ({"positive_end_time": 12.5}, r"k0.*\[positive_start_time, positive_end_time\] = \[0.0, 12.5\] lies outside"),
+    ({"query_video/start_time": -0.0, "query_video/end_time": 11.0}, "query_video/end_time.*outside"),
+])
+def test_videocomp_release_entries_that_were_accepted_but_wrong(tmp_path, over, message):
+  from vidjax.data import comp
+  path = tmp_path / "release.json"
+  path.write_text(json.dumps([_release_entry(**over)]))
+  with pytest.raises(ValueError, match=message):
+    comp.read_release(path)
+  path.write_text(json.dumps([_release_entry()]))
+  assert len(comp.read_release(path)) == 1
+
+
+def test_annotation_times_past_the_video(tmp_path):
+  yc2 = tmp_path / "yc2.json"
+  yc2.write_text(json.dumps({"database": {"v": {"subset": "training", "recipe_type": "1", "duration": 30.0,
+                                                "annotations": [{"segment": [20, 45], "id": 0, "sentence": "x"}]}}}))
+  with pytest.raises(ValueError, match=r"yc2.json: video 'v' annotation #0: segment \[20.0, 45.0\] ends after the video"):
+    annotations.read_youcook2(yc2)
+  an = tmp_path / "an.json"
+  an.write_text(json.dumps({"v_a": {"duration": 10.0, "timestamps": [[0, 10.004], [2, 4]], "sentences": ["x", "y"]}}))
+  data = annotations.read_activitynet_captions(an)
+  assert data.clipped == 1 and data.captions[0].end == 10.0  # float rounding: clipped and counted
+  an.write_text(json.dumps({"v_a": {"duration": 10.0, "timestamps": [[0, 13.0]], "sentences": ["x"]}}))
+  with pytest.raises(ValueError, match=r"sentence #0: timestamp \[0.0, 13.0\] runs 3.000 s past the video"):
+    annotations.read_activitynet_captions(an)

@@ -10,7 +10,8 @@
      "question": str, "answer": str}
 
 `read_release(path)` validates every entry (one `ValueError` naming the file and the key: missing field,
-end before start, empty text, unknown type) and returns `CompTriplet`s. The input video of a triplet is
+end before start, empty text, unknown type, a negative equal to its positive, a span outside the original
+video) and returns `CompTriplet`s. The input video of a triplet is
 the original video, except for segment mismatch, where it is the original trimmed to the query times.
 Types are `temp_reorder`, `action_replace`, `seg_mismatch` (evaluation) and `multi` (training only);
 spellings with hyphens or spaces, and `temporal_reorder` / `segment_mismatch`, are accepted.
@@ -135,6 +136,13 @@ def parse_release(entries, source: str = "<release>") -> list[CompTriplet]:
     kind = normalise_type(e["type"])
     if kind is None:
       raise ValueError(f"{where}: unknown type {e['type']!r} (expected one of {TRAIN_TYPES})")
+    if e["negative_text"].strip() == e["positive_text"].strip():
+      raise ValueError(f"{where}: the negative text equals the positive: the pair cannot be told apart")
+    lo, hi = e["original_video/start_time"], e["original_video/end_time"]
+    for a, b in (("query_video/start_time", "query_video/end_time"), ("positive_start_time", "positive_end_time"),
+                 ("negative_start_time", "negative_end_time")):
+      if e[a] < lo - 1e-6 or e[b] > hi + 1e-6:
+        raise ValueError(f"{where}: [{a}, {b}] = [{e[a]}, {e[b]}] lies outside the original video [{lo}, {hi}]")
     if e["key"] in seen:
       raise ValueError(f"{where}: duplicate key")
     seen.add(e["key"])

@@ -15,9 +15,11 @@ video's; the split is not in the file, so it is "".
 
 Out-of-range times, decided on the real files (measured on val_1 / val_2 / train_modified):
 
-* times are clipped to [0, duration]. Ends after `duration`: 134 / 111 / 261 segments, each at most
-  0.01 s over (float rounding of the same number), so clipping is the faithful reading. A negative
-  start would become 0; the real files have no negative time;
+* times are clipped to [0, duration] within `OVERRUN_TOLERANCE` (0.5 s) and counted
+  (`RetrievalData.clipped`). Ends after `duration`: 134 / 111 / 261 segments, each at most 0.01 s over
+  (float rounding of the same number), so clipping is the faithful reading. A larger overrun (or a negative
+  start beyond the tolerance) is an error naming the sentence: it is no rounding, and clipping it would
+  silently move the moment;
 * a start after its end (a reversed pair) is an error: the real files have none. Clipping is
   monotone, so a pair in order stays in order (start <= end) after it, and a reversed pair is
   caught before clipping;
@@ -31,6 +33,10 @@ import os
 
 from vidjax import io
 from vidjax.data.annotations import types
+
+
+# Seconds a timestamp may run past [0, duration] and still be clipped (the release files: at most 0.01 s).
+OVERRUN_TOLERANCE = 0.5
 
 
 def read_activitynet_captions(path: str | os.PathLike) -> types.RetrievalData:
@@ -50,6 +56,7 @@ def read_activitynet_captions(path: str | os.PathLike) -> types.RetrievalData:
   if not isinstance(data, dict):
     types.fail(path, "top level", f"expected a JSON object mapping video ids to entries, got {type(data).__name__}")
   videos, captions = [], []
+  clipped = 0
   for video_id, entry in data.items():
     where = f"video {video_id!r}"
     duration = types.require(entry, "duration", (int, float), path, where)
@@ -70,6 +77,11 @@ def read_activitynet_captions(path: str | os.PathLike) -> types.RetrievalData:
         types.fail(path, at, f"timestamp must satisfy start <= end, got reversed [{start}, {end}]")
       if start > duration or end < 0:
         types.fail(path, at, f"timestamp [{start}, {end}] must overlap the video [0, duration = {duration}]")
+      overrun = max(end - duration, -start, 0.0)
+      if overrun > OVERRUN_TOLERANCE:
+        types.fail(path, at, f"timestamp [{start}, {end}] runs {overrun:.3f} s past the video [0, duration = "
+                   f"{duration}]; at most {OVERRUN_TOLERANCE} s is clipped (the release's float rounding)")
+      clipped += overrun > 0
       if not isinstance(sentence, str):
         types.fail(path, at, f"sentence must be str, got {type(sentence).__name__} {sentence!r}")
       text = sentence.strip()
@@ -80,4 +92,4 @@ def read_activitynet_captions(path: str | os.PathLike) -> types.RetrievalData:
     videos.append(types.RetrievalVideo(video_id, duration))
   return types.RetrievalData(source=f"ActivityNet Captions {path}",
                              videos=tuple(sorted(videos, key=lambda v: v.video_id)),
-                             captions=tuple(captions))
+                             captions=tuple(captions), clipped=clipped)

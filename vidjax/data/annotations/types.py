@@ -160,6 +160,8 @@ def step_videos(entries: dict, path, split: str | None, *, annotations_key: str,
     for i, ann in enumerate(require(entry, annotations_key, list, path, where)):
       at = f"{where} annotation #{i}"
       start, end = parse_segment(require(ann, "segment", list, path, at), path, at)
+      if duration is not None and end > duration:  # the real YouCook2 and COIN files have none
+        fail(path, at, f"segment [{start}, {end}] ends after the video (duration = {duration} s)")
       segments.append((start, end, *step_of(ann, at)))
     if split is None or SUBSETS[subset] == split:
       videos.append(make_video(video_id, task, SUBSETS[subset], segments, duration))
@@ -224,6 +226,7 @@ class RetrievalData:
   source: str
   videos: tuple[RetrievalVideo, ...]
   captions: tuple[Caption, ...]
+  clipped: int = 0  # captions whose times a reader clipped to the video (within its stated tolerance)
 
   def video_ids(self) -> list[str]:
     return [v.video_id for v in self.videos]
