@@ -121,3 +121,27 @@ def test_annotation_times_past_the_video(tmp_path):
   an.write_text(json.dumps({"v_a": {"duration": 10.0, "timestamps": [[0, 13.0]], "sentences": ["x"]}}))
   with pytest.raises(ValueError, match=r"sentence #0: timestamp \[0.0, 13.0\] runs 3.000 s past the video"):
     annotations.read_activitynet_captions(an)
+
+
+@pytest.mark.parametrize("damage,message", [
+    (lambda d: (d / "clip").glob("*.npy").__next__().write_bytes(b"\x93NUMPY"), r"clip/p0-00000.*cannot be read"),
+    (lambda d: (d / "clip").glob("*.npy").__next__().write_bytes(b""), r"clip/p0-00000.*cannot be read"),
+    (lambda d: (d / "clip" / "p0-00000.ids.json").write_text('{"ids": ["a", "b", "c"]}'), r"3 ids but an array"),
+    (lambda d: (d / "clip" / "p0-00000.ids.json").write_text('{"rows": ["a"]}'), r"has no 'ids' list"),
+])
+def test_a_corrupt_shard_names_the_store_and_shard(tmp_path, damage, message):
+  write_arrays(tmp_path, {"clip": (["a", "b"], np.ones((2, 3), np.float32))})
+  damage(tmp_path)
+  with pytest.raises(ValueError, match=message):
+    FeatureStore(tmp_path).get("clip", ["a"])
+
+
+def test_a_crosstask_file_that_is_not_utf8_names_the_file(tmp_path):
+  import shutil
+  from pathlib import Path
+  root = tmp_path / "crosstask"
+  shutil.copytree(Path(__file__).resolve().parent / "fixtures" / "crosstask", root)
+  victim = sorted((root / "annotations").glob("*.csv"))[0]
+  victim.write_bytes(b"1,0.0,1.5\n\xff\xfe2,2.0,3.0\n")
+  with pytest.raises(ValueError, match=rf"{victim.name}: file: expected UTF-8 text"):
+    annotations.read_crosstask(root)

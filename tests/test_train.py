@@ -272,6 +272,31 @@ def test_exact_resume_after_crash(tmp_path):
   assert len(set(r["train/first_idx"] for r in a)) > 1
 
 
+@pytest.mark.parametrize("part", ["state", "data"])
+def test_a_corrupt_checkpoint_is_skipped_for_the_latest_good_one(tmp_path, part, capsys):
+  straight, _ = _fit(tmp_path / "a", checkpoint_every=5, num_steps=10)
+  _fit(tmp_path / "b", checkpoint_every=5, num_steps=10)
+  # Damage step 10: every file of its train state (a truncated array) or its data-iterator state (garbage JSON).
+  for f in (tmp_path / "b" / "checkpoints" / "10" / part).rglob("*"):
+    if f.is_file():
+      f.write_bytes(b"{garbage")
+  resumed, _ = _fit(tmp_path / "b", checkpoint_every=5, num_steps=10)  # retrains 6-10 from step 5
+  out = capsys.readouterr().out
+  assert "checkpoint step 10" in out and "cannot be restored" in out and "resumed from step 5" in out, out
+  for x, y in zip(jax.tree.leaves(straight), jax.tree.leaves(resumed)):
+    np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+  np.testing.assert_array_equal(train.load_params(tmp_path / "b")["w"], np.asarray(straight.params["w"]))
+
+
+def test_no_restorable_checkpoint_is_one_clear_error(tmp_path):
+  _fit(tmp_path, checkpoint_every=5, num_steps=5, max_to_keep=1)
+  for f in (tmp_path / "checkpoints" / "5" / "state").rglob("*"):
+    if f.is_file():
+      f.write_bytes(b"")
+  with pytest.raises(ValueError, match=r"no checkpoint in .*checkpoints can be restored: step 5: "):
+    _fit(tmp_path, checkpoint_every=5, num_steps=10)
+
+
 def test_nan_loss_stops_with_clear_error_and_keeps_checkpoints(tmp_path):
   clean = [pipeline.make_batches(SOURCE, BATCH, seed=3)[i] for i in range(10)]
   poisoned = [dict(b) for b in clean]

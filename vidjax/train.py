@@ -31,6 +31,9 @@ What the loop does (ARCHITECTURE.md, "train.py"; STYLE.md items 3, 8-10):
   terminal; in a log file a plain line every 10 s, `vidjax.progress`).
 - A non-finite loss or gradient norm stops the run with a `FloatingPointError` naming the step;
   a state with NaNs is never checkpointed, and checkpoints already written are kept.
+- A checkpoint that does not restore (a truncated array file, a garbage iterator state) is reported and
+  removed, and the run resumes from the newest one that does (orbax keeps `max_to_keep`).
+- `metrics.jsonl` is flushed and fsynced at every checkpoint, so what a checkpoint covers is on disk.
 
 Mixed precision is a model concern: Flax modules compute in `dtype=jnp.bfloat16` with float32
 params, so gradients and optimizer state stay float32 and nothing here changes.
@@ -52,6 +55,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import os
 import re
 import time
 from pathlib import Path
@@ -300,6 +304,13 @@ class MetricWriter:
     for name, value in metrics.items():
       self._tb.add_scalar(name, float(value), int(step))
 
+  def sync(self) -> None:
+    """Flushes metrics.jsonl to disk (fsync): called at every checkpoint, so the log covers what it does."""
+    if self.enabled:
+      self._file.flush()
+      os.fsync(self._file.fileno())
+      self._tb.flush()
+
   def close(self) -> None:
     if self.enabled:
       self._file.close()
@@ -323,6 +334,30 @@ def _scalar_dict(metrics: Mapping[str, Any], prefix: str, where: str) -> dict[st
 def _checkpoint_manager(workdir: Path, max_to_keep: int) -> ocp.CheckpointManager:
   options = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True)
   return ocp.CheckpointManager((workdir / "checkpoints").absolute(), options=options)
+
+
+def _restore_latest_good(manager: ocp.CheckpointManager, abstract: TrainState, data_iter, description: str):
+  """(state, step) of the newest checkpoint that restores whole (train state and data-iterator position). A step
+  that does not (a truncated array file, a garbage iterator state) is reported, removed so that training can save
+  that step again, and the next older one is tried; none restoring is one clear error."""
+  skipped = []
+  for step in sorted(manager.all_steps(), reverse=True):
+    try:
+      # Grain's orbax handler sets the iterator's position in place (one file per process).
+      restored = manager.restore(step, args=ocp.args.Composite(
+          state=ocp.args.StandardRestore(abstract), data=grain.checkpoint.CheckpointRestore(data_iter)))
+    except Exception as e:  # pylint: disable=broad-except  (orbax / tensorstore / grain raise many types)
+      reason = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:160] if str(e).strip() else ''}"
+      skipped.append((step, reason))
+      continue
+    for bad, reason in skipped:
+      print(f"{description}: checkpoint step {bad} in {manager.directory} cannot be restored ({reason}); removed it "
+            f"and resumed from step {step}", flush=True)
+      manager.delete(bad)
+    return restored.state, step
+  raise ValueError(f"{description}: no checkpoint in {manager.directory} can be restored: "
+                   + "; ".join(f"step {s}: {r}" for s, r in skipped) + ". Move the checkpoints/ folder away to start "
+                   "over.")
 
 
 def fit(*, init_fn: Callable[[jax.Array], Any], loss_fn: LossFn,
@@ -390,11 +425,7 @@ def fit(*, init_fn: Callable[[jax.Array], Any], loss_fn: LossFn,
       state = sharding_lib.create_replicated(make_state, mesh, init_rng)
     else:
       abstract = sharding_lib.abstract_replicated(jax.eval_shape(make_state, init_rng), mesh)
-      # Grain's orbax handler sets the iterator's position in place (one file per process).
-      restored = manager.restore(start, args=ocp.args.Composite(
-          state=ocp.args.StandardRestore(abstract),
-          data=grain.checkpoint.CheckpointRestore(data_iter)))
-      state = restored.state
+      state, start = _restore_latest_good(manager, abstract, data_iter, description)
       if int(state.step) != start:
         raise ValueError(f"Checkpoint {manager.directory}/{start} holds a state at step "
                          f"{int(state.step)}; expected {start}.")
@@ -455,6 +486,7 @@ def fit(*, init_fn: Callable[[jax.Array], Any], loss_fn: LossFn,
         # the position after exactly `step` batches even though the arrays are written async.
         manager.save(step, args=ocp.args.Composite(
             state=ocp.args.StandardSave(state), data=grain.checkpoint.CheckpointSave(data_iter)))
+        writer.sync()
     return state, writer.history
   finally:
     # Finish writing the checkpoints already started, whatever stopped the loop.

@@ -150,7 +150,11 @@ class FeatureStore:
       kdir = self.root / kind
       for ids_file in sorted(kdir.glob("*" + _IDS_SUFFIX)) if kdir.is_dir() else []:
         shard = ids_file.name[: -len(_IDS_SUFFIX)]
-        for row, item_id in enumerate(io.read_json(ids_file, "feature shard id list")["ids"]):
+        meta = io.read_json(ids_file, "feature shard id list")
+        if not isinstance(meta, dict) or not isinstance(meta.get("ids"), list):
+          raise ValueError(f"feature store {self.root}: shard {kind}/{shard}: its id list {ids_file.name} has no "
+                           "'ids' list; the shard is corrupt (re-extract into a new store)")
+        for row, item_id in enumerate(meta["ids"]):
           if item_id in index:
             raise ValueError(f"feature store {self.root}: id {item_id!r} of kind {kind!r} is in two shards "
                              f"({index[item_id][0]} and {shard})")
@@ -178,8 +182,19 @@ class FeatureStore:
     first opened: its values must be finite (`NonFiniteFeatureError` names the store, kind and ids)."""
     key = (kind, shard)
     if key not in self._shards:
+      where = f"feature store {self.root}: shard {kind}/{shard}"
       meta = io.read_json(self.root / kind / (shard + _IDS_SUFFIX), "feature shard id list")
-      array = np.load(self.root / kind / (shard + ".npy"), mmap_mode="r")
+      if not isinstance(meta, dict) or not isinstance(meta.get("ids"), list):
+        raise ValueError(f"{where}: its id list {shard + _IDS_SUFFIX} has no 'ids' list; the shard is corrupt "
+                         "(re-extract into a new store)")
+      try:
+        array = np.load(self.root / kind / (shard + ".npy"), mmap_mode="r")
+      except (OSError, ValueError, EOFError) as e:
+        raise ValueError(f"{where}: the array file {shard}.npy cannot be read ({e}); the shard is corrupt or "
+                         "truncated (re-extract into a new store)") from None
+      if array.ndim < 1 or array.shape[0] != len(meta["ids"]):
+        raise ValueError(f"{where}: {len(meta['ids'])} ids but an array of shape {array.shape}; the shard is corrupt "
+                         "(re-extract into a new store)")
       dtype, shape = meta.get("dtype", "float32"), tuple(meta.get("shape", array.shape[1:]))
       for start in range(0, array.shape[0], 4096):  # bounded memory on a large memory-mapped shard
         check_finite(_from_storage(array[start:start + 4096], dtype, shape), meta["ids"][start:start + 4096],

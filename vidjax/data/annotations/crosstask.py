@@ -33,9 +33,7 @@ TEST_FRACTION = 0.2
 def read_crosstask_tasks(path: str | os.PathLike) -> dict[str, tuple[str, tuple[str, ...]]]:
   """Parses `tasks_primary.txt` / `tasks_related.txt`: {task_id: (task name, step names)}."""
   path = Path(path)
-  if not path.exists():
-    raise FileNotFoundError(f"CrossTask task file not found: {path}")
-  lines = path.read_text(encoding="utf-8").splitlines()
+  lines = types.read_lines(path, "CrossTask task file")
   blocks, block, first_line = [], [], 1
   for n, line in enumerate(lines + [""], start=1):
     if line.strip():
@@ -68,37 +66,35 @@ def read_crosstask_tasks(path: str | os.PathLike) -> dict[str, tuple[str, tuple[
 def _read_video_list(path: Path) -> dict[str, str]:
   """{youtube_id: task_id} from `videos.csv`."""
   listed = {}
-  with open(path, newline="", encoding="utf-8") as f:
-    for n, row in enumerate(csv.reader(f), start=1):
-      if not row or not "".join(row).strip():
-        continue
-      if len(row) < 2 or not row[0].strip().isdigit() or not row[1].strip():
-        types.fail(path, f"line {n}", f"expected 'task_id,youtube_id,url', got {','.join(row)!r}")
-      task_id, video_id = row[0].strip(), row[1].strip()
-      if listed.get(video_id, task_id) != task_id:
-        types.fail(path, f"line {n}", f"video {video_id!r} listed under tasks {listed[video_id]} and {task_id}")
-      listed[video_id] = task_id
+  for n, row in enumerate(csv.reader(types.read_lines(path, "CrossTask video list")), start=1):
+    if not row or not "".join(row).strip():
+      continue
+    if len(row) < 2 or not row[0].strip().isdigit() or not row[1].strip():
+      types.fail(path, f"line {n}", f"expected 'task_id,youtube_id,url', got {','.join(row)!r}")
+    task_id, video_id = row[0].strip(), row[1].strip()
+    if listed.get(video_id, task_id) != task_id:
+      types.fail(path, f"line {n}", f"video {video_id!r} listed under tasks {listed[video_id]} and {task_id}")
+    listed[video_id] = task_id
   return listed
 
 
 def _parse_annotation(path: Path, steps: tuple[str, ...]) -> list[tuple[float, float, str, str]]:
   segments = []
-  with open(path, newline="", encoding="utf-8") as f:
-    for n, row in enumerate(csv.reader(f), start=1):
-      if not row or not "".join(row).strip():
-        continue
-      where = f"line {n}"
-      if len(row) != 3:
-        types.fail(path, where, f"expected 'step,start,end', got {','.join(row)!r}")
-      try:
-        step_f, start, end = (float(x) for x in row)
-      except ValueError:
-        types.fail(path, where, f"expected numbers 'step,start,end', got {','.join(row)!r}")
-      if not step_f.is_integer() or not 1 <= step_f <= len(steps):
-        types.fail(path, where, f"unknown step index {row[0].strip()!r}: the task has steps 1..{len(steps)}")
-      start, end = types.parse_segment([start, end], path, where)
-      step = int(step_f)
-      segments.append((start, end, steps[step - 1], str(step)))
+  for n, row in enumerate(csv.reader(types.read_lines(path, "CrossTask annotation")), start=1):
+    if not row or not "".join(row).strip():
+      continue
+    where = f"line {n}"
+    if len(row) != 3:
+      types.fail(path, where, f"expected 'step,start,end', got {','.join(row)!r}")
+    try:
+      step_f, start, end = (float(x) for x in row)
+    except ValueError:
+      types.fail(path, where, f"expected numbers 'step,start,end', got {','.join(row)!r}")
+    if not step_f.is_integer() or not 1 <= step_f <= len(steps):
+      types.fail(path, where, f"unknown step index {row[0].strip()!r}: the task has steps 1..{len(steps)}")
+    start, end = types.parse_segment([start, end], path, where)
+    step = int(step_f)
+    segments.append((start, end, steps[step - 1], str(step)))
   return segments
 
 
