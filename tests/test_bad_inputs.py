@@ -145,3 +145,17 @@ def test_a_crosstask_file_that_is_not_utf8_names_the_file(tmp_path):
   victim.write_bytes(b"1,0.0,1.5\n\xff\xfe2,2.0,3.0\n")
   with pytest.raises(ValueError, match=rf"{victim.name}: file: expected UTF-8 text"):
     annotations.read_crosstask(root)
+
+
+def test_a_shard_is_on_disk_whole_or_not_at_all(tmp_path):
+  store = FeatureStore.create(tmp_path, {})
+  with store.writer("clip") as w:
+    w.add("a", np.ones(3, np.float32))
+  # A writer killed between a shard's array file and its id list (the commit) leaves an orphan array file.
+  np.save(tmp_path / "clip" / "p0-00001.npy", np.zeros((5, 3), np.float32))
+  assert FeatureStore(tmp_path).ids("clip") == ["a"]  # readers never see it
+  with store.writer("clip") as w:  # the next writer removes it before it commits anything
+    w.add("b", np.full(3, 2.0, np.float32))
+  assert sorted(p.name for p in (tmp_path / "clip").iterdir()) == [
+      "p0-00000.ids.json", "p0-00000.npy", "p0-00001.ids.json", "p0-00001.npy"]
+  np.testing.assert_array_equal(FeatureStore(tmp_path).get("clip", ["a", "b"]), [[1, 1, 1], [2, 2, 2]])

@@ -315,6 +315,12 @@ class ShardWriter:
       raise ValueError(f"shard_prefix must be a plain non-empty name, got {shard_prefix!r}")
     self.store, self.kind, self.prefix, self.flush_every, self.dtype = store, kind, shard_prefix, flush_every, dtype
     _to_storage(np.zeros(1), dtype)  # validates dtype early
+    # A shard is committed by its id list, written last: an array file without one is what a killed writer
+    # left (no reader sees it). Remove such orphans, so that a shard is on disk whole or not at all.
+    kdir = store.root / kind
+    for npy in sorted(kdir.glob(f"{shard_prefix}-*.npy")) if kdir.is_dir() else []:
+      if not (kdir / (npy.name[:-len(".npy")] + _IDS_SUFFIX)).exists():
+        npy.unlink()
     self._ids: list[str] = []
     self._arrays: list[np.ndarray] = []
     self._pending: set[str] = set()
