@@ -1,5 +1,6 @@
 """TFDS builders (vidjax.tfds): same records as the data layer, versioned info, embeddings, no TensorFlow."""
 import hashlib
+import shutil
 import json
 import sys
 from pathlib import Path
@@ -146,3 +147,25 @@ def test_bad_inputs_get_one_clear_error(tmp_path):
     open_dataset(tmp_path / "empty")
   with pytest.raises(ValueError, match="CvrConfig.dataset must be one of"):
     VidjaxCvr(config=CvrConfig(name="x", dataset="msrvtt"), data_dir=str(tmp_path / "d"))
+
+
+def test_a_dataset_built_from_a_store_that_changed_since_is_refused(tmp_path):
+  (tmp_path / "manual").mkdir()
+  (tmp_path / "manual" / "genstate.json").write_text(json.dumps(_triplets()))
+  triplets = genstate.read_triplets(tmp_path / "manual" / "genstate.json")
+  videos = sorted({v for t in triplets for v in (*t.videos, *t.distractors)})
+  rng = np.random.default_rng(0)
+
+  def store(root):
+    features.write_arrays(root, {"clip": (videos, rng.standard_normal((len(videos), 8), dtype=np.float32)),
+                                 "text": ([t.query_id for t in triplets], rng.standard_normal((4, 8), dtype=np.float32))})
+
+  store(tmp_path / "store")
+  make = lambda: VidjaxGenstate(config=GenstateConfig(name="s", features=str(tmp_path / "store")),  # noqa: E731
+                                data_dir=str(tmp_path / "tfds"))
+  prepare(make(), manual_dir=tmp_path / "manual")
+  prepare(make(), manual_dir=tmp_path / "manual")  # the same store: the built version is reused
+  shutil.rmtree(tmp_path / "store")
+  store(tmp_path / "store")  # rebuilt with other embeddings under the same path, config name and version
+  with pytest.raises(ValueError, match=r"was built from feature store .*store as it was then.*stale"):
+    prepare(make(), manual_dir=tmp_path / "manual")

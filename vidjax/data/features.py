@@ -256,6 +256,20 @@ class FeatureStore:
   def get_one(self, kind: str, item_id: str) -> np.ndarray:
     return self.get(kind, [item_id])[0]
 
+  def fingerprint(self) -> str:
+    """A hash of what the store holds: every kind's committed shards (name, size, modification time) and the
+    manifest. Writing, rewriting or re-extracting any shard changes it (what a dataset built from the store
+    records, to refuse a stale build)."""
+    import hashlib  # pylint: disable=g-import-not-at-top
+    h = hashlib.sha256()
+    for kind in self.kinds():
+      for f in sorted((self.root / kind).iterdir()):
+        if f.suffix in (".npy", ".json"):
+          st = f.stat()
+          h.update(f"{kind}/{f.name} {st.st_size} {st.st_mtime_ns}\n".encode())
+    h.update((self.root / MANIFEST).read_bytes())
+    return h.hexdigest()[:16]
+
   # -- writing ---------------------------------------------------------------------------------
   def writer(self, kind: str, shard_prefix: str = "p0", flush_every: int = 1024,
              dtype: str | None = None) -> "ShardWriter":

@@ -73,7 +73,7 @@ def source_path(given: str, manual_dir: Path | None, default_name: str, what: st
 def features_metadata(store: FeatureStore, kinds: Mapping[str, str]) -> dict:
   """What `info.metadata["features"]` says about the embeddings: store, kinds, backbone, checkpoint hash."""
   manifest = store.metadata
-  return {"store": str(Path(store.root).resolve()), "kinds": dict(kinds),
+  return {"store": str(Path(store.root).resolve()), "kinds": dict(kinds), "fingerprint": store.fingerprint(),
           **{k: manifest.get(k) for k in MANIFEST_FIELDS if k in manifest}}
 
 
@@ -103,7 +103,20 @@ def embedding(dim: int, rows: bool = False):
 
 
 def prepare(builder: tfds.core.DatasetBuilder, manual_dir: str | os.PathLike | None = None) -> tfds.core.DatasetBuilder:
-  """Builds `builder` (a no-op when its version is already built in its data_dir); returns it."""
+  """Builds `builder` (a no-op when its version is already built in its data_dir); returns it.
+
+  A version already built from a feature store is refused when the store has changed since (its fingerprint,
+  `FeatureStore.fingerprint`, is recorded in `info.metadata["features"]`): TFDS would otherwise return the old
+  embeddings under the same name and version."""
+  store_dir = getattr(builder.builder_config, "features", "") if builder.builder_config else ""
+  built = Path(builder.data_dir) / "dataset_info.json"
+  if store_dir and built.is_file():
+    recorded = open_dataset(builder.data_dir).info.metadata.get("features", {})
+    now = FeatureStore(store_dir).fingerprint()
+    if recorded.get("fingerprint") != now:
+      raise ValueError(f"TFDS dataset {builder.data_dir} was built from feature store {recorded.get('store')} as it "
+                       f"was then (fingerprint {recorded.get('fingerprint')}); {store_dir} now has {now}. Its "
+                       "embeddings would be stale: build into a new data_dir (or delete this version folder)")
   config = tfds.download.DownloadConfig(manual_dir=str(manual_dir) if manual_dir else None)
   builder.download_and_prepare(download_config=config)
   return builder
