@@ -159,3 +159,14 @@ def test_a_shard_is_on_disk_whole_or_not_at_all(tmp_path):
   assert sorted(p.name for p in (tmp_path / "clip").iterdir()) == [
       "p0-00000.ids.json", "p0-00000.npy", "p0-00001.ids.json", "p0-00001.npy"]
   np.testing.assert_array_equal(FeatureStore(tmp_path).get("clip", ["a", "b"]), [[1, 1, 1], [2, 2, 2]])
+
+
+def test_a_batch_larger_than_the_training_set_fails_before_anything_is_written(tmp_path):
+  from pathlib import Path
+  from vidjax.experiments import cast
+  from vidjax.experiments.common import load_config
+  config = load_config(Path(__file__).resolve().parents[1] / "configs/cast_coin.py:smoke")
+  config.train.batch_size = 100_000
+  with pytest.raises(ValueError, match=r"config.train.batch_size=100000 is invalid: expected at most the \d+ training"):
+    cast.run(config, tmp_path / "run")
+  assert not (tmp_path / "run" / "cvr").exists() and not (tmp_path / "run" / "features").exists()

@@ -1,6 +1,7 @@
 """GRDR training and recall: the phase loss against NumPy, Algorithm 1's schedule and freezing, query
 intents, generative recall against its parts, and the experiment's results contract (smoke world)."""
 import json
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -192,6 +193,34 @@ def test_grdr_rerun_resumes_every_phase_to_the_same_results(smoke_run):
   strip = lambda r: {s: {m: {k: v for k, v in row.items() if k != "latency_ms"} for m, row in r[s].items()}  # noqa: E731
                      for s in ("inductive", "full_corpus")}
   assert strip(again) == strip(results)
+
+
+def test_grdr_killed_at_a_phase_boundary_resumes_to_the_same_results(smoke_run, tmp_path):
+  """SIGKILL as the views phase hands over to the retriever phase, then a rerun: results.json equals the
+  uninterrupted smoke run's (latencies aside)."""
+  import os
+  import signal
+  import subprocess
+  import sys
+  import time
+  _, reference = smoke_run
+  workdir = tmp_path / "run"
+  cmd = [sys.executable, "-m", "vidjax.main", "--config", "configs/grdr_msrvtt.py:smoke",
+         "--config.eval.compare_single_view=False", "--workdir", str(workdir)]
+  root = Path(__file__).resolve().parents[1]
+  proc = subprocess.Popen(cmd, cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+  deadline = time.time() + 600
+  while not (workdir / "models" / "grdr" / "retriever").exists() and proc.poll() is None and time.time() < deadline:
+    time.sleep(0.02)
+  os.kill(proc.pid, signal.SIGKILL)
+  assert proc.wait() == -signal.SIGKILL, proc.stderr.read()[-2000:]
+  assert not (workdir / "results.json").exists()
+  again = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=900)
+  assert again.returncode == 0, again.stderr[-2000:]
+  resumed = json.loads((workdir / "results.json").read_text())
+  strip = lambda r: {s: {m: {k: v for k, v in row.items() if k != "latency_ms"} for m, row in r[s].items()}  # noqa: E731
+                     for s in ("inductive", "full_corpus")}
+  assert strip(resumed) == strip(json.loads(json.dumps(reference)))
 
 
 def test_grdr_model_shapes_and_code_distribution():

@@ -479,7 +479,7 @@ def build_cvr(videos_train: Sequence[Video], videos_eval: Sequence[Video], out_d
               task_fallback: bool = True, context_len: int = 5, num_state: int = 3, num_identity: int = 3,
               pool_size: int = 10, caption_topk: int = 3, heldout_fraction: float = 0.1, seed: int = 0,
               train_name: str = "train.json", eval_name: str = "benchmark.json",
-              verbose: bool = False) -> CVRFiles:
+              verbose: bool = False, check: Callable[[CVRFiles], None] | None = None) -> CVRFiles:
   """Builds and writes the CVR benchmark, held-out pools and training instances (Table 8).
 
   Args:
@@ -491,6 +491,8 @@ def build_cvr(videos_train: Sequence[Video], videos_eval: Sequence[Video], out_d
     pool_size, caption_topk, seed: see `build_benchmark` / the module docstring.
     train_name, eval_name: file names of the training instances and the benchmark.
     verbose: print the statistics table.
+    check: called with the built records before anything is written (e.g. a batch size against the training
+      set), so a config error leaves no files behind.
 
   Returns:
     `CVRFiles`: the records written, and the statistics also written to `<out_dir>/stats.json`.
@@ -511,6 +513,8 @@ def build_cvr(videos_train: Sequence[Video], videos_eval: Sequence[Video], out_d
   config |= {"easy_rule": easy_rule or DEFAULT_EASY_RULE[identity_rule], "pool_size": pool_size,
              "heldout_fraction": heldout_fraction, "train_file": train_name, "eval_file": eval_name}
   stats = {"benchmark": benchmark_stats, "heldout": heldout_stats, "train": train_stats, "config": config}
+  if check is not None:
+    check(CVRFiles(benchmark, heldout, train, stats))
   io.atomic_write_json(out / eval_name, benchmark)
   io.atomic_write_json(out / "heldout.json", heldout)
   io.atomic_write_json(out / train_name, train)

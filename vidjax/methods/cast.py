@@ -97,6 +97,13 @@ class CVRData:
             FeatureTable(self.store, config.data.text_kind, text_ids, budget))
 
 
+def _check_batch_size(config, files: cvr.CVRFiles) -> None:
+  if len(files.train) < config.train.batch_size:
+    raise ValueError(f"config.train.batch_size={config.train.batch_size} is invalid: expected at most the "
+                     f"{len(files.train)} training instances of this {config.dataset} benchmark (checked before any "
+                     "file is written)")
+
+
 def _embed_fn(config):
   if config.data.identity_rule != "caption_similarity":
     return None
@@ -137,19 +144,20 @@ def prepare_data(config, workdir: Path, finished: bool = False) -> CVRData:
   names = cvr.file_names(config.dataset)
   rules = lambda: dict(identity_rule=config.data.identity_rule, embed_fn=_embed_fn(config),  # noqa: E731
                        context_len=config.model.context_len, heldout_fraction=config.data.heldout_fraction,
-                       seed=config.seed)
+                       seed=config.seed, check=lambda files: _check_batch_size(config, files))
   if not config.data.annotations:
     world = procedural.make_procedural_world(procedural.world_config_from(config.world, config.data.world),
                                              seed=config.seed)
     if config.data.clip_kind != "clip" or config.data.text_kind != "text":
       raise ValueError("the synthetic world writes kinds 'clip' and 'text'; leave data.clip_kind/text_kind as is")
-    if not finished:
-      sharding.on_writer("vidjax_cast_store", lambda: procedural.write_store(
-          world, workdir / "features", seed=config.seed, world_name=config.data.world))
-    store = FeatureStore(workdir / "features")
     videos, dropped, reuse_gap = world.train_videos + world.eval_videos, [], world.reuse_gap
-    build = lambda: cvr.build_cvr(world.train_videos, world.eval_videos, out, eval_name=names[0],  # noqa: E731
-                                  train_name=names[1], **(cvr.DATASET_RULES[config.dataset] | rules()))
+
+    def build():  # the CVR files first: their check (batch size) runs before anything is written
+      files = cvr.build_cvr(world.train_videos, world.eval_videos, out, eval_name=names[0], train_name=names[1],
+                            **(cvr.DATASET_RULES[config.dataset] | rules()))
+      procedural.write_store(world, workdir / "features", seed=config.seed, world_name=config.data.world)
+      return files
+    store = None
   else:
     store = FeatureStore(config.data.features)
     videos, dropped = cvr.available_videos(read_annotations(config.dataset, config.data.annotations), store,
@@ -160,8 +168,9 @@ def prepare_data(config, workdir: Path, finished: bool = False) -> CVRData:
         config.dataset, videos, out, source=config.data.annotations, train_split=config.data.train_split,
         eval_split=config.data.eval_split, crosstask_split_seed=config.data.crosstask_split_seed,
         crosstask_test_fraction=config.data.crosstask_test_fraction, **rules())
-  is_synthetic = not config.data.annotations or bool(store.metadata.get("synthetic", False))
   files = (None if finished else sharding.on_writer("vidjax_cast_cvr", build)) or cvr.read_cvr(out, config.dataset)
+  store = store or FeatureStore(workdir / "features")
+  is_synthetic = not config.data.annotations or bool(store.metadata.get("synthetic", False))
   stats = dict(files.stats)
   stats["dropped_videos"] = {"count": len(dropped), "ids": dropped[:100],
                              "rule": config.data.available_videos or
