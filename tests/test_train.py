@@ -423,3 +423,18 @@ def test_hard_kill_then_resume_gives_the_same_params_and_logs(tmp_path):
   assert [r["step"] for r in resumed_log] == list(range(1, 13))
   assert [r["train/x0"] for r in resumed_log] == [r["train/x0"] for r in straight_log]
   np.testing.assert_array_equal(train.load_params(tmp_path / "b")["w"], b["w"])
+
+
+def test_a_half_deleted_old_step_is_ignored_on_resume_and_cleaned_by_the_next_save(tmp_path):
+  import shutil
+  straight, _ = _fit(tmp_path / "a", checkpoint_every=2, num_steps=10, max_to_keep=2)
+  _fit(tmp_path / "b", checkpoint_every=2, num_steps=6, max_to_keep=2)
+  ck = tmp_path / "b" / "checkpoints"
+  # A kill while orbax deleted an old step leaves part of its directory behind.
+  shutil.copytree(ck / "4", ck / "2")
+  for f in [f for f in (ck / "2").rglob("*") if f.is_file()][:3]:
+    f.unlink()
+  resumed, history = _fit(tmp_path / "b", checkpoint_every=2, num_steps=10, max_to_keep=2)
+  assert sorted(p.name for p in ck.iterdir()) == ["10", "8"]  # the next saves removed it with the old steps
+  for x, y in zip(jax.tree.leaves(straight), jax.tree.leaves(resumed)):  # resumed from step 6, not 2
+    np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
