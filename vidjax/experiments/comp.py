@@ -2,7 +2,7 @@
 
 `run(config, workdir)`:
   1. data: the dataset's dense captions through their readers (or official release files) and a feature
-     store of per-frame tokens, or, when `config.data.features` is empty, the embedded SYNTHETIC
+     store of per-frame tokens, or, with the `world` variant, the embedded SYNTHETIC
      moving-object world with four events per video; the training and evaluation triplets are built
      with `vidjax.data.comp.build_comp` and written to `<workdir>/benchmark/` (release format + counts);
   2. pretraining (§3.3, §4.1) on short clips: `base` (stack size 1, contrastive: VidCLIP-base) and

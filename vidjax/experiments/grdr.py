@@ -1,8 +1,8 @@
 """GRDR: multi-view tokenizer + generative retriever (progressive co-training), trie recall, dense rerank.
 
 `run(config, workdir)`:
-  1. data: the embedded SYNTHETIC polysemous world (`vidjax.worlds.polysemous`; `config.data.features`
-     must be empty: real feature stores are not wired for GRDR yet);
+  1. data: the embedded SYNTHETIC polysemous world (`vidjax.worlds.polysemous`, the `world` variant;
+     real feature stores are not wired for GRDR yet);
   2. query intents: each training video's queries are clustered by k-means into N_v intents (§3.2);
   3. training, Algorithm 1: for m = 1..M an alignment phase (L_CL + [m > 1] L_HC) and, after a
      k-means initialisation of C^(m) on the residuals r^(m) of every training view, a co-training

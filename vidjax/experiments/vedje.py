@@ -2,9 +2,9 @@
 
 `run(config, workdir)`:
   1. data: the dataset's test and training annotations through their readers and a feature store
-     (kinds `tokens`, `clip`, `text`), or, when `config.data.features` is empty, the embedded
-     SYNTHETIC moving-object world (its store is written to `<workdir>/features`);
-  2. stage 1: cosine R@K in both directions (`vidjax.experiments.retrieval`, method `stage1`);
+     (kinds `tokens`, `clip`, `text`), or, with the `world` variant, the embedded SYNTHETIC
+     moving-object world (its store is written to `<workdir>/features`);
+  2. stage 1: cosine R@K in both directions (the foundation's protocol, method `stage1`);
   3. training (the one loop, `vidjax.train.fit`): a batch is B query-video pairs grouped in
      stage-1 neighbourhoods (an anchor query, then captions of its best-ranked stage-1 negatives),
      so every video of a batch is some query's positive; each query's candidates are its positive,
@@ -29,7 +29,6 @@ import json
 import time
 from pathlib import Path
 from typing import Any
-
 
 from vidjax import checkpoints, evaluate, ops, train
 from vidjax.data.features import FeatureStore, STORAGE_DTYPES
@@ -91,7 +90,6 @@ def validate(config) -> None:
   if config.data.features and mc.init == "minilm" and mc.num_layers != 6:
     common.bad_value("model.num_layers", mc.num_layers, "6 with model.init='minilm' (all-MiniLM-L6-v2), or "
                      "model.init='random' for another depth")
-
 
 
 # ----------------------------------------------------------------------------------------------
@@ -300,5 +298,3 @@ def run(config, workdir: str | Path) -> dict:
   results["config"] = json.loads(config.to_json_best_effort())
   common.write_results(workdir, results, tables)
   return results
-
-

@@ -200,7 +200,6 @@ def setup(config, workdir: Path, finished: bool = False):
   return data, clips, texts, bench, heldout, source
 
 
-
 # ----------------------------------------------------------------------------------------------
 # Models and training.
 

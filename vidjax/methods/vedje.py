@@ -45,7 +45,6 @@ def model_config(mc, variant: Variant, visual_dim: int, patches: int, vtc_dim: i
       use_joint=variant.use_joint)
 
 
-
 # ----------------------------------------------------------------------------------------------
 # Data.
 
@@ -218,7 +217,6 @@ def train_variant(variant: Variant, cfg: V.VedjeConfig, split: Split, patches_of
   return jax.device_get(state.params)
 
 
-
 def mlm_mask(input_ids: np.ndarray, attention_mask: np.ndarray, rng: np.random.Generator, *,
              mask_id: int, vocab_size: int, special_ids: Sequence[int], prob: float = 0.15
              ) -> tuple[np.ndarray, np.ndarray]:
@@ -265,7 +263,6 @@ def index_caches(params, cfg: V.VedjeConfig, store: FeatureStore, cache_store: F
                                 progress=progress)
 
 
-
 def stage1_indices(test: Split) -> tuple[DenseIndex, DenseIndex]:
   """The test split's stage-1 indices (videos for T2V, captions for V2T), built once per run."""
   return DenseIndex(test.video_ids, test.clip), DenseIndex(test.query_ids, test.text)
@@ -298,7 +295,6 @@ def rerank_metrics(scorer: VedjeScorer, pairs: PairBatches, test: Split, k: int,
   return reranked, {"stage1": stage1, "latency_ms": {"t2v_rerank": round(t2v.latency_ms["rerank"], 3),
                                                      "v2t_rerank": round(v2t.latency_ms["rerank"], 3)}, "t2v_ranks": metrics.candidate_ranks(t2v.scores, t2v_rel),
                     "v2t_ranks": metrics.candidate_ranks(v2t.scores, v2t_rel), "v2t_videos": captioned}
-
 
 
 # ----------------------------------------------------------------------------------------------
@@ -375,7 +371,6 @@ def cache_probe(params, cfg: V.VedjeConfig, cache_store: FeatureStore, kind: str
     out[f"{name}_masking_score_drop"] = round(float(np.mean(base - np.asarray(score(masked)))), 4)
   out["pairs"] = n
   return out
-
 
 
 def online_param_count(params) -> int:

@@ -39,7 +39,6 @@ def check_text_tower(config, section: str) -> None:
                      f"SentencePiece model in {section}.spm_path, when {section}.init='lvt'")
 
 
-
 @dataclasses.dataclass
 class Examples:
   """Training or evaluation examples as arrays (texts index `texts`)."""
@@ -47,7 +46,6 @@ class Examples:
   frame_rows: np.ndarray   # int [E, T]
   positive: np.ndarray     # int [E] into texts
   negatives: np.ndarray    # int [E, H] into texts, -1 = none
-
 
 
 class TextTable:
@@ -63,7 +61,6 @@ class TextTable:
 
   def tokens(self, tokenizer, max_len: int) -> dict[str, np.ndarray]:
     return pipeline.text_token_batch(tokenizer, list(self.rows), max_len)
-
 
 
 def model_config(mc, visual_dim: int, vocab_size: int = 32_000) -> V.VidClipConfig:
@@ -162,7 +159,6 @@ def train_model(name: str, model: V.VidClip, init_fn, ex: Examples, data, tokens
   return jax.device_get(state.params)
 
 
-
 class Encoder:
   """Jitted unit embeddings of videos (given as feature rows) and texts, in fixed-size chunks."""
 
@@ -183,5 +179,3 @@ class Encoder:
     table = TextTable()
     rows = [table(t) for t in texts]
     return self.texts(params, table.tokens(tokenizer, max_len))[rows]
-
-
