@@ -22,7 +22,7 @@ ALLOWED = {
     "train": {"io", "sharding", "losses", "progress", "data"},  # data: the Grain index batches of fit_epochs
     "evaluate": {"metrics", "ops", "retrieval"},
     "extract": {"data", "sharding", "progress", "checkpoints", "models", "ops"},  # + the backbone it runs
-    "scorers": {"evaluate", "metrics", "models", "ops", "defaults"},
+    "scorers": {"evaluate", "metrics", "models", "ops", "defaults", "data"},  # data: the feature store a scorer reads
     # A method's library code: its model built from a config, its loss in the one loop, restore, index.
     "methods": {"checkpoints", "data", "defaults", "evaluate", "extract", "io", "losses", "metrics", "models", "ops",
                 "retrieval", "scorers", "sharding", "tfds", "tokenizers", "train", "worlds"},
