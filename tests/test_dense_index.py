@@ -208,9 +208,10 @@ def test_from_store_errors(tmp_path):
     DenseIndex.from_store(store, "clip")
   bad = rng.normal(size=(3, D)).astype(np.float32)
   bad[1, 4] = np.nan
-  store = write_arrays(tmp_path / "nan", {"clip": (["a", "b", "c"], bad)})
-  with pytest.raises(ValueError, match="id 'b' has NaN"):
-    DenseIndex.from_store(store, "clip", chunk=CHUNK)
+  with pytest.raises(ValueError, match="kind 'clip': 1 of 1 items hold NaN or Inf: 'b'"):  # the store refuses it
+    write_arrays(tmp_path / "nan", {"clip": (["a", "b", "c"], bad)})
+  with pytest.raises(ValueError, match="id 'b' has NaN"):  # and so does an index built from arrays
+    DenseIndex(["a", "b", "c"], bad, chunk=CHUNK)
 
 
 # ----------------------------------------------------------------------------- errors

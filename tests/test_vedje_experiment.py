@@ -100,8 +100,9 @@ def test_cache_bytes_on_disk_are_exact(tmp_path, tokens, fmt, expected):
 
 
 def test_cache_structures_see_what_they_should():
-  base = dict(frames=4, tokens_per_frame=2, patches=3, visual_dim=8, hidden_size=16, num_layers=1, num_heads=2,
-              intermediate_size=32, compressor_heads=2, compressor_mlp=32, predictor_heads=2, predictor_mlp=32)
+  base = dict(frames=4, tokens_per_frame=2, patches=3, visual_dim=8,
+              text=BertConfig(hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32),
+              compressor_heads=2, compressor_mlp=32, predictor_heads=2, predictor_mlp=32)
   rng = np.random.default_rng(0)
   x = rng.normal(size=(2, 4, 3, 8)).astype(np.float32)
   shuffled = x[:, [2, 0, 3, 1]]
