@@ -106,11 +106,16 @@ def _triplets(n=4):
            **({"distractors": ["extra"]} if i == 0 else {})} for i in range(n)]
 
 
-def test_genstate_triplets_with_store_embeddings(tmp_path):
+def _manual_triplets(tmp_path):
+  """A GenState metadata file in `<tmp_path>/manual`: (its triplets, every video they name)."""
   (tmp_path / "manual").mkdir()
   (tmp_path / "manual" / "genstate.json").write_text(json.dumps(_triplets()))
   triplets = genstate.read_triplets(tmp_path / "manual" / "genstate.json")
-  videos = sorted({v for t in triplets for v in (*t.videos, *t.distractors)})
+  return triplets, sorted({v for t in triplets for v in (*t.videos, *t.distractors)})
+
+
+def test_genstate_triplets_with_store_embeddings(tmp_path):
+  triplets, videos = _manual_triplets(tmp_path)
   rng = np.random.default_rng(0)
   clip, text = rng.standard_normal((len(videos), 8), dtype=np.float32), rng.standard_normal((4, 8), dtype=np.float32)
   features.write_arrays(tmp_path / "store", {"clip": (videos, clip), "text": ([t.query_id for t in triplets], text)},
@@ -150,10 +155,7 @@ def test_bad_inputs_get_one_clear_error(tmp_path):
 
 
 def test_a_dataset_built_from_a_store_that_changed_since_is_refused(tmp_path):
-  (tmp_path / "manual").mkdir()
-  (tmp_path / "manual" / "genstate.json").write_text(json.dumps(_triplets()))
-  triplets = genstate.read_triplets(tmp_path / "manual" / "genstate.json")
-  videos = sorted({v for t in triplets for v in (*t.videos, *t.distractors)})
+  triplets, videos = _manual_triplets(tmp_path)
   rng = np.random.default_rng(0)
 
   def store(root):
