@@ -116,8 +116,10 @@ def test_store_missing_an_id_is_one_clear_error(tmp_path):
   videos = read_crosstask(CROSSTASK)
   victim = videos[0].clips[1].clip_id
   _store_for(videos, tmp_path / "store", drop=victim)
+  config = _crosstask_config(tmp_path / "store")
+  config.data.skip_missing = False  # strict: a missing feature is an error, not a skipped video
   with pytest.raises(features.MissingFeatureError, match=f"no 'clip' features for 1 of .*{victim}"):
-    cast.run(_crosstask_config(tmp_path / "store"), tmp_path / "run")
+    cast.run(config, tmp_path / "run")
 
 
 def test_workdir_of_another_config_is_refused(smoke_run):
@@ -133,11 +135,13 @@ def test_skip_missing_videos_drops_them_before_the_benchmark_and_says_so(tmp_pat
   victim = videos[0].clips[1].clip_id
   _store_for(videos, tmp_path / "store", drop=victim)
   config = _crosstask_config(tmp_path / "store")
-  config.data.skip_missing_videos = True
+  config.data.skip_missing = True
   results = cast.run(config, tmp_path / "run")
   dropped = results["benchmark_stats"]["dropped_videos"]
   assert dropped["count"] == 1 and dropped["ids"] == [videos[0].video_id]
   assert "dropped 1 videos" in capsys.readouterr().out
+  assert results["path"] == "real" and results["skipped_videos"] == {"count": 1, "file": "skipped_videos.txt"}
+  assert (tmp_path / "run" / "skipped_videos.txt").read_text().split() == [videos[0].video_id]
   for name in ("crosstask_test.json", "crosstask_train.json", "heldout.json"):
     records = json.loads((tmp_path / "run" / "cvr" / name).read_text())
     assert all(r["video_id"] != videos[0].video_id for r in records)

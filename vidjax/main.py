@@ -22,6 +22,7 @@ from vidjax.experiments import evaluate_all as evaluate_all_experiment
 from vidjax.experiments import extract as extract_experiment
 from vidjax.experiments import genstate as genstate_experiment
 from vidjax.experiments import grdr as grdr_experiment
+from vidjax.experiments import prepare as prepare_experiment
 from vidjax.experiments import retrieval as retrieval_experiment
 from vidjax.experiments import stack as stack_experiment
 from vidjax.experiments import vedje as vedje_experiment
@@ -34,6 +35,7 @@ EXPERIMENTS = {
     "extract_videoprism": extract_experiment.run,
     "genstate": genstate_experiment.run,
     "grdr": grdr_experiment.run,
+    "prepare": prepare_experiment.run,
     "retrieval": retrieval_experiment.run,
     "stack": stack_experiment.run,
     "vedje": vedje_experiment.run,

@@ -554,8 +554,8 @@ def available_videos(videos: Sequence[Video], store: FeatureStore | None, kinds:
   """The paper's rule for unavailable videos (Table 1: YouCook2 keeps the 414 validation videos with files).
 
   With `available_file` (a file of video ids, one a line) only those videos are kept; with
-  `skip_missing` a video is kept only when `store` has features of every kind in `kinds` for every
-  one of its clips. Either way this runs before the benchmark is built, so no pool points at a missing
+  `skip_missing` a video is kept only when `store` has (valid, `FeatureStore.complete`) features of every kind in
+  `kinds` for every one of its clips. Either way this runs before the benchmark is built, so no pool points at a missing
   clip, and the dropped videos are counted and reported (never silently). With neither, every video is
   kept and a missing feature later stops the run with one error naming the ids.
 
@@ -570,16 +570,16 @@ def available_videos(videos: Sequence[Video], store: FeatureStore | None, kinds:
     keep = {line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()}
   if skip_missing:
     if store is None:
-      raise ValueError("skip_missing_videos needs a feature store")
-    have = [set(store.ids(kind)) for kind in kinds]
-    complete = {v.video_id for v in videos if all(c.clip_id in ids for c in v.clips for ids in have)}
+      raise ValueError("skip_missing needs a feature store")
+    have = store.complete(kinds, [c.clip_id for v in videos for c in v.clips])
+    complete = {v.video_id for v in videos if all(c.clip_id in have for c in v.clips)}
     keep = complete if keep is None else keep & complete
   if keep is None:
     return list(videos), []
   kept = [v for v in videos if v.video_id in keep]
   if not kept:
     raise ValueError(f"no annotated video is available ({len(videos)} annotated; available_videos="
-                     f"{str(available_file)!r}, skip_missing_videos={skip_missing})")
+                     f"{str(available_file)!r}, skip_missing={skip_missing})")
   return kept, sorted(v.video_id for v in videos if v.video_id not in keep)
 
 

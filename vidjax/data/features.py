@@ -270,6 +270,27 @@ class FeatureStore:
     h.update((self.root / MANIFEST).read_bytes())
     return h.hexdigest()[:16]
 
+  def provenance(self) -> dict:
+    """Where the features came from, as every real-path results.json records it: the backbone, its checkpoint
+    (or `random_init: true`), the store's path and fingerprint."""
+    m = self.metadata
+    return {"backbone": m.get("backbone", ""), "checkpoint": m.get("checkpoint", ""),
+            "checkpoint_hash": m.get("checkpoint_hash"), "random_init": m.get("random_init"),
+            "store": str(self.root), "fingerprint": self.fingerprint()}
+
+  def complete(self, kinds: Sequence[str], ids: Sequence[str]) -> set[str]:
+    """The ids of `ids` that have an item of every kind in `kinds` and, where extraction recorded their frames
+    (`padded_frames`), at least one decoded frame: a video that did not decode is not a valid video file."""
+    have = set(ids)
+    for kind in kinds:
+      have &= set(self.ids(kind)) if kind in self.kinds() else set()
+    if "padded_frames" in self.kinds():
+      recorded = sorted(have & set(self.ids("padded_frames")))
+      if recorded:
+        failed = np.asarray(self.get("padded_frames", recorded)).reshape(len(recorded), -1).min(axis=1) > 0
+        have -= {i for i, f in zip(recorded, failed) if f}
+    return have
+
   # -- writing ---------------------------------------------------------------------------------
   def writer(self, kind: str, shard_prefix: str = "p0", flush_every: int = 1024,
              dtype: str | None = None) -> "ShardWriter":

@@ -60,6 +60,13 @@ class RetrievalBenchmark:
     row = {v: i for i, v in enumerate(self.corpus)}
     return np.array([row[q.video_id] for q in self.queries], np.int64)
 
+  def restrict(self, videos) -> "RetrievalBenchmark":
+    """The benchmark on `videos` only (e.g. those a feature store has): the others leave the corpus, and so do
+    their queries."""
+    keep = set(videos)
+    return RetrievalBenchmark(self.name, tuple(q for q in self.queries if q.video_id in keep),
+                              tuple(v for v in self.corpus if v in keep))
+
   def stats(self) -> dict:
     captioned = len({q.video_id for q in self.queries})
     return {"name": self.name, "queries": len(self.queries), "corpus_videos": len(self.corpus),
@@ -86,11 +93,19 @@ def build_benchmark(data: RetrievalData, *, protocol: str = "captions", split: s
 def read_dataset(dataset: str, annotations: str, video_list: str = "") -> RetrievalData:
   """A retrieval dataset's records through its reader (`video_list`: MSR-VTT's optional id list)."""
   from vidjax.data import annotations as readers  # pylint: disable=g-import-not-at-top
+  paths = readers.annotation_paths(annotations)
+  if dataset == "msvd":  # two files: the clip mapping and the descriptions
+    if len(paths) != 2:
+      raise ValueError(f"config.data.annotations={annotations!r}: MSVD takes its two files, comma-separated: "
+                       "youtube_mapping.txt,AllVideoDescriptions.txt")
+    return readers.read_msvd(*paths)
+  if len(paths) != 1:
+    raise ValueError(f"config.data.annotations={annotations!r}: {dataset} takes one annotation file here")
   if dataset == "msrvtt":
-    return readers.read_msrvtt(annotations, video_list or None)
+    return readers.read_msrvtt(paths[0], video_list or None)
   if video_list:
     raise ValueError(f"config.data.video_list={video_list!r} is invalid: expected '' (only MSR-VTT reads an id list)")
-  return readers.RETRIEVAL_READERS[dataset](annotations)
+  return readers.RETRIEVAL_READERS[dataset](paths[0])
 
 
 def embeddings(store, kind: str, ids, what: str) -> np.ndarray:

@@ -48,7 +48,8 @@ def default_config(*, dataset: str, epochs: int, eval_split: str, identity_rule:
       minilm_dir="",           # all-MiniLM-L6-v2 folder for caption_similarity ("" = the installed package)
       crosstask_test_fraction=0.2,
       crosstask_split_seed=42,  # paper App. B: 80/20 video-disjoint split with seed 42
-      skip_missing_videos=False,  # drop videos without features before building the benchmark (counted)
+      skip_missing=True,        # skip videos without (valid) features before building the benchmark: counted and
+                                # listed in <workdir>/skipped_videos.txt; False: a missing video is an error
       available_videos="",      # or: a file of available video ids, one a line (the paper's valid-file rule)
       source="store",          # or "tfds": records + embeddings from a built VidjaxCvr dataset (data.tfds)
       tfds="",                 # with source="tfds": <data_dir>/vidjax_cvr/<config>/<version>

@@ -89,6 +89,7 @@ def get_config(dataset: str, arg: str | None = None) -> ml_collections.ConfigDic
       eval_split="val",      # youcook2: the split to evaluate (the training split is "train")
       release_eval="",       # an official VideoComp release file to evaluate instead of building one
       release_train="",      # ... and to fine-tune on
+      skip_missing=True,     # evaluate on the videos the store has (the others counted, listed in skipped_videos.txt)
   ))
   c.benchmark = ml_collections.ConfigDict(dict(
       iou_threshold=0.5,     # §3.1.1: of two overlapping captions the longer is kept

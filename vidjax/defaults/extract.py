@@ -20,7 +20,7 @@ def default_config() -> ml_collections.ConfigDict:
   c.model.name = "videoprism_lvt_public_v1_base"  # or "pixel_stats" (a STAND-IN, no weights)
   c.model.checkpoint = ""          # official .npz (local or gs://); "" = random init
   c.model.fprop_dtype = "float32"  # or "bfloat16"
-  c.model.spm_path = "gs://t5-data/vocabs/cc_en.32000/sentencepiece.model"  # c4_en; a local copy offline
+  c.model.spm_path = ""            # a local copy of the T5 c4_en model (gs://t5-data/vocabs/cc_en.32000/sentencepiece.model)
   c.model.overrides = ml_collections.ConfigDict()  # constructor fields replacing the named config
 
   c.data = ml_collections.ConfigDict()
@@ -45,16 +45,20 @@ def default_config() -> ml_collections.ConfigDict:
   return c
 
 
-def smoke(c: ml_collections.ConfigDict, shared: Path) -> ml_collections.ConfigDict:
-  """A tiny random model on the real demo mp4 in `shared/data/videoprism_assets`, seconds on CPU."""
-  assets = Path(shared) / "data" / "videoprism_assets"
-  c.model.spm_path = str(assets / "test_spm.model")
+def tiny_model(c: ml_collections.ConfigDict, shared: Path) -> None:
+  """A tiny random LvT (width 32, one layer each) with the VideoPrism test SentencePiece model at 36 px."""
+  c.model.spm_path = str(Path(shared) / "data" / "videoprism_assets" / "test_spm.model")
   c.model.overrides = ml_collections.ConfigDict(dict(
       pos_emb_shape=(4, 2, 2), model_dim=32, num_heads=2, mlp_dim=64, num_spatial_layers=1,
       num_temporal_layers=1, num_auxiliary_layers=1, num_unimodal_layers=1, vocabulary_size=1000))
-  c.data.videos = str(assets)
-  c.num_frames = 2
   c.resolution = 36
+
+
+def smoke(c: ml_collections.ConfigDict, shared: Path) -> ml_collections.ConfigDict:
+  """A tiny random model on the real demo mp4 in `shared/data/videoprism_assets`, seconds on CPU."""
+  tiny_model(c, shared)
+  c.data.videos = str(Path(shared) / "data" / "videoprism_assets")
+  c.num_frames = 2
   c.batch_size = 2
   c.text_batch_size = 4
   c.save_tokens = True

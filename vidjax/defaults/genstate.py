@@ -42,7 +42,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.seed = 0
   # A user's own benchmark: a GenState metadata file (vidjax.data.genstate) + a feature store holding `video_kind`
   # for every video id and `text_kind` for every query id (e.g. VideoPrism LvT `clip` and `text`): zero-shot only.
-  c.data = ml_collections.ConfigDict(dict(metadata="", features="", video_kind="clip", text_kind="text"))
+  c.data = ml_collections.ConfigDict(dict(
+      metadata="", features="", video_kind="clip", text_kind="text",
+      skip_missing=True))  # queries with a video the store lacks are skipped (counted, listed in skipped_videos.txt)
   # 800 training queries per category (9,600 training clips): fewer and the model memorizes its training triplets
   # (BENCHMARKS.md, "GenState", has the measurements).
   c.world = ml_collections.ConfigDict({**dataclasses.asdict(RenderedWorldConfig()), "num_train": 800})

@@ -19,6 +19,7 @@ DATASETS = {
     "msrvtt": ("captions", ""),         # 1k-A: 1,000 test videos, one caption each (JSFusion csv)
     "didemo": ("paragraphs", ""),       # test_data.json: all descriptions of a video, in time order
     "activitynet": ("paragraphs", ""),  # val_1.json: paragraph-to-video
+    "msvd": ("captions", "test"),       # youtube_mapping.txt,AllVideoDescriptions.txt: the 670 test clips
 }
 
 
@@ -41,6 +42,8 @@ def get_config(dataset: str, arg: str | None = None) -> ml_collections.ConfigDic
       protocol=protocol,  # "captions" (one query per caption) or "paragraphs" (one per video)
       split=split,        # reader split to evaluate ("" = every video the file lists); with source="tfds" the
                           # TFDS split (msrvtt "test", didemo "test", activitynet "val_1")
+      skip_missing=True,  # evaluate on the videos the store has (the others counted, listed in skipped_videos.txt);
+                          # False: a video the annotations name without features is an error
       source="store",     # or "tfds": queries + embeddings from a built VidjaxRetrieval dataset (data.tfds)
       tfds="",            # with source="tfds": <data_dir>/vidjax_retrieval/<config>/<version>
   ))

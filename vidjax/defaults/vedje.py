@@ -24,6 +24,9 @@ from vidjax.defaults import common, retrieval
 # Ablation tables (results.json "ablations"), in print order.
 ABLATIONS = ("cache_structure", "prior", "cache_budget", "delta", "loss_stack")
 PRECISIONS = ("bfloat16", "float8_e4m3", "float4_e2m1")
+# The reader split of each dataset's training file: MSR-VTT's JSON marks "train" (an id list, the standard 9k
+# train_list_jsfusion.txt, replaces it), MSVD's numbering gives "train", DiDeMo and ActivityNet have one file each.
+TRAIN_SPLIT = {"msrvtt": "train", "msvd": "train", "didemo": "", "activitynet": ""}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,7 +142,8 @@ def get_config(dataset: str, arg: str | None = None) -> ml_collections.ConfigDic
       cache_kind="cache",          # kind of the main model's caches
       train_annotations="",        # training split's annotation file (real data)
       train_video_list="",         # MSR-VTT: id list of the training videos (e.g. train_list_jsfusion.txt)
-      train_split="train",
+      train_split=TRAIN_SPLIT[dataset],  # reader split of the training file ("": all of it: DiDeMo's and
+                                         # ActivityNet's training files hold only training videos)
   ))
   c.model = _reranker()
   c.train = _train()

@@ -27,7 +27,8 @@ from vidjax import evaluate, metrics, sharding, train
 from vidjax.data import cvr
 from vidjax.defaults.cast import ADAPTERS, DATASETS, METHODS, W_P_GRID, W_V_GRID  # noqa: F401  (re-exported)
 from vidjax.experiments import common
-from vidjax.methods.cast import CVRData, build_models, ensemble, predictor_scorer, setup, train_method, validate
+from vidjax.methods.cast import (CVRData, build_models, ensemble, predictor_scorer, result_path, setup, train_method,
+                                 validate)
 from vidjax.scorers import cast as cast_scorers
 
 # What besides `common.is_resumable`'s rule may change between runs in one workdir: more epochs resume training.
@@ -187,6 +188,7 @@ def run(config, workdir: str | Path) -> dict:
          if subsets else {}),
       benchmark_stats=data.stats,
       features={k: data.features.get(k) for k in ("backbone", "checkpoint_hash", "random_init")},
+      **result_path(config, workdir, data),
       seconds=round(time.time() - start, 1))
   fair_rows = {f"{n} ({rule})": m for rule, rows in (("C only", fair["prediction_only"]),
                                                        ("ensemble", fair["same_ensemble"]))

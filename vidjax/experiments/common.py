@@ -29,8 +29,10 @@ from vidjax.sharding import barrier, is_writer, on_writer  # noqa: F401  (the ex
 from vidjax.defaults.common import (bad_value, check_choice, check_fraction, check_positive,  # noqa: F401
                                     check_positive_int, get_key)
 from vidjax.ops import is_positive_int  # noqa: F401  (re-exported for the experiments' checks)
+from vidjax.methods.real import (SKIP_FILE, WORLD_PATH, present_videos, real_path,  # noqa: F401  (re-exported)
+                                 store_benchmark)
 
-REQUIRED_KEYS = ("experiment", "dataset", "synthetic", "config", "metrics")
+REQUIRED_KEYS = ("experiment", "dataset", "synthetic", "path", "skipped_videos", "config", "metrics")
 # Keys that may change between runs in one workdir, by one rule: nothing written there depends on them.
 # Logging anywhere (a section's progress / log_every / checkpoint_every) and evaluation (`eval.*`: a finished
 # run re-evaluates without retraining); an experiment adds what else its own files do not depend on.

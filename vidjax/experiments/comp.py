@@ -30,7 +30,7 @@ import numpy as np
 from vidjax import evaluate, io, metrics, train
 from vidjax.data import comp
 from vidjax.data.annotations import read_activitynet_captions, read_youcook2
-from vidjax.data.features import FeatureStore, MissingFeatureError
+from vidjax.data.features import FeatureStore
 from vidjax.defaults.comp import METHODS, METRICS
 from vidjax.experiments import common
 from vidjax.methods.vidclip import (Encoder, Examples, TextTable, check_text_tower, train_model, vidclip_setup)
@@ -111,6 +111,7 @@ class CompData:
   clips: list[tuple[str, tuple[float, float], str]]
   counts: list[dict]
   rewriter: Any
+  path: dict = dataclasses.field(default_factory=lambda: dict(common.WORLD_PATH))  # results.json's path keys
 
 
 def _clips(videos: Sequence[comp.EventVideo], drop_global: bool, iou_threshold: float):
@@ -144,7 +145,7 @@ def _real_events(config) -> dict[str, list[comp.EventVideo]]:
   return out
 
 
-def real_data(config) -> CompData:
+def real_data(config, workdir: Path) -> CompData:
   d, b = config.data, config.benchmark
   events = _real_events(config) if d.annotations else {}
   counts, built = [], {}
@@ -164,11 +165,10 @@ def real_data(config) -> CompData:
   for t in built["train"] + built["eval"]:
     durations.setdefault(t.video_id, t.original[1])
   store = FeatureStore(d.features)
-  ids = sorted(durations)
-  missing = [v for v in ids if not store.has(d.tokens_kind, v)]
-  if missing:
-    raise MissingFeatureError(f"feature store {d.features}: kind {d.tokens_kind!r} lacks {len(missing)} of the "
-                              f"{len(ids)} benchmark videos (first: {missing[:5]})")
+  ids, skipped = common.present_videos(config, store, [d.tokens_kind], sorted(durations), "benchmark videos")
+  keep = set(ids)
+  built = {split: [t for t in triplets if t.video_id in keep] for split, triplets in built.items()}
+  events = {split: [v for v in videos if v.video_id in keep] for split, videos in events.items()}
   shape = store.item_shape(d.tokens_kind)
   if len(shape) not in (2, 3):
     raise ValueError(f"feature store {d.features}: kind {d.tokens_kind!r} has items of shape {shape}; expected "
@@ -187,8 +187,9 @@ def real_data(config) -> CompData:
 
   clips = _clips(events.get("train", []), b.drop_global, b.iou_threshold) or [
       (t.video_id, t.positive_span, t.positive) for t in built["train"]]
-  return CompData(False, ids, np.array([durations[v] for v in ids]), gather, shape[0], built["train"], built["eval"],
-                  clips, counts, comp.TemplateRewriter())
+  return CompData(bool(store.metadata.get("synthetic", False)), ids, np.array([durations[v] for v in ids]), gather,
+                  shape[0], built["train"], built["eval"], clips, counts, comp.TemplateRewriter(),
+                  common.real_path(workdir, store, skipped))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -310,7 +311,7 @@ def write_benchmark(config, workdir: Path, data: CompData) -> None:
 def trained(config, workdir: Path, restore: bool = False) -> Trained:
   """Builds the benchmark and trains (or, from `workdir`'s checkpoints, resumes) every method; `restore` reads a
   finished run's final checkpoints instead (nothing trains)."""
-  data = real_data(config) if config.data.features else world_data(config)
+  data = real_data(config, workdir) if config.data.features else world_data(config)
   mc = config.model
   ptc, ftc = config.pretrain, config.finetune
   common.on_writer("comp_benchmark", lambda: write_benchmark(config, workdir, data))
@@ -397,7 +398,7 @@ def run(config, workdir: str | Path) -> dict:
   ]
   results = common.results_dict(
       config, dataset=config.dataset, synthetic=data.synthetic, metrics=table_metrics,
-      note=moving_objects.SYNTHETIC_NOTE if data.synthetic else "", tables=tables,
+      note=moving_objects.SYNTHETIC_NOTE if "world" in config else "", tables=tables, **data.path,
       counts={"eval": {t: len(es.by_type[t][0]) for t in comp.EVAL_TYPES}, "train_groups": len(fine.positive),
               "pretrain_clips": len(data.clips)})
   common.write_results(workdir, results, printed)

@@ -124,6 +124,14 @@ def markdown(comparison: Mapping[str, Mapping[str, Mapping[str, Any]]], models: 
   return "\n".join(lines)
 
 
+def paths(dirs) -> dict:
+  """results.json's path keys of the comparison: "real" only when every run it reads is; skipped videos summed."""
+  runs = [common.read_results(d) for d in dirs]
+  kinds = {r.get("path", "world") for r in runs}
+  return {"path": kinds.pop() if len(kinds) == 1 else "mixed",
+          "skipped_videos": {"count": sum(r.get("skipped_videos", {}).get("count", 0) for r in runs), "file": ""}}
+
+
 def run(config, workdir: str | Path) -> dict:
   workdir = common.start_run(config, workdir, validate)
   dirs = [Path(d) for d in config.workdirs] or train_runs(config.runs, workdir / "runs", config.seed)
@@ -138,7 +146,7 @@ def run(config, workdir: str | Path) -> dict:
   results = common.results_dict(config, dataset="every benchmark of " + ", ".join(str(d) for d in dirs),
                                 synthetic=synthetic, metrics=comparison,
                                 benchmarks={benchmark_key(b): {"kind": b.kind, "space": b.space} for b in benchmarks},
-                                workdirs=[str(d) for d in dirs])
+                                workdirs=[str(d) for d in dirs], **paths(dirs))
   if common.is_writer():
     io.atomic_write_json(workdir / "comparison.json", comparison)
     io.atomic_write_text(workdir / "comparison.md", table + "\n")

@@ -26,7 +26,6 @@ Outputs: the store at `config.store` (default `<workdir>/features`) and `<workdi
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 from typing import Any
 
@@ -35,33 +34,12 @@ from vidjax import extract as engine
 from vidjax import io
 from vidjax.data.annotations import READERS, RETRIEVAL_READERS, paragraphs, read_annotations
 from vidjax.experiments import common
-from vidjax.extract import is_lvt, load_model, make_text_fn, make_video_fn
+from vidjax.methods.extraction import VIDEO_EXTENSIONS, extract_into, index_videos, is_video
 
-VIDEO_EXTENSIONS = (".mp4", ".mkv", ".webm", ".avi", ".mov", ".m4v", ".mpg", ".mpeg", ".flv")
 _LOG = logging.getLogger(__name__)
 
 
 # ----------------------------------------------------------------------------- clip lists
-
-def _is_video(path: Path) -> bool:
-  return path.is_file() and path.suffix.lower() in VIDEO_EXTENSIONS
-
-
-def index_videos(folder: str | os.PathLike) -> dict[str, str]:
-  """`{file stem: path}` of every video under `folder` (recursive); the first extension in
-  `VIDEO_EXTENSIONS` order wins when one id has several files."""
-  folder = Path(folder)
-  if not folder.is_dir():
-    raise FileNotFoundError(f"config.data.videos: video folder not found: {folder}")
-  rank = {ext: i for i, ext in enumerate(VIDEO_EXTENSIONS)}
-  found: dict[str, Path] = {}
-  for path in sorted(folder.rglob("*")):
-    if _is_video(path):
-      old = found.get(path.stem)
-      if old is None or rank[path.suffix.lower()] < rank[old.suffix.lower()]:
-        found[path.stem] = path
-  return {k: str(v) for k, v in found.items()}
-
 
 def _read_list(path: Path) -> tuple[list[engine.VideoSegment], dict[str, str]]:
   base = path.parent
@@ -168,7 +146,7 @@ def build_clips(data) -> tuple[list[engine.VideoSegment], dict[str, str], dict[s
     info["missing_video_ids"] = missing[:100]
   elif videos.is_dir():
     clips = [engine.VideoSegment(stem, path) for stem, path in sorted(index_videos(videos).items())]
-  elif _is_video(videos):
+  elif is_video(videos):
     clips = [engine.VideoSegment(videos.stem, str(videos))]
   elif videos.suffix in (".txt", ".json") and videos.is_file():
     clips, captions = _read_list(videos)
@@ -196,49 +174,11 @@ def run(config, workdir: str) -> dict:
   """Extracts features for `config.data` into `config.store`; writes and returns `results.json`'s dict."""
   workdir = Path(workdir)
   clips, captions, info = build_clips(config.data)
-  model, variables, meta = load_model(config)
-  lvt = is_lvt(model)
-  kinds = (["clip"] if lvt else []) + ["clip_mean"] + (["tokens"] if config.save_tokens else [])
-  if captions and not lvt:
-    _LOG.warning("%s has no text tower; %d captions are not embedded", config.model.name, len(captions))
-    captions = {}
-  tokenizer = None
-  if captions:
-    if not config.model.spm_path:
-      raise ValueError(f"{len(captions)} captions need the LvT SentencePiece model: set config.model.spm_path "
-                       "(the T5 c4_en model for the public checkpoints)")
-    from vidjax.tokenizers.sentencepiece import SentencePieceTokenizer  # pylint: disable=g-import-not-at-top
-    tokenizer = SentencePieceTokenizer(config.model.spm_path)
-    if tokenizer.vocab_size > model.vocabulary_size:
-      raise ValueError(f"SentencePiece model {config.model.spm_path} has {tokenizer.vocab_size} pieces but "
-                       f"{config.model.name} embeds only {model.vocabulary_size}")
-
   store_root = config.store or str(workdir / "features")
-  metadata = {**meta, "num_frames": config.num_frames, "resolution": config.resolution, "aspect": config.aspect,
-              "dtype": config.store_dtype, "kinds": kinds + ([engine.TEXT_KIND] if captions else []),
-              "spm_path": config.model.spm_path if captions else "", "dataset": _dataset_name(config)}
-  store = engine.open_store(store_root, metadata)
-  mesh = engine.local_mesh()
-
-  stats = engine.extract_videos(
-      store, clips, make_video_fn(model, variables, mesh, kinds), num_frames=config.num_frames,
-      resolution=config.resolution, batch_size=config.batch_size, kinds=kinds, mesh=mesh, aspect=config.aspect,
-      dtype=config.store_dtype, decode_workers=config.decode_workers, progress=config.progress)
-  texts = 0
-  if captions:
-    texts = engine.extract_texts(store, captions, make_text_fn(model, variables, tokenizer, mesh),
-                                 batch_size=config.text_batch_size, dtype=config.store_dtype,
-                                 progress=config.progress)
-  report = engine.finalize(store, {"missing_videos": info["missing_videos"]})
-  engine.verify(store, [c.clip_id for c in clips], list(captions), kinds)
-
+  metrics, meta = extract_into(config, store_root, clips, captions, _dataset_name(config), info["missing_videos"])
   results = common.results_dict(
       config, dataset=_dataset_name(config), synthetic=False, random_init=meta["random_init"], store=str(store_root),
-      metrics={"extract": {
-          "clips": len(clips), "texts": len(captions), "padded_videos": report["padded_videos"],
-          "failed_videos": report["failed_videos"], "missing_videos": info["missing_videos"],
-          "frames_per_s": stats.frames_per_s, "compile_s": stats.compile_seconds, "clips_written": stats.clips,
-          "clips_skipped": stats.skipped, "texts_written": texts}})
+      path="real", skipped_videos={"count": info["missing_videos"], "file": ""}, metrics={"extract": metrics})
   table = _table(results)
   common.write_results(workdir, results, [table])
   return results

@@ -214,11 +214,18 @@ def run_user_benchmark(config, workdir: Path) -> dict:
   """Zero-shot cosine on a user's metadata file and feature store."""
   triplets = genstate.read_triplets(config.data.metadata)
   store = FeatureStore(config.data.features)
+  videos = sorted({v for t in triplets for v in (t.main, t.temporal_negative, t.semantic_negative, *t.distractors)})
+  kept, skipped = common.present_videos(config, store, [config.data.video_kind], videos, "benchmark videos")
+  keep = set(kept)
+  triplets = [dataclasses.replace(t, distractors=tuple(v for v in t.distractors if v in keep)) for t in triplets
+              if {t.main, t.temporal_negative, t.semantic_negative} <= keep]
+  if not triplets:
+    raise ValueError(f"{config.data.metadata}: no query has all three of its videos in {store.root}")
   queries = store.get(config.data.text_kind, [t.query_id for t in triplets])
   inputs = pool_inputs(triplets, queries, lambda ids: store.get(config.data.video_kind, ids))
   overall, per = evaluate_method(evaluate.CosineScorer("text"), inputs, config.eval.chunk)
   return _write(config, workdir, {"zero_shot": overall}, _regroup({"zero_shot": per}), False,
-                {"counts": {"queries": len(triplets)}})
+                {"counts": {"queries": len(triplets)}, **common.real_path(workdir, store, skipped)})
 
 
 # ----------------------------------------------------------------------------------------------
@@ -344,4 +351,4 @@ def run(config, workdir: str | Path) -> dict:
             "subsets": {s: len(r) for s, r in genstate.subsets(t.test).items()}}
   return _write(config, workdir, {m: overall[m] for m in METHODS}, _regroup(per), True,
                 {"counts": counts, "extract": t.extract_info,
-                 "backbone": t.backbone if not t.lvt else config.extract.model.name})
+                 "backbone": t.backbone if not t.lvt else config.extract.model.name, **common.WORLD_PATH})

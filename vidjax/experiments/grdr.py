@@ -196,7 +196,7 @@ def run(config, workdir) -> dict:
         results["index_bytes_per_video"] = {"grdr": recall.trie.nbytes / len(recall.trie),
                                             "dense_float32": 4 * world.features.shape[1]}
   results = common.results_dict(config, dataset=config.dataset + " (synthetic polysemous world)", synthetic=True,
-                                metrics={s: results[s] for s in SETTINGS}, **results)
+                                metrics={s: results[s] for s in SETTINGS}, **results, **common.WORLD_PATH)
   tables = []
   for s in SETTINGS:
     rows = {m: {k: v[k] for k in KEYS + (("candidate_recall",) if m != "dense" else ())} for m, v in

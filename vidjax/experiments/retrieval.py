@@ -93,12 +93,16 @@ def run(config, workdir: str | Path) -> dict:
   workdir = common.start_run(config, workdir, validate, RESUMABLE)
   start = time.time()
   world = None
+  path = common.WORLD_PATH
   if config.data.source == "tfds":
     bench, text, video, manifest = tfds_data(config)
+    path = {"path": "real", "provenance": manifest, "skipped_videos": {"count": 0, "file": ""}}
   else:
     if config.data.features:
       store = FeatureStore(config.data.features)
-      bench = build_benchmark(read_dataset(config.dataset, config.data.annotations, config.data.video_list), protocol=config.data.protocol, split=config.data.split or None)
+      bench = build_benchmark(read_dataset(config.dataset, config.data.annotations, config.data.video_list),
+                              protocol=config.data.protocol, split=config.data.split or None)
+      bench, path = common.store_benchmark(config, workdir, store, bench, [config.data.clip_kind])
     else:
       world, store, bench = synthetic_world(config, workdir)
     text = embeddings(store, config.data.text_kind, bench.query_ids, "query texts")
@@ -118,7 +122,7 @@ def run(config, workdir: str | Path) -> dict:
   results = common.results_dict(
       config, dataset=dataset, synthetic=synthetic, metrics={"stage1": stage1},
       benchmark={**bench.stats(), "v2t_videos": values["v2t_videos"]},
-      features={k: manifest.get(k) for k in ("backbone", "checkpoint_hash", "random_init")})
+      features={k: manifest.get(k) for k in ("backbone", "checkpoint_hash", "random_init")}, **path)
   tables = [evaluate.format_table({"stage1 (zero-shot cosine)": stage1}, f"Text-video retrieval ({dataset}), "
                                   f"{bench.stats()['queries']} queries x {len(bench.corpus)} videos", synthetic)]
   if world is not None:

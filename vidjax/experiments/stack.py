@@ -167,6 +167,7 @@ def run(config, workdir: str | Path) -> dict:
               "k": config.stack.k},
       ensemble={"w_v": cast_scorer.w_v, "w_p": cast_scorer.w_p, "selected_on": "heldout subset of train"},
       features={"backbone": backbone},
+      **cast.result_path(config, workdir, data),
       seconds=round(time.time() - start, 1))
   shown = {name: {k: v for k, v in m.items() if k != "latency_ms"} | {
       f"ms_{stage}": ms for stage, ms in m.get("latency_ms", {}).items()} for name, m in {**results_rows, **sweep}.items()}

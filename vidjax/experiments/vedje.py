@@ -111,11 +111,17 @@ class Session:
                                    name=f"moving-object world test groups (synthetic, seed {config.seed})")
       train_bench = build_benchmark(world.data, protocol="captions", split="train",
                                     name=f"moving-object world training groups (synthetic, seed {config.seed})")
+      self.path = common.WORLD_PATH
     else:
       store = FeatureStore(config.data.features)
       test_bench = build_benchmark(read_dataset(config.dataset, config.data.annotations, config.data.video_list),
                                    protocol=config.data.protocol, split=config.data.split or None)
       train_bench = read_train(config)
+      kinds = [config.data.clip_kind, config.data.tokens_kind]
+      kept, skipped = common.present_videos(config, store, kinds, test_bench.corpus, "test videos")
+      kept_train, skipped_train = common.present_videos(config, store, kinds, train_bench.corpus, "training videos")
+      test_bench, train_bench = test_bench.restrict(kept), train_bench.restrict(kept_train)
+      self.path = common.real_path(workdir, store, skipped + skipped_train)
     self.mc, self.tc = config.model, config.train
     mc = self.mc
     self.store, self.test_bench = store, test_bench
@@ -225,7 +231,7 @@ def run(config, workdir: str | Path) -> dict:
   main_metrics, main_info = evaluate_variant(FULL, config.cache.precision)
   dataset = config.dataset + (" (synthetic moving-object world)" if synthetic_world else "")
   results = {
-      "experiment": config.name, "dataset": dataset, "synthetic": synthetic,
+      "experiment": config.name, "dataset": dataset, "synthetic": synthetic, **sess.path,
       "metrics": {"stage1": stage1, "vedje": main_metrics},
       "stage1_over_candidates": main_info["stage1"],
       "latency_ms_per_query": main_info["latency_ms"],

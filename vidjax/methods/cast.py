@@ -23,6 +23,7 @@ from vidjax.data.annotations import read_annotations
 from vidjax.data.features import FeatureStore
 from vidjax.data.pipeline import FeatureTable
 from vidjax.defaults import common
+from vidjax.methods import real
 from vidjax.defaults.cast import DATASETS
 from vidjax.models import cast as cast_models
 from vidjax.scorers import cast as cast_scorers
@@ -85,6 +86,7 @@ class CVRData:
   arrays: dict | None = None
   features: dict = dataclasses.field(default_factory=dict)
   videos: list = dataclasses.field(default_factory=list)  # every Video of both splits (not with TFDS)
+  skipped: list = dataclasses.field(default_factory=list)  # ids of the annotated videos left out (no features)
 
   def tables(self, config) -> tuple[FeatureTable, FeatureTable]:
     """(clip table, text table) over every id the records use."""
@@ -162,7 +164,7 @@ def prepare_data(config, workdir: Path, finished: bool = False) -> CVRData:
     store = FeatureStore(config.data.features)
     videos, dropped = cvr.available_videos(read_annotations(config.dataset, config.data.annotations), store,
                                            (config.data.clip_kind, config.data.text_kind),
-                                           config.data.available_videos, config.data.skip_missing_videos)
+                                           config.data.available_videos, config.data.skip_missing)
     reuse_gap = {}
     build = lambda: cvr.build_dataset_cvr(  # noqa: E731
         config.dataset, videos, out, source=config.data.annotations, train_split=config.data.train_split,
@@ -174,14 +176,23 @@ def prepare_data(config, workdir: Path, finished: bool = False) -> CVRData:
   stats = dict(files.stats)
   stats["dropped_videos"] = {"count": len(dropped), "ids": dropped[:100],
                              "rule": config.data.available_videos or
-                             ("no features in the store" if config.data.skip_missing_videos else "")}
+                             ("no features in the store" if config.data.skip_missing else "")}
   if dropped:
     print(f"dropped {len(dropped)} videos before building the benchmark ({stats['dropped_videos']['rule']}): "
           f"{', '.join(dropped[:5])}{' ...' if len(dropped) > 5 else ''}", flush=True)
   print(("SYNTHETIC DATA: " if is_synthetic else "") + "CVR benchmark statistics (Table 1 shape)")
   print(cvr.format_stats(stats), end="\n\n", flush=True)
   return CVRData(is_synthetic, store, files.benchmark, files.heldout, files.train, stats, reuse_gap,
-                 features=store.metadata, videos=list(videos))
+                 features=store.metadata, videos=list(videos), skipped=dropped)
+
+
+def result_path(config, workdir, data) -> dict:
+  """results.json's `path` keys: the embedded world, a user's store, or a TFDS dataset built from one."""
+  if data.arrays is not None:
+    return {"path": "real", "provenance": dict(data.features), "skipped_videos": {"count": 0, "file": ""}}
+  if not config.data.annotations:
+    return real.WORLD_PATH
+  return real.real_path(workdir, data.store, data.skipped)
 
 
 def setup(config, workdir: Path, finished: bool = False):

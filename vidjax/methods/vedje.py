@@ -78,11 +78,14 @@ def load_split(bench, store: FeatureStore, config, tokenizer, max_len: int) -> S
 
 
 def read_train(config):
-  """The training split's records (real data)."""
+  """The training split's records (real data): every caption of the training videos is a query. An id list
+  (`data.train_video_list`, MSR-VTT's 9k `train_list_jsfusion.txt`) defines the training videos by itself: the
+  JSON's own split field (6,513 "train") is then not applied."""
   if not config.data.train_annotations:
     common.bad_value("data.train_annotations", "", "the training split's annotation file when data.features is set")
+  split = None if config.data.train_video_list else config.data.train_split or None
   return build_benchmark(read_dataset(config.dataset, config.data.train_annotations, config.data.train_video_list),
-                         protocol="captions", split=config.data.train_split or None)
+                         protocol="captions", split=split)
 
 
 def stage1_negatives(split: Split, count: int, chunk: int = 4096) -> np.ndarray:

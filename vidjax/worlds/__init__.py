@@ -7,6 +7,8 @@ would, so it feeds the real path rather than replacing it; every output it reach
     moving objects   moving_objects.py per-frame patch tokens of moving objects (VEDJE, stage-1 retrieval, VideoComp, GenState)
     polysemous       polysemous.py     multi-intent videos (GRDR)
     rendered         rendered.py       mp4 clips of state transitions (GenState through the extraction engine)
+    release corpus   release.py        rendered procedure videos + annotation files in each dataset's release format
+                                       (the real path, end to end, offline: configs/prepare.py -> every method)
 
 `vidjax.data` (what real data passes through) imports nothing from here.
 """

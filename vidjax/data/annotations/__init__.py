@@ -45,14 +45,35 @@ RETRIEVAL_READERS = {
 }
 
 
+def annotation_paths(path: str | os.PathLike) -> list[str]:
+  """The files of a `data.annotations` value: one path, or several joined by commas (COIN's
+  `coin_train_70.json,coin_test_30.json`, ActivityNet's `train.json,val_1.json`)."""
+  paths = [p.strip() for p in str(path).split(",") if p.strip()]
+  if not paths:
+    raise ValueError("config.data.annotations is empty: give the dataset's annotation file(s), comma-separated")
+  return paths
+
+
 def read_annotations(fmt: str, path: str | os.PathLike, split: str | None = None) -> list[Video]:
-  """Reads annotations of format 'youcook2' | 'coin' | 'crosstask' (a file, or CrossTask's folder)."""
+  """Reads annotations of format 'youcook2' | 'coin' | 'crosstask' (a file, or CrossTask's folder); several
+  files joined by commas are read in turn and merged (a video in two of them is an error naming both)."""
   if fmt not in READERS:
     raise ValueError(f"unknown annotation format {fmt!r}; expected one of {sorted(READERS)}")
-  return READERS[fmt](path, split)
+  paths = annotation_paths(path)
+  if len(paths) == 1:
+    return READERS[fmt](paths[0], split)
+  seen: dict[str, str] = {}
+  videos = []
+  for p in paths:
+    for v in READERS[fmt](p, split):
+      if v.video_id in seen:
+        raise ValueError(f"{p}: video {v.video_id!r} is also in {seen[v.video_id]}; each video belongs to one file")
+      seen[v.video_id] = p
+      videos.append(v)
+  return sorted(videos, key=lambda v: v.video_id)
 
 
-__all__ = ["Caption", "Clip", "READERS", "RETRIEVAL_READERS", "RetrievalData", "RetrievalVideo", "Video", "paragraphs",
+__all__ = ["Caption", "Clip", "READERS", "annotation_paths", "RETRIEVAL_READERS", "RetrievalData", "RetrievalVideo", "Video", "paragraphs",
            "read_activitynet_captions", "read_annotations", "read_coin", "read_crosstask",
            "read_crosstask_tasks", "read_didemo", "read_lsmdc", "read_msrvtt", "read_msvd", "read_youcook2",
            "split_by_video"]

@@ -1,0 +1,18 @@
+"""Stage-1 zero-shot text-video retrieval on MSVD (its 670 test clips, every caption a query): R@1/5/10, MdR, MnR in both directions.
+
+    python -m vidjax.main --config configs/retrieval_msvd.py --workdir /tmp/retrieval_msvd          # synthetic world
+    python -m vidjax.main --config configs/retrieval_msvd.py:smoke --workdir /tmp/retrieval_msvd_smoke  # seconds (tests)
+    python -m vidjax.main --config configs/retrieval_msvd.py --workdir DIR \
+        --config.data.annotations=youtube_mapping.txt,AllVideoDescriptions.txt --config.data.features=<feature store>
+
+Benchmark: the test split of the standard numbering (vid1301-vid1970), every English description a query. The store holds kind `clip` (video embeddings keyed by video id) and kind `text`
+(caption embeddings keyed by caption id; paragraph protocol: keyed by video id), e.g. VideoPrism-LvT
+embeddings. With no store the run uses the embedded SYNTHETIC moving-object world (its test groups) and
+labels every output synthetic. results.json: method `stage1`, keys t2v_r1 .. t2v_mnr and v2t_r1 .. v2t_mnr.
+"""
+from vidjax.defaults import retrieval
+
+
+def get_config(arg=None):
+  """`arg`: None (the defaults) or "smoke" (a tiny moving-object world, seconds on a CPU)."""
+  return retrieval.get_config("msvd", arg)

@@ -1,0 +1,229 @@
+"""The SYNTHETIC release-format corpus (vidjax.worlds.release): every real reader reads it, every id finds its video."""
+import dataclasses
+import os
+from pathlib import Path
+
+import av
+import pytest
+
+from vidjax import io
+from vidjax.data import annotations as ann
+from vidjax.data import comp
+from vidjax.data import genstate
+from vidjax.data import video
+from vidjax.data.annotations import msrvtt as msrvtt_lib
+from vidjax.experiments.extract import index_videos
+from vidjax.worlds import release
+
+CFG = release.SIZES["smoke"]
+N_TRAIN, N_TEST = 16, 8  # 4 tasks x 6 videos, every third a test video
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+  root = tmp_path_factory.mktemp("release") / "corpus"
+  return root, release.write_corpus(root, CFG, seed=0)
+
+
+def _splits(items):
+  out = {}
+  for item in items:
+    out[item.split] = out.get(item.split, 0) + 1
+  return out
+
+
+def _frame_count(path) -> int:
+  with av.open(str(path)) as container:
+    return sum(1 for _ in container.decode(video=0))
+
+
+def test_manifest_is_marked_synthetic_and_names_existing_paths(corpus):
+  root, m = corpus
+  assert m["synthetic"] is True and "SYNTHETIC" in m["note"] and m["seed"] == 0
+  assert m["config"] == dataclasses.asdict(CFG)
+  assert set(release.DATASETS) <= set(m)
+  for name in release.DATASETS:
+    for key, value in m[name].items():
+      for path in value.split(","):
+        assert Path(path).is_absolute() and Path(path).exists(), (name, key, path)
+  assert io.read_json(root / "manifest.json") == m
+
+
+def test_procedure_readers_read_the_release_files(corpus):
+  _, m = corpus
+  yc = ann.read_youcook2(m["youcook2"]["annotations"])
+  assert _splits(yc) == {"train": N_TRAIN, "val": N_TEST}
+  assert len({v.task for v in yc}) == CFG.tasks and all(len(v.clips) == CFG.steps for v in yc)
+  train_file, test_file = m["coin"]["annotations"].split(",")
+  coin_train, coin_test = ann.read_coin(train_file), ann.read_coin(test_file)
+  assert _splits(coin_train) == {"train": N_TRAIN} and _splits(coin_test) == {"test": N_TEST}
+  # CVR structure: the videos of one task share its step ids, step k in position k.
+  by_task = {}
+  for v in coin_train + coin_test:
+    by_task.setdefault(v.task, set()).add(tuple((c.step, c.text) for c in v.clips))
+  assert len(by_task) == CFG.tasks and all(len(s) == 1 for s in by_task.values())
+  ct = ann.read_crosstask(m["crosstask"]["annotations"])
+  test = int(round(0.2 * (N_TRAIN + N_TEST)))  # the reader's own 80/20 seed-42 split
+  assert _splits(ct) == {"train": N_TRAIN + N_TEST - test, "test": test}
+  assert {k: c for k, c in m["counts"]["crosstask"].items() if k != "release_lists"} == _splits(ct)
+  tasks = ann.read_crosstask_tasks(m["crosstask"]["tasks"])
+  assert len(tasks) == CFG.tasks and all(len(steps) == CFG.steps for _, steps in tasks.values())
+  for v in ct:
+    assert [c.text for c in v.clips] == list(tasks[v.task][1])
+    assert [c.step for c in v.clips] == [str(k + 1) for k in range(CFG.steps)]
+  for videos in (yc, coin_train, coin_test):
+    for v in videos:
+      assert v.duration == CFG.video_seconds and all(0 <= c.start < c.end <= v.duration for c in v.clips)
+  for v in ct:
+    assert all(0 <= c.start < c.end <= CFG.video_seconds for c in v.clips)
+
+
+def test_retrieval_readers_read_the_release_files(corpus):
+  _, m = corpus
+  mr = m["msrvtt"]
+  data = ann.read_msrvtt(mr["annotations"])
+  assert _splits(data.videos) == {"train": N_TRAIN, "test": N_TEST}
+  assert all(v.duration == CFG.video_seconds for v in data.videos)
+  assert len(data.captions) == (N_TRAIN + N_TEST) * (1 + CFG.steps)
+  assert _splits(ann.read_msrvtt(mr["annotations"], mr["train_list"]).videos) == {"train": N_TRAIN}
+  assert _splits(ann.read_msrvtt(mr["annotations"], mr["val_list"]).videos) == {"test": N_TEST}
+  test_csv = ann.read_msrvtt(mr["test_csv"])
+  assert len(test_csv.videos) == len(test_csv.captions) == N_TEST
+  assert set(test_csv.video_ids()) == set(msrvtt_lib.read_video_list(mr["val_list"]))
+
+  for name, train_key, test_key, reader in (("didemo", "train_annotations", "test_annotations", ann.read_didemo),
+                                            ("activitynet", "train_annotations", "test_annotations",
+                                             ann.read_activitynet_captions)):
+    for key, n in ((train_key, N_TRAIN), (test_key, N_TEST)):
+      data = reader(m[name][key])
+      assert len(data.videos) == n and len(data.captions) == n * CFG.steps, (name, key)
+      # Step k is the moment [k, k + 1] * step seconds, inside the video.
+      for vid, caps in data.captions_by_video().items():
+        assert [(c.start, c.end) for c in caps] == [(k * CFG.step_seconds, (k + 1) * CFG.step_seconds)
+                                                    for k in range(CFG.steps)], (name, vid)
+      assert data.clipped == 0
+  assert all(Path(v).suffix for v in ann.read_didemo(m["didemo"]["test_annotations"]).video_ids())
+
+  msvd = ann.read_msvd(m["msvd"]["annotations"], m["msvd"]["captions"])
+  assert _splits(msvd.videos) == {"train": N_TRAIN, "test": N_TEST}
+  assert all(v.duration == CFG.video_seconds for v in msvd.videos)
+  assert len(msvd.captions) == (N_TRAIN + N_TEST) * (1 + CFG.steps)
+
+
+def test_genstate_and_videocomp_read(corpus):
+  _, m = corpus
+  g = m["genstate"]
+  train, test = genstate.read_triplets(g["train_annotations"]), genstate.read_triplets(g["test_annotations"])
+  assert (len(train), len(test)) == (4 * CFG.genstate_train, 4 * CFG.genstate_test)
+  index = index_videos(g["videos"])
+  assert all(vid in index for t in train + test for vid in t.videos)
+  path = index[test[0].main]
+  assert _frame_count(path) == CFG.genstate_frames
+  activitynet = {split: set(ann.read_activitynet_captions(m["activitynet"][f"{split}_annotations"]).video_ids())
+                 for split in ("train", "test")}
+  for split, types in (("train", comp.TRAIN_TYPES), ("test", comp.EVAL_TYPES)):
+    triplets = comp.read_release(m["videocomp"][f"{split}_annotations"])
+    assert {t.type for t in triplets} == set(types)
+    assert {t.video_id for t in triplets} == activitynet[split]
+    assert all(t.original == (0.0, CFG.video_seconds) for t in triplets)
+  assert m["videocomp"]["videos"] == m["activitynet"]["videos"]
+
+
+def test_every_annotated_id_resolves_to_a_video_file(corpus):
+  _, m = corpus
+  ids = {
+      "youcook2": [v.video_id for v in ann.read_youcook2(m["youcook2"]["annotations"])],
+      "coin": [v.video_id for f in m["coin"]["annotations"].split(",") for v in ann.read_coin(f)],
+      "crosstask": [v.video_id for v in ann.read_crosstask(m["crosstask"]["annotations"])],
+      "msrvtt": ann.read_msrvtt(m["msrvtt"]["annotations"]).video_ids(),
+      "didemo": [v for k in ("train_annotations", "test_annotations")
+                 for v in ann.read_didemo(m["didemo"][k]).video_ids()],
+      "activitynet": [v for k in ("train_annotations", "test_annotations")
+                      for v in ann.read_activitynet_captions(m["activitynet"][k]).video_ids()],
+      "msvd": ann.read_msvd(m["msvd"]["annotations"]).video_ids(),
+  }
+  decoded = 0
+  for name, vids in ids.items():
+    assert len(vids) == len(set(vids)) == N_TRAIN + N_TEST, name
+    index = index_videos(m[name]["videos"])
+    assert len(index) == len(vids), name
+    # DiDeMo ids keep their extension; extraction looks them up by stem (extract._retrieval_clips).
+    paths = [index.get(v) or index.get(Path(v).stem) for v in vids]
+    assert all(paths), (name, [v for v, p in zip(vids, paths) if not p][:3])
+    assert all(os.path.islink(p) and not os.path.isabs(os.readlink(p)) for p in paths)
+    if name in ("youcook2", "didemo"):  # decode a couple, to stay fast
+      path = paths[-1]
+      assert _frame_count(path) == CFG.video_frames
+      frames, padded, error = video.decode_video(path, 8, 32)
+      assert error is None and not padded.any() and frames.shape == (8, 32, 32, 3)
+      decoded += 1
+  assert decoded == 2
+
+
+def test_same_seed_same_bytes_other_seed_other_content_and_resume(corpus, tmp_path):
+  root, m = corpus
+  clip = root / "clips" / "task0002_video0005.mp4"
+  mtime = clip.stat().st_mtime_ns
+  assert release.write_corpus(root, CFG, seed=0) == m  # resumes: nothing to render, same manifest
+  assert clip.stat().st_mtime_ns == mtime
+
+  again = tmp_path / "again"
+  release.write_corpus(again, CFG, seed=0)
+  files = sorted(p.relative_to(root) for p in root.rglob("*") if p.is_file() and not p.is_symlink()
+                 and p.suffix != ".mp4" and p.name != "manifest.json")
+  assert len(files) > 30
+  for rel in files:
+    assert (root / rel).read_bytes() == (again / rel).read_bytes(), rel
+  for rel in ("clips/task0002_video0005.mp4", "genstate/videos/test00001_temp.mp4"):
+    assert (root / rel).read_bytes() == (again / rel).read_bytes(), rel
+  for rel in (Path("youcook2/videos"), Path("didemo/videos")):
+    assert sorted(os.listdir(root / rel)) == sorted(os.listdir(again / rel))
+
+  other = tmp_path / "other"
+  release.write_corpus(other, CFG, seed=1, datasets=("youcook2",))
+  assert (other / "clips/task0002_video0005.mp4").read_bytes() != clip.read_bytes()
+  a = ann.read_youcook2(root / "youcook2/youcookii_annotations_trainval.json")
+  b = ann.read_youcook2(other / "youcook2/youcookii_annotations_trainval.json")
+  assert [c.text for c in a[0].clips] != [c.text for c in b[0].clips]
+  assert {v.video_id for v in a}.isdisjoint(v.video_id for v in b)
+
+  # A smaller config renders the same videos for the (task, video) it shares: counts do not shift content.
+  small = dataclasses.replace(CFG, tasks=1, videos_per_task=3)
+  release.write_corpus(tmp_path / "small", small, seed=0, datasets=("youcook2",))
+  assert (tmp_path / "small/clips/task0000_video0002.mp4").read_bytes() == (
+      root / "clips/task0000_video0002.mp4").read_bytes()
+  with pytest.raises(ValueError, match="already holds a corpus of seed 0"):
+    release.write_corpus(tmp_path / "small", CFG, seed=0)
+
+
+def test_cli_prints_one_line_per_dataset(corpus, capsys):
+  root, m = corpus
+  release.main(["--root", str(root), "--seed", "0"])
+  out = capsys.readouterr().out.splitlines()
+  assert [line.split()[0] for line in out[:-1]] == list(release.DATASETS)
+  assert "SYNTHETIC" in out[-1]
+
+
+@pytest.mark.parametrize("fields, match", [
+    ({"frames_per_step": 18}, "whole number of DiDeMo's 5-second chunks"),
+    ({"steps": 1}, "steps must be >= 2"),
+    ({"steps": 7}, "at most 6 chunks"),
+    ({"videos_per_task": 2}, "leaves a task without a test video"),
+    ({"tasks": 0}, "tasks must be a positive integer"),
+    ({"object_px": 40}, "object_px"),
+    ({"genstate_test": 0}, "num_test"),
+    ({"noise": -1.0}, "noise must be"),
+])
+def test_bad_config_values_raise_clear_errors(fields, match):
+  with pytest.raises(ValueError, match=match):
+    release.ReleaseCorpusConfig(**fields)
+
+
+def test_bad_write_arguments_raise_clear_errors(tmp_path):
+  with pytest.raises(ValueError, match="subset of"):
+    release.write_corpus(tmp_path, CFG, datasets=("kinetics",))
+  with pytest.raises(ValueError, match="add 'activitynet'"):
+    release.write_corpus(tmp_path, CFG, datasets=("videocomp",))
+  with pytest.raises(ValueError, match="MSVD"):
+    release.write_corpus(tmp_path, dataclasses.replace(CFG, tasks=400), datasets=("msvd",))
+  assert not any(tmp_path.iterdir())  # refused before writing anything

@@ -1,0 +1,142 @@
+"""Experiment `prepare`: a dataset's videos + its release annotation files -> the one feature store every method reads.
+
+    python -m vidjax.main --config configs/prepare.py --workdir RUN --config.dataset=msrvtt \
+        --config.data.videos=VIDEOS --config.data.annotations=MSRVTT_data.json,MSRVTT_JSFUSION_test.csv \
+        --config.model.checkpoint=CKPT.npz --config.model.spm_path=c4_en.model
+
+`data.annotations` takes the release files as published, comma-separated (COIN's `coin_train_70.json,
+coin_test_30.json`, ActivityNet's `train.json,val_1.json`, MSVD's `youtube_mapping.txt,AllVideoDescriptions.txt`,
+GenState's `train.json,test.json`; CrossTask: its release folder). One run extracts every kind the methods read,
+keyed as they look them up:
+
+  CVR datasets (youcook2, coin, crosstask)   each annotated step `video#index`: clip, clip_mean, tokens, and its
+                                             caption as text (CAST, the stack); YouCook2 also each whole video
+                                             (id = video id: VideoComp's YouCook2-Comp reads its tokens)
+  retrieval datasets (msrvtt, didemo,        each video: clip, clip_mean, tokens; text of every caption (caption
+  activitynet, msvd, lsmdc)                  id: per-sentence queries and VEDJE's training text) and of every
+                                             video's paragraph (video id: the paragraph-to-video protocol)
+  genstate                                   each clip the metadata names: clip, clip_mean, tokens; every query's
+                                             text (query id)
+
+The valid-video rule is the same for every dataset: a video counts when it has a file under `data.videos`
+(matched by id, or by the id's stem) that decodes to at least one frame. The others are listed with the reason
+in `<store>/skipped_videos.txt`, counted in results.json, and every method skips them (`data.skip_missing`, the
+default) or stops on them (`data.skip_missing=False`). The run is resumable (the extraction skips what the store
+has) and shows progress. Frames per clip follow each paper (`FRAMES`; CAST App. A: 8 on YouCook2, 4 on COIN /
+CrossTask; VEDJE A.2: T = 16).
+"""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from vidjax import extract as engine
+from vidjax import io
+from vidjax.data import genstate
+from vidjax.data.annotations import annotation_paths, paragraphs, read_annotations
+from vidjax.data.features import FeatureStore
+from vidjax.data.retrieval import read_dataset
+from vidjax.defaults.prepare import CVR, DATASETS, RETRIEVAL, frames
+from vidjax.experiments import common
+from vidjax.methods.extraction import extract_into, index_videos
+
+SKIP_FILE = common.SKIP_FILE
+MARKER = "SYNTHETIC"  # what vidjax.worlds.release writes beside a rendered corpus's videos
+
+
+@dataclasses.dataclass
+class Plan:
+  """What a dataset's release files ask the store to hold: clips per video, and texts."""
+  segments: dict[str, list[tuple[str, float | None, float | None]]]  # video id -> [(clip id, start, end)]
+  texts: dict[str, str]                                              # text id -> text
+
+  def add_text(self, text_id: str, text: str, where: str) -> None:
+    old = self.texts.get(text_id)
+    if old is not None and old != text:
+      raise ValueError(f"{where}: text id {text_id!r} has two different texts ({old!r} and {text!r})")
+    self.texts[text_id] = text
+
+
+def plan(dataset: str, annotations: str) -> Plan:
+  """The clips and texts `dataset`'s release files (`annotations`, comma-separated) name (module docstring)."""
+  out = Plan({}, {})
+  if dataset in CVR:
+    for video in read_annotations(dataset, annotations):
+      out.segments[video.video_id] = [(c.clip_id, c.start, c.end) for c in video.clips]
+      for c in video.clips:
+        out.add_text(c.clip_id, c.text, annotations)
+      if dataset == "youcook2":
+        out.segments[video.video_id].append((video.video_id, None, None))
+  elif dataset in RETRIEVAL:
+    files = [annotations] if dataset == "msvd" else annotation_paths(annotations)
+    for path in files:
+      records = read_dataset(dataset, path)
+      for video_id in records.video_ids():
+        out.segments.setdefault(video_id, [(video_id, None, None)])
+      for c in records.captions + paragraphs(records).captions:
+        out.add_text(c.caption_id, c.text, path)
+  elif dataset == "genstate":
+    for path in annotation_paths(annotations):
+      for t in genstate.read_triplets(path):
+        out.add_text(t.query_id, t.query, path)
+        for video_id in (t.main, t.temporal_negative, t.semantic_negative, *t.distractors):
+          out.segments.setdefault(video_id, [(video_id, None, None)])
+  else:
+    common.bad_value("dataset", dataset, f"one of {DATASETS}")
+  return out
+
+
+def is_rendered(videos: str) -> bool:
+  """Whether `videos` is a folder of the rendered release corpus (`vidjax.worlds.release` leaves a `SYNTHETIC`
+  file beside it): the store and every result read from it are then labelled synthetic."""
+  folder = Path(videos)
+  return any((d / MARKER).is_file() for d in (folder, folder.parent))
+
+
+def validate(config) -> None:
+  common.check_choice(config, "dataset", DATASETS)
+  if not config.data.videos:
+    common.bad_value("data.videos", "", "the folder of the dataset's videos (searched recursively, by video id)")
+  if not config.data.annotations:
+    common.bad_value("data.annotations", "", "the dataset's release annotation file(s), comma-separated")
+  common.check_positive_int(config, ["batch_size", "text_batch_size", "resolution"])
+
+
+def run(config, workdir: str) -> dict:
+  """Prepares `config.dataset`'s store at `config.store` (default `<workdir>/features`); writes results.json."""
+  workdir = common.start_run(config, workdir, validate)
+  wanted = plan(config.dataset, config.data.annotations)
+  index = index_videos(config.data.videos)
+  path_of = lambda vid: index.get(vid) or index.get(Path(vid).stem)  # noqa: E731
+  skipped = {v: "no video file" for v in wanted.segments if path_of(v) is None}
+  clips = [engine.VideoSegment(clip_id, path_of(v), start, end) for v, segs in wanted.segments.items()
+           if v not in skipped for clip_id, start, end in segs]
+  if not clips:
+    raise ValueError(f"none of the {len(wanted.segments)} videos the annotations name has a file under "
+                     f"{config.data.videos} (e.g. {list(wanted.segments)[:3]}); files are found by video id")
+  store_root = config.store or str(workdir / "features")
+  metrics, meta = extract_into(config, store_root, clips, wanted.texts, config.dataset, len(skipped),
+                               num_frames=frames(config))
+  synthetic = is_rendered(config.data.videos)
+  store = FeatureStore(store_root)
+  clip_ids = [c.clip_id for c in clips]
+  valid = store.complete(["clip_mean"], clip_ids)
+  for v, segs in wanted.segments.items():
+    if v not in skipped and any(clip_id not in valid for clip_id, _, _ in segs):
+      skipped[v] = "does not decode"
+  if common.is_writer():
+    io.atomic_write_text(Path(store_root) / SKIP_FILE, "".join(f"{v}\t{why}\n" for v, why in sorted(skipped.items())))
+    store.update_metadata({"synthetic": synthetic, "skipped_videos": len(skipped)})
+  if skipped:
+    print(f"{len(skipped)} of {len(wanted.segments)} videos are not valid video files and are skipped (listed with "
+          f"the reason in {Path(store_root) / SKIP_FILE})", flush=True)
+  metrics.update(videos=len(wanted.segments), valid_videos=len(wanted.segments) - len(skipped))
+  results = common.results_dict(
+      config, dataset=config.dataset, synthetic=synthetic, metrics={"prepare": metrics},
+      path="real", provenance=FeatureStore(store_root).provenance(),
+      skipped_videos={"count": len(skipped), "file": str(Path(store_root) / SKIP_FILE)})
+  rows = "\n".join(f"  {k:<16} {v:.2f}" if isinstance(v, float) else f"  {k:<16} {v}" for k, v in metrics.items())
+  common.write_results(workdir, results, [f"prepare {config.dataset} -> {store_root}"
+                                          + ("  [RANDOM WEIGHTS]" if meta["random_init"] else "")
+                                          + ("  [SYNTHETIC VIDEOS]" if synthetic else "") + "\n" + rows])
+  return results

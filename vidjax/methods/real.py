@@ -1,0 +1,57 @@
+"""The real path's bookkeeping, shared by every method: which videos a run evaluates (`data.skip_missing`) and
+where its features came from (results.json's `path`, `provenance` and `skipped_videos`)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+from vidjax import io
+from vidjax.sharding import is_writer
+
+SKIP_FILE = "skipped_videos.txt"
+PREPARE = "python -m vidjax.main --config configs/prepare.py --config.dataset=DATASET"
+
+
+def present_videos(config, store, kinds: Sequence[str], ids: Sequence[str], what: str) -> tuple[list[str], list[str]]:
+  """(kept, skipped) ids of `ids`: those the store has every kind of, by `data.skip_missing` (default on: the
+  others are skipped and counted; off: one missing video is an error). A kind the store lacks altogether, or a
+  store holding none of `ids`, is an error naming the preparation command (`configs/prepare.py`)."""
+  missing_kinds = [k for k in kinds if k not in store.kinds()]
+  if missing_kinds:
+    raise ValueError(f"feature store {store.root} has no kind {missing_kinds} ({what} need {list(kinds)}; it has "
+                     f"{store.kinds()}): prepare the store with `{PREPARE} --config.data.videos=... "
+                     "--config.data.annotations=...`")
+  complete = store.complete(kinds, ids)
+  kept = [i for i in ids if i in complete]
+  skipped = [i for i in ids if i not in complete]
+  if not kept:
+    raise ValueError(f"feature store {store.root} has none of the {len(ids)} {what} the annotations name (e.g. "
+                     f"{list(ids)[:3]}): is it the store of this dataset? Prepare it with `{PREPARE} ...`")
+  if skipped and not config.data.skip_missing:
+    raise ValueError(f"{len(skipped)} of {len(ids)} {what} have no {list(kinds)} features in {store.root} (e.g. "
+                     f"{skipped[:5]}); with data.skip_missing=True (the default) they are skipped and counted")
+  if skipped:
+    print(f"skipping {len(skipped)} of {len(ids)} {what} without features in {store.root} (listed in {SKIP_FILE}): "
+          f"{', '.join(skipped[:5])}{' ...' if len(skipped) > 5 else ''}", flush=True)
+  return kept, skipped
+
+
+def real_path(workdir: str | Path, store, skipped: Sequence[str]) -> dict:
+  """results.json's keys of a run on a user's store: `path`, `provenance` (the store's backbone, checkpoint or
+  `random_init`, path and fingerprint) and `skipped_videos` (count, and the file listing them)."""
+  name = ""
+  if skipped:
+    name = SKIP_FILE
+    if is_writer():
+      io.atomic_write_text(Path(workdir) / SKIP_FILE, "".join(f"{v}\n" for v in skipped))
+  return {"path": "real", "provenance": store.provenance(), "skipped_videos": {"count": len(skipped), "file": name}}
+
+
+def store_benchmark(config, workdir: str | Path, store, bench, kinds: Sequence[str]):
+  """(the retrieval benchmark on the corpus videos `store` has every kind of, results.json's path keys):
+  `present_videos`' rule, then `real_path`."""
+  kept, skipped = present_videos(config, store, kinds, bench.corpus, "corpus videos")
+  return bench.restrict(kept), real_path(workdir, store, skipped)
+
+
+WORLD_PATH = {"path": "world", "skipped_videos": {"count": 0, "file": ""}}
