@@ -102,7 +102,8 @@ def get_config(dataset: str, arg: str | None = None) -> ml_collections.ConfigDic
                       hierarchy=("reorder", "partial"), levels=(1, 1))   # its eq. 2 negatives and their levels
   c.finetune = _train(hierarchy=("temp_reorder", "action_replace", "seg_mismatch", "multi"), levels=(1, 1, 1, 2))
   c.eval = ml_collections.ConfigDict(dict(chunk=256))
-  return common.apply_variants(c, arg, {"world": world, "smoke": smoke}, f"configs/comp_{dataset}.py")
+  return common.apply_variants(c, arg, {"world": world, "smoke": smoke, "tiny": tiny},
+                               f"configs/comp_{dataset}.py")
 
 
 def world(c: ml_collections.ConfigDict) -> None:
@@ -116,6 +117,11 @@ def world(c: ml_collections.ConfigDict) -> None:
   """
   c.world = ml_collections.ConfigDict({**dataclasses.asdict(MovingObjectWorldConfig()),
                                        "num_train_groups": 1500, "num_eval_groups": 500, "num_events": 4})
+  _small(c)
+
+
+def _small(c: ml_collections.ConfigDict) -> None:
+  """The world's model and schedules (see `world`)."""
   c.model = _model(width=64, pool_queries=16, pool_heads=4, pool_mlp=128, embed_dim=64, init="random",
                    text_hidden=64, text_layers=2, text_heads=4, text_mlp=128, max_text_len=32)
   c.pretrain = _train(batch_size=32, steps=300, lr=1e-3, weight_decay=1e-4, warmup_steps=50, lam=0.1,
@@ -126,10 +132,18 @@ def world(c: ml_collections.ConfigDict) -> None:
 
 
 def smoke(c: ml_collections.ConfigDict) -> None:
-  """A tiny world, seconds on a CPU (tests); implies `world`."""
+  """A tiny world, seconds on a CPU (tests); implies `world` and `tiny`."""
   if "world" not in c:
     world(c)
   c.world.update(num_train_groups=40, num_eval_groups=16)
+  tiny(c)
+
+
+def tiny(c: ml_collections.ConfigDict) -> None:
+  """A tiny random-init VidCLIP and a few steps of each schedule, on any data: with `world` the smoke test, on a
+  user's store the real path's plumbing (the rendered release corpus prepared with `configs/prepare.py:smoke`)."""
+  if "world" not in c:
+    _small(c)
   c.model.update(width=32, pool_queries=4, pool_heads=2, pool_mlp=32, embed_dim=32, text_hidden=32,
                  text_heads=2, text_mlp=32, text_layers=1)
   c.pretrain.update(batch_size=8, steps=4, warmup_steps=1, log_every=2, progress=False)

@@ -14,6 +14,7 @@ from vidjax.defaults import common, extract
 CVR = ("youcook2", "coin", "crosstask")
 RETRIEVAL = ("msrvtt", "didemo", "activitynet", "msvd", "lsmdc")
 DATASETS = CVR + RETRIEVAL + ("genstate",)
+PARAGRAPHS = ("didemo", "activitynet")  # tested paragraph-to-video: their stores also hold each video's paragraph
 # Frames per clip: CAST App. A (8 on YouCook2, 4 on COIN / CrossTask); VEDJE A.2 (T = 16) for the retrieval
 # datasets (VideoComp and GRDR read the same store); GenState: VideoPrism's 16.
 FRAMES = {"youcook2": 8, "coin": 4, "crosstask": 4, **{d: 16 for d in RETRIEVAL}, "genstate": 16}
@@ -38,9 +39,10 @@ def frames(c) -> int:
 
 
 def smoke(c: ml_collections.ConfigDict, shared: Path | None) -> None:
-  """A tiny random VideoPrism (the extraction's smoke model) at 36 px and 4 frames: plumbing, seconds on CPU."""
+  """A tiny random VideoPrism (the extraction's smoke model, its temporal positions widened to VEDJE's 16 frames)
+  at 36 px: plumbing, seconds on CPU."""
   extract.tiny_model(c, shared)
-  c.num_frames = 4
+  c.model.overrides.pos_emb_shape = (16, 2, 2)
   c.batch_size = 4
   c.text_batch_size = 16
   c.progress = False

@@ -130,7 +130,8 @@ def _train(**kw) -> ml_collections.ConfigDict:
 
 def get_config(dataset: str, arg: str | None = None) -> ml_collections.ConfigDict:
   """What `configs/vedje_<dataset>.py` return: the paper's settings, then the comma-separated variants of `arg`:
-  "world" (the embedded SYNTHETIC world and its small reranker), "smoke" (a tiny world, for tests), "fast" (no
+  "world" (the embedded SYNTHETIC world and its small reranker), "smoke" (a tiny world, for tests), "tiny" (the
+  smoke model on any data: the real path's plumbing), "fast" (no
   ablations or diagnostics), "all" (all five ablation tables)."""
   c = retrieval.get_config(dataset)
   del c["world"]  # the embedded world comes with its own model: the `world` variant
@@ -158,7 +159,7 @@ def get_config(dataset: str, arg: str | None = None) -> ml_collections.ConfigDic
   # the default runs the two the VEDJE issue's checks read; ":all" runs all five; () = the main model only.
   c.ablations = ("cache_structure", "prior")
   c.diagnostics = True             # dynamics stratification (A.10) and the MaxSim cache probe (A.11)
-  return common.apply_variants(c, arg, {"world": world, "smoke": smoke, "fast": fast, "all": all_tables},
+  return common.apply_variants(c, arg, {"world": world, "smoke": smoke, "tiny": tiny, "fast": fast, "all": all_tables},
                                f"configs/vedje_{dataset}.py")
 
 
@@ -166,6 +167,11 @@ def world(c: ml_collections.ConfigDict) -> None:
   """The embedded SYNTHETIC moving-object world and a reranker sized for it: random init, d_l 64, 2 layers (its
   videos are 16 frames of 16 patch tokens of width 32, its captions use ~30 words), a few CPU minutes."""
   c.world = retrieval.get_config(c.dataset).world
+  _small(c)
+
+
+def _small(c: ml_collections.ConfigDict) -> None:
+  """The world's reranker and schedule (see `world`)."""
   c.model = _reranker(init="random", hidden_size=64, num_layers=2, num_heads=4, intermediate_size=256,
                       compressor_heads=4, compressor_mlp=256, predictor_heads=4, predictor_mlp=256,
                       prior_hidden=64, max_text_len=28)
@@ -174,17 +180,27 @@ def world(c: ml_collections.ConfigDict) -> None:
 
 
 def smoke(c: ml_collections.ConfigDict) -> None:
-  """A tiny world, seconds on a CPU (tests); implies `world`. Each ablation row would train a model (~25 s
-  each here), so the tests check `ablation_plan` instead."""
+  """A tiny world, seconds on a CPU (tests); implies `world` and `tiny`. Each ablation row would train a model
+  (~25 s each here), so the tests check `ablation_plan` instead."""
   if "world" not in c:
     world(c)
   c.world.update(num_train_groups=24, num_eval_groups=10)
+  tiny(c)
+
+
+def tiny(c: ml_collections.ConfigDict) -> None:
+  """A tiny random-init reranker, one epoch, no ablations, on any data: with `world` the smoke test, on a user's
+  store the real path's plumbing (the rendered release corpus prepared with `configs/prepare.py:smoke`)."""
+  if "world" not in c:
+    _small(c)
   c.model.update(hidden_size=32, num_heads=2, intermediate_size=64, compressor_heads=2, compressor_mlp=64,
                  predictor_heads=2, predictor_mlp=64, prior_hidden=16)
   c.train.update(batch_size=16, epochs=1, warmup_steps=2, log_every=5, progress=False,
                  hard_negatives=3, candidate_pool=8, in_batch_negatives=1)
   c.eval.update(k=10, k_sweep=(5, 10), query_chunk=64, gallery_chunk=128, pair_block=64)
   c.ablations = ()
+  if "world" not in c:  # the diagnostics train a second model and read the world's motion labels
+    c.diagnostics = False
 
 
 def fast(c: ml_collections.ConfigDict) -> None:

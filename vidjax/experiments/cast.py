@@ -176,7 +176,8 @@ def run(config, workdir: str | Path) -> dict:
     if data.reuse_gap:
       sweep_gaps[length] = gap_accuracy(sweep_scores, bench, data)
 
-  dataset = config.dataset + (" (synthetic procedural world)" if data.synthetic else "")
+  dataset = config.dataset + (" (synthetic procedural world)" if not config.data.annotations else
+                              " (synthetic rendered videos)" if data.synthetic else "")
   results = common.results_dict(
       config, dataset=dataset, synthetic=data.synthetic, metrics=method_metrics,
       ensemble={"w_v": scorers["cast"].w_v, "w_p": scorers["cast"].w_p, "selected_on": "heldout subset of train"},

@@ -387,7 +387,8 @@ def run(config, workdir: str | Path) -> dict:
           "vidclip_base": {k: scores["zero_shot"][k] for k in ("t2v_r1", "v2t_r1")},
           "comppretrain": {k: comppretrain_zero_shot[k] for k in ("t2v_r1", "v2t_r1")}},
   }
-  where = "SYNTHETIC moving-object world" if data.synthetic else config.dataset
+  where = ("SYNTHETIC moving-object world" if not config.data.features else
+           f"{config.dataset}, SYNTHETIC rendered videos" if data.synthetic else config.dataset)
   printed = [
       evaluate.format_table(table_metrics, f"VideoComp on {config.name} ({where}): binary accuracy % (Tables 2-4) "
                             "and R@1 on the positive pairs (Table 3)", data.synthetic, list(METRICS)),

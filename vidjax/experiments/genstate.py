@@ -190,13 +190,14 @@ def plot_order_histogram(by_method: Mapping[str, Mapping[str, Mapping[str, int]]
 def _write(config, workdir: Path, metrics_by_method: dict, subsets: dict, synthetic: bool, extra: dict) -> dict:
   rows = {"all": metrics_by_method, **subsets}
   table = {f"{subset} / {method}": m for subset, by in rows.items() for method, m in by.items()}
-  where = "the rendered world, STAND-IN backbone" if synthetic else config.data.metadata
+  where = "the rendered world, STAND-IN backbone" if not config.data.metadata else config.data.metadata
   printed = [evaluate.format_table(table, f"GenState triplets on {where} (Table 3 shape; %)", synthetic, list(METRICS))]
   hists = {m: {subset: by[m]["order_histogram"] for subset, by in rows.items()} for m in metrics_by_method}
   plot_order_histogram(hists, workdir / "order_histogram.png", synthetic)
-  results = common.results_dict(config, dataset="rendered" if synthetic else str(config.data.metadata),
+  world = not config.data.metadata
+  results = common.results_dict(config, dataset="rendered" if world else str(config.data.metadata),
                                 synthetic=synthetic, metrics=metrics_by_method,
-                                note=rendered.SYNTHETIC_NOTE if synthetic else "", subsets=subsets, **extra)
+                                note=rendered.SYNTHETIC_NOTE if world else "", subsets=subsets, **extra)
   common.write_results(workdir, results, printed)
   return results
 
@@ -224,7 +225,8 @@ def run_user_benchmark(config, workdir: Path) -> dict:
   queries = store.get(config.data.text_kind, [t.query_id for t in triplets])
   inputs = pool_inputs(triplets, queries, lambda ids: store.get(config.data.video_kind, ids))
   overall, per = evaluate_method(evaluate.CosineScorer("text"), inputs, config.eval.chunk)
-  return _write(config, workdir, {"zero_shot": overall}, _regroup({"zero_shot": per}), False,
+  return _write(config, workdir, {"zero_shot": overall}, _regroup({"zero_shot": per}),
+                bool(store.metadata.get("synthetic", False)),
                 {"counts": {"queries": len(triplets)}, **common.real_path(workdir, store, skipped)})
 
 

@@ -13,8 +13,9 @@ keyed as they look them up:
                                              caption as text (CAST, the stack); YouCook2 also each whole video
                                              (id = video id: VideoComp's YouCook2-Comp reads its tokens)
   retrieval datasets (msrvtt, didemo,        each video: clip, clip_mean, tokens; text of every caption (caption
-  activitynet, msvd, lsmdc)                  id: per-sentence queries and VEDJE's training text) and of every
-                                             video's paragraph (video id: the paragraph-to-video protocol)
+  activitynet, msvd, lsmdc)                  id: per-sentence queries and VEDJE's training text); DiDeMo and
+                                             ActivityNet also every video's paragraph (video id: their
+                                             paragraph-to-video test protocol)
   genstate                                   each clip the metadata names: clip, clip_mean, tokens; every query's
                                              text (query id)
 
@@ -36,7 +37,7 @@ from vidjax.data import genstate
 from vidjax.data.annotations import annotation_paths, paragraphs, read_annotations
 from vidjax.data.features import FeatureStore
 from vidjax.data.retrieval import read_dataset
-from vidjax.defaults.prepare import CVR, DATASETS, RETRIEVAL, frames
+from vidjax.defaults.prepare import CVR, DATASETS, PARAGRAPHS, RETRIEVAL, frames
 from vidjax.experiments import common
 from vidjax.methods.extraction import extract_into, index_videos
 
@@ -73,7 +74,7 @@ def plan(dataset: str, annotations: str) -> Plan:
       records = read_dataset(dataset, path)
       for video_id in records.video_ids():
         out.segments.setdefault(video_id, [(video_id, None, None)])
-      for c in records.captions + paragraphs(records).captions:
+      for c in records.captions + (paragraphs(records).captions if dataset in PARAGRAPHS else ()):
         out.add_text(c.caption_id, c.text, path)
   elif dataset == "genstate":
     for path in annotation_paths(annotations):

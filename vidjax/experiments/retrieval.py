@@ -118,7 +118,8 @@ def run(config, workdir: str | Path) -> dict:
   values = evaluate.evaluate_gallery(evaluate.CosineScorer(), {"text": text}, {"candidates": video}, relevant,
                                      query_chunk=config.eval.query_chunk, gallery_chunk=config.eval.gallery_chunk)
   stage1 = {k: round(float(v), 4) for k, v in values.items() if k != "v2t_videos"}
-  dataset = config.dataset + (" (synthetic moving-object world)" if synthetic else "")
+  dataset = config.dataset + (" (synthetic moving-object world)" if world is not None else
+                              " (synthetic rendered videos)" if synthetic else "")
   results = common.results_dict(
       config, dataset=dataset, synthetic=synthetic, metrics={"stage1": stage1},
       benchmark={**bench.stats(), "v2t_videos": values["v2t_videos"]},

@@ -71,13 +71,23 @@ def validate(config) -> None:
 # The stacks and their metrics.
 
 
-def stacks(recall: DenseIndex, reranker: PairScorer, cast_scorer, config) -> dict[str, Stack]:
-  """The three reported rows, then the full stack with the rerank keeping each of `stack.rerank_k_sweep`."""
+def budgets(config, corpus_size: int) -> tuple[int, int, int]:
+  """(k_recall, rerank_k, k) clipped to the corpus: no stage asks for more clips than the corpus holds."""
   s = config.stack
-  consistency = Stage("cast", cast_scorer, s.k)
-  full = lambda k: Stack(recall, s.k_recall, [Stage("rerank", reranker, k), consistency], s.query_batch)  # noqa: E731
-  return {"recall": Stack(recall, s.k_recall, (), s.query_batch),
-          "recall_rerank": Stack(recall, s.k_recall, [Stage("rerank", reranker, s.rerank_k)], s.query_batch),
+  k_recall = min(s.k_recall, corpus_size)
+  return k_recall, min(s.rerank_k, k_recall), min(s.k, k_recall)
+
+
+def stacks(recall: DenseIndex, reranker: PairScorer, cast_scorer, config, corpus_size: int) -> dict[str, Stack]:
+  """The three reported rows, then the full stack with the rerank keeping each of `stack.rerank_k_sweep` (every
+  budget clipped to the corpus, `budgets`)."""
+  s = config.stack
+  k_recall, rerank_k, k = budgets(config, corpus_size)
+  consistency = Stage("cast", cast_scorer, k)
+  full = lambda keep: Stack(recall, k_recall, [Stage("rerank", reranker, min(keep, k_recall)), consistency],  # noqa: E731
+                            s.query_batch)
+  return {"recall": Stack(recall, k_recall, (), s.query_batch),
+          "recall_rerank": Stack(recall, k_recall, [Stage("rerank", reranker, rerank_k)], s.query_batch),
           "full_stack": full(s.rerank_k),
           **{f"full_stack (rerank keeps {k})": full(k) for k in s.rerank_k_sweep}}
 
@@ -147,8 +157,9 @@ def run(config, workdir: str | Path) -> dict:
   targets = [r["target"] for r in data.benchmark]
   context = [r["context"] for r in data.benchmark]  # what the user already saw is never an answer
   results_rows, sweep, candidate_recall = {}, {}, {}
-  for name, stack in stacks(recall, reranker, cast_scorer, config).items():
-    result = stack.search(queries, config.stack.k, exclude=context)
+  k_recall, rerank_k, k = budgets(config, len(corpus.ids))
+  for name, stack in stacks(recall, reranker, cast_scorer, config, len(corpus.ids)).items():
+    result = stack.search(queries, k, exclude=context)
     if name in ROWS:
       results_rows[name] = dict(row_metrics(result, corpus, targets), latency_ms=latency(
           stack, queries, context, min(config.stack.latency_queries, len(targets))))
@@ -156,15 +167,15 @@ def run(config, workdir: str | Path) -> dict:
       sweep[name] = row_metrics(result, corpus, targets)
     candidate_recall[name] = {k: round(v, 4) for k, v in Stack.candidate_recall(result, np.asarray(targets)).items()}
 
-  dataset = config.dataset + (" (synthetic procedural world)" if data.synthetic else "")
+  dataset = config.dataset + (" (synthetic procedural world)" if not config.data.annotations else
+                              " (synthetic rendered videos)" if data.synthetic else "")
   backbone = data.features.get("backbone") or "unknown"
   results = common.results_dict(
       config, dataset=dataset, synthetic=data.synthetic, metrics=results_rows,
       rerank_k_sweep={str(k): sweep[f"full_stack (rerank keeps {k})"] for k in config.stack.rerank_k_sweep},
       candidate_recall=candidate_recall,
       corpus={"recall": config.stack.recall, "clips": len(corpus.ids), "videos": len(eval_videos),
-              "queries": len(targets), "k_recall": config.stack.k_recall, "rerank_k": config.stack.rerank_k,
-              "k": config.stack.k},
+              "queries": len(targets), "k_recall": k_recall, "rerank_k": rerank_k, "k": k},
       ensemble={"w_v": cast_scorer.w_v, "w_p": cast_scorer.w_p, "selected_on": "heldout subset of train"},
       features={"backbone": backbone},
       **cast.result_path(config, workdir, data),

@@ -229,7 +229,8 @@ def run(config, workdir: str | Path) -> dict:
                                           gallery_chunk=config.eval.gallery_chunk)
   stage1 = {k: round(float(v), 2) for k, v in full_stage1.items() if k != "v2t_videos"}
   main_metrics, main_info = evaluate_variant(FULL, config.cache.precision)
-  dataset = config.dataset + (" (synthetic moving-object world)" if synthetic_world else "")
+  dataset = config.dataset + (" (synthetic moving-object world)" if synthetic_world else
+                              " (synthetic rendered videos)" if synthetic else "")
   results = {
       "experiment": config.name, "dataset": dataset, "synthetic": synthetic, **sess.path,
       "metrics": {"stage1": stage1, "vedje": main_metrics},
