@@ -10,6 +10,7 @@ subprocesses inherit through the environment. The suite compiles many identical 
 in a test and again in a notebook, a fresh closure per test): each is compiled once per session. A cache
 directory the user already set is left alone.
 """
+import json
 import os
 import pickle
 import shutil
@@ -71,4 +72,78 @@ def smoke_runs(tmp_path_factory, worker_id):
         results = main.run(SMOKE[name](), workdir)
         saved.write_bytes(pickle.dumps(results))
       return workdir, pickle.loads(saved.read_bytes())
+  return get
+
+
+# ----------------------------------------------------------------------------------------------
+# The real path on the rendered release corpus (tests/test_real_path.py and the notebooks' last section): the
+# corpus, one prepared store per dataset and each method's run, each once per session under a file lock. The
+# notebooks build the same configs (check_workdir confirms it) and read these finished runs.
+
+
+def real_path_configs(root: Path) -> dict:
+  """{step: (config, depends on)} of the real path under `root` (the notebooks' `VIDJAX_REAL_PATH`)."""
+  c = json.loads((root / "corpus" / "manifest.json").read_text())
+
+  def prep(dataset, annotations):
+    config = load_config(ROOT / "configs/prepare.py:smoke")
+    config.dataset, config.data.videos, config.data.annotations = dataset, c[dataset]["videos"], annotations
+    return config
+
+  def method(spec, store, **data):
+    config = load_config(ROOT / spec)
+    config.data.features = str(root / store / "features")
+    for k, v in data.items():
+      config.data[k] = v
+    return config
+
+  yc, ms, an, gs = c["youcook2"], c["msrvtt"], c["activitynet"], c["genstate"]
+  return {
+      "prep_youcook2": prep("youcook2", yc["annotations"]),
+      "prep_msrvtt": prep("msrvtt", f"{ms['annotations']},{ms['test_csv']}"),
+      "prep_activitynet": prep("activitynet", f"{an['train_annotations']},{an['test_annotations']}"),
+      "prep_genstate": prep("genstate", f"{gs['train_annotations']},{gs['test_annotations']}"),
+      "cast_youcook2": method("configs/cast_youcook2.py:smoke", "prep_youcook2", annotations=yc["annotations"]),
+      "stack_youcook2": method("configs/stack_youcook2.py:smoke", "prep_youcook2", annotations=yc["annotations"]),
+      "retrieval_msrvtt": method("configs/retrieval_msrvtt.py", "prep_msrvtt", annotations=ms["test_csv"]),
+      "vedje_msrvtt": method("configs/vedje_msrvtt.py:tiny", "prep_msrvtt", annotations=ms["test_csv"],
+                             train_annotations=ms["annotations"], train_video_list=ms["train_list"]),
+      "comp_activitynet": method("configs/comp_activitynet.py:tiny", "prep_activitynet",
+                                 annotations=an["test_annotations"], train_annotations=an["train_annotations"],
+                                 release_eval=c["videocomp"]["test_annotations"],
+                                 release_train=c["videocomp"]["train_annotations"]),
+      "genstate": method("configs/genstate_rendered.py:smoke", "prep_genstate", metadata=gs["test_annotations"],
+                         train_metadata=gs["train_annotations"]),
+  }
+
+
+@pytest.fixture(scope="session")
+def real_path(tmp_path_factory, worker_id):
+  """`real_path(step)` -> (workdir, results): "corpus" (its manifest), a store "prep_<dataset>" or a method's run
+  (`real_path_configs`), each made on first request; `real_path.root` is the directory of them all."""
+  from vidjax import main  # pylint: disable=g-import-not-at-top
+  from vidjax.worlds import release  # pylint: disable=g-import-not-at-top
+  base = tmp_path_factory.getbasetemp()
+  root = (base.parent if worker_id != "master" else base) / "real_path"
+  root.mkdir(exist_ok=True)
+
+  def get(step: str):
+    with filelock.FileLock(str(root / f"{step}.lock")):
+      if step == "corpus":
+        manifest = root / "corpus" / "manifest.json"
+        if not manifest.exists():
+          release.write_corpus(root / "corpus", release.SIZES["smoke"], seed=0)
+        return root / "corpus", json.loads(manifest.read_text())
+    if not step.startswith("prep_"):
+      get("prep_" + {"cast": "youcook2", "stack": "youcook2", "retrieval": "msrvtt", "vedje": "msrvtt",
+                     "comp": "activitynet", "genstate": "genstate"}[step.split("_")[0]])
+    else:
+      get("corpus")
+    with filelock.FileLock(str(root / f"{step}.lock")):
+      workdir, saved = root / step, root / f"{step}.pkl"
+      if not saved.exists():
+        saved.write_bytes(pickle.dumps(main.run(real_path_configs(root)[step], workdir)))
+      return workdir, pickle.loads(saved.read_bytes())
+
+  get.root = root
   return get

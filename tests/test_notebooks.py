@@ -6,7 +6,8 @@ notebook's matplotlib and JAX state stay out of the pytest process), with shell/
 optimization is turned off in that process: the notebook's cost is almost all compilation of tiny
 programs, and their results do not depend on it.
 
-The CAST notebook trains in an empty directory. The other notebooks load exactly the smoke
+Every notebook ends with the real path on the rendered release corpus; its steps are the session's shared
+`real_path` runs (conftest.py), which the notebook reads back. The CAST notebook trains in an empty directory. The other notebooks load exactly the smoke
 config the experiment tests run, so they are pointed at that shared finished run (`conftest.smoke_runs`)
 and take their "read the finished run" branch (after `check_workdir` confirms the config): the suite
 trains each smoke world once, and the notebooks' own code (config, table, plot) runs on its results.
@@ -73,11 +74,19 @@ def test_notebook_is_valid_nbformat4(path):
   assert "SYNTHETIC" in text and "pip install -e ." in text
 
 
+# notebook -> the real-path run its last section reads (conftest.real_path: the same configs, run once per session)
+REAL_STEPS = {"cast_quickstart.ipynb": "cast_youcook2", "genstate_quickstart.ipynb": "genstate",
+              "grdr_quickstart.ipynb": "retrieval_msrvtt", "stack_quickstart.ipynb": "stack_youcook2",
+              "vedje_quickstart.ipynb": "vedje_msrvtt", "videocomp_quickstart.ipynb": "comp_activitynet"}
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
-def test_notebook_runs_top_to_bottom(path, tmp_path, smoke_runs):
+def test_notebook_runs_top_to_bottom(path, tmp_path, smoke_runs, real_path):
   shared, plot = RUNS[path.name]
   workdir = smoke_runs(shared)[0] if shared else tmp_path / "workdir"
-  env = dict(os.environ, VIDJAX_WORKDIR=str(workdir), MPLBACKEND="Agg", JAX_PLATFORMS="cpu",
+  real_path(REAL_STEPS[path.name])
+  env = dict(os.environ, VIDJAX_WORKDIR=str(workdir), VIDJAX_REAL_PATH=str(real_path.root), MPLBACKEND="Agg",
+             JAX_PLATFORMS="cpu",
              XLA_FLAGS=(os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0").strip())
   env.pop("PYTHONPATH", None)  # the notebook must find the repo by itself
   proc = subprocess.run([sys.executable, "-c", RUNNER, str(path)], cwd=path.parent, env=env,
@@ -89,6 +98,8 @@ def test_notebook_runs_top_to_bottom(path, tmp_path, smoke_runs):
   assert results["synthetic"] is True
   assert (workdir / plot).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
   assert ("read the finished run" in proc.stdout) == bool(shared)
+  # The last section: the real path (the rendered release corpus, prepared, then the method) with its provenance.
+  assert "path: real | synthetic: True | skipped videos: 0" in proc.stdout, proc.stdout[-3000:]
   if path.name == "stack_quickstart.ipynb":
     assert set(results["metrics"]) == {"recall", "recall_rerank", "full_stack"}
     assert re.search(r"ground truth \S+: (rank \d+|not in the top 10)", proc.stdout), proc.stdout[-2000:]

@@ -3,103 +3,103 @@ mp4 files + release annotation files -> `configs/prepare.py` (a tiny random Vide
 -> each method's config with `data.features` -> results.json with the contract's keys, `"path": "real"`, the
 store's provenance and the skipped videos. Also the real path's bad inputs: one clear error each, before training.
 
-One corpus and one store per dataset are prepared for the whole module (tests run it with --dist loadfile).
+The corpus, the stores and the method runs are the session's shared `real_path` (conftest.py): the notebooks read
+the same finished runs.
 """
 import json
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from vidjax import search as search_cli
+from vidjax.data.annotations import read_annotations
 from vidjax.data.features import FeatureStore
-from vidjax.experiments import cast, comp, genstate, prepare, retrieval, vedje
+from vidjax.experiments import evaluate_all, prepare, retrieval
 from vidjax.experiments.common import REQUIRED_KEYS, load_config
-from vidjax.worlds import release
+from vidjax.methods.stack import StackIndex
 
 ROOT = Path(__file__).resolve().parents[1]
-DROPPED = "missing"  # the MSR-VTT test video whose file the fixture deletes
 
 
-def _prepare(corpus: dict, dataset: str, annotations: str, workdir: Path) -> dict:
-  config = load_config(ROOT / "configs/prepare.py:smoke")
-  config.dataset = dataset
-  config.data.videos = corpus[dataset]["videos"]
-  config.data.annotations = annotations
-  return prepare.run(config, workdir)
-
-
-@pytest.fixture(scope="module")
-def stores(tmp_path_factory):
-  tmp = tmp_path_factory.mktemp("real_path")
-  corpus = release.write_corpus(tmp / "corpus", release.SIZES["smoke"], seed=3)
-  # A partial download: one MSR-VTT test video has no file.
-  test_ids = [line.split(",")[2] for line in Path(corpus["msrvtt"]["test_csv"]).read_text().splitlines()[1:]]
-  os.unlink(Path(corpus["msrvtt"]["videos"]) / f"{test_ids[0]}.mp4")
-  runs = {
-      "youcook2": _prepare(corpus, "youcook2", corpus["youcook2"]["annotations"], tmp / "prep_youcook2"),
-      "msrvtt": _prepare(corpus, "msrvtt", f"{corpus['msrvtt']['annotations']},{corpus['msrvtt']['test_csv']}",
-                         tmp / "prep_msrvtt"),
-      "activitynet": _prepare(corpus, "activitynet", corpus["activitynet"]["annotations"] + ","
-                              + corpus["activitynet"]["train_annotations"], tmp / "prep_activitynet"),
-      "genstate": _prepare(corpus, "genstate", corpus["genstate"]["test_annotations"], tmp / "prep_genstate"),
-  }
-  return tmp, corpus, runs, {DROPPED: test_ids[0]}
-
-
-def _run(run, config, workdir: Path) -> dict:
-  """`run(config, workdir)`, then the contract: the keys, a real path on rendered (synthetic) pixels, and the
-  provenance of the store as the run found it (VEDJE adds its caches to the store afterwards)."""
-  before = FeatureStore(config.data.features).fingerprint()
-  results = run(config, workdir)
+def _method(real_path, step: str, store: str) -> dict:
+  """A method's finished run on a prepared store, checked against the contract: the keys, a real path on rendered
+  (synthetic) pixels, and the provenance of the store as prepared (no run writes into it)."""
+  _, results = real_path(step)
+  _, prepared = real_path(store)
   assert set(REQUIRED_KEYS) <= set(results)
   assert results["path"] == "real" and results["synthetic"] is True
-  assert results["provenance"]["random_init"] is True and results["provenance"]["store"] == config.data.features
-  assert results["provenance"]["fingerprint"] == before
+  assert results["provenance"] == prepared["provenance"] and results["provenance"]["random_init"] is True
+  assert results["provenance"]["fingerprint"] == FeatureStore(results["provenance"]["store"]).fingerprint()
   return results
 
 
-def test_prepare_writes_every_kind_and_lists_the_skipped_video(stores):
-  tmp, corpus, runs, dropped = stores
-  r = runs["msrvtt"]
-  assert r["path"] == "real" and r["synthetic"] is True and r["skipped_videos"]["count"] == 1
-  skip = Path(r["skipped_videos"]["file"]).read_text().splitlines()
-  assert skip == [f"{dropped[DROPPED]}\tno video file"]
-  store = FeatureStore(tmp / "prep_msrvtt" / "features")
+def test_prepare_writes_every_kind_each_method_reads(real_path):
+  _, r = real_path("prep_msrvtt")
+  assert r["path"] == "real" and r["synthetic"] is True and r["skipped_videos"]["count"] == 0
+  store = FeatureStore(r["provenance"]["store"])
   assert {"clip", "clip_mean", "tokens", "text"} <= set(store.kinds())
-  assert store.item_shape("tokens")[0] == 16  # VEDJE's T
-  # YouCook2: every step clip (CAST) and every whole video (YouCook2-Comp) with the step captions.
-  yc = FeatureStore(tmp / "prep_youcook2" / "features")
-  assert store.metadata["synthetic"] is True and yc.metadata["num_frames"] == 8  # CAST App. A
+  assert store.item_shape("tokens")[0] == 16 and store.metadata["synthetic"] is True  # VEDJE's T
+  # YouCook2: every step clip (CAST, the stack) and every whole video (YouCook2-Comp), 8 frames (CAST App. A).
+  yc = FeatureStore(real_path("prep_youcook2")[1]["provenance"]["store"])
+  assert yc.metadata["num_frames"] == 8
   assert any("#" in i for i in yc.ids("clip")) and any("#" not in i for i in yc.ids("tokens"))
-  # ActivityNet: per-sentence and per-paragraph texts in the one run.
-  an = FeatureStore(tmp / "prep_activitynet" / "features")
+  # ActivityNet: per-sentence and per-paragraph texts from one run.
+  an = FeatureStore(real_path("prep_activitynet")[1]["provenance"]["store"])
   assert any("#" in i for i in an.ids("text")) and any(i in an.ids("clip") for i in an.ids("text"))
 
 
-def test_prepare_refuses_a_file_of_another_dataset(stores, tmp_path):
-  _, corpus, _, _ = stores
+def test_prepare_lists_missing_and_undecodable_videos(real_path, tmp_path):
+  corpus_dir, corpus = real_path("corpus")
+  release = json.loads(Path(corpus["youcook2"]["annotations"]).read_text())
+  ids = sorted(release["database"])[:4]
+  videos = tmp_path / "videos"
+  videos.mkdir()
+  os.symlink(Path(corpus["youcook2"]["videos"]) / f"{ids[0]}.mp4", videos / f"{ids[0]}.mp4")
+  os.symlink(Path(corpus["youcook2"]["videos"]) / f"{ids[1]}.mp4", videos / f"{ids[1]}.mp4")
+  (videos / f"{ids[2]}.mp4").write_bytes(b"not a video")  # ids[3]: no file at all
+  annotations = tmp_path / "annotations.json"
+  annotations.write_text(json.dumps({"database": {v: release["database"][v] for v in ids}}))
+  config = load_config(ROOT / "configs/prepare.py:smoke")
+  config.dataset, config.data.videos, config.data.annotations = "youcook2", str(videos), str(annotations)
+  r = prepare.run(config, tmp_path / "prep")
+  assert r["skipped_videos"]["count"] == 2 and r["synthetic"] is False  # not the corpus folder: no marker
+  assert Path(r["skipped_videos"]["file"]).read_text().splitlines() == sorted(
+      [f"{ids[2]}\tdoes not decode", f"{ids[3]}\tno video file"])
+  assert r["metrics"]["prepare"]["valid_videos"] == 2
+
+
+def test_prepare_refuses_a_file_of_another_dataset(real_path, tmp_path):
+  _, corpus = real_path("corpus")
+  config = load_config(ROOT / "configs/prepare.py:smoke")
+  config.dataset, config.data.videos = "youcook2", corpus["youcook2"]["videos"]
+  config.data.annotations = corpus["coin"]["train_annotations"]
   with pytest.raises(ValueError, match="coin_train_70.json"):
-    _prepare(corpus, "youcook2", corpus["coin"]["train_annotations"], tmp_path / "run")
+    prepare.run(config, tmp_path / "run")
 
 
-def test_retrieval_skips_the_missing_video_and_counts_it(stores, tmp_path):
-  tmp, corpus, _, dropped = stores
+def test_retrieval_skips_a_video_the_store_lacks_and_counts_it(real_path, tmp_path):
+  results = _method(real_path, "retrieval_msrvtt", "prep_msrvtt")
+  assert results["skipped_videos"]["count"] == 0 and results["metrics"]["stage1"]["t2v_r1"] >= 0
+  _, corpus = real_path("corpus")
+  csv = tmp_path / "test.csv"  # the 1k-A file of a partial download: one more video than the store has
+  csv.write_text(Path(corpus["msrvtt"]["test_csv"]).read_text() + "ret999,msr99999,video99999,a video nobody has\n")
   config = load_config(ROOT / "configs/retrieval_msrvtt.py")
-  config.data.features = str(tmp / "prep_msrvtt" / "features")
-  config.data.annotations = corpus["msrvtt"]["test_csv"]
-  results = _run(retrieval.run, config, tmp_path / "run")
-  assert results["skipped_videos"] == {"count": 1, "file": "skipped_videos.txt"}
-  assert (tmp_path / "run" / "skipped_videos.txt").read_text().split() == [dropped[DROPPED]]
-  assert results["benchmark"]["corpus_videos"] == 7
+  config.data.features, config.data.annotations = results["provenance"]["store"], str(csv)
+  r = retrieval.run(config, tmp_path / "run")
+  assert r["skipped_videos"] == {"count": 1, "file": "skipped_videos.txt"}
+  assert (tmp_path / "run" / "skipped_videos.txt").read_text().split() == ["video99999"]
+  assert r["benchmark"]["corpus_videos"] == results["benchmark"]["corpus_videos"]
   config.data.skip_missing = False  # strict
-  with pytest.raises(ValueError, match=f"1 of 8 corpus videos have no .*{dropped[DROPPED]}"):
+  with pytest.raises(ValueError, match=r"1 of \d+ corpus videos have no \['clip'\] features .*video99999"):
     retrieval.run(config, tmp_path / "strict")
 
 
-def test_a_store_without_the_kind_names_the_preparation_command(stores, tmp_path):
-  tmp, corpus, _, _ = stores
+def test_a_store_without_the_kind_or_a_split_the_file_lacks_is_one_error(real_path, tmp_path):
+  _, corpus = real_path("corpus")
   config = load_config(ROOT / "configs/retrieval_msrvtt.py")
-  config.data.features = str(tmp / "prep_msrvtt" / "features")
+  config.data.features = real_path("prep_msrvtt")[1]["provenance"]["store"]
   config.data.annotations = corpus["msrvtt"]["test_csv"]
   config.data.clip_kind = "clip_lvt"
   with pytest.raises(ValueError, match=r"no kind \['clip_lvt'\].*configs/prepare.py"):
@@ -111,54 +111,54 @@ def test_a_store_without_the_kind_names_the_preparation_command(stores, tmp_path
     retrieval.run(config, tmp_path / "split")
 
 
-def test_cast_on_the_prepared_youcook2_store(stores, tmp_path):
-  tmp, corpus, _, _ = stores
-  config = load_config(ROOT / "configs/cast_youcook2.py:smoke")
-  config.data.annotations = corpus["youcook2"]["annotations"]
-  config.data.features = str(tmp / "prep_youcook2" / "features")
-  config.data.heldout_fraction = 0.25
-  config.train.update(batch_size=8, epochs=2)
-  config.eval.chunk = 8
-  config.sweep.context_lengths = (2,)
-  results = _run(cast.run, config, tmp_path / "run")
-  assert results["skipped_videos"]["count"] == 0 and set(results["metrics"]) == set(cast.METHODS)
-  assert "synthetic rendered videos" in results["dataset"]
+def test_cast(real_path):
+  results = _method(real_path, "cast_youcook2", "prep_youcook2")
+  assert results["skipped_videos"]["count"] == 0 and "synthetic rendered videos" in results["dataset"]
+  assert {"cast", "zero_shot"} <= set(results["metrics"])
 
 
-def test_vedje_on_the_prepared_msrvtt_store(stores, tmp_path):
-  tmp, corpus, _, _ = stores
-  config = load_config(ROOT / "configs/vedje_msrvtt.py:tiny")
-  config.data.features = str(tmp / "prep_msrvtt" / "features")
-  config.data.annotations = corpus["msrvtt"]["test_csv"]
-  config.data.train_annotations = corpus["msrvtt"]["annotations"]
-  config.data.train_video_list = corpus["msrvtt"]["train_list"]
-  results = _run(vedje.run, config, tmp_path / "run")
-  assert results["skipped_videos"]["count"] == 1  # the test video without a file
-  assert set(results["metrics"]) == {"stage1", "vedje"} and results["benchmark"]["queries"] == 7
+def test_vedje(real_path):
+  results = _method(real_path, "vedje_msrvtt", "prep_msrvtt")
+  assert set(results["metrics"]) == {"stage1", "vedje"}
   # The id list defines the training set (the JSON's "train" field is not applied on top of it).
-  listed = Path(corpus["msrvtt"]["train_list"]).read_text().split()
-  assert results["benchmark"]["train_queries"] == sum(
-      1 for s in json.loads(Path(corpus["msrvtt"]["annotations"]).read_text())["sentences"] if s["video_id"] in listed)
+  _, corpus = real_path("corpus")
+  listed = set(Path(corpus["msrvtt"]["train_list"]).read_text().split())
+  sentences = json.loads(Path(corpus["msrvtt"]["annotations"]).read_text())["sentences"]
+  assert results["benchmark"]["train_queries"] == sum(s["video_id"] in listed for s in sentences)
 
 
-def test_videocomp_on_the_release_files(stores, tmp_path):
-  tmp, corpus, _, _ = stores
-  config = load_config(ROOT / "configs/comp_activitynet.py:tiny")
-  config.data.features = str(tmp / "prep_activitynet" / "features")
-  config.data.annotations = corpus["activitynet"]["test_annotations"]
-  config.data.train_annotations = corpus["activitynet"]["train_annotations"]
-  config.data.release_eval = corpus["videocomp"]["test_annotations"]
-  config.data.release_train = corpus["videocomp"]["train_annotations"]
-  results = _run(comp.run, config, tmp_path / "run")
+def test_videocomp(real_path):
+  results = _method(real_path, "comp_activitynet", "prep_activitynet")
   assert {"zero_shot", "comploss"} <= set(results["metrics"])
-  assert set(results["metrics"]["zero_shot"]) >= set(comp.comp.EVAL_TYPES)
+  assert {"temp_reorder", "action_replace", "seg_mismatch"} <= set(results["metrics"]["zero_shot"])
 
 
-def test_genstate_on_the_users_metadata(stores, tmp_path):
-  tmp, corpus, _, _ = stores
-  config = load_config(ROOT / "configs/genstate_rendered.py")
-  config.data.features = str(tmp / "prep_genstate" / "features")
-  config.data.metadata = corpus["genstate"]["test_annotations"]
-  results = _run(genstate.run, config, tmp_path / "run")
-  assert results["counts"]["queries"] == len(json.loads(Path(config.data.metadata).read_text()))
-  assert 0.0 <= results["metrics"]["zero_shot"]["acc_tri"] <= 100.0
+def test_genstate_trains_on_the_users_triplets_and_evaluate_all_reads_them(real_path, tmp_path):
+  results = _method(real_path, "genstate", "prep_genstate")
+  run, _ = real_path("genstate")
+  _, corpus = real_path("corpus")
+  assert results["counts"]["queries"] == len(json.loads(Path(corpus["genstate"]["test_annotations"]).read_text()))
+  assert set(results["metrics"]) == {"zero_shot", "vidclip"} and (run / "models" / "vidclip").is_dir()
+  # evaluate_all compares the user's run on the user's benchmark: no rendered world appears.
+  ea = load_config(ROOT / "configs/evaluate_all.py")
+  ea.workdirs = (str(run),)
+  out = evaluate_all.run(ea, tmp_path / "ea")
+  assert out["path"] == "real" and set(out["benchmarks"]) == {"GenState (test.json)", "R@K (test.json)"}
+  assert not (tmp_path / "ea" / "runs").exists() and not (run / "world").exists()
+  assert out["metrics"]["genstate_rendered/vidclip"]["GenState (test.json)"]["acc_tri"] == \
+      results["metrics"]["vidclip"]["acc_tri"]
+
+
+def test_stack_and_a_typed_query(real_path, capsys):
+  results = _method(real_path, "stack_youcook2", "prep_youcook2")
+  run, _ = real_path("stack_youcook2")
+  assert {"recall", "recall_rerank", "full_stack"} <= set(results["metrics"])
+  assert results["corpus"]["k_recall"] <= results["corpus"]["clips"]  # clipped to the corpus
+  # A typed query goes through the store's text tower: a caption typed in gets the embedding extraction gave it.
+  _, corpus = real_path("corpus")
+  store = FeatureStore(results["provenance"]["store"])
+  clip = read_annotations("youcook2", corpus["youcook2"]["annotations"])[0].clips[1]
+  np.testing.assert_allclose(StackIndex(run / "index").encode(clip.text), store.get("text", [clip.clip_id])[0],
+                             atol=1e-5)
+  assert search_cli.main(["--index", str(run / "index"), "a shape nobody rendered", "--k", "3"]) == 0
+  assert "a shape nobody rendered" in capsys.readouterr().out

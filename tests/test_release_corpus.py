@@ -12,11 +12,11 @@ from vidjax.data import comp
 from vidjax.data import genstate
 from vidjax.data import video
 from vidjax.data.annotations import msrvtt as msrvtt_lib
-from vidjax.experiments.extract import index_videos
+from vidjax.methods.extraction import index_videos
 from vidjax.worlds import release
 
 CFG = release.SIZES["smoke"]
-N_TRAIN, N_TEST = 16, 8  # 4 tasks x 6 videos, every third a test video
+N_TRAIN, N_TEST = 32, 16  # 4 tasks x 12 videos, every third a test video
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,9 @@ a JSON list with one object per query::
       "temporal_negative": "clip_0001_t",     # same scene and objects, other end state or order
       "semantic_negative": "clip_0001_s",     # same motion structure, another object or target
       "subset": "Home",                       # the paper's Home / Toy / Cartoon / Manipulation, or any name
-      "distractors": ["clip_0042"]},          # optional: extra videos for this query's pool
+      "distractors": ["clip_0042"],           # optional: extra videos for this query's pool
+      "temporal_prompt": "...",               # optional: the prompts the two negatives were generated from
+      "semantic_prompt": "..."},              # (training: each clip is then a positive of its own prompt)
      ...]
 
 Video ids are keys of a feature store (or files for extraction); every id is a non-empty string and the
@@ -31,6 +33,7 @@ from typing import Sequence
 from vidjax import io
 
 ROLES = ("main", "temporal_negative", "semantic_negative")
+PROMPT_KEYS = ("temporal_prompt", "semantic_prompt")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,6 +46,7 @@ class Triplet:
   semantic_negative: str
   subset: str
   distractors: tuple[str, ...] = ()
+  negative_prompts: tuple[str, ...] = ()  # (temporal, semantic) generation prompts, when the metadata gives them
 
   @property
   def videos(self) -> tuple[str, str, str]:
@@ -77,8 +81,11 @@ def parse_triplets(entries, source: str = "<metadata>") -> list[Triplet]:
     extra = e.get("distractors", [])
     if not isinstance(extra, list) or not all(isinstance(x, str) and x for x in extra):
       _fail(source, where, f"'distractors' must be a list of video ids, got {extra!r}")
+    prompts = [e.get(k) for k in PROMPT_KEYS]
+    if any(p is not None for p in prompts) and not all(isinstance(p, str) and p.strip() for p in prompts):
+      _fail(source, where, f"{PROMPT_KEYS} must both be non-empty strings or both absent, got {prompts!r}")
     out.append(Triplet(e["id"], e["query"].strip(), e["main"], e["temporal_negative"], e["semantic_negative"],
-                       e["subset"], tuple(extra)))
+                       e["subset"], tuple(extra), tuple(p.strip() for p in prompts) if prompts[0] else ()))
   if not out:
     _fail(source, "top level", "no queries")
   return out

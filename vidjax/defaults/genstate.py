@@ -44,6 +44,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   # for every video id and `text_kind` for every query id (e.g. VideoPrism LvT `clip` and `text`): zero-shot only.
   c.data = ml_collections.ConfigDict(dict(
       metadata="", features="", video_kind="clip", text_kind="text",
+      train_metadata="",  # a user's training triplets (their videos' `tokens` in the store): VidCLIP trains on them
       skip_missing=True))  # queries with a video the store lacks are skipped (counted, listed in skipped_videos.txt)
   # 800 training queries per category (9,600 training clips): fewer and the model memorizes its training triplets
   # (BENCHMARKS.md, "GenState", has the measurements).

@@ -50,13 +50,18 @@ def validate(config) -> None:
   if bool(config.data.metadata) != bool(config.data.features):
     common.bad_value("data.metadata", config.data.metadata, "set together with data.features (a user's benchmark) "
                      "or both empty (the rendered world)")
+  if config.data.train_metadata and not config.data.metadata:
+    common.bad_value("data.train_metadata", config.data.train_metadata, "set with data.metadata and data.features "
+                     "(a user's benchmark); the rendered world brings its own training triplets")
   if config.data.metadata:
     common.check_positive_int(config, ["eval.chunk"])
-    return
-  try:
-    world_config(config)
-  except (TypeError, ValueError) as e:
-    raise ValueError(f"config.world: {e}") from None
+    if not config.data.train_metadata:
+      return
+  else:
+    try:
+      world_config(config)
+    except (TypeError, ValueError) as e:
+      raise ValueError(f"config.world: {e}") from None
   common.check_positive_int(config, [f"model.{k}" for k in (
       "frames", "width", "pool_queries", "pool_heads", "pool_mlp", "embed_dim", "text_hidden", "text_layers",
       "text_heads", "text_mlp", "max_text_len")])
@@ -73,6 +78,8 @@ def validate(config) -> None:
   if config.train.group not in (1, 3):
     common.bad_value("train.group", config.train.group, "1 (shuffled clips) or 3 (a query's three clips together)")
   common.check_positive_int(config, ["eval.chunk", "extract.batch_size", "extract.decode_workers"])
+  if config.data.metadata:
+    return
   if config.extract.model.name == pixelstats.NAME and config.extract.model.checkpoint:
     common.bad_value("extract.model.name", pixelstats.NAME, "a VideoPrism model name with extract.model.checkpoint")
   if config.extract.model.name != pixelstats.NAME and not config.extract.model.checkpoint:
@@ -211,23 +218,48 @@ def _regroup(per_method_subsets: Mapping[str, Mapping[str, dict]]) -> dict:
   return out
 
 
-def run_user_benchmark(config, workdir: Path) -> dict:
-  """Zero-shot cosine on a user's metadata file and feature store."""
-  triplets = genstate.read_triplets(config.data.metadata)
-  store = FeatureStore(config.data.features)
-  videos = sorted({v for t in triplets for v in (t.main, t.temporal_negative, t.semantic_negative, *t.distractors)})
-  kept, skipped = common.present_videos(config, store, [config.data.video_kind], videos, "benchmark videos")
+def _present(config, store, triplets, kinds, what):
+  """The triplets whose three videos the store has (`data.skip_missing`), their pools' distractors likewise."""
+  videos = sorted({v for t in triplets for v in (*t.videos, *t.distractors)})
+  kept, skipped = common.present_videos(config, store, kinds, videos, what)
   keep = set(kept)
   triplets = [dataclasses.replace(t, distractors=tuple(v for v in t.distractors if v in keep)) for t in triplets
-              if {t.main, t.temporal_negative, t.semantic_negative} <= keep]
-  if not triplets:
+              if set(t.videos) <= keep]
+  return triplets, skipped
+
+
+def user_models(config, workdir: Path, restore: bool = False):
+  """A user's benchmark (`data.metadata`, `data.features`): its test triplets, the encoders of every method
+  (`zero_shot`: the store's `data.text_kind` per query id against `data.video_kind`; with `data.train_metadata`
+  also `vidclip` trained on the training triplets' clips, from the store's `tokens`), the skipped videos."""
+  store = FeatureStore(config.data.features)
+  test, skipped = _present(config, store, genstate.read_triplets(config.data.metadata), [config.data.video_kind],
+                           "benchmark videos")
+  if not test:
     raise ValueError(f"{config.data.metadata}: no query has all three of its videos in {store.root}")
-  queries = store.get(config.data.text_kind, [t.query_id for t in triplets])
-  inputs = pool_inputs(triplets, queries, lambda ids: store.get(config.data.video_kind, ids))
-  overall, per = evaluate_method(evaluate.CosineScorer("text"), inputs, config.eval.chunk)
-  return _write(config, workdir, {"zero_shot": overall}, _regroup({"zero_shot": per}),
-                bool(store.metadata.get("synthetic", False)),
-                {"counts": {"queries": len(triplets)}, **common.real_path(workdir, store, skipped)})
+  query_id = {t.query: t.query_id for t in test}
+  encoders = {"zero_shot": (lambda texts: store.get(config.data.text_kind, [query_id[t] for t in texts]),
+                            lambda vs: store.get(config.data.video_kind, list(vs)))}
+  if config.data.train_metadata:
+    train_set, skipped_train = _present(config, store, genstate.read_triplets(config.data.train_metadata),
+                                        ["tokens"], "training videos")
+    items, group = user_items(train_set)
+    ids = list(dict.fromkeys([c for c, _, _ in items] + [v for t in test for v in (*t.videos, *t.distractors)]))
+    encoders["vidclip"] = fit_vidclip(config, workdir, store, ids, items, group if group == 1 else config.train.group,
+                                      restore)
+    skipped = skipped + skipped_train
+  return test, encoders, store, skipped
+
+
+def run_user_benchmark(config, workdir: Path) -> dict:
+  """The zero-shot cosine (and, with training triplets, VidCLIP) on a user's metadata file and feature store."""
+  test, encoders, store, skipped = user_models(config, workdir)
+  overall, per = {}, {}
+  for name, (texts, videos) in encoders.items():
+    inputs = pool_inputs(test, texts([t.query for t in test]), videos)
+    overall[name], per[name] = evaluate_method(evaluate.CosineScorer("text"), inputs, config.eval.chunk)
+  return _write(config, workdir, overall, _regroup(per), bool(store.metadata.get("synthetic", False)),
+                {"counts": {"queries": len(test)}, **common.real_path(workdir, store, skipped)})
 
 
 # ----------------------------------------------------------------------------------------------
@@ -258,6 +290,51 @@ class _Features:
     return self.tokens[video_rows, frame_rows]
 
 
+def fit_vidclip(config, workdir: Path, store: FeatureStore, ids: list[str], items: list[tuple[str, str, list[str]]],
+                group: int, restore: bool = False):
+  """VidCLIP (`config.model`, `config.train`) over the store's `tokens` of `ids`, trained on `items` (clip id, its
+  prompt, its hard-negative prompts; runs of `group` consecutive items share a batch) through the one loop in
+  `<workdir>/models/vidclip` (`restore`: its final checkpoint, nothing trains); returns the two encoders
+  (prompt texts -> [N, D], clip ids -> [N, D])."""
+  mc, tc = config.model, config.train
+  row = {v: i for i, v in enumerate(ids)}
+  feats = _Features(store, ids, mc.frame_input, mc.standardize, np.array([row[c] for c, _, _ in items]))
+  model, tokenizer, fresh = vidclip.vidclip_setup(mc, feats.tokens.shape[-1], feats.tokens.shape[-2])
+  texts = vidclip.TextTable()
+  frame_rows = np.round(np.linspace(0, feats.tokens.shape[1] - 1, mc.frames)).astype(np.int64)
+  width = max(len(negs) for _, _, negs in items)
+  ex = vidclip.Examples(np.array([[row[c]] * mc.frames for c, _, _ in items]), np.tile(frame_rows, (len(items), 1)),
+                        np.array([texts(p) for _, p, _ in items]),
+                        np.array([[texts(n) for n in negs] + [-1] * (width - len(negs)) for _, _, negs in items],
+                                 np.int64).reshape(len(items), width))
+  tokens = texts.tokens(tokenizer, mc.max_text_len)
+  params = (train.load_params(workdir / "models" / "vidclip") if restore else
+            vidclip.train_model("vidclip", model, fresh, ex, feats, tokens, tc, tc.mode, config.seed, workdir,
+                                group=group))
+  enc = vidclip.Encoder(model, feats, config.eval.chunk)
+
+  def videos(vs):
+    return enc.videos(params, np.array([[row[v]] * mc.frames for v in vs]), np.tile(frame_rows, (len(vs), 1)))
+
+  def strings(prompts):
+    return enc.strings(params, prompts, tokenizer, mc.max_text_len)
+
+  return strings, videos
+
+
+def user_items(triplets: Sequence[genstate.Triplet]) -> tuple[list[tuple[str, str, list[str]]], int]:
+  """(VidCLIP training items, group) from a user's training triplets: with the negatives' generation prompts each
+  of a query's three clips is a positive of its own prompt and the other two prompts are its hard negatives (the
+  world's recipe, group 3); without them the main clip and its query (in-batch negatives only, group 1)."""
+  if all(t.negative_prompts for t in triplets):
+    items = []
+    for t in triplets:
+      prompts = (t.query, *t.negative_prompts)
+      items += [(v, p, [q for q in prompts if q != p]) for v, p in zip(t.videos, prompts)]
+    return items, 3
+  return [(t.main, t.query, []) for t in triplets], 1
+
+
 @dataclasses.dataclass
 class Trained:
   """The rendered world and its trained models, each as two encoders: prompt texts -> [N, D] and clip ids ->
@@ -281,8 +358,6 @@ def trained(config, workdir: Path, restore: bool = False) -> Trained:
   test_clips = world.clips["test"]
   store, lvt, extract_info = extract(config, world, workdir / "features", {c.clip_id: c.prompt for c in test_clips})
   ids = [c.clip_id for c in world.all_clips()]
-  feats = _Features(store, ids, config.model.frame_input, config.model.standardize,
-                    np.arange(len(world.clips["train"])))
 
   # Zero-shot, order-blind: the frame-mean clip feature against the prompt's text embedding.
   if lvt:
@@ -295,26 +370,9 @@ def trained(config, workdir: Path, restore: bool = False) -> Trained:
                  lambda vs: store.get("clip_mean", list(vs)))
 
   # VidCLIP on the training queries' clips: positive = the clip's own prompt, negatives = its triplet's other prompts.
-  mc, tc = config.model, config.train
-  model, tokenizer, fresh = vidclip.vidclip_setup(mc, feats.tokens.shape[-1], feats.tokens.shape[-2])
-  texts = vidclip.TextTable()
-  frame_rows = np.round(np.linspace(0, world.config.frames - 1, mc.frames)).astype(np.int64)
-  train_clips = world.clips["train"]
-  prompts = [texts(c.prompt) for c in train_clips]
-  negatives = [[prompts[3 * (i // 3) + j] for j in range(3) if j != i % 3] for i in range(len(train_clips))]
-  ex = vidclip.Examples(np.array([[feats.row[c.clip_id]] * mc.frames for c in train_clips]),
-                                np.tile(frame_rows, (len(train_clips), 1)), np.array(prompts), np.array(negatives))
-  tokens = texts.tokens(tokenizer, mc.max_text_len)
-  params = (train.load_params(workdir / "models" / "vidclip") if restore else
-            vidclip.train_model("vidclip", model, fresh, ex, feats, tokens, tc, tc.mode, config.seed, workdir,
-                                group=tc.group))
-  enc = vidclip.Encoder(model, feats, config.eval.chunk)
-
-  def vidclip_videos(vs):
-    return enc.videos(params, np.array([[feats.row[v]] * mc.frames for v in vs]), np.tile(frame_rows, (len(vs), 1)))
-
-  def vidclip_texts(strings):
-    return enc.strings(params, strings, tokenizer, mc.max_text_len)
+  items = [(c.clip_id, c.prompt, [o.prompt for o in world.clips["train"][3 * (i // 3):3 * (i // 3) + 3] if o is not c])
+           for i, c in enumerate(world.clips["train"])]
+  vidclip_texts, vidclip_videos = fit_vidclip(config, workdir, store, ids, items, config.train.group, restore)
 
   return Trained(world, world.triplets["test"], {"zero_shot": zero_shot, "vidclip": (vidclip_texts, vidclip_videos)},
                  lvt, extract_info)
@@ -324,6 +382,8 @@ def suite(config, workdir: str | Path) -> tuple[list[evaluate.Model], list[evalu
   """The trained models and three benchmarks of the test clips (`configs/evaluate_all.py`): the GenState pools,
   Comp-style text pairs (each main clip against its temporal / semantic negative's prompt) and R@K of every
   test clip's prompt over every test clip."""
+  if config.data.metadata:
+    return user_suite(config, Path(workdir))
   t = trained(config, Path(workdir), restore=True)
   space = f"the rendered world (seed {config.seed}, {t.backbone} features)"
   models = [evaluate.dual_encoder(name, space, *enc, chunk=config.eval.chunk) for name, enc in t.encoders.items()]
@@ -338,6 +398,24 @@ def suite(config, workdir: str | Path) -> tuple[list[evaluate.Model], list[evalu
                   evaluate.Benchmark("Comp pairs (rendered)", "comp", space, pairs),
                   evaluate.Benchmark("R@K (rendered)", "gallery", space, ([prompt[c] for c in clips], clips,
                                                                          np.arange(len(clips))))]
+
+
+def user_suite(config, workdir: Path) -> tuple[list[evaluate.Model], list[evaluate.Benchmark]]:
+  """A user's finished run for `configs/evaluate_all.py`: its models (restored) on its own triplets' pools and on
+  R@K of every query over the test triplets' videos; never the rendered world."""
+  test, encoders, store, _ = user_models(config, workdir, restore=True)
+  space = f"the feature store {store.root}"
+  synthetic = bool(store.metadata.get("synthetic", False))
+  models = [evaluate.dual_encoder(name, space, *enc, chunk=config.eval.chunk) for name, enc in encoders.items()]
+  pools = genstate.pools(test)
+  pool_data = {s: (np.array([test[r].query for r in rows], object), np.array([pools[r] for r in rows], object))
+               for s, rows in genstate.subsets(test).items()}
+  clips = sorted({v for t in test for v in t.videos})
+  row = {v: i for i, v in enumerate(clips)}
+  name = Path(config.data.metadata).name
+  return models, [evaluate.Benchmark(f"GenState ({name})", "genstate", space, pool_data, synthetic),
+                  evaluate.Benchmark(f"R@K ({name})", "gallery", space,
+                                     ([t.query for t in test], clips, np.array([row[t.main] for t in test])), synthetic)]
 
 
 def run(config, workdir: str | Path) -> dict:

@@ -32,7 +32,7 @@ import numpy as np
 
 from vidjax import evaluate, metrics, sharding
 from vidjax.experiments import common
-from vidjax.methods import cast
+from vidjax.methods import cast, extraction
 from vidjax.methods.stack import (RECALLS, Corpus, PairScorer, grdr_recall, split_videos, table, train_grdr,
                                   train_reranker, write_index)
 from vidjax.retrieval import DenseIndex, Stack, Stage
@@ -191,6 +191,7 @@ def run(config, workdir: str | Path) -> dict:
     all_texts = table(data, config, config.data.text_kind, [c.clip_id for v in data.videos for c in v.clips])
     write_index(workdir / "index", corpus=corpus, vectors=vectors, texts=all_texts, videos=data.videos,
                 config=config, backbone=backbone, synthetic=data.synthetic, rerank=(rerank_model, rerank_params),
-                cast_parts=(model, cast_params, cast_scorer), grdr_parts=grdr_parts)
+                cast_parts=(model, cast_params, cast_scorer), grdr_parts=grdr_parts,
+                text_tower=extraction.text_tower(data.features) if config.data.annotations else None)
   common.write_results(workdir, results, tables)
   return results

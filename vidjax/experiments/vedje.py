@@ -142,7 +142,9 @@ class Session:
       raise ValueError(f"store kind {config.data.tokens_kind!r} has {frames} frames per video, the model expects "
                        f"model.frames={mc.frames}")
     self.negatives = stage1_negatives(self.train_split, max(self.tc.candidate_pool - 1, self.tc.hard_negatives))
-    self.cache_store = FeatureStore.create(config.data.cache_store) if config.data.cache_store else store
+    # The caches go to the run's own store (<workdir>/features: the world's store, or next to a user's), never into
+    # the user's feature store: the store a run reads stays as it was prepared.
+    self.cache_store = FeatureStore.create(config.data.cache_store or workdir / "features")
     self.trained: dict[str, Any] = {}
     self.indices = stage1_indices(self.test)
     self.evaluated: dict[tuple[str, str, int], tuple[dict, dict]] = {}

@@ -6,6 +6,8 @@ import logging
 import os
 from pathlib import Path
 
+import numpy as np
+
 from vidjax import extract as engine
 from vidjax.extract import is_lvt, load_model, make_text_fn, make_video_fn
 
@@ -81,3 +83,33 @@ def extract_into(config, store_root: str, clips: list[engine.VideoSegment], capt
           "failed_videos": report["failed_videos"], "missing_videos": missing_videos,
           "frames_per_s": stats.frames_per_s, "compile_s": stats.compile_seconds, "clips_written": stats.clips,
           "clips_skipped": stats.skipped, "texts_written": texts}, meta
+
+
+TEXT_TOWER_KEYS = ("backbone", "model_overrides", "fprop_dtype", "checkpoint", "random_init", "seed", "spm_path")
+
+
+def text_tower(meta: dict) -> dict | None:
+  """What rebuilds the text tower that embedded a store's captions (its manifest's backbone fields), or None when
+  the store has none (no captions, or a backbone without a text tower)."""
+  if not meta.get("spm_path") or not str(meta.get("backbone", "")).startswith("videoprism_lvt"):
+    return None
+  return {k: meta.get(k) for k in TEXT_TOWER_KEYS}
+
+
+def make_query_encoder(tower: dict):
+  """`texts -> [N, D]` with the text tower `text_tower` describes: the same weights (the checkpoint, or the same
+  seeded random init), tokenizer and pooling as the extraction that embedded the captions."""
+  import ml_collections  # pylint: disable=g-import-not-at-top
+  from vidjax.tokenizers.sentencepiece import SentencePieceTokenizer  # pylint: disable=g-import-not-at-top
+  if tower["checkpoint"] and not Path(tower["checkpoint"]).is_file() and "://" not in tower["checkpoint"]:
+    raise FileNotFoundError(f"the query encoder's checkpoint {tower['checkpoint']} (the one the store was extracted "
+                            "with) is not there any more")
+  if not Path(tower["spm_path"]).is_file():
+    raise FileNotFoundError(f"the query encoder's SentencePiece model {tower['spm_path']} (the one the store was "
+                            "extracted with) is not there any more")
+  config = ml_collections.ConfigDict(dict(seed=int(tower.get("seed") or 0), model=dict(
+      name=tower["backbone"], checkpoint=tower["checkpoint"] or "", fprop_dtype=tower["fprop_dtype"] or "float32",
+      overrides=dict(tower["model_overrides"] or {}))))
+  model, variables, _ = load_model(config)
+  fn = make_text_fn(model, variables, SentencePieceTokenizer(tower["spm_path"]), engine.local_mesh())
+  return lambda texts: np.asarray(fn(list(texts)))

@@ -17,6 +17,7 @@ import numpy as np
 from vidjax import checkpoints, evaluate, io, losses, metrics, ops, train
 from vidjax.data.pipeline import FeatureTable
 from vidjax.methods import cast as cast_method
+from vidjax.methods import extraction
 from vidjax.methods import grdr as grdr_method
 from vidjax.models import cast as cast_models
 from vidjax.models.pair import PairReranker
@@ -169,10 +170,11 @@ def _npz_bytes(**arrays) -> bytes:
 
 
 def write_index(path: Path, *, corpus: Corpus, vectors: np.ndarray, texts: FeatureTable, videos, config,
-                backbone: str, synthetic: bool, rerank, cast_parts, grdr_parts=None) -> Path:
-  """Writes `<path>/`: corpus.npz (ids, clip vectors, captions, videos), texts.npz (the query encoder of a space
-  without a text tower: every caption's mean text embedding), rerank.npz / cast.npz (parameters) and, last,
-  manifest.json (an index without one is incomplete)."""
+                backbone: str, synthetic: bool, rerank, cast_parts, grdr_parts=None, text_tower: dict | None = None) -> Path:
+  """Writes `<path>/`: corpus.npz (ids, clip vectors, captions, videos), texts.npz (every caption's mean text
+  embedding: the query encoder of a space without a text tower), rerank.npz / cast.npz (parameters) and, last,
+  manifest.json (an index without one is incomplete). `text_tower` (`extraction.text_tower` of the store): typed
+  queries are encoded by the text tower that embedded the captions."""
   path.mkdir(parents=True, exist_ok=True)
   clips = [c for v in videos for c in v.clips]
   captions = sorted({c.text for c in clips})
@@ -196,7 +198,8 @@ def write_index(path: Path, *, corpus: Corpus, vectors: np.ndarray, texts: Featu
   manifest = {
       "format": INDEX_FORMAT, "dataset": config.dataset, "synthetic": synthetic, "backbone": backbone,
       "dim": int(np.shape(vectors)[1]), "clips": len(corpus.ids),
-      "text_encoder": {"kind": "caption_lookup", "file": "texts.npz", "backbone": backbone},
+      "text_encoder": ({"kind": "caption_lookup", "file": "texts.npz", "backbone": backbone} if text_tower is None else
+                       {"kind": "text_tower", "file": "texts.npz", "backbone": backbone, "tower": text_tower}),
       "recall": recall,
       "stages": [
           {"name": "rerank", "kind": "pair_reranker", "k": s.rerank_k, "file": "rerank.npz", "backbone": backbone},
@@ -268,7 +271,14 @@ class StackIndex:
       self.stages.append(Stage(s["name"], scorer, int(s["k"])))
 
   def encode(self, text: str) -> np.ndarray:
-    """The query's text embedding: this index's encoder is a caption table (the space has no text tower)."""
+    """The query's text embedding: the store's text tower (built on first use), or for a space without one its
+    caption table."""
+    if self.manifest["text_encoder"]["kind"] == "text_tower":
+      if not hasattr(self, "_encoder"):
+        self._encoder = extraction.make_query_encoder(self.manifest["text_encoder"]["tower"])
+      if not text.strip():
+        raise ValueError("the query is empty")
+      return self._encoder([text])[0]
     found = self.text_of.get(text) if text in self.text_of else next(
         (v for t, v in self.text_of.items() if t.lower() == text.strip().lower()), None)
     if found is None:

@@ -204,8 +204,9 @@ class ReleaseCorpusConfig:
 
 
 SIZES = {
-    # 4 tasks x 6 videos = 24 procedure videos (80 frames of 64x64) + 36 GenState clips: a few seconds on CPU.
-    "smoke": ReleaseCorpusConfig(),
+    # 4 tasks x 12 videos = 48 procedure videos (80 frames of 64x64) + 36 GenState clips: a few seconds on CPU,
+    # and enough for every method's smoke/tiny settings (CAST's batch of 64 training instances, its held-out pools).
+    "smoke": ReleaseCorpusConfig(videos_per_task=12),
     # 40 x 45 = 1,800 procedure videos (1,200 train / 600 test: MSVD's split holds them) + 1,800 GenState clips.
     "full": ReleaseCorpusConfig(tasks=40, videos_per_task=45, genstate_train=100, genstate_test=50),
 }

@@ -344,8 +344,11 @@ def clip_frames(world: RenderedWorld, clip: Clip) -> np.ndarray:
 
 def write_metadata(world: RenderedWorld, path: str | Path, split: str = "test") -> Path:
   """The split's GenState metadata file (`vidjax.data.genstate` format), readable by `read_triplets`."""
+  prompt = {c.clip_id: c.prompt for c in world.clips[split]}
   entries = [{"id": t.query_id, "query": t.query, "main": t.main, "temporal_negative": t.temporal_negative,
-              "semantic_negative": t.semantic_negative, "subset": t.subset} for t in world.triplets[split]]
+              "semantic_negative": t.semantic_negative, "subset": t.subset,
+              "temporal_prompt": prompt[t.temporal_negative], "semantic_prompt": prompt[t.semantic_negative]}
+             for t in world.triplets[split]]
   return io.atomic_write_text(path, json.dumps(entries, indent=1) + "\n")
 
 

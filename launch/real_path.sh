@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# The real path end to end, offline: the rendered release-format corpus (vidjax.worlds.release) -> one prepared
+# store per dataset (configs/prepare.py) -> every method's real-data config -> results.json per run, then
+# evaluate_all over the runs and a typed query against the stack's index. Resumable: re-running skips what is done.
+#
+#   bash launch/real_path.sh [OUT] [SIZE]      # OUT defaults to /tmp/vidjax_real_path; SIZE smoke (default) | full
+#
+# With SIZE=smoke (a few dozen clips) the backbone is the tiny random VideoPrism of `configs/prepare.py:smoke` and the
+# methods run their `smoke` / `tiny` settings: it checks the plumbing, the numbers sit at chance. On your own data,
+# drop the variants, point `data.videos` / `data.annotations` at the release files and give the VideoPrism
+# checkpoint (README, "Real data"). Every results.json here says "synthetic": true (rendered pixels), "path": "real".
+set -euo pipefail
+OUT=${1:-/tmp/vidjax_real_path}
+SIZE=${2:-smoke}
+C=$OUT/corpus
+S=$OUT/stores
+R=$OUT/runs
+PREP=configs/prepare.py
+[ "$SIZE" = smoke ] && PREP=configs/prepare.py:smoke
+run() { echo "+ python -m vidjax.main $*" >&2; python -m vidjax.main "$@"; }
+
+python -m vidjax.worlds.release --root "$C" --size "$SIZE"
+
+# 1. One preparation per dataset: every kind the methods read, in one run each.
+prepare() { run --config $PREP --workdir "$S/$1" --config.dataset="$1" --config.data.videos="$C/$1/videos" \
+                --config.data.annotations="$2"; }
+prepare youcook2    "$C/youcook2/youcookii_annotations_trainval.json"
+prepare coin        "$C/coin/coin_train_70.json,$C/coin/coin_test_30.json"
+prepare crosstask   "$C/crosstask"
+prepare msrvtt      "$C/msrvtt/MSRVTT_data.json,$C/msrvtt/MSRVTT_JSFUSION_test.csv"
+prepare didemo      "$C/didemo/train_data.json,$C/didemo/test_data.json"
+prepare activitynet "$C/activitynet/train.json,$C/activitynet/val_1.json"
+prepare msvd        "$C/msvd/youtube_mapping.txt,$C/msvd/AllVideoDescriptions.txt"
+prepare genstate    "$C/genstate/train.json,$C/genstate/test.json"
+
+# 2. Each method on each of its paper's datasets.
+V=""; T=""; [ "$SIZE" = smoke ] && V=":smoke" && T=":tiny"
+for d in youcook2 coin crosstask; do
+  ann="$C/$d/youcookii_annotations_trainval.json"
+  [ $d = coin ] && ann="$C/coin/coin_train_70.json,$C/coin/coin_test_30.json"
+  [ $d = crosstask ] && ann="$C/crosstask"
+  run --config configs/cast_$d.py$V --workdir "$R/cast_$d" --config.data.features="$S/$d/features" \
+      --config.data.annotations="$ann"
+done
+run --config configs/retrieval_msrvtt.py --workdir "$R/retrieval_msrvtt" --config.data.features="$S/msrvtt/features" \
+    --config.data.annotations="$C/msrvtt/MSRVTT_JSFUSION_test.csv"
+run --config configs/vedje_msrvtt.py$T --workdir "$R/vedje_msrvtt" --config.data.features="$S/msrvtt/features" \
+    --config.data.annotations="$C/msrvtt/MSRVTT_JSFUSION_test.csv" \
+    --config.data.train_annotations="$C/msrvtt/MSRVTT_data.json" \
+    --config.data.train_video_list="$C/msrvtt/train_list_jsfusion.txt"
+run --config configs/vedje_didemo.py$T --workdir "$R/vedje_didemo" --config.data.features="$S/didemo/features" \
+    --config.data.annotations="$C/didemo/test_data.json" --config.data.train_annotations="$C/didemo/train_data.json"
+run --config configs/vedje_activitynet.py$T --workdir "$R/vedje_activitynet" \
+    --config.data.features="$S/activitynet/features" --config.data.annotations="$C/activitynet/val_1.json" \
+    --config.data.train_annotations="$C/activitynet/train.json"
+run --config configs/vedje_msvd.py$T --workdir "$R/vedje_msvd" --config.data.features="$S/msvd/features" \
+    --config.data.annotations="$C/msvd/youtube_mapping.txt,$C/msvd/AllVideoDescriptions.txt" \
+    --config.data.train_annotations="$C/msvd/youtube_mapping.txt,$C/msvd/AllVideoDescriptions.txt"
+run --config configs/comp_activitynet.py$T --workdir "$R/comp_activitynet" \
+    --config.data.features="$S/activitynet/features" --config.data.annotations="$C/activitynet/val_1.json" \
+    --config.data.train_annotations="$C/activitynet/train.json" \
+    --config.data.release_eval="$C/videocomp/activitynet_comp_test.json" \
+    --config.data.release_train="$C/videocomp/activitynet_comp_train.json"
+run --config configs/genstate_rendered.py$V --workdir "$R/genstate" --config.data.features="$S/genstate/features" \
+    --config.data.metadata="$C/genstate/test.json" --config.data.train_metadata="$C/genstate/train.json"
+run --config configs/stack_youcook2.py$V --workdir "$R/stack_youcook2" --config.data.features="$S/youcook2/features" \
+    --config.data.annotations="$C/youcook2/youcookii_annotations_trainval.json"
+
+# 3. Every model on every benchmark of these runs, and a typed query.
+run --config configs/evaluate_all.py --workdir "$R/evaluate_all" \
+    --config.workdirs="('$R/cast_youcook2', '$R/genstate', '$R/comp_activitynet')"
+python -m vidjax.search --index "$R/stack_youcook2/index" "the red square moves onto the blue circle" --k 5
