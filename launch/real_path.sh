@@ -64,7 +64,7 @@ run --config configs/comp_activitynet.py$T --workdir "$R/comp_activitynet" \
 run --config configs/genstate_rendered.py$V --workdir "$R/genstate" --config.data.features="$S/genstate/features" \
     --config.data.metadata="$C/genstate/test.json" --config.data.train_metadata="$C/genstate/train.json"
 run --config configs/stack_youcook2.py$V --workdir "$R/stack_youcook2" --config.data.features="$S/youcook2/features" \
-    --config.data.annotations="$C/youcook2/youcookii_annotations_trainval.json"
+    --config.data.annotations="$C/youcook2/youcookii_annotations_trainval.json" --config.stack.reranker=vedje
 
 # 3. Every model on every benchmark of these runs, and a typed query.
 run --config configs/evaluate_all.py --workdir "$R/evaluate_all" \

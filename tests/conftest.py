@@ -95,6 +95,8 @@ def real_path_configs(root: Path) -> dict:
     config.data.features = str(root / store / "features")
     for k, v in data.items():
       config.data[k] = v
+    if "stack" in config:  # the composed stack as designed: recall -> VEDJE over the clips' frame tokens -> CAST
+      config.stack.reranker = "vedje"
     return config
 
   yc, ms, an, gs = c["youcook2"], c["msrvtt"], c["activitynet"], c["genstate"]

@@ -170,3 +170,20 @@ def test_a_batch_larger_than_the_training_set_fails_before_anything_is_written(t
   with pytest.raises(ValueError, match=r"config.train.batch_size=100000 is invalid: expected at most the \d+ training"):
     cast.run(config, tmp_path / "run")
   assert not (tmp_path / "run" / "cvr").exists() and not (tmp_path / "run" / "features").exists()
+
+
+def test_a_workdir_trained_on_other_features_is_refused_before_any_checkpoint_is_read(tmp_path):
+  from vidjax.methods.real import check_store  # pylint: disable=g-import-not-at-top
+  ids = ["a", "b"]
+  store = write_arrays(tmp_path / "store", {"clip": (ids, np.ones((2, 8), np.float32))}, {"backbone": "lvt_base"})
+  check_store(tmp_path / "run", store, ["clip", "text"])  # first use: recorded
+  check_store(tmp_path / "run", store, ["clip", "text"])  # the same features: fine
+  # The store re-extracted in place with a wider backbone: the run's checkpoints no longer fit.
+  import shutil  # pylint: disable=g-import-not-at-top
+  shutil.rmtree(tmp_path / "store")
+  wider = write_arrays(tmp_path / "store", {"clip": (ids, np.ones((2, 16), np.float32))}, {"backbone": "lvt_base"})
+  with pytest.raises(ValueError, match=r"kind 'clip' \[8\] -> \[16\].*use a new --workdir"):
+    check_store(tmp_path / "run", wider, ["clip", "text"])
+  other = write_arrays(tmp_path / "other", {"clip": (ids, np.ones((2, 8), np.float32))}, {"backbone": "lvt_large"})
+  with pytest.raises(ValueError, match=r"backbone 'lvt_base' -> 'lvt_large'"):
+    check_store(tmp_path / "run", other, ["clip"])

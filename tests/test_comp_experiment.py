@@ -88,8 +88,8 @@ def test_real_annotations_and_a_store_become_triplets_and_model_inputs(tmp_path)
   features.write_arrays(tmp_path / "store", {"tokens": (ids, tokens)})
   config = load_config(ROOT / "configs/comp_youcook2.py")
   config.data.features, config.data.annotations = str(tmp_path / "store"), str(path)
-  data = E.real_data(config)
-  assert not data.synthetic and {c["split"] for c in data.counts} == {"eval", "train"}
+  data = E.real_data(config, tmp_path / "run")
+  assert not data.synthetic and data.path["path"] == "real" and data.path["skipped_videos"]["count"] == 0 and {c["split"] for c in data.counts} == {"eval", "train"}
   assert {t.type for t in data.eval} == set(comp.EVAL_TYPES) and "multi" in {t.type for t in data.train}
   texts = E.TextTable()
   es = E.eval_set(data, 16, texts)
@@ -105,11 +105,16 @@ def test_real_annotations_and_a_store_become_triplets_and_model_inputs(tmp_path)
   x = data.gather(es.video_rows[:3], es.frame_rows[:3])
   assert x.shape == (3, 16, 2, 4)
   np.testing.assert_array_equal(x[0, 0], tokens[es.video_rows[0, 0], es.frame_rows[0, 0]])
-  # A store that lacks a benchmark video is one clear error.
-  features.write_arrays(tmp_path / "small", {"tokens": (ids[:5], tokens[:5])})
+  # A store that lacks benchmark videos: they are skipped and counted (data.skip_missing), or with
+  # skip_missing=False one clear error.
+  features.write_arrays(tmp_path / "small", {"tokens": (ids[:40], tokens[:40])})
   config.data.features = str(tmp_path / "small")
-  with pytest.raises(features.MissingFeatureError, match="lacks"):
-    E.real_data(config)
+  small = E.real_data(config, tmp_path / "run_small")
+  assert small.path["skipped_videos"]["count"] == len(ids) - 40 and set(small.video_ids) <= set(ids[:40])
+  assert all(t.video_id in set(ids[:40]) for t in small.train + small.eval)
+  config.data.skip_missing = False
+  with pytest.raises(ValueError, match=rf"{len(ids) - 40} of {len(ids)} benchmark videos have no \['tokens'\]"):
+    E.real_data(config, tmp_path / "run_strict")
 
 
 def test_the_text_tower_can_start_from_a_videoprism_lvt_checkpoint(tmp_path):

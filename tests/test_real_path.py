@@ -143,9 +143,10 @@ def test_genstate_trains_on_the_users_triplets_and_evaluate_all_reads_them(real_
   ea = load_config(ROOT / "configs/evaluate_all.py")
   ea.workdirs = (str(run),)
   out = evaluate_all.run(ea, tmp_path / "ea")
-  assert out["path"] == "real" and set(out["benchmarks"]) == {"GenState (test.json)", "R@K (test.json)"}
+  assert out["path"] == "real"
+  assert set(out["benchmarks"]) == {"GenState (test.json) [SYNTHETIC]", "R@K (test.json) [SYNTHETIC]"}
   assert not (tmp_path / "ea" / "runs").exists() and not (run / "world").exists()
-  assert out["metrics"]["genstate_rendered/vidclip"]["GenState (test.json)"]["acc_tri"] == \
+  assert out["metrics"]["genstate_rendered/vidclip"]["GenState (test.json) [SYNTHETIC]"]["acc_tri"] == \
       results["metrics"]["vidclip"]["acc_tri"]
 
 
@@ -153,6 +154,7 @@ def test_stack_and_a_typed_query(real_path, capsys):
   results = _method(real_path, "stack_youcook2", "prep_youcook2")
   run, _ = real_path("stack_youcook2")
   assert {"recall", "recall_rerank", "full_stack"} <= set(results["metrics"])
+  assert results["corpus"]["reranker"] == "vedje" and (run / "train" / "vedje").is_dir()  # recall -> VEDJE -> CAST
   assert results["corpus"]["k_recall"] <= results["corpus"]["clips"]  # clipped to the corpus
   # A typed query goes through the store's text tower: a caption typed in gets the embedding extraction gave it.
   _, corpus = real_path("corpus")

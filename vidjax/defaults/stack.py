@@ -10,8 +10,10 @@ corpus-scale Consistent Video Retrieval: every query against every clip of the e
     stack.rerank_k   candidates the rerank stage passes on to CAST (100: all of them; see below)
     stack.k          results returned (10: R@10 and the confusion rates read the top 10)
 
-The rerank stage: VEDJE reads frame-local caches and captions, which a space of one embedding per clip and
-per caption does not have (the procedural world, a store of LvT clip / text embeddings); there the stage is
+The rerank stage (`stack.reranker`): "vedje" on a store prepared with the clips' frame tokens
+(`configs/prepare.py`: the composed stack as designed, recall -> VEDJE -> CAST; section `vedje`). VEDJE reads
+frame-local caches and captions, which a space of one embedding per clip and per caption does not have (the
+procedural world, a store of clip / text embeddings only); there the stage is "pair":
 `vidjax.models.pair.PairReranker`, a learned bilinear correction to the recall score trained on the recall
 stage's hard candidates (its docstring says why not an MLP). Its settings are vidjax's (no paper has it): AdamW
 lr 1e-3, batch 256, one epoch (it overfits after), 32 candidates a training query, tau 0.1.
@@ -27,6 +29,7 @@ from __future__ import annotations
 import ml_collections
 
 from vidjax.defaults import cast, common, grdr
+from vidjax.defaults import vedje as vedje_defaults
 
 
 def get_config(dataset: str, arg: str | None, *, eval_split: str, identity_rule: str,
@@ -39,6 +42,8 @@ def get_config(dataset: str, arg: str | None, *, eval_split: str, identity_rule:
   c.name = f"stack_{dataset}"
   c.stack = ml_collections.ConfigDict(dict(
       recall="dense",        # "dense": exact DenseIndex | "grdr": GRDR generative recall + its dense rerank
+      reranker="pair",       # "pair": the PairReranker below | "vedje": VEDJE over the clips' frame tokens (a store
+                             # prepared with tokens, configs/prepare.py; section `vedje`)
       k_recall=100,
       rerank_k=100,
       rerank_k_sweep=(20, 50),  # full-stack rows with the rerank stage keeping fewer (results.json rerank_k_sweep)
@@ -53,6 +58,7 @@ def get_config(dataset: str, arg: str | None, *, eval_split: str, identity_rule:
       log_every=50, checkpoint_every=1000, progress=True,
   ))
   c.grdr = _grdr("world")
+  c.vedje = _vedje()
   known = cast.known_variants(dataset, variants)
   known["smoke"] = lambda cfg: (cast.smoke(cfg), _smoke(cfg))
   return common.apply_variants(c, arg, known, f"configs/stack_{dataset}.py")
@@ -70,7 +76,18 @@ def _grdr(variants: str) -> ml_collections.ConfigDict:
   return section
 
 
+def _vedje(tiny: bool = False) -> ml_collections.ConfigDict:
+  """stack.reranker = "vedje": VEDJE (`configs/vedje_*.py`'s paper settings, `tiny` its tiny variant) trained on
+  the training clips with their step captions as queries, reranking the recall stage's candidates from caches of
+  the evaluation clips (written to `<workdir>/features`). Its frames T are the store's (CAST App. A's 8 on YouCook2
+  and 4 on COIN, not VEDJE's 16: one store feeds CAST and the reranker)."""
+  v = vedje_defaults.get_config("msrvtt", "tiny" if tiny else None)
+  return ml_collections.ConfigDict(dict(model=v.model, train=v.train, precision=v.cache.precision,
+                                        pair_block=v.eval.pair_block, tokens_kind=v.data.tokens_kind))
+
+
 def _smoke(c: ml_collections.ConfigDict) -> None:
+  c.vedje = _vedje(tiny=True)
   c.grdr = _grdr("smoke")
   c.grdr.model.latent_dim = 32
   c.stack.update(k_recall=50, rerank_k=50, rerank_k_sweep=(20,), latency_queries=8)

@@ -29,8 +29,8 @@ from vidjax.sharding import barrier, is_writer, on_writer  # noqa: F401  (the ex
 from vidjax.defaults.common import (bad_value, check_choice, check_fraction, check_positive,  # noqa: F401
                                     check_positive_int, get_key)
 from vidjax.ops import is_positive_int  # noqa: F401  (re-exported for the experiments' checks)
-from vidjax.methods.real import (SKIP_FILE, WORLD_PATH, present_videos, real_path,  # noqa: F401  (re-exported)
-                                 store_benchmark)
+from vidjax.methods.real import (SKIP_FILE, WORLD_PATH, check_store, present_videos,  # noqa: F401  (re-exported)
+                                 real_path, store_benchmark)
 
 REQUIRED_KEYS = ("experiment", "dataset", "synthetic", "path", "skipped_videos", "config", "metrics")
 # Keys that may change between runs in one workdir, by one rule: nothing written there depends on them.

@@ -165,6 +165,7 @@ def real_data(config, workdir: Path) -> CompData:
   for t in built["train"] + built["eval"]:
     durations.setdefault(t.video_id, t.original[1])
   store = FeatureStore(d.features)
+  common.check_store(workdir, store, [d.tokens_kind])
   ids, skipped = common.present_videos(config, store, [d.tokens_kind], sorted(durations), "benchmark videos")
   keep = set(ids)
   built = {split: [t for t in triplets if t.video_id in keep] for split, triplets in built.items()}

@@ -241,6 +241,7 @@ def user_models(config, workdir: Path, restore: bool = False):
   encoders = {"zero_shot": (lambda texts: store.get(config.data.text_kind, [query_id[t] for t in texts]),
                             lambda vs: store.get(config.data.video_kind, list(vs)))}
   if config.data.train_metadata:
+    common.check_store(workdir, store, ["tokens"])
     train_set, skipped_train = _present(config, store, genstate.read_triplets(config.data.train_metadata),
                                         ["tokens"], "training videos")
     items, group = user_items(train_set)

@@ -24,6 +24,7 @@ The run writes `<workdir>/index/` (`write_index`, `StackIndex`), which `python -
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 from typing import Sequence
@@ -34,7 +35,7 @@ from vidjax import evaluate, metrics, sharding
 from vidjax.experiments import common
 from vidjax.methods import cast, extraction
 from vidjax.methods.stack import (RECALLS, Corpus, PairScorer, grdr_recall, split_videos, table, train_grdr,
-                                  train_reranker, write_index)
+                                  train_reranker, vedje_stage, write_index)
 from vidjax.retrieval import DenseIndex, Stack, Stage
 from vidjax.scorers import cast as cast_scorers
 
@@ -56,6 +57,10 @@ def validate(config) -> None:
                                      "rerank.checkpoint_every"))
   common.check_positive(config, ("rerank.tau", "rerank.lr"))
   common.check_choice(config, "stack.recall", RECALLS)
+  common.check_choice(config, "stack.reranker", ("pair", "vedje"))
+  if config.stack.reranker == "vedje" and not config.data.annotations:
+    common.bad_value("stack.reranker", "vedje", "'pair' on the embedded world (its clips have no frame tokens), or "
+                     "a store prepared with tokens (configs/prepare.py) with data.features / data.annotations")
   s = config.stack
   if not 10 <= s.k <= s.rerank_k <= s.k_recall:
     common.bad_value("stack.k / stack.rerank_k / stack.k_recall", (s.k, s.rerank_k, s.k_recall),
@@ -78,16 +83,16 @@ def budgets(config, corpus_size: int) -> tuple[int, int, int]:
   return k_recall, min(s.rerank_k, k_recall), min(s.k, k_recall)
 
 
-def stacks(recall: DenseIndex, reranker: PairScorer, cast_scorer, config, corpus_size: int) -> dict[str, Stack]:
+def stacks(recall: DenseIndex, rerank: Stage, cast_scorer, config, corpus_size: int) -> dict[str, Stack]:
   """The three reported rows, then the full stack with the rerank keeping each of `stack.rerank_k_sweep` (every
-  budget clipped to the corpus, `budgets`)."""
+  budget clipped to the corpus, `budgets`); `rerank` is the rerank stage (pair reranker or VEDJE)."""
   s = config.stack
   k_recall, rerank_k, k = budgets(config, corpus_size)
   consistency = Stage("cast", cast_scorer, k)
-  full = lambda keep: Stack(recall, k_recall, [Stage("rerank", reranker, min(keep, k_recall)), consistency],  # noqa: E731
-                            s.query_batch)
+  keeping = lambda keep: dataclasses.replace(rerank, k=min(keep, k_recall))  # noqa: E731
+  full = lambda keep: Stack(recall, k_recall, [keeping(keep), consistency], s.query_batch)  # noqa: E731
   return {"recall": Stack(recall, k_recall, (), s.query_batch),
-          "recall_rerank": Stack(recall, k_recall, [Stage("rerank", reranker, rerank_k)], s.query_batch),
+          "recall_rerank": Stack(recall, k_recall, [keeping(rerank_k)], s.query_batch),
           "full_stack": full(s.rerank_k),
           **{f"full_stack (rerank keeps {k})": full(k) for k in s.rerank_k_sweep}}
 
@@ -140,10 +145,17 @@ def run(config, workdir: str | Path) -> dict:
   cast_params = cast.train_method("cast", model, source, config, workdir, mesh)
   cast_scorer, _ = cast.ensemble(model, cast_params, heldout, config)
   train_videos, eval_videos = split_videos(data)
-  rerank_model, rerank_params = train_reranker(config, workdir, data, train_videos, texts, mesh)
-  reranker = PairScorer(rerank_model, rerank_params)
-
   corpus = Corpus(eval_videos)
+  queries = {key: bench[key] for key in cast_scorers.QUERY_KEYS}
+  rerank_parts = None
+  if config.stack.reranker == "vedje":
+    caption = {c.clip_id: c.text for v in data.videos for c in v.clips}
+    rerank = vedje_stage(config, workdir, data, train_videos, corpus.ids, [caption[r["target"]] for r in data.benchmark])
+    queries["row"] = np.arange(len(data.benchmark))  # each query's caption row in the VEDJE stage's table
+  else:
+    rerank_parts = train_reranker(config, workdir, data, train_videos, texts, mesh)
+    rerank = Stage("rerank", PairScorer(*rerank_parts), config.stack.rerank_k)
+
   clips = table(data, config, config.data.clip_kind, corpus.ids)
   vectors = clips.gather(np.arange(len(corpus.ids)))
   grdr_parts = None
@@ -153,12 +165,11 @@ def run(config, workdir: str | Path) -> dict:
     recall = grdr_recall(*grdr_parts, vectors, corpus.ids, config.stack.k_recall + config.model.context_len)
   else:
     recall = DenseIndex(corpus.ids, vectors, query_batch=config.stack.query_batch)
-  queries = {key: bench[key] for key in cast_scorers.QUERY_KEYS}
   targets = [r["target"] for r in data.benchmark]
   context = [r["context"] for r in data.benchmark]  # what the user already saw is never an answer
   results_rows, sweep, candidate_recall = {}, {}, {}
   k_recall, rerank_k, k = budgets(config, len(corpus.ids))
-  for name, stack in stacks(recall, reranker, cast_scorer, config, len(corpus.ids)).items():
+  for name, stack in stacks(recall, rerank, cast_scorer, config, len(corpus.ids)).items():
     result = stack.search(queries, k, exclude=context)
     if name in ROWS:
       results_rows[name] = dict(row_metrics(result, corpus, targets), latency_ms=latency(
@@ -175,7 +186,8 @@ def run(config, workdir: str | Path) -> dict:
       rerank_k_sweep={str(k): sweep[f"full_stack (rerank keeps {k})"] for k in config.stack.rerank_k_sweep},
       candidate_recall=candidate_recall,
       corpus={"recall": config.stack.recall, "clips": len(corpus.ids), "videos": len(eval_videos),
-              "queries": len(targets), "k_recall": k_recall, "rerank_k": rerank_k, "k": k},
+              "queries": len(targets), "k_recall": k_recall, "rerank_k": rerank_k, "k": k,
+              "reranker": config.stack.reranker},
       ensemble={"w_v": cast_scorer.w_v, "w_p": cast_scorer.w_p, "selected_on": "heldout subset of train"},
       features={"backbone": backbone},
       **cast.result_path(config, workdir, data),
@@ -190,7 +202,7 @@ def run(config, workdir: str | Path) -> dict:
   if common.is_writer():
     all_texts = table(data, config, config.data.text_kind, [c.clip_id for v in data.videos for c in v.clips])
     write_index(workdir / "index", corpus=corpus, vectors=vectors, texts=all_texts, videos=data.videos,
-                config=config, backbone=backbone, synthetic=data.synthetic, rerank=(rerank_model, rerank_params),
+                config=config, backbone=backbone, synthetic=data.synthetic, rerank=rerank_parts,
                 cast_parts=(model, cast_params, cast_scorer), grdr_parts=grdr_parts,
                 text_tower=extraction.text_tower(data.features) if config.data.annotations else None)
   common.write_results(workdir, results, tables)

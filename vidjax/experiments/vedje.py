@@ -118,6 +118,7 @@ class Session:
                                    protocol=config.data.protocol, split=config.data.split or None)
       train_bench = read_train(config)
       kinds = [config.data.clip_kind, config.data.tokens_kind]
+      common.check_store(workdir, store, kinds + [config.data.text_kind])
       kept, skipped = common.present_videos(config, store, kinds, test_bench.corpus, "test videos")
       kept_train, skipped_train = common.present_videos(config, store, kinds, train_bench.corpus, "training videos")
       test_bench, train_bench = test_bench.restrict(kept), train_bench.restrict(kept_train)

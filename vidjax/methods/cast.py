@@ -162,6 +162,7 @@ def prepare_data(config, workdir: Path, finished: bool = False) -> CVRData:
     store = None
   else:
     store = FeatureStore(config.data.features)
+    real.check_store(workdir, store, (config.data.clip_kind, config.data.text_kind))
     videos, dropped = cvr.available_videos(read_annotations(config.dataset, config.data.annotations), store,
                                            (config.data.clip_kind, config.data.text_kind),
                                            config.data.available_videos, config.data.skip_missing)

@@ -55,3 +55,27 @@ def store_benchmark(config, workdir: str | Path, store, bench, kinds: Sequence[s
 
 
 WORLD_PATH = {"path": "world", "skipped_videos": {"count": 0, "file": ""}}
+
+
+STORE_RECORD = "store.json"
+
+
+def check_store(workdir: str | Path, store, kinds: Sequence[str]) -> None:
+  """Refuses a workdir whose models were trained on other features: the first run records the backbone and the
+  item shape of each of `kinds` in `<workdir>/store.json`; a later run whose store (re-extracted in place, or
+  another store under the same path) holds another backbone or shape stops here with one error, before any
+  checkpoint is read (a restore would fail on the shapes, or silently mix two feature spaces)."""
+  now = {"backbone": store.metadata.get("backbone", ""),
+         "shapes": {k: list(store.item_shape(k)) for k in kinds if k in store.kinds()}}
+  path = Path(workdir) / STORE_RECORD
+  if path.exists():
+    old = io.read_json(path, "store record")
+    changed = [k for k in now["shapes"] if k in old["shapes"] and old["shapes"][k] != now["shapes"][k]]
+    if changed or old["backbone"] != now["backbone"]:
+      what = (", ".join(f"kind {k!r} {old['shapes'][k]} -> {now['shapes'][k]}" for k in changed)
+              or f"backbone {old['backbone']!r} -> {now['backbone']!r}")
+      raise ValueError(f"workdir {workdir} was trained on other features than the store {store.root} now holds "
+                       f"({what}): its checkpoints do not fit them; use a new --workdir")
+  elif is_writer():
+    Path(workdir).mkdir(parents=True, exist_ok=True)
+    io.atomic_write_json(path, now)

@@ -99,6 +99,45 @@ def rerank_training_set(corpus: Corpus, clips: FeatureTable, texts: FeatureTable
           "positive": positive.astype(np.float32)}
 
 
+def vedje_stage(config, workdir: Path, data: cast_method.CVRData, train_videos, corpus_ids: Sequence[str],
+                query_texts: Sequence[str]) -> Stage:
+  """stack.reranker = "vedje": VEDJE trained on the training clips (each step caption a query, its clip the
+  positive; stage-1 neighbourhoods from the store's clip / text embeddings) through the one loop in
+  `<workdir>/train/vedje`, the evaluation clips' caches indexed into `<workdir>/features`, and the rerank Stage over
+  them. The stack's queries then carry `row`: each query's row in `query_texts` (its step caption)."""
+  from vidjax.data import pipeline  # pylint: disable=g-import-not-at-top
+  from vidjax.data.features import FeatureStore  # pylint: disable=g-import-not-at-top
+  from vidjax.defaults.vedje import FULL  # pylint: disable=g-import-not-at-top
+  from vidjax.methods import vedje  # pylint: disable=g-import-not-at-top
+  from vidjax.scorers.vedje import PairBatches, VedjeScorer  # pylint: disable=g-import-not-at-top
+  from vidjax.tokenizers.wordpiece import WordPieceTokenizer  # pylint: disable=g-import-not-at-top
+  vc, store = config.vedje, data.store
+  if store is None or vc.tokens_kind not in store.kinds():
+    raise ValueError(f"stack.reranker='vedje' reads each clip's frame tokens (kind {vc.tokens_kind!r}): give a store "
+                     "prepared with them (configs/prepare.py, save_tokens=True); the embedded world has none")
+  frames, patches, visual_dim = store.item_shape(vc.tokens_kind)
+  mc = ml_collections.ConfigDict(vc.model.to_dict())
+  mc.frames = frames  # the store's T (the `_vedje` docstring in vidjax/defaults/stack.py)
+  tokenizer = WordPieceTokenizer.from_vocab(Path(mc.minilm_dir or checkpoints.default_minilm_dir()) / "vocab.txt")
+  clips = [c for v in train_videos for c in v.clips]
+  ids = [c.clip_id for c in clips]
+  tokens = pipeline.text_token_batch(tokenizer, [c.text for c in clips], mc.max_text_len)
+  split = vedje.Split(ids, np.arange(len(ids)), tokens["input_ids"], tokens["attention_mask"],
+                      store.get(config.data.text_kind, ids), ids, store.get(config.data.clip_kind, ids))
+  negatives = vedje.stage1_negatives(split, max(vc.train.candidate_pool - 1, vc.train.hard_negatives))
+  cfg = vedje.model_config(mc, FULL, visual_dim, patches, split.clip.shape[1], len(tokenizer.vocab))
+  params = vedje.train_variant(FULL, cfg, split, lambda rows: store.get(vc.tokens_kind, [ids[r] for r in rows]),
+                               negatives, vc.train, mc, tokenizer, config.seed, workdir / "train" / "vedje")
+  caches = FeatureStore.create(workdir / "features")
+  vedje.index_caches(params, cfg, store, caches, vc.tokens_kind, "cache", vc.precision, list(corpus_ids),
+                     vc.train.progress)
+  queries = pipeline.text_token_batch(tokenizer, list(query_texts), mc.max_text_len)
+  pairs = PairBatches(caches, "cache", [str(i) for i in range(len(query_texts))], queries["input_ids"],
+                      queries["attention_mask"])
+  return Stage("rerank", VedjeScorer(cfg, params["reranker"], pair_block=vc.pair_block), config.stack.rerank_k,
+               batch_fn=pairs.text_to_video)
+
+
 def train_reranker(config, workdir: Path, data: cast_method.CVRData, train_videos, texts: FeatureTable, mesh):
   """Trains the pair reranker with the one train loop; returns (model, params)."""
   rc = config.rerank
@@ -185,9 +224,9 @@ def write_index(path: Path, *, corpus: Corpus, vectors: np.ndarray, texts: Featu
   io.atomic_write_bytes(path / "corpus.npz", _npz_bytes(ids=np.array(corpus.ids), vectors=np.asarray(vectors, np.float32),
                                                         captions=np.array(corpus.captions),
                                                         videos=np.array(corpus.video_ids)))
-  rerank_model, rerank_params = rerank
   cast_model, cast_params, ensemble = cast_parts
-  checkpoints.save_npz(rerank_params, path / "rerank.npz")
+  if rerank is not None:  # the pair reranker (a VEDJE stage reads its run's caches: not in the index yet)
+    checkpoints.save_npz(rerank[1], path / "rerank.npz")
   checkpoints.save_npz(cast_params, path / "cast.npz")
   s = config.stack
   recall = {"kind": "dense", "file": "corpus.npz", "k": s.k_recall, "backbone": backbone}
@@ -202,7 +241,8 @@ def write_index(path: Path, *, corpus: Corpus, vectors: np.ndarray, texts: Featu
                        {"kind": "text_tower", "file": "texts.npz", "backbone": backbone, "tower": text_tower}),
       "recall": recall,
       "stages": [
-          {"name": "rerank", "kind": "pair_reranker", "k": s.rerank_k, "file": "rerank.npz", "backbone": backbone},
+          *([{"name": "rerank", "kind": "pair_reranker", "k": s.rerank_k, "file": "rerank.npz", "backbone": backbone}]
+            if rerank is not None else []),
           {"name": "cast", "kind": "cast_ensemble", "k": s.k, "file": "cast.npz", "backbone": backbone,
            "num_heads": cast_model.num_heads, "context_len": config.model.context_len,
            "w_v": ensemble.w_v, "w_p": ensemble.w_p, "needs_context": True},
