@@ -61,6 +61,9 @@ run --config configs/comp_activitynet.py$T --workdir "$R/comp_activitynet" \
     --config.data.train_annotations="$C/activitynet/train.json" \
     --config.data.release_eval="$C/videocomp/activitynet_comp_test.json" \
     --config.data.release_train="$C/videocomp/activitynet_comp_train.json"
+run --config configs/comp_youcook2.py$T --workdir "$R/comp_youcook2" --config.data.features="$S/youcook2/features" \
+    --config.data.annotations="$C/youcook2/youcookii_annotations_trainval.json" \
+    --config.benchmark.lexicon="$C/videocomp/lexicon.json"   # the corpus's verbs for action_replace
 run --config configs/genstate_rendered.py$V --workdir "$R/genstate" --config.data.features="$S/genstate/features" \
     --config.data.metadata="$C/genstate/test.json" --config.data.train_metadata="$C/genstate/train.json"
 run --config configs/stack_youcook2.py$V --workdir "$R/stack_youcook2" --config.data.features="$S/youcook2/features" \

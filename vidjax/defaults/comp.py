@@ -95,6 +95,8 @@ def get_config(dataset: str, arg: str | None = None) -> ml_collections.ConfigDic
       iou_threshold=0.5,     # §3.1.1: of two overlapping captions the longer is kept
       min_overlap=0.8,       # §3.1.3 word-level precision / recall
       drop_global=dataset == "activitynet",
+      lexicon="",            # action_replace's word groups, JSON {"groups": [[word, ...], ...]} ("" = the shipped
+                             # vidjax/data/resources/comp_actions.json; the rendered corpus writes its own)
   ))
   c.model = _model()
   c.pretrain = _train(batch_size=128, steps=50_000, lr=1e-7, weight_decay=1e-6,   # §4.1 (VideoCC3M protocol)

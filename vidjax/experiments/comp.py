@@ -151,13 +151,20 @@ def real_data(config, workdir: Path) -> CompData:
   counts, built = [], {}
   for split, videos in events.items():
     triplets, c = comp.build_comp(videos, split=split, seed=config.seed, drop_global=b.drop_global,
-                                  iou_threshold=b.iou_threshold, min_overlap=b.min_overlap, name=f"{config.dataset}-comp")
+                                  iou_threshold=b.iou_threshold, min_overlap=b.min_overlap, name=f"{config.dataset}-comp",
+                                  rewriter=comp.TemplateRewriter(comp.load_lexicon(b.lexicon)) if b.lexicon else None)
     built[split] = triplets
     counts.append(c)
   if d.release_eval:
     built["eval"] = comp.read_release(d.release_eval)
   if d.release_train:
     built["train"] = comp.read_release(d.release_train)
+  for split, triplets in built.items():
+    absent = sorted(set(comp.EVAL_TYPES) - {t.type for t in triplets})
+    if split == "eval" and absent:
+      raise ValueError(f"the {config.dataset} evaluation triplets have no {absent} entries (VideoComp evaluates all of "
+                       f"{comp.EVAL_TYPES}); action_replace needs words of the lexicon (benchmark.lexicon="
+                       f"{b.lexicon or 'the shipped one'!r}) in the captions, or give a release file (data.release_eval)")
   if not built.get("train"):
     common.bad_value("data.train_annotations", d.train_annotations,
                      "the training split's annotation file (or data.release_train) to fine-tune on")

@@ -15,8 +15,12 @@
      {"metrics": {method: {r1, r5, r10, acc_temp, acc_sem, acc_tri (%), order_histogram (counts)}},
       "subsets": {subset: {method: {...}}}}.
 
-With `data.metadata` and `data.features` the run evaluates a user's own benchmark instead: the zero-shot
-cosine of the store's `data.video_kind` (per video id) and `data.text_kind` (per query id); nothing trains.
+With `data.metadata` and `data.features` the run evaluates a user's own benchmark instead (the real path; a store
+prepared by `configs/prepare.py --config.dataset=genstate`): the zero-shot cosine of the store's `data.video_kind`
+(per video id) and `data.text_kind` (per query id), and with `data.train_metadata` VidCLIP trained on the training
+triplets' clips (their `tokens`; each clip a positive of its own prompt when the metadata gives the negatives'
+`temporal_prompt` / `semantic_prompt`, else the main clip of its query). `evaluate_all` reads such a run on its own
+benchmark, never the rendered world.
 """
 from __future__ import annotations
 

@@ -537,8 +537,11 @@ def _write_videocomp(d: Path, videos, ids, seed, activitynet_dir: Path):
     all_counts.append(split_counts)
     counts[split] = len(triplets)
   io.atomic_write_json(d / "counts.json", all_counts)
+  # The lexicon, for building Comp benchmarks from the corpus's annotation files (`benchmark.lexicon`).
+  groups = [sorted({w, *alts}) for w, alts in COMP_LEXICON.items()]
+  io.atomic_write_json(d / "lexicon.json", {"groups": [g for i, g in enumerate(groups) if g not in groups[:i]]})
   return ({"videos": activitynet_dir / "videos", "annotations": files["test"], "train_annotations": files["train"],
-           "test_annotations": files["test"]}, counts)
+           "test_annotations": files["test"], "lexicon": d / "lexicon.json"}, counts)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -329,7 +329,8 @@ def make_world(cfg: RenderedWorldConfig, seed: int, video_dir: str | Path) -> Re
         base = f"{split}{index:05d}"
         three = make_triplet_clips(category, cfg, _rng(seed, split, index), base)
         clips[split] += three
-        triplets[split].append(genstate.Triplet(base, three[0].prompt, *(c.clip_id for c in three), category))
+        triplets[split].append(genstate.Triplet(base, three[0].prompt, *(c.clip_id for c in three), category,
+                                                negative_prompts=(three[1].prompt, three[2].prompt)))
         index += 1
   return RenderedWorld(cfg, seed, clips, triplets, Path(video_dir))
 
@@ -344,11 +345,9 @@ def clip_frames(world: RenderedWorld, clip: Clip) -> np.ndarray:
 
 def write_metadata(world: RenderedWorld, path: str | Path, split: str = "test") -> Path:
   """The split's GenState metadata file (`vidjax.data.genstate` format), readable by `read_triplets`."""
-  prompt = {c.clip_id: c.prompt for c in world.clips[split]}
   entries = [{"id": t.query_id, "query": t.query, "main": t.main, "temporal_negative": t.temporal_negative,
               "semantic_negative": t.semantic_negative, "subset": t.subset,
-              "temporal_prompt": prompt[t.temporal_negative], "semantic_prompt": prompt[t.semantic_negative]}
-             for t in world.triplets[split]]
+              **dict(zip(genstate.PROMPT_KEYS, t.negative_prompts))} for t in world.triplets[split]]
   return io.atomic_write_text(path, json.dumps(entries, indent=1) + "\n")
 
 
