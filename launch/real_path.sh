@@ -17,7 +17,7 @@ S=$OUT/stores
 R=$OUT/runs
 PREP=configs/prepare.py
 [ "$SIZE" = smoke ] && PREP=configs/prepare.py:smoke
-run() { echo "+ python -m vidjax.main $*" >&2; python -m vidjax.main "$@"; }
+run() { echo "+ python -m vidjax.main $*" >&2; local t=$SECONDS; python -m vidjax.main "$@"; echo "  ($((SECONDS - t)) s)" >&2; }
 
 python -m vidjax.worlds.release --root "$C" --size "$SIZE"
 
@@ -34,7 +34,9 @@ prepare msvd        "$C/msvd/youtube_mapping.txt,$C/msvd/AllVideoDescriptions.tx
 prepare genstate    "$C/genstate/train.json,$C/genstate/test.json"
 
 # 2. Each method on each of its paper's datasets.
-V=""; T=""; [ "$SIZE" = smoke ] && V=":smoke" && T=":tiny"
+V=""; T=""; GRDR_FLAGS="--config.model.query_dim=768"   # the store's text width (the frozen query encoder)
+[ "$SIZE" = smoke ] && V=":smoke" && T=":tiny" && \
+  GRDR_FLAGS="--config.model.query_dim=32 --config.model.latent_dim=32 --config.train.view_batch_size=16"
 for d in youcook2 coin crosstask; do
   ann="$C/$d/youcookii_annotations_trainval.json"
   [ $d = coin ] && ann="$C/coin/coin_train_70.json,$C/coin/coin_test_30.json"
@@ -56,6 +58,10 @@ run --config configs/vedje_activitynet.py$T --workdir "$R/vedje_activitynet" \
 run --config configs/vedje_msvd.py$T --workdir "$R/vedje_msvd" --config.data.features="$S/msvd/features" \
     --config.data.annotations="$C/msvd/youtube_mapping.txt,$C/msvd/AllVideoDescriptions.txt" \
     --config.data.train_annotations="$C/msvd/youtube_mapping.txt,$C/msvd/AllVideoDescriptions.txt"
+run --config configs/grdr_msrvtt.py$T --workdir "$R/grdr_msrvtt" --config.data.features="$S/msrvtt/features" \
+    --config.data.annotations="$C/msrvtt/MSRVTT_JSFUSION_test.csv" \
+    --config.data.train_annotations="$C/msrvtt/MSRVTT_data.json" \
+    --config.data.train_video_list="$C/msrvtt/train_list_jsfusion.txt" $GRDR_FLAGS
 run --config configs/comp_activitynet.py$T --workdir "$R/comp_activitynet" \
     --config.data.features="$S/activitynet/features" --config.data.annotations="$C/activitynet/val_1.json" \
     --config.data.train_annotations="$C/activitynet/train.json" \

@@ -100,6 +100,12 @@ def real_path_configs(root: Path) -> dict:
     return config
 
   yc, ms, an, gs = c["youcook2"], c["msrvtt"], c["activitynet"], c["genstate"]
+  grdr = method("configs/grdr_msrvtt.py:tiny", "prep_msrvtt", annotations=ms["test_csv"],
+                train_annotations=ms["annotations"], train_video_list=ms["train_list"])
+  # The tiny VideoPrism's 32-d text embeddings are the frozen query encoder; the quicker of the two schedules.
+  grdr.model.update(query_dim=32, latent_dim=32)
+  grdr.train.update(schedule="tokenizer_first", view_batch_size=16)
+  grdr.eval.compare_single_view = False
   return {
       "prep_youcook2": prep("youcook2", yc["annotations"]),
       "prep_msrvtt": prep("msrvtt", f"{ms['annotations']},{ms['test_csv']}"),
@@ -116,6 +122,7 @@ def real_path_configs(root: Path) -> dict:
                                  release_train=c["videocomp"]["train_annotations"]),
       "genstate": method("configs/genstate_rendered.py:smoke", "prep_genstate", metadata=gs["test_annotations"],
                          train_metadata=gs["train_annotations"]),
+      "grdr_msrvtt": grdr,
   }
 
 
@@ -137,7 +144,7 @@ def real_path(tmp_path_factory, worker_id):
           release.write_corpus(root / "corpus", release.SIZES["smoke"], seed=0)
         return root / "corpus", json.loads(manifest.read_text())
     if not step.startswith("prep_"):
-      get("prep_" + {"cast": "youcook2", "stack": "youcook2", "retrieval": "msrvtt", "vedje": "msrvtt",
+      get("prep_" + {"cast": "youcook2", "stack": "youcook2", "retrieval": "msrvtt", "vedje": "msrvtt", "grdr": "msrvtt",
                      "comp": "activitynet", "genstate": "genstate"}[step.split("_")[0]])
     else:
       get("corpus")

@@ -81,7 +81,7 @@ def test_progressive_schedule_runs_every_phase_of_algorithm_1(tmp_path):
 
 def test_tokenizer_first_schedule_needs_views_in_the_query_space():
   config = grdr_smoke_config()
-  assert config.train.schedule == "tokenizer_first"  # the default
+  assert config.train.schedule == "tokenizer_first"  # the world's (the dataset configs: Algorithm 1)
   config.model.latent_dim = 32
   with pytest.raises(ValueError, match="model.latent_dim=32 .*query_dim=128"):
     G.validate(config)

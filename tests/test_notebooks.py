@@ -76,7 +76,7 @@ def test_notebook_is_valid_nbformat4(path):
 
 # notebook -> the real-path run its last section reads (conftest.real_path: the same configs, run once per session)
 REAL_STEPS = {"cast_quickstart.ipynb": "cast_youcook2", "genstate_quickstart.ipynb": "genstate",
-              "grdr_quickstart.ipynb": "retrieval_msrvtt", "stack_quickstart.ipynb": "stack_youcook2",
+              "grdr_quickstart.ipynb": "grdr_msrvtt", "stack_quickstart.ipynb": "stack_youcook2",
               "vedje_quickstart.ipynb": "vedje_msrvtt", "videocomp_quickstart.ipynb": "comp_activitynet"}
 
 

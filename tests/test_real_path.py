@@ -164,3 +164,13 @@ def test_stack_and_a_typed_query(real_path, capsys):
                              atol=1e-5)
   assert search_cli.main(["--index", str(run / "index"), "a shape nobody rendered", "--k", "3"]) == 0
   assert "a shape nobody rendered" in capsys.readouterr().out
+
+
+def test_grdr_on_a_real_store(real_path):
+  results = _method(real_path, "grdr_msrvtt", "prep_msrvtt")
+  assert set(results["metrics"]) == {"inductive", "full_corpus"}
+  for setting in ("inductive", "full_corpus"):
+    assert {"dense", "grdr"} <= set(results["metrics"][setting])
+    assert 0.0 <= results["metrics"][setting]["grdr"]["candidate_recall"] <= 100.0
+  run, _ = real_path("grdr_msrvtt")
+  assert results["dataset"] == "msrvtt (synthetic rendered videos)" and (run / "models" / "grdr").is_dir()

@@ -501,13 +501,13 @@ def fit(*, init_fn: Callable[[jax.Array], Any], loss_fn: LossFn,
 def fit_epochs(*, name: str, init_fn: Callable[[jax.Array], Any], loss_fn: LossFn, num_examples: int,
                batch_fn: Callable[[np.ndarray], Any], tcfg, seed: int, workdir: str | Path,
                mesh: jax.sharding.Mesh | None = None, optimizer: optax.GradientTransformation | None = None,
-               description: str = "", section: str = "train") -> TrainState:
+               description: str = "", batch_key: str = "train.batch_size") -> TrainState:
   """Trains `tcfg.epochs` epochs of `num_examples // tcfg.batch_size` steps with `fit`.
 
   Batches come from `pipeline.make_index_batches(num_examples, batch_size, seed, batch_fn)`; the
   optimizer defaults to AdamW with `tcfg.lr` and `tcfg.weight_decay`. Resumes from `workdir`.
-  `tcfg` also gives `checkpoint_every`, `log_every` and `progress`; `section` is its name in the config (errors
-  name `<section>.batch_size`).
+  `tcfg` also gives `checkpoint_every`, `log_every` and `progress`; `batch_key` is where the config sets the batch
+  size (what a too-small training set's error names).
 
   Returns:
     the final `TrainState` (device arrays; fetch what you need, e.g. `jax.device_get(state.params)`).
@@ -515,7 +515,7 @@ def fit_epochs(*, name: str, init_fn: Callable[[jax.Array], Any], loss_fn: LossF
   steps_per_epoch = num_examples // tcfg.batch_size
   if steps_per_epoch < 1:
     raise ValueError(f"{name}: the training set has {num_examples} examples, fewer than "
-                     f"{section}.batch_size={tcfg.batch_size}")
+                     f"{batch_key}={tcfg.batch_size}")
   num_steps = steps_per_epoch * tcfg.epochs
   state, _ = fit(
       init_fn=init_fn, loss_fn=loss_fn,

@@ -10,8 +10,8 @@ Choices the paper leaves open, stated where set: loss weights lambda_1..4 = 1, c
 codebooks or temperatures), view MLP width, the view <-> intent matching rule (vidjax.models.grdr).
 
 Deviations:
-  * Training schedule: `train.schedule = "tokenizer_first"` is the default, Algorithm 1 ("progressive", the
-    paper's progressive co-training) is kept and selectable. tokenizer_first trains the view MLPs alone against
+  * Training schedule: the dataset configs train Algorithm 1 (`train.schedule = "progressive"`, the paper's
+    progressive co-training); the embedded world (`world`) trains the project's "tokenizer_first". tokenizer_first trains the view MLPs alone against
     each video's query-cluster centres (`losses.view_set_alignment_loss`: every centre near some view, every
     view near some centre; the view <-> cluster matching is then the best permutation, `match_views`),
     fixes the IDs by k-means codebooks, and trains the retriever last on those IDs (the recipe of
@@ -67,7 +67,7 @@ def _train(**kw) -> ml_collections.ConfigDict:
       # "progressive": Algorithm 1 (the paper); "tokenizer_first": views aligned with the query-cluster centres,
       # codebooks by k-means then frozen, the retriever trained last (the module docstring says why the world
       # uses it). Its phases: view_* (over videos) and retriever_* (over queries).
-      schedule="tokenizer_first",
+      schedule="progressive",
       view_epochs=30, view_lr=1e-3, view_batch_size=256, use_weight=0.5,
       retriever_epochs=6, retriever_lr=1e-3,
       checkpoint_every=500, log_every=50, progress=True,
@@ -96,8 +96,25 @@ def get_config(dataset: str, arg: str | None = None) -> ml_collections.ConfigDic
       latency_queries=100,     # queries timed one at a time (batch 1, §4.1)
       compare_single_view=True,  # also train N_v = 1 (results "grdr_nv1")
   ))
-  c.data = ml_collections.ConfigDict(dict(features=""))  # real feature stores are not wired yet: use :world
-  return common.apply_variants(c, arg, {"world": world, "smoke": smoke}, f"configs/grdr_{dataset}.py")
+  protocol, split = PROTOCOLS[dataset]
+  c.data = ml_collections.ConfigDict(dict(
+      features="",            # a feature store (configs/prepare.py): `clip` per video, `text` per caption / paragraph
+      clip_kind="clip", text_kind="text",   # the text embeddings are the frozen query encoder (model.query_dim: their width)
+      annotations="",         # the test split's file (MSR-VTT: MSRVTT_JSFUSION_test.csv; DiDeMo test_data.json; ...)
+      video_list="",          # MSR-VTT: optional id list of the test videos
+      protocol=protocol, split=split,
+      train_annotations="",   # the training split's file: each caption is a pseudo query of its video (§4.3)
+      train_video_list="",    # MSR-VTT: the training id list (train_list_jsfusion.txt: the 9k)
+      train_split="train" if dataset == "msrvtt" else "",  # MSR-VTT's JSON marks "train" (an id list replaces it)
+      skip_missing=True,      # videos without features are skipped and counted (False: an error)
+  ))
+  return common.apply_variants(c, arg, {"world": world, "smoke": smoke, "tiny": tiny}, f"configs/grdr_{dataset}.py")
+
+
+# Test protocol (reader protocol, split) of each dataset (§4.1): MSR-VTT 1k-A and LSMDC per caption; DiDeMo and
+# ActivityNet Captions paragraph-to-video.
+PROTOCOLS = {"msrvtt": ("captions", ""), "didemo": ("paragraphs", ""), "activitynet": ("paragraphs", ""),
+             "lsmdc": ("captions", "")}
 
 
 def world(c: ml_collections.ConfigDict) -> None:
@@ -105,17 +122,24 @@ def world(c: ml_collections.ConfigDict) -> None:
   (d_model 128, 4 heads, d_ff 512, 2 decoder layers) with the frozen-feature query encoder, whose query vectors
   stand in for frozen all-MiniLM-L6-v2 sentence embeddings (query_encoder "minilm")."""
   c.world = ml_collections.ConfigDict(dict(num_videos=10_000, dim=128, train_queries=12, test_queries=1))
+  c.train.schedule = "tokenizer_first"  # the module docstring says why
   c.model = _model(latent_dim=128, hidden=256, query_dim=128,
                    t5=_t5(d_model=128, num_heads=4, d_kv=32, d_ff=512, encoder_layers=2, decoder_layers=2),
                    **(dict(num_views=1, num_codes=200) if c.dataset == "lsmdc" else {}))
 
 
 def smoke(c: ml_collections.ConfigDict) -> None:
-  """A tiny world, seconds on a CPU (tests); implies `world`."""
+  """A tiny world, seconds on a CPU (tests); implies `world` and `tiny`."""
   if "world" not in c:
     world(c)
   c.world.num_videos = 300
   c.world.train_queries = 6
+  tiny(c)
+
+
+def tiny(c: ml_collections.ConfigDict) -> None:
+  """A tiny model and schedule, seconds on a CPU, on any data: with `world` the smoke test; on a user's store the
+  real path's plumbing (model.query_dim: the store's text width)."""
   c.model.num_codes = 16
   c.model.num_layers = 2
   c.model.hidden = 32

@@ -1,8 +1,9 @@
 """GRDR: multi-view tokenizer + generative retriever (progressive co-training), trie recall, dense rerank.
 
 `run(config, workdir)`:
-  1. data: the embedded SYNTHETIC polysemous world (`vidjax.worlds.polysemous`, the `world` variant;
-     real feature stores are not wired for GRDR yet);
+  1. data: the embedded SYNTHETIC polysemous world (`vidjax.worlds.polysemous`, the `world` variant), or a user's
+     feature store and the dataset's release files (`methods.grdr.store_corpus`: training captions as pseudo
+     queries, the store's text embeddings as the frozen query encoder, the test split's queries);
   2. query intents: each training video's queries are clustered by k-means into N_v intents (§3.2);
   3. training, Algorithm 1: for m = 1..M an alignment phase (L_CL + [m > 1] L_HC) and, after a
      k-means initialisation of C^(m) on the residuals r^(m) of every training view, a co-training
@@ -29,7 +30,7 @@ import numpy as np
 from vidjax import evaluate, metrics
 from vidjax.experiments import common
 from vidjax.methods.grdr import (GRDR, GenerativeRecall, PseudoQueries, TrainingSet, build_model, checked_queries,
-                                 load_trained, make_recall, query_intents, train_grdr)
+                                 load_trained, make_recall, query_intents, store_corpus, train_grdr)
 from vidjax.retrieval import DenseIndex, TwoStage
 from vidjax.worlds.polysemous import PolysemousWorld, PolysemousWorldConfig, WorldQueries, make_polysemous_world
 
@@ -48,10 +49,13 @@ def validate(config) -> None:
                      "non-negative")
   if len(config.train.loss_weights) != 4:
     common.bad_value("train.loss_weights", config.train.loss_weights, "four weights (lambda_1..4)")
-  if config.data.features:
-    raise ValueError("grdr: real feature stores are not supported yet; run the embedded SYNTHETIC polysemous "
-                     f"world with --config configs/grdr_{config.dataset}.py:world")
   common.check_data_source(config, bool(config.data.features), f"configs/grdr_{config.dataset}.py")
+  if config.data.features:
+    for key in ("data.annotations", "data.train_annotations"):
+      if not common.get_key(config, key):
+        common.bad_value(key, "", "the test / training split's annotation file with data.features")
+  if config.model.num_codes < 2:
+    common.bad_value("model.num_codes", config.model.num_codes, "at least 2 codes per codebook")
   common.check_choice(config, "model.query_encoder", ("minilm", "t5"))
   common.check_choice(config, "train.schedule", ("progressive", "tokenizer_first"))
   if config.train.schedule == "tokenizer_first":
@@ -126,7 +130,10 @@ def recall_curve(found: np.ndarray, target: np.ndarray, budgets) -> list[float]:
 # ----------------------------------------------------------------------------------------------
 
 
-def world_of(config) -> PolysemousWorld:
+def world_of(config, workdir: Path | None = None):
+  """The run's corpus: the polysemous world (`world` variant) or a user's store (`methods.grdr.store_corpus`)."""
+  if "world" not in config:
+    return store_corpus(config, Path(workdir))
   w = config.world
   return make_polysemous_world(PolysemousWorldConfig(num_videos=w.num_videos, dim=w.dim, train_queries=w.train_queries,
                                                      test_queries=w.test_queries), seed=config.seed)
@@ -136,7 +143,8 @@ def trained_model(config, workdir: Path, world: PolysemousWorld, n_views: int, n
                   queries: PseudoQueries | None = None) -> tuple[GRDR, Any]:
   """GRDR with `n_views` views trained on the training videos' pseudo queries (default: the world's own) and
   restored from `workdir/models/name` when trained there before."""
-  q, video = checked_queries(queries or WorldQueries(world), world.train, config.model.query_dim)
+  q, video = checked_queries(queries or (world if callable(world) else WorldQueries(world)), world.train,
+                             config.model.query_dim)
   intent, valid = query_intents(q, video, len(world.train), n_views, config.seed)
   data = TrainingSet(world.features[world.train], q, video, intent, valid)
   model = build_model(config.model, world.features.shape[1], n_views)
@@ -147,10 +155,11 @@ def suite(config, workdir: str | Path) -> tuple[list[evaluate.Model], list[evalu
   """Dense cosine and GRDR (generative recall of `eval.candidates`, dense rerank) on the world's test queries
   over the whole corpus (`configs/evaluate_all.py`), the model read from the run's last checkpoint (nothing
   trains); queries and videos are keyed by row."""
-  world = world_of(config)
+  world = world_of(config, workdir)
   model = build_model(config.model, world.features.shape[1])
   params = load_trained(config.train, model.tokenizer.num_layers, Path(workdir) / "models" / "grdr")
-  space = f"the polysemous world (synthetic, seed {config.seed})"
+  space = (f"the polysemous world (synthetic, seed {config.seed})" if "world" in config else
+           f"the feature store {config.data.features}")
   dense = evaluate.dual_encoder("dense", space, lambda rows: world.test_queries[list(rows)],
                                 lambda rows: world.features[list(rows)])
 
@@ -166,14 +175,16 @@ def suite(config, workdir: str | Path) -> tuple[list[evaluate.Model], list[evalu
   grdr = evaluate.Model("grdr_rerank", space, {"gallery": generative},
                         {k: "GRDR is a recall stage over a corpus (R@K); fixed candidate pools leave it nothing to "
                             "recall" for k in evaluate.BENCHMARK_KINDS})
-  return [dense, grdr], [evaluate.Benchmark("R@K (polysemous)", "gallery", space,
+  name = "R@K (polysemous)" if "world" in config else f"R@K ({config.dataset})"
+  return [dense, grdr], [evaluate.Benchmark(name, "gallery", space,
                                             (np.arange(len(world.test_queries)), np.arange(len(world.video_ids)),
-                                             world.test_query_video))]
+                                             world.test_query_video), "world" in config or world.synthetic)]
 
 
 def run(config, workdir) -> dict:
   workdir = common.start_run(config, workdir, validate, RESUMABLE)
-  world = world_of(config)
+  world = world_of(config, workdir)
+  synthetic = "world" in config or world.synthetic
   mcfg = config.model
   variants = {"grdr": mcfg.num_views}
   if config.eval.compare_single_view and mcfg.num_views > 1:
@@ -195,13 +206,15 @@ def run(config, workdir) -> dict:
         results["codebook"] = metrics.codebook_health(codes, model.tokenizer.num_codes)
         results["index_bytes_per_video"] = {"grdr": recall.trie.nbytes / len(recall.trie),
                                             "dense_float32": 4 * world.features.shape[1]}
-  results = common.results_dict(config, dataset=config.dataset + " (synthetic polysemous world)", synthetic=True,
-                                metrics={s: results[s] for s in SETTINGS}, **results, **common.WORLD_PATH)
+  label = (" (synthetic polysemous world)" if "world" in config else " (synthetic rendered videos)" if synthetic else "")
+  results = common.results_dict(config, dataset=config.dataset + label, synthetic=synthetic,
+                                metrics={s: results[s] for s in SETTINGS}, **results,
+                                **(common.WORLD_PATH if "world" in config else world.path))
   tables = []
   for s in SETTINGS:
     rows = {m: {k: v[k] for k in KEYS + (("candidate_recall",) if m != "dense" else ())} for m, v in
             results[s].items()}
-    tables.append(evaluate.format_table(rows, f"{config.name} {s}", synthetic=True))
-  plot_candidate_recall(curves, workdir / "candidate_recall.png", True)
+    tables.append(evaluate.format_table(rows, f"{config.name} {s}", synthetic=synthetic))
+  plot_candidate_recall(curves, workdir / "candidate_recall.png", synthetic)
   common.write_results(workdir, results, tables)
   return results

@@ -247,7 +247,8 @@ def train_tokenizer_first(model: GRDR, params, data: TrainingSet, tcfg, workdir:
       name="grdr views", init_fn=lambda _: start, loss_fn=view_loss, num_examples=len(data.features),
       batch_fn=lambda idx: {"feature": data.features[idx], "centres": centres[idx], "valid": valid[idx]},
       tcfg=ml_collections.ConfigDict({**tcfg.to_dict(), "epochs": tcfg.view_epochs, "batch_size": tcfg.view_batch_size}),
-      seed=seed, workdir=workdir / "views", optimizer=only("tokenizer/encoder/.*", tcfg.view_lr))
+      seed=seed, workdir=workdir / "views", optimizer=only("tokenizer/encoder/.*", tcfg.view_lr),
+      batch_key="train.view_batch_size")
   params = jax.device_get(state.params)
   for layer in range(1, m_layers + 1):
     params = init_codebook(model, params, data.features, layer, seed + 1000 * layer, tcfg.kmeans_iters)
@@ -298,3 +299,66 @@ class _LogpFn:
 
   def __eq__(self, other):
     return isinstance(other, _LogpFn) and other.model == self.model
+
+
+# ----------------------------------------------------------------------------------------------
+# A user's corpus: a feature store and the dataset's release files (what the polysemous world stands in for).
+
+
+@dataclasses.dataclass
+class StoreCorpus:
+  """GRDR's corpus on a user's store, with the attributes the experiment reads from the world: `video_ids` [V]
+  (training videos, then test videos), `features` [V, d_v] (the store's clip embeddings), `train` / `test` (rows),
+  `test_queries` [Q, d_q] with `test_query_video` (rows), and the training captions as pseudo queries
+  (`train_queries`, `train_query_video`): a caption is one query of its video (§4.3's LLM queries, when a user
+  has them, plug in through `PseudoQueries`)."""
+  video_ids: np.ndarray
+  features: np.ndarray
+  train: np.ndarray
+  test: np.ndarray
+  test_queries: np.ndarray
+  test_query_video: np.ndarray
+  train_queries: np.ndarray
+  train_query_video: np.ndarray
+  path: dict  # results.json's path keys (`vidjax.methods.real.real_path`)
+  synthetic: bool
+
+  def __call__(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # PseudoQueries
+    position = {int(v): i for i, v in enumerate(rows)}
+    keep = np.asarray([int(v) in position for v in self.train_query_video])
+    return self.train_queries[keep], np.asarray([position[int(v)] for v in self.train_query_video[keep]], np.int64)
+
+
+def store_corpus(config, workdir: Path) -> StoreCorpus:
+  """The test split (`data.annotations`, its protocol) and the training split (`data.train_annotations`, one query
+  per caption) on the videos the store has (`data.skip_missing`); query vectors are the store's text embeddings
+  (the frozen query encoder: `model.query_dim` must be their width)."""
+  from vidjax.data.features import FeatureStore  # pylint: disable=g-import-not-at-top
+  from vidjax.data.retrieval import build_benchmark, embeddings, read_dataset  # pylint: disable=g-import-not-at-top
+  from vidjax.methods import real  # pylint: disable=g-import-not-at-top
+  d = config.data
+  store = FeatureStore(d.features)
+  real.check_store(workdir, store, (d.clip_kind, d.text_kind))
+  test = build_benchmark(read_dataset(config.dataset, d.annotations, d.video_list), protocol=d.protocol,
+                         split=d.split or None)
+  train_split = None if d.train_video_list else d.train_split or None
+  train_set = build_benchmark(read_dataset(config.dataset, d.train_annotations, d.train_video_list), protocol="captions",
+                              split=train_split)
+  kinds = [d.clip_kind]
+  kept_test, skipped = real.present_videos(config, store, kinds, test.corpus, "test videos")
+  kept_train, skipped_train = real.present_videos(config, store, kinds, train_set.corpus, "training videos")
+  test, train_set = test.restrict(kept_test), train_set.restrict(set(kept_train) - set(kept_test))
+  ids = list(train_set.corpus) + list(test.corpus)
+  row = {v: i for i, v in enumerate(ids)}
+  width = store.item_shape(d.text_kind)[-1]
+  if width != config.model.query_dim:
+    raise ValueError(f"model.query_dim={config.model.query_dim} but the store's {d.text_kind!r} embeddings (the frozen "
+                     f"query encoder) are {width}-d: set --config.model.query_dim={width}")
+  return StoreCorpus(
+      np.asarray(ids), embeddings(store, d.clip_kind, ids, "corpus videos"),
+      np.arange(len(train_set.corpus)), np.arange(len(train_set.corpus), len(ids)),
+      embeddings(store, d.text_kind, test.query_ids, "test queries"),
+      np.asarray([row[q.video_id] for q in test.queries], np.int64),
+      embeddings(store, d.text_kind, train_set.query_ids, "training queries"),
+      np.asarray([row[q.video_id] for q in train_set.queries], np.int64),
+      real.real_path(workdir, store, skipped + skipped_train), bool(store.metadata.get("synthetic", False)))

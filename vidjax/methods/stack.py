@@ -161,7 +161,7 @@ def train_reranker(config, workdir: Path, data: cast_method.CVRData, train_video
       name="rerank", init_fn=lambda rng: model.init(rng, example["text"], example["candidates"], example["prior"])["params"],
       loss_fn=loss_fn, num_examples=len(train_set["text"]), batch_fn=batch_fn, tcfg=rc, seed=config.seed,
       workdir=workdir / "train" / "rerank", mesh=mesh, description=f"{config.name}/rerank",
-      section="rerank")
+      batch_key="rerank.batch_size")
   return model, jax.device_get(state.params)
 
 
