@@ -101,7 +101,7 @@ def suite(config, workdir: str | Path) -> tuple[list[evaluate.Model], list[evalu
   w = common.read_results(workdir)["ensemble"]
   scorer = cast_scorers.EnsembleScorer(predictor_scorer(build_models(config, clips.dim)["cast"], params),
                                        w["w_v"], w["w_p"])
-  space = (f"the {config.dataset} procedural world (synthetic, seed {config.seed})" if data.synthetic else
+  space = (f"the {config.dataset} procedural world (synthetic, seed {config.seed})" if not config.data.annotations else
            f"{data.features.get('backbone') or 'stored'} features of {config.data.features or config.dataset}")
   no_history = "CAST scores a candidate from the query's visual history (CVR pools); this benchmark has none"
   cvr_of = lambda s: (lambda arrays: evaluate.evaluate_cvr(s, arrays, config.eval.chunk))  # noqa: E731
