@@ -139,12 +139,14 @@ def test_genstate_trains_on_the_users_triplets_and_evaluate_all_reads_them(real_
   _, corpus = real_path("corpus")
   assert results["counts"]["queries"] == len(json.loads(Path(corpus["genstate"]["test_annotations"]).read_text()))
   assert set(results["metrics"]) == {"zero_shot", "vidclip"} and (run / "models" / "vidclip").is_dir()
-  # evaluate_all compares the user's run on the user's benchmark: no rendered world appears.
+  # evaluate_all compares the users' runs on their own benchmarks: no rendered or procedural world appears.
   ea = load_config(ROOT / "configs/evaluate_all.py")
-  ea.workdirs = (str(run),)
+  ea.workdirs = (str(run), str(real_path("cast_youcook2")[0]))
   out = evaluate_all.run(ea, tmp_path / "ea")
   assert out["path"] == "real"
-  assert set(out["benchmarks"]) == {"GenState (test.json) [SYNTHETIC]", "R@K (test.json) [SYNTHETIC]"}
+  assert set(out["benchmarks"]) == {"GenState (test.json) [SYNTHETIC]", "R@K (test.json) [SYNTHETIC]",
+                                    "CVR (youcook2) [SYNTHETIC]"}
+  assert all("world" not in b["space"] for b in out["benchmarks"].values()), out["benchmarks"]
   assert not (tmp_path / "ea" / "runs").exists() and not (run / "world").exists()
   assert out["metrics"]["genstate_rendered/vidclip"]["GenState (test.json) [SYNTHETIC]"]["acc_tri"] == \
       results["metrics"]["vidclip"]["acc_tri"]
