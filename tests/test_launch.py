@@ -190,3 +190,25 @@ def test_setup_for_real_tars_the_working_tree(stub_bin, tmp_path):
 def test_bad_usage_is_one_clear_error(stub_bin, args, message):
   proc = launch(stub_bin, "--dry-run", *args, check=False)
   assert proc.returncode == 2 and message in proc.stderr and not proc.stdout
+
+
+def test_real_path_script_names_configs_and_keys_that_exist():
+  """launch/real_path.sh (README, "Real data"): valid bash, and every `--config X --config.key=...` it runs names
+  a config file and variant that load and keys that config has (the script itself runs in minutes, not in CI;
+  tests/test_real_path.py runs the same path per method)."""
+  import re  # pylint: disable=g-import-not-at-top
+  from vidjax.experiments.common import get_key, load_config  # pylint: disable=g-import-not-at-top
+  script = ROOT / "launch" / "real_path.sh"
+  assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
+  text = script.read_text().replace("\\\n", " ")
+  runs = re.findall(r"^\s*(?:run|prepare\(\) \{ run)\s+--config (\S+)(.*)$", text, re.M)
+  assert len(runs) >= 12, runs
+  specs = []
+  for spec, rest in runs:
+    spec = spec.replace("$PREP", "configs/prepare.py").replace("$V", ":smoke").replace("$T", ":tiny")
+    specs += [(spec.replace("$d", d), rest) for d in ("youcook2", "coin", "crosstask")] if "$d" in spec else [(spec, rest)]
+  for spec, rest in specs:
+    config = load_config(ROOT / spec)
+    for key in re.findall(r"--config\.([\w.]+)=", rest + " " + " ".join(re.findall(r'GRDR_FLAGS="([^"]*)"', text))
+                          if "grdr" in spec else rest):
+      get_key(config, key)  # raises on a key the config lacks
