@@ -9,7 +9,9 @@ from vidjax import io
 from vidjax.sharding import is_writer
 
 SKIP_FILE = "skipped_videos.txt"
+STORE_RECORD = "store.json"
 PREPARE = "python -m vidjax.main --config configs/prepare.py --config.dataset=DATASET"
+WORLD_PATH = {"path": "world", "skipped_videos": {"count": 0, "file": ""}}  # results.json's keys of a world run
 
 
 def present_videos(config, store, kinds: Sequence[str], ids: Sequence[str], what: str) -> tuple[list[str], list[str]]:
@@ -52,12 +54,6 @@ def store_benchmark(config, workdir: str | Path, store, bench, kinds: Sequence[s
   `present_videos`' rule, then `real_path`."""
   kept, skipped = present_videos(config, store, kinds, bench.corpus, "corpus videos")
   return bench.restrict(kept), real_path(workdir, store, skipped)
-
-
-WORLD_PATH = {"path": "world", "skipped_videos": {"count": 0, "file": ""}}
-
-
-STORE_RECORD = "store.json"
 
 
 def check_store(workdir: str | Path, store, kinds: Sequence[str]) -> None:
