@@ -19,6 +19,9 @@ import numpy as np
 import optax
 
 from vidjax import losses, ops, train
+from vidjax.data.features import FeatureStore
+from vidjax.data.retrieval import build_benchmark, embeddings, read_dataset
+from vidjax.methods import real
 from vidjax.models.grdr import GRDR, RetrieverConfig, TokenizerConfig, match_views
 from vidjax.models.t5 import T5Config
 from vidjax.retrieval import GenerativeRecall, SemanticIdTrie
@@ -333,9 +336,6 @@ def store_corpus(config, workdir: Path) -> StoreCorpus:
   """The test split (`data.annotations`, its protocol) and the training split (`data.train_annotations`, one query
   per caption) on the videos the store has (`data.skip_missing`); query vectors are the store's text embeddings
   (the frozen query encoder: `model.query_dim` must be their width)."""
-  from vidjax.data.features import FeatureStore  # pylint: disable=g-import-not-at-top
-  from vidjax.data.retrieval import build_benchmark, embeddings, read_dataset  # pylint: disable=g-import-not-at-top
-  from vidjax.methods import real  # pylint: disable=g-import-not-at-top
   d = config.data
   store = FeatureStore(d.features)
   real.check_store(workdir, store, (d.clip_kind, d.text_kind))

@@ -15,16 +15,22 @@ import ml_collections
 import numpy as np
 
 from vidjax import checkpoints, evaluate, io, losses, metrics, ops, train
+from vidjax.data import pipeline
+from vidjax.data.features import FeatureStore
 from vidjax.data.pipeline import FeatureTable
+from vidjax.defaults.vedje import FULL
 from vidjax.methods import cast as cast_method
 from vidjax.methods import extraction
 from vidjax.methods import grdr as grdr_method
+from vidjax.methods import vedje
 from vidjax.models import cast as cast_models
 from vidjax.models.pair import PairReranker
 from vidjax.ops import l2_normalize
 from vidjax.retrieval import DenseIndex, Stack, Stage
 from vidjax.scorers import cast as cast_scorers
 from vidjax.scorers.pair import PairScorer
+from vidjax.scorers.vedje import PairBatches, VedjeScorer
+from vidjax.tokenizers.wordpiece import WordPieceTokenizer
 
 RECALLS = ("dense", "grdr")
 
@@ -105,12 +111,6 @@ def vedje_stage(config, workdir: Path, data: cast_method.CVRData, train_videos, 
   positive; stage-1 neighbourhoods from the store's clip / text embeddings) through the one loop in
   `<workdir>/train/vedje`, the evaluation clips' caches indexed into `<workdir>/features`, and the rerank Stage over
   them. The stack's queries then carry `row`: each query's row in `query_texts` (its step caption)."""
-  from vidjax.data import pipeline  # pylint: disable=g-import-not-at-top
-  from vidjax.data.features import FeatureStore  # pylint: disable=g-import-not-at-top
-  from vidjax.defaults.vedje import FULL  # pylint: disable=g-import-not-at-top
-  from vidjax.methods import vedje  # pylint: disable=g-import-not-at-top
-  from vidjax.scorers.vedje import PairBatches, VedjeScorer  # pylint: disable=g-import-not-at-top
-  from vidjax.tokenizers.wordpiece import WordPieceTokenizer  # pylint: disable=g-import-not-at-top
   vc, store = config.vedje, data.store
   if store is None or vc.tokens_kind not in store.kinds():
     raise ValueError(f"stack.reranker='vedje' reads each clip's frame tokens (kind {vc.tokens_kind!r}): give a store "
