@@ -35,7 +35,8 @@ def test_grdr_phase_loss_equals_numpy(align):
   rng = np.random.default_rng(0)
   b, nv, d, k, m, dv = 6, 3, 5, 7, 2, 4
   out = {"h": rng.normal(size=(b, m, d)), "codebooks": rng.normal(size=(3, k, d)),
-         "view_codes": rng.integers(0, k, (b, m)), "view_residuals": rng.normal(size=(b, m, d)),
+         "view_codes": rng.integers(0, k, (b, m)), "hc_codes": rng.integers(0, k, (b, m - 1)),
+         "view_residuals": rng.normal(size=(b, m, d)),
          "view_z": _unit(rng.normal(size=(b, d))), "z": _unit(rng.normal(size=(b, nv, d))),
          "z_hat": rng.normal(size=(b, nv, d)), "reconstruction": rng.normal(size=(b, dv)),
          "tau_code": 0.3, "tau_align": 0.2}
@@ -43,8 +44,9 @@ def test_grdr_phase_loss_equals_numpy(align):
   weights = (0.5, 2.0, 1.5, 3.0)
   loss, terms = losses.grdr_loss({k_: jnp.asarray(v) for k_, v in out.items()}, jnp.asarray(feats), layer=m,
                                  align=align, weights=weights, beta=0.25)
-  books, codes = out["codebooks"], out["view_codes"]
-  hc = (_ce(out["h"][:, 0], books[0], codes[:, 0], 0.3) + _ce(out["view_residuals"][:, 0], books[0], codes[:, 0], 0.3))
+  books, codes, frozen = out["codebooks"], out["view_codes"], out["hc_codes"]
+  # L_HC's targets are the frozen earlier layers' codes, not the current ones
+  hc = (_ce(out["h"][:, 0], books[0], frozen[:, 0], 0.3) + _ce(out["view_residuals"][:, 0], books[0], frozen[:, 0], 0.3))
   if align:
     logits = _unit(out["h"].sum(1)) @ _unit(out["view_z"]).T / 0.2
     cl = -np.mean(np.diag(_log_softmax(logits)))
@@ -56,27 +58,48 @@ def test_grdr_phase_loss_equals_numpy(align):
     want = 0.5 * ce + 2.0 * hc + 1.5 * rq + 3.0 * rec
   np.testing.assert_allclose(float(loss), want, rtol=1e-5)
   np.testing.assert_allclose(float(terms["hc"]), hc, rtol=1e-5)
+  # Table 3's ablations drop a term
+  jout = {k_: jnp.asarray(v) for k_, v in out.items()}
+  no_hc, _ = losses.grdr_loss(jout, jnp.asarray(feats), layer=m, align=align, weights=weights, use_hc=False)
+  np.testing.assert_allclose(float(no_hc), want - (1.0 if align else 2.0) * hc, rtol=1e-5)
+  if align:
+    no_cl, _ = losses.grdr_loss(jout, jnp.asarray(feats), layer=m, align=True, use_cl=False)
+    np.testing.assert_allclose(float(no_cl), hc, rtol=1e-5)
+
+
+def test_fixed_id_loss_equals_numpy():
+  rng = np.random.default_rng(1)
+  b, m, d, k = 5, 3, 4, 6
+  h, books, codes = rng.normal(size=(b, m, d)), rng.normal(size=(m, k, d)), rng.integers(0, k, (b, m))
+  loss, terms = losses.fixed_id_loss(jnp.asarray(h), jnp.asarray(books), jnp.asarray(codes), 0.5)
+  want = [_ce(h[:, l], books[l], codes[:, l], 0.5) for l in range(m)]
+  np.testing.assert_allclose(float(loss), sum(want), rtol=1e-5)
+  np.testing.assert_allclose([float(terms[f"ce{l + 1}"]) for l in range(m)], want, rtol=1e-5)
+
+
+def test_hierarchical_kmeans_ids_are_tree_paths():
+  """T2VIndexer's IDs: one per video; a video shares its layer-l prefix with the videos of its cluster at every
+  level; an unseen video descends to the nearest centre at each level (checked against NumPy)."""
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=(200, 8)).astype(np.float32)
+  tree = GM.HierarchicalKMeans.fit(x, 4, 3, seed=0, iters=5)
+  codes = tree.codes(x)
+  assert codes.shape == (200, 1, 3) and codes.min() >= 0 and codes.max() < 4
+  assert len(np.unique(codes[:, 0], axis=0)) > 32  # the third level splits the 16 second-level nodes
+  new = rng.normal(size=(10, 8)).astype(np.float32)
+  unit = new / np.linalg.norm(new, axis=1, keepdims=True)
+  for v, got in zip(unit, tree.codes(new)[:, 0]):
+    path = ()
+    for level in range(3):
+      centres = tree.centres[path]
+      assert got[level] == int(np.argmax(centres @ v))
+      path += (int(got[level]),)
 
 
 def test_phases_follow_algorithm_1():
   t = ml_collections.ConfigDict(dict(first_align_epochs=3, align_epochs=1, cotrain_epochs=4))
   assert GM.phases(t, 3) == [(1, "align", 3), (1, "cotrain", 4), (2, "align", 1), (2, "cotrain", 4),
                             (3, "align", 1), (3, "cotrain", 4)]
-
-
-def test_progressive_schedule_runs_every_phase_of_algorithm_1(tmp_path):
-  """Algorithm 1 (train.schedule="progressive") end to end on the smoke world: one workdir per phase, and the
-  indexed IDs are valid codes."""
-  config = grdr_smoke_config()
-  config.train.schedule = "progressive"
-  G.validate(config)
-  world = G.world_of(config)
-  model, params = G.trained_model(config, tmp_path, world, 2, "p")
-  assert sorted(p.name for p in (tmp_path / "models" / "p").iterdir()) == [
-      "layer1_align", "layer1_cotrain", "layer2_align", "layer2_cotrain"]
-  codes = np.asarray(model.apply({"params": params}, world.features[:20], method=model.video_codes))
-  assert codes.shape == (20, 2, 2) and codes.min() >= 0 and codes.max() < config.model.num_codes
-  assert all(np.all(np.isfinite(x)) for x in jax.tree.leaves(params))
 
 
 def test_tokenizer_first_schedule_needs_views_in_the_query_space():
@@ -172,19 +195,64 @@ def smoke_run(smoke_runs):
 def test_grdr_smoke_run_writes_the_results_contract(smoke_run):
   workdir, results = smoke_run
   saved = json.loads((workdir / "results.json").read_text())
-  assert saved["synthetic"] is True
+  assert saved["synthetic"] is True and saved["path"] == "world"
+  keys = {"t2v_r1", "t2v_r5", "t2v_r10", "candidate_recall", "num_candidates", "latency_ms"}
   for setting in ("inductive", "full_corpus"):
-    assert set(saved[setting]) == {"dense", "grdr"}
-    for method in ("grdr",):
-      row = saved[setting][method]
-      assert {"t2v_r1", "t2v_r5", "t2v_r10", "candidate_recall", "num_candidates", "latency_ms"} <= set(row)
-      assert set(row["latency_ms"]) >= {"encode", "decode", "id_to_video", "rerank"}
-      assert 0 < row["num_candidates"] <= 10 and row["t2v_r1"] <= row["candidate_recall"]
+    assert set(saved["metrics"][setting]) == {"dense", "tiger", "t2vindexer", "grdr_paper", "grdr"}
+    assert saved["metrics"][setting] == saved[setting]
+    for method, row in saved["metrics"][setting].items():
+      assert keys <= set(row), method
+      assert row["t2v_r1"] <= row["t2v_r5"] <= row["t2v_r10"] <= 100
+      if method != "dense":
+        assert set(row["latency_ms"]) >= {"encode", "decode", "id_to_video", "rerank"}
+        assert 0 < row["num_candidates"] <= 10 and row["t2v_r1"] <= row["candidate_recall"]
+    table3 = saved["ablations"]["table3"][setting]
+    assert set(table3) == {"grdr_paper", "wo_multiview_tokenizer", "wo_unified_cotraining", "wo_hc", "wo_cl"}
+    assert table3["grdr_paper"] == saved["metrics"][setting]["grdr_paper"]
+    assert all(keys <= set(row) for row in table3.values())
   assert len(saved["codebook"]["layers"]) == 2 and "colliding_ids" in saved["codebook"]
-  assert saved["index_bytes_per_video"]["grdr"] < saved["index_bytes_per_video"]["dense_float32"]
+  size = saved["index_bytes_per_video"]
+  assert size["grdr_ids_int16"] == 2 * 4 * 2 and size["video_float32"] == 4 * 128
+  assert size["frame_float32"] == 12 * size["video_float32"] and size["grdr"] < size["video_float32"]
   assert (workdir / "candidate_recall.png").stat().st_size > 0
-  # The default schedule (tokenizer_first): views, then frozen IDs, then the retriever, each checkpointed.
-  assert sorted(p.name for p in (workdir / "models" / "grdr").iterdir()) == ["retriever", "views"]
+  # The world's schedule (tokenizer_first): views, then frozen IDs, then the retriever, each checkpointed; the
+  # baselines: TIGER's RQ-VAE then its retriever, T2VIndexer's retriever on k-means IDs (nothing to checkpoint).
+  models = workdir / "models"
+  assert sorted(p.name for p in (models / "grdr").iterdir()) == ["retriever", "views"]
+  assert sorted(p.name for p in (models / "tiger").iterdir()) == ["retriever", "rqvae"]
+  assert sorted(p.name for p in (models / "t2vindexer").iterdir()) == ["retriever"]
+  assert sorted(p.name for p in (models / "table3" / "wo_unified_cotraining").iterdir())[-1] == "retriever"
+  # w/o L_CL: Algorithm 1 without the first layer's alignment phase (it would have nothing to train)
+  assert sorted(p.name for p in (models / "table3" / "wo_cl").iterdir()) == [
+      "layer1_cotrain", "layer2_align", "layer2_cotrain"]
+
+
+def test_algorithm_1_phases_in_order_earlier_codebooks_frozen_codes_stable_under_hc(smoke_run):
+  """Algorithm 1 as the smoke run trained it (`grdr_paper`, and Table 3's run without L_HC): one workdir per phase,
+  run in Algorithm 1's order; C^(1) does not move after its co-training phase; under L_HC the layer-1 codes of the
+  training videos stay as layer 1 left them (and at least as stable as without L_HC); the IDs are valid codes."""
+  from vidjax import train
+  workdir, _ = smoke_run
+  config = grdr_smoke_config()
+  world = G.world_of(config)
+  order = ["layer1_align", "layer1_cotrain", "layer2_align", "layer2_cotrain"]
+  stable = {}
+  for name in ("grdr_paper", "table3/wo_hc"):
+    root = workdir / "models" / name
+    assert sorted(p.name for p in root.iterdir()) == order
+    finished = [max(f.stat().st_mtime_ns for f in (root / phase).rglob("*") if f.is_file()) for phase in order]
+    assert finished == sorted(finished), (name, finished)
+    params = {phase: train.load_params(root / phase) for phase in order}
+    model = GM.recipe_model(config, GM.Recipe("progressive", config.model.num_views), world.features.shape[1])
+    book = lambda phase: params[phase]["tokenizer"]["codebook_0"]  # noqa: E731
+    np.testing.assert_array_equal(book("layer1_cotrain"), book("layer2_align"))
+    np.testing.assert_array_equal(book("layer1_cotrain"), book("layer2_cotrain"))
+    features = world.features[world.train]
+    first = GM.video_codes(model, params["layer1_cotrain"], features, 1)
+    last = GM.video_codes(model, params["layer2_cotrain"], features)
+    assert last.min() >= 0 and last.max() < config.model.num_codes
+    stable[name] = float(np.mean(first[..., 0] == last[..., 0]))
+  assert stable["grdr_paper"] >= 0.98 and stable["grdr_paper"] >= stable["table3/wo_hc"], stable
 
 
 def test_grdr_rerun_resumes_every_phase_to_the_same_results(smoke_run):
@@ -195,9 +263,10 @@ def test_grdr_rerun_resumes_every_phase_to_the_same_results(smoke_run):
   assert strip(again) == strip(results)
 
 
-def test_grdr_killed_at_a_phase_boundary_resumes_to_the_same_results(smoke_run, tmp_path):
-  """SIGKILL as the views phase hands over to the retriever phase, then a rerun: results.json equals the
-  uninterrupted smoke run's (latencies aside)."""
+def test_grdr_killed_mid_phase_resumes_into_that_phase_and_the_same_results(smoke_run, tmp_path):
+  """SIGKILL in the middle of Algorithm 1's layer-1 co-training phase (checkpoints every 2 steps), then a rerun:
+  it resumes that phase from its last checkpoint, and its results equal the uninterrupted smoke run's Algorithm 1
+  row (`grdr_paper`; latencies aside)."""
   import os
   import signal
   import subprocess
@@ -206,21 +275,33 @@ def test_grdr_killed_at_a_phase_boundary_resumes_to_the_same_results(smoke_run, 
   _, reference = smoke_run
   workdir = tmp_path / "run"
   cmd = [sys.executable, "-m", "vidjax.main", "--config", "configs/grdr_msrvtt.py:smoke",
-         "--config.eval.compare_single_view=False", "--workdir", str(workdir)]
+         "--config.train.schedule=progressive", "--config.train.checkpoint_every=2", "--config.train.log_every=1",
+         "--config.eval.compare_single_view=False", "--config.eval.baselines=False", "--config.eval.table3=False",
+         "--workdir", str(workdir)]
   root = Path(__file__).resolve().parents[1]
+  phase = workdir / "models" / "grdr" / "layer1_cotrain"
   proc = subprocess.Popen(cmd, cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
   deadline = time.time() + 600
-  while not (workdir / "models" / "grdr" / "retriever").exists() and proc.poll() is None and time.time() < deadline:
-    time.sleep(0.02)
+  steps = lambda: sorted(int(p.name) for p in (phase / "checkpoints").glob("[0-9]*") if p.name.isdigit())  # noqa: E731
+  while len(steps()) < 2 and proc.poll() is None and time.time() < deadline:
+    time.sleep(0.01)
   os.kill(proc.pid, signal.SIGKILL)
   assert proc.wait() == -signal.SIGKILL, proc.stderr.read()[-2000:]
-  assert not (workdir / "results.json").exists()
+  killed_at = max(steps())
+  before = [line for line in (phase / "metrics.jsonl").read_text().splitlines()
+            if line.endswith("}") and json.loads(line)["step"] <= killed_at]
+  assert not (workdir / "models" / "grdr" / "layer2_align").exists() and not (workdir / "results.json").exists()
   again = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=900)
   assert again.returncode == 0, again.stderr[-2000:]
+  # Resumed into the phase, not from its start: the steps logged before the kill are kept as they were (a rerun of
+  # them would log other throughputs), then the phase goes on to its end.
+  after = (phase / "metrics.jsonl").read_text().splitlines()
+  assert 0 < killed_at and len(before) == killed_at and after[:killed_at] == before
+  assert json.loads(after[-1])["step"] > killed_at
   resumed = json.loads((workdir / "results.json").read_text())
-  strip = lambda r: {s: {m: {k: v for k, v in row.items() if k != "latency_ms"} for m, row in r[s].items()}  # noqa: E731
-                     for s in ("inductive", "full_corpus")}
-  assert strip(resumed) == strip(json.loads(json.dumps(reference)))
+  strip = lambda row: {k: v for k, v in row.items() if k != "latency_ms"}  # noqa: E731
+  for s in ("inductive", "full_corpus"):
+    assert strip(resumed["metrics"][s]["grdr"]) == strip(json.loads(json.dumps(reference))["metrics"][s]["grdr_paper"])
 
 
 def test_grdr_model_shapes_and_code_distribution():

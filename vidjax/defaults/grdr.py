@@ -68,8 +68,11 @@ def _train(**kw) -> ml_collections.ConfigDict:
       # codebooks by k-means then frozen, the retriever trained last (the module docstring says why the world
       # uses it). Its phases: view_* (over videos) and retriever_* (over queries).
       schedule="progressive",
+      # tokenizer_first's views phase, and TIGER's RQ-VAE (over videos):
       view_epochs=30, view_lr=1e-3, view_batch_size=256, use_weight=0.5,
-      retriever_epochs=6, retriever_lr=1e-3,
+      # a retriever trained alone on fixed IDs (tokenizer_first, Table 3's two-stage row, TIGER, T2VIndexer): as many
+      # epochs over the queries as Algorithm 1's M co-training phases, at the paper's lr
+      retriever_epochs=12, retriever_lr=1e-4,
       checkpoint_every=500, log_every=50, progress=True,
   )
   base.update(kw)
@@ -95,7 +98,12 @@ def get_config(dataset: str, arg: str | None = None) -> ml_collections.ConfigDic
       candidates=150,          # at most this many de-duplicated videos go to the reranker
       latency_queries=100,     # queries timed one at a time (batch 1, §4.1)
       compare_single_view=True,  # also train N_v = 1 (results "grdr_nv1")
+      baselines=True,          # Tables 1-2: TIGER (RQ-VAE IDs) and T2VIndexer (hierarchical k-means IDs), `baselines`
+      table3=True,             # Table 3: Algorithm 1 without the multi-view tokenizer / unified co-training / L_HC / L_CL
+      index_frames=12,         # Figure 4's frame-level index: frames per video kept (X-Pool's 12, the paper's reranker)
   ))
+  # §4.2: "We configure all baseline methods with 4 codebook layers of size 256"
+  c.baselines = ml_collections.ConfigDict(dict(num_layers=4, num_codes=256))
   protocol, split = PROTOCOLS[dataset]
   c.data = ml_collections.ConfigDict(dict(
       features="",            # a feature store (configs/prepare.py): `clip` per video, `text` per caption / paragraph
@@ -108,7 +116,8 @@ def get_config(dataset: str, arg: str | None = None) -> ml_collections.ConfigDic
       train_split="train" if dataset == "msrvtt" else "",  # MSR-VTT's JSON marks "train" (an id list replaces it)
       skip_missing=True,      # videos without features are skipped and counted (False: an error)
   ))
-  return common.apply_variants(c, arg, {"world": world, "smoke": smoke, "tiny": tiny}, f"configs/grdr_{dataset}.py")
+  return common.apply_variants(c, arg, {"world": world, "smoke": smoke, "tiny": tiny, "sweep": sweep},
+                               f"configs/grdr_{dataset}.py")
 
 
 # Test protocol (reader protocol, split) of each dataset (§4.1): MSR-VTT 1k-A and LSMDC per caption; DiDeMo and
@@ -123,6 +132,7 @@ def world(c: ml_collections.ConfigDict) -> None:
   stand in for frozen all-MiniLM-L6-v2 sentence embeddings (query_encoder "minilm")."""
   c.world = ml_collections.ConfigDict(dict(num_videos=10_000, dim=128, train_queries=12, test_queries=1))
   c.train.schedule = "tokenizer_first"  # the module docstring says why
+  c.train.update(retriever_epochs=6, retriever_lr=1e-3)  # the world's random-init retriever (module docstring)
   c.model = _model(latent_dim=128, hidden=256, query_dim=128,
                    t5=_t5(d_model=128, num_heads=4, d_kv=32, d_ff=512, encoder_layers=2, decoder_layers=2),
                    **(dict(num_views=1, num_codes=200) if c.dataset == "lsmdc" else {}))
@@ -135,6 +145,16 @@ def smoke(c: ml_collections.ConfigDict) -> None:
   c.world.num_videos = 300
   c.world.train_queries = 6
   tiny(c)
+
+
+def sweep(c: ml_collections.ConfigDict) -> None:
+  """Figure 7's sensitivity sweep on the inductive pool (sweep.json rows, sweep.png, a table per axis): one model per
+  N_v and per codebook size K (the config's schedule), and the main model at each beam width (as many candidates
+  as beams). Adds to whatever else the config is (`world:sweep` on the embedded world)."""
+  c.sweep = ml_collections.ConfigDict(dict(num_views=(1, 2, 4, 6), num_codes=(64, 128, 256),
+                                           beam_width=(20, 50, 100, 150, 200)))
+  if c.train.batch_size <= 64:  # with tiny: a small sweep
+    c.sweep.update(num_views=(1, 2), num_codes=(8, 16), beam_width=(4, 8))
 
 
 def tiny(c: ml_collections.ConfigDict) -> None:
@@ -150,4 +170,7 @@ def tiny(c: ml_collections.ConfigDict) -> None:
   c.train.update(first_align_epochs=1, align_epochs=1, cotrain_epochs=1, kmeans_iters=5,
                  view_epochs=2, view_batch_size=64, retriever_epochs=1)
   c.eval.update(beam_width=8, candidates=10, latency_queries=3)
+  c.baselines.update(num_layers=2, num_codes=16)
   c.train.progress = False
+  if "sweep" in c:
+    c.sweep.update(num_views=(1, 2), num_codes=(8, 16), beam_width=(4, 8))

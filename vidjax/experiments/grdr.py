@@ -25,12 +25,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+import ml_collections
 import numpy as np
 
 from vidjax import evaluate, metrics
 from vidjax.experiments import common
-from vidjax.methods.grdr import (GRDR, GenerativeRecall, PseudoQueries, TrainingSet, build_model, checked_queries,
-                                 load_trained, make_recall, query_intents, store_corpus, train_grdr)
+from vidjax.methods.grdr import (GRDR, GenerativeRecall, PseudoQueries, Recipe, TrainingSet, check_budget,
+                                 checked_queries, id_coder, load_trained, make_recall, query_intents, recipe_model,
+                                 recipes, store_corpus, train_grdr)
 from vidjax.retrieval import DenseIndex, TwoStage
 from vidjax.worlds.polysemous import PolysemousWorld, PolysemousWorldConfig, WorldQueries, make_polysemous_world
 
@@ -84,7 +86,8 @@ def evaluate_setting(world: PolysemousWorld, recall: GenerativeRecall, ecfg) -> 
   result = stack.search(queries, k=min(10, ecfg.candidates))
   found = result.recall_ids  # every candidate: k_recall is the candidate limit
   out = {**_recall(result.ids, target), "candidate_recall": 100.0 * float(np.mean((found == target[:, None]).any(1))),
-         "num_candidates": float(np.mean(np.sum(found != "", axis=1)))}
+         "num_candidates": float(np.mean(np.sum(found != "", axis=1))),
+         "index_bytes_per_video": recall.trie.nbytes / len(recall.trie)}
   single = TwoStage(recall, k_recall=ecfg.candidates, reranker=evaluate.CosineScorer(), query_batch=1)
   single.search(queries[:1], k=1)  # compile
   recall.reset_latency()
@@ -94,11 +97,18 @@ def evaluate_setting(world: PolysemousWorld, recall: GenerativeRecall, ecfg) -> 
 
 
 def dense_setting(world: PolysemousWorld, pool: np.ndarray, ecfg) -> dict:
+  """Exact dense retrieval over the pool's video embeddings (the reranker alone: Table 1's ceiling row); its
+  candidate recall is R@`eval.candidates`, the GR rows' budget."""
   index = DenseIndex(world.video_ids[pool], world.features[pool])
   target = world.video_ids[world.test_query_video]
-  ids = np.asarray(index.retrieve(world.test_queries, min(100, len(pool)))[0])
+  budget = min(max(100, ecfg.candidates), len(pool))
+  ids = np.asarray(index.retrieve(world.test_queries, budget)[0])
+  hit = ids == target[:, None]
   # R@100 over a pool of fewer than 100 videos is recall over all of them
-  out = {**_recall(ids[:, :10], target), "t2v_r100": _recall(ids, target, (ids.shape[1],))[f"t2v_r{ids.shape[1]}"]}
+  out = {**_recall(ids[:, :10], target), "t2v_r100": 100.0 * float(np.mean(hit[:, :100].any(1))),
+         "candidate_recall": 100.0 * float(np.mean(hit[:, :ecfg.candidates].any(1))),
+         "num_candidates": float(min(ecfg.candidates, len(pool))),
+         "index_bytes_per_video": 4.0 * world.features.shape[1]}
   n = min(ecfg.latency_queries, len(target))
   index.retrieve(world.test_queries[:1], 10)
   t = time.perf_counter()
@@ -117,7 +127,22 @@ def plot_candidate_recall(curves: dict, path: Path, synthetic: bool) -> Path:
   ax.set_xlabel("candidate videos per query")
   ax.set_ylabel("candidate recall (%)")
   ax.set_title("GRDR recall (inductive)" + (" [SYNTHETIC]" if synthetic else ""))
-  ax.legend()
+  ax.legend(fontsize=7)
+  return common.save_figure(fig, path)
+
+
+def plot_sweep(sweep: dict, path: Path, synthetic: bool) -> Path:
+  """Figure 7's sensitivity panels: candidate recall and R@1 (inductive) against N_v, K and the beam width."""
+  plt = common.pyplot()
+  fig, axes = plt.subplots(1, len(sweep), figsize=(4 * len(sweep), 3.2), squeeze=False)
+  for ax, (axis, rows) in zip(axes[0], sweep.items()):
+    xs = [float(x) for x in rows]
+    for key, label in (("candidate_recall", "candidate recall"), ("t2v_r1", "R@1")):
+      ax.plot(xs, [r[key] for r in rows.values()], marker="o", label=label)
+    ax.set_xlabel(axis)
+    ax.set_ylabel("%")
+    ax.legend(fontsize=7)
+  fig.suptitle("GRDR sensitivity (inductive)" + (" [SYNTHETIC]" if synthetic else ""))
   return common.save_figure(fig, path)
 
 
@@ -139,16 +164,30 @@ def world_of(config, workdir: Path | None = None):
                                                      test_queries=w.test_queries), seed=config.seed)
 
 
-def trained_model(config, workdir: Path, world: PolysemousWorld, n_views: int, name: str,
-                  queries: PseudoQueries | None = None) -> tuple[GRDR, Any]:
-  """GRDR with `n_views` views trained on the training videos' pseudo queries (default: the world's own) and
-  restored from `workdir/models/name` when trained there before."""
+def training_set(config, world, n_views: int, queries: PseudoQueries | None = None) -> TrainingSet:
+  """The training videos and their pseudo queries (default: the world's own), clustered into `n_views` intents."""
   q, video = checked_queries(queries or (world if callable(world) else WorldQueries(world)), world.train,
                              config.model.query_dim)
   intent, valid = query_intents(q, video, len(world.train), n_views, config.seed)
-  data = TrainingSet(world.features[world.train], q, video, intent, valid)
-  model = build_model(config.model, world.features.shape[1], n_views)
-  return model, train_grdr(model, data, config.train, workdir / "models" / name, config.seed)
+  return TrainingSet(world.features[world.train], q, video, intent, valid)
+
+
+def trained_row(config, workdir: Path, world, recipe: Recipe, name: str, train: bool = True):
+  """(model, params, id coder) of `recipe` trained on the training videos, in `workdir/models/name` (restored when
+  trained there before; `train=False` only restores)."""
+  model = recipe_model(config, recipe, world.features.shape[1])
+  data = training_set(config, world, recipe.num_views)
+  if train:
+    params = train_grdr(model, data, config.train, workdir / "models" / name, config.seed, recipe)
+  else:
+    params = load_trained(config.train, model.tokenizer.num_layers, workdir / "models" / name, recipe)
+  return model, params, id_coder(model, params, recipe, data.features, config.train, config.seed)
+
+
+def trained_model(config, workdir: Path, world: PolysemousWorld, n_views: int, name: str) -> tuple[GRDR, Any]:
+  """GRDR with `n_views` views and the config's schedule, trained (or restored) in `workdir/models/name`."""
+  model, params, _ = trained_row(config, workdir, world, Recipe(config.train.schedule, n_views), name)
+  return model, params
 
 
 def suite(config, workdir: str | Path) -> tuple[list[evaluate.Model], list[evaluate.Benchmark]]:
@@ -156,8 +195,7 @@ def suite(config, workdir: str | Path) -> tuple[list[evaluate.Model], list[evalu
   over the whole corpus (`configs/evaluate_all.py`), the model read from the run's last checkpoint (nothing
   trains); queries and videos are keyed by row."""
   world = world_of(config, workdir)
-  model = build_model(config.model, world.features.shape[1])
-  params = load_trained(config.train, model.tokenizer.num_layers, Path(workdir) / "models" / "grdr")
+  model, params, coder = trained_row(config, Path(workdir), world, recipes(config)["grdr"], "grdr", train=False)
   space = (f"the polysemous world (synthetic, seed {config.seed})" if "world" in config else
            f"the feature store {config.data.features}")
   dense = evaluate.dual_encoder("dense", space, lambda rows: world.test_queries[list(rows)],
@@ -166,7 +204,8 @@ def suite(config, workdir: str | Path) -> tuple[list[evaluate.Model], list[evalu
   def generative(data):
     queries, videos, relevant = data
     pool = np.asarray(videos, np.int64)
-    recall, _ = make_recall(model, params, world.features[pool], world.video_ids[pool], config.eval)
+    recall, _ = make_recall(model, params, world.features[pool], world.video_ids[pool], config.eval,
+                            coder(world.features[pool]))
     stack = TwoStage(recall, k_recall=config.eval.candidates, reranker=evaluate.CosineScorer())
     found = stack.search(world.test_queries[np.asarray(queries, np.int64)], k=min(10, config.eval.candidates)).ids
     target = world.video_ids[pool][np.asarray(relevant)]
@@ -181,40 +220,91 @@ def suite(config, workdir: str | Path) -> tuple[list[evaluate.Model], list[evalu
                                              world.test_query_video), "world" in config or world.synthetic)]
 
 
+def evaluate_row(config, world, model, params, coder, pools, ecfg=None, settings=SETTINGS):
+  """{setting: row metrics}, the recall of each setting's pool, and the inductive recalled ids."""
+  out, found = {}, None
+  for s in settings:
+    recall, _ = make_recall(model, params, world.features[pools[s]], world.video_ids[pools[s]], ecfg or config.eval,
+                            coder(world.features[pools[s]]))
+    out[s], f = evaluate_setting(world, recall, ecfg or config.eval)
+    if s == "inductive":
+      found = f
+  return out, recall, found
+
+
+def sweep_rows(config, workdir: Path, world, pools, trained: dict) -> dict:
+  """Figure 7 on the inductive pool: a model per N_v and per K (the config's schedule) and the main model's beam
+  widths (at most as many candidates as beams)."""
+  sw, schedule, n = config.sweep, config.train.schedule, config.model.num_views
+  out = {"num_views": {}, "num_codes": {}, "beam_width": {}}
+  for axis, values, recipe_of in (("num_views", sw.num_views, lambda v: Recipe(schedule, v)),
+                                  ("num_codes", sw.num_codes, lambda v: Recipe(schedule, n, num_codes=v))):
+    for v in values:
+      recipe = recipe_of(int(v))
+      if recipe not in trained:
+        trained[recipe] = trained_row(config, workdir, world, recipe, f"sweep/{axis}{v}")
+      out[axis][str(v)] = evaluate_row(config, world, *trained[recipe], pools, settings=("inductive",))[0]["inductive"]
+  main = trained[Recipe(schedule, n)]
+  for w in sw.beam_width:
+    ecfg = ml_collections.ConfigDict({**config.eval.to_dict(), "beam_width": int(w), "candidates": int(w)})
+    out["beam_width"][str(w)] = evaluate_row(config, world, *main, pools, ecfg, ("inductive",))[0]["inductive"]
+  return out
+
+
 def run(config, workdir) -> dict:
   workdir = common.start_run(config, workdir, validate, RESUMABLE)
   world = world_of(config, workdir)
   synthetic = "world" in config or world.synthetic
-  mcfg = config.model
-  variants = {"grdr": mcfg.num_views}
-  if config.eval.compare_single_view and mcfg.num_views > 1:
-    variants["grdr_nv1"] = 1
-  results = {"seed": config.seed}
+  check_budget(config, world)
   pools = {"inductive": world.test, "full_corpus": np.arange(len(world.video_ids))}
-  for s in SETTINGS:
-    results[s] = {"dense": dense_setting(world, pools[s], config.eval)}
+  table = {s: {"dense": dense_setting(world, pools[s], config.eval)} for s in SETTINGS}
+  trained, evaluated, results = {}, {}, {"seed": config.seed}
   curves, budgets = {}, list(range(10, config.eval.candidates + 1, 10)) or [config.eval.candidates]
-  for name, n_views in variants.items():
-    model, params = trained_model(config, workdir, world, n_views, name)
+  target = world.video_ids[world.test_query_video]
+  for name, recipe in recipes(config).items():
+    if recipe not in trained:  # equal recipes (grdr = grdr_paper when the config trains Algorithm 1) train once
+      trained[recipe] = trained_row(config, workdir, world, recipe, name)
+      evaluated[recipe] = evaluate_row(config, world, *trained[recipe], pools)
+      rows, recall, found = evaluated[recipe]
+      curves[f"{name} (N_v={recipe.num_views})"] = (budgets, recall_curve(found, target, budgets))
+    rows, recall, _ = evaluated[recipe]
     for s in SETTINGS:
-      recall, codes = make_recall(model, params, world.features[pools[s]], world.video_ids[pools[s]], config.eval)
-      results[s][name], found = evaluate_setting(world, recall, config.eval)
-      if s == "inductive":
-        target = world.video_ids[world.test_query_video]
-        curves[f"{name} (N_v={n_views})"] = (budgets, recall_curve(found, target, budgets))
-      if name == "grdr" and s == "full_corpus":  # every video's IDs
-        results["codebook"] = metrics.codebook_health(codes, model.tokenizer.num_codes)
-        results["index_bytes_per_video"] = {"grdr": recall.trie.nbytes / len(recall.trie),
-                                            "dense_float32": 4 * world.features.shape[1]}
+      table[s][name] = rows[s]
+    if name == "grdr":  # every video's IDs (the full-corpus recall's)
+      model = trained[recipe][0]
+      results["codebook"] = metrics.codebook_health(trained[recipe][2](world.features), model.tokenizer.num_codes)
+      results["index_bytes_per_video"] = {
+          "grdr": recall.trie.nbytes / len(recall.trie),  # the trie and the ID -> video map
+          "grdr_ids_int16": 2.0 * model.tokenizer.num_views * model.tokenizer.num_layers,
+          "video_float32": 4.0 * world.features.shape[1],
+          "frame_float32": 4.0 * world.features.shape[1] * config.eval.index_frames}
+  ablations = {s: {k.split("/", 1)[1]: v for k, v in table[s].items() if k.startswith("table3/")} for s in SETTINGS}
+  for s in SETTINGS:
+    table[s] = {k: v for k, v in table[s].items() if not k.startswith("table3/")}
+    if ablations[s]:
+      ablations[s] = {"grdr_paper": table[s]["grdr_paper"], **ablations[s]}
+  if "sweep" in config:
+    results["sweep"] = sweep_rows(config, workdir, world, pools, trained)
   label = (" (synthetic polysemous world)" if "world" in config else " (synthetic rendered videos)" if synthetic else "")
-  results = common.results_dict(config, dataset=config.dataset + label, synthetic=synthetic,
-                                metrics={s: results[s] for s in SETTINGS}, **results,
+  results = common.results_dict(config, dataset=config.dataset + label, synthetic=synthetic, metrics=table,
+                                ablations={"table3": ablations if config.eval.table3 else {}},
+                                **{s: table[s] for s in SETTINGS}, **results,
                                 **(common.WORLD_PATH if "world" in config else world.path))
   tables = []
   for s in SETTINGS:
-    rows = {m: {k: v[k] for k in KEYS + (("candidate_recall",) if m != "dense" else ())} for m, v in
-            results[s].items()}
-    tables.append(evaluate.format_table(rows, f"{config.name} {s}", synthetic=synthetic))
+    cols = KEYS + ("candidate_recall", "num_candidates")
+    tables.append(evaluate.format_table({m: {k: v[k] for k in cols} for m, v in table[s].items()},
+                                        f"{config.name} {s}", synthetic=synthetic))
+    if config.eval.table3:
+      tables.append(evaluate.format_table({m: {k: v[k] for k in cols} for m, v in ablations[s].items()},
+                                          f"{config.name} {s}: Table 3 ablations", synthetic=synthetic))
+  for axis, rows in results.get("sweep", {}).items():
+    tables.append(evaluate.format_table({f"{axis}={v}": {k: r[k] for k in ("t2v_r1", "candidate_recall",
+                                                                              "num_candidates")}
+                                         for v, r in rows.items()}, f"{config.name} sweep: {axis} (inductive)",
+                                        synthetic=synthetic))
   plot_candidate_recall(curves, workdir / "candidate_recall.png", synthetic)
+  if "sweep" in results:
+    plot_sweep(results["sweep"], workdir / "sweep.png", synthetic)
   common.write_results(workdir, results, tables)
   return results

@@ -27,11 +27,13 @@ from vidjax.models.t5 import T5Config
 from vidjax.retrieval import GenerativeRecall, SemanticIdTrie
 
 
-def build_model(mcfg, feature_dim: int, num_views: int | None = None) -> GRDR:
-  """The GRDR module of a model config section (`config.model`)."""
+def build_model(mcfg, feature_dim: int, num_views: int | None = None, num_layers: int | None = None,
+                num_codes: int | None = None) -> GRDR:
+  """The GRDR module of a model config section (`config.model`), N_v / M / K overridable."""
   t5 = T5Config(vocab_size=0, **mcfg.t5.to_dict())
   tok = TokenizerConfig(feature_dim=feature_dim, latent_dim=mcfg.latent_dim, hidden=mcfg.hidden,
-                        num_views=num_views or mcfg.num_views, num_layers=mcfg.num_layers, num_codes=mcfg.num_codes)
+                        num_views=num_views or mcfg.num_views, num_layers=num_layers or mcfg.num_layers,
+                        num_codes=num_codes or mcfg.num_codes)
   ret = RetrieverConfig(t5=t5, query_encoder=mcfg.query_encoder, query_dim=mcfg.query_dim,
                         query_tokens=mcfg.query_tokens, tau_init=mcfg.tau_init)
   return GRDR(tok, ret)
@@ -81,6 +83,11 @@ class TrainingSet:
   video: np.ndarray         # [Nq] row in features
   intent: np.ndarray        # [Nq] the query's cluster (0 .. N_v - 1) within its video
   intent_valid: np.ndarray  # bool [V, N_v]: the cluster has queries
+  query_vectors: np.ndarray | None = None  # [Nq, d] embeddings of the queries (intents, centres); None: `queries`
+
+  def __post_init__(self):
+    if self.query_vectors is None:
+      self.query_vectors = self.queries
 
 
 def query_intents(queries: np.ndarray, video: np.ndarray, num_videos: int, num_views: int, seed: int, iters: int = 20):
@@ -147,15 +154,91 @@ def init_codebook(model: GRDR, params, features: np.ndarray, layer: int, seed: i
 
 
 # ----------------------------------------------------------------------------------------------
-# Progressive co-training (Algorithm 1).
+# Training recipes: the rows of Tables 1-3, each a sequence of calls of the one train loop.
+
+SCHEDULES = ("progressive", "tokenizer_first", "two_stage", "rqvae", "kmeans")
 
 
-def phases(tcfg, num_layers: int):
-  """[(m, "align" | "cotrain", epochs)] in Algorithm 1's order."""
+@dataclasses.dataclass(frozen=True)
+class Recipe:
+  """How one row of GRDR's tables is trained (`train_recipe`), from the same `TrainingSet` and `train` section.
+
+  schedule:
+    "progressive": Algorithm 1, the paper's GRDR (per layer an alignment phase, k-means init of C^(m), unified
+      co-training through the shared codebook);
+    "tokenizer_first": the project's schedule (views aligned to the query-cluster centres, k-means codebooks,
+      frozen; the retriever last; `defaults/grdr.py` says why);
+    "two_stage": Table 3's "w/o unified co-training": Algorithm 1 without L_CE (the tokenizer learns from L_CL,
+      L_HC, L_RQ, L_Rec), then tokenizer and codebooks frozen and the retriever trained alone on their IDs;
+    "rqvae": TIGER: a single-view RQ-VAE (L_RQ + L_Rec on the video features alone, codebooks k-means initialised),
+      its IDs fixed, then the retriever trained on them;
+    "kmeans": T2VIndexer: hierarchical k-means of the video features (one ID per video; `HierarchicalKMeans`),
+      then the retriever trained on the IDs, the codebooks its output embeddings.
+  num_views: N_v (1 for TIGER, T2VIndexer and Table 3's "w/o multi-view tokenizer").
+  cl, hc: False drops L_CL / L_HC from Algorithm 1's phases (Table 3).
+  num_layers, num_codes: M and K when not the model config's (the baselines: `config.baselines`, §4.3's 4 layers of
+    256 codes; the Figure 7 sweep).
+  """
+  schedule: str
+  num_views: int
+  cl: bool = True
+  hc: bool = True
+  num_layers: int | None = None
+  num_codes: int | None = None
+
+  def __post_init__(self):
+    if self.schedule not in SCHEDULES:
+      raise ValueError(f"GRDR Recipe.schedule must be one of {SCHEDULES}, got {self.schedule!r}")
+
+
+def recipes(config) -> dict[str, Recipe]:
+  """The rows a run trains, by results.json name: `grdr` (config.train.schedule), `grdr_paper` (Algorithm 1),
+  `grdr_nv1` (N_v = 1, the config's schedule), the baselines `tiger` and `t2vindexer`, and Table 3's ablations
+  (`table3_*`, each Algorithm 1 less one component), as `config.eval` asks."""
+  n, e, b = config.model.num_views, config.eval, config.baselines
+  out = {"grdr": Recipe(config.train.schedule, n), "grdr_paper": Recipe("progressive", n)}
+  if e.compare_single_view and n > 1:
+    out["grdr_nv1"] = Recipe(config.train.schedule, 1)
+  if e.baselines:
+    out.update(tiger=Recipe("rqvae", 1, num_layers=b.num_layers, num_codes=b.num_codes),
+               t2vindexer=Recipe("kmeans", 1, num_layers=b.num_layers, num_codes=b.num_codes))
+  if e.table3:
+    out.update({"table3/wo_multiview_tokenizer": Recipe("progressive", 1),
+                "table3/wo_unified_cotraining": Recipe("two_stage", n),
+                "table3/wo_hc": Recipe("progressive", n, hc=False), "table3/wo_cl": Recipe("progressive", n, cl=False)})
+  return out
+
+
+def check_budget(config, corpus) -> None:
+  """Bad sizes, one clear error each before any training: a codebook with more codes than there are training videos
+  (k-means could not initialise it, and most codes would name no video), and a beam wider than the inductive
+  pool's trie can hold (N_v IDs per test video, at most K^M distinct)."""
+  n_train, n_test = len(corpus.train), len(corpus.test)
+  for name, recipe in recipes(config).items():
+    k = recipe.num_codes or config.model.num_codes
+    if k > n_train:
+      key = "baselines.num_codes" if recipe.num_codes else "model.num_codes"
+      raise ValueError(f"grdr: {key}={k} (row {name!r}) is larger than the {n_train} training videos: a codebook "
+                       f"is initialised by k-means over them; set {key} <= {n_train}")
+  n, m, k = config.model.num_views, config.model.num_layers, config.model.num_codes
+  most = min(k ** m, n * n_test)
+  if config.eval.beam_width > most:
+    raise ValueError(f"grdr: eval.beam_width={config.eval.beam_width} is wider than the trie allows: the inductive "
+                     f"pool's {n_test} test videos have at most {most} distinct IDs (N_v={n}, K={k}, M={m}); set "
+                     f"eval.beam_width <= {most}")
+
+
+def recipe_model(config, recipe: Recipe, feature_dim: int) -> GRDR:
+  """The GRDR module a recipe trains."""
+  return build_model(config.model, feature_dim, recipe.num_views, recipe.num_layers, recipe.num_codes)
+
+
+def phases(tcfg, num_layers: int, cl: bool = True):
+  """[(m, "align" | "cotrain", epochs)] in Algorithm 1's order (without L_CL the first layer has nothing to align)."""
   out = []
   for m in range(1, num_layers + 1):
     align = tcfg.first_align_epochs if m == 1 else tcfg.align_epochs
-    if align:
+    if align and (cl or m > 1):
       out.append((m, "align", align))
     out.append((m, "cotrain", tcfg.cotrain_epochs))
   return out
@@ -167,50 +250,129 @@ def phase_optimizer(tcfg, layer: int, align: bool, num_layers: int) -> optax.Gra
   trained = set() if align else {layer - 1}
   frozen = "|".join(f"codebook_{l}" for l in range(num_layers) if l not in trained)
   rules = ([(f"tokenizer/({frozen})", "frozen")] if frozen else []) + [(r".*", "train")]
+  return _optimizer(tcfg.lr, tcfg.weight_decay, rules)
+
+
+def _optimizer(lr, weight_decay, rules) -> optax.GradientTransformation:
+  """AdamW on the params labelled "train" by `rules` (`train.param_labels`), the rest frozen; no weight decay on
+  codebooks or temperatures."""
   no_decay = lambda p: jax.tree_util.tree_map_with_path(  # noqa: E731
       lambda path, _: not any(s in train.param_path(path) for s in ("codebook_", "log_tau")), p)
   return optax.multi_transform(
-      {"train": train.adamw(tcfg.lr, tcfg.weight_decay, mask=no_decay), "frozen": optax.set_to_zero()},
+      {"train": train.adamw(lr, weight_decay, mask=no_decay), "frozen": optax.set_to_zero()},
       lambda p: train.param_labels(p, rules))
 
 
-def train_grdr(model: GRDR, data: TrainingSet, tcfg, workdir: Path, seed: int):
-  """Trains with `tcfg.schedule` (each phase logs to `<workdir>/<phase>/metrics.jsonl`); returns the params."""
-  dummy = (jnp.zeros((1, data.features.shape[1])), jnp.zeros((1, data.queries.shape[1])))
+def _only(pattern: str, lr: float, weight_decay: float) -> optax.GradientTransformation:
+  return _optimizer(lr, weight_decay, [(pattern, "train"), (".*", "frozen")])
+
+
+def _epochs(tcfg, epochs: int, **kw) -> ml_collections.ConfigDict:
+  return ml_collections.ConfigDict({**tcfg.to_dict(), "epochs": epochs, **kw})
+
+
+def train_grdr(model: GRDR, data: TrainingSet, tcfg, workdir: Path, seed: int, recipe: Recipe | None = None):
+  """Trains `recipe` (default: `tcfg.schedule` with the model's views); each phase logs to
+  `<workdir>/<phase>/metrics.jsonl` and resumes from its checkpoints. Returns the params."""
+  recipe = recipe or Recipe(tcfg.schedule, model.tokenizer.num_views)
+  dummy = (jnp.zeros((1, data.features.shape[1])), jnp.zeros((1,) + data.queries.shape[1:], data.queries.dtype))
   params = jax.device_get(model.init(jax.random.PRNGKey(seed), *dummy)["params"])
-  if tcfg.schedule == "tokenizer_first":
+  if recipe.schedule == "tokenizer_first":
     return train_tokenizer_first(model, params, data, tcfg, workdir, seed)
+  if recipe.schedule == "rqvae":
+    return train_rqvae(model, params, data, tcfg, workdir, seed)
+  if recipe.schedule == "kmeans":
+    codes = id_coder(model, params, recipe, data.features, tcfg, seed)(data.features)[:, 0]
+    return train_retriever(model, params, data, codes[data.video], tcfg, workdir / "retriever", seed + 1,
+                           trained=r"(?!tokenizer/encoder|tokenizer/decoder).*")
+  two_stage = recipe.schedule == "two_stage"
+  weights = (0.0,) + tuple(tcfg.loss_weights)[1:] if two_stage else tuple(tcfg.loss_weights)
+  params = train_progressive(model, params, data, tcfg, workdir, seed, weights, recipe.cl, recipe.hc)
+  if two_stage:  # the tokenizer is fixed from here on: its IDs are the targets of a retriever trained alone
+    codes = video_codes(model, params, data.features)
+    view = view_of_query(model, params, data)
+    return train_retriever(model, params, data, codes[data.video, view], tcfg, workdir / "retriever", seed + 1)
+  return params
+
+
+def train_progressive(model: GRDR, params, data: TrainingSet, tcfg, workdir: Path, seed: int, weights, cl: bool = True,
+                      hc: bool = True):
+  """Algorithm 1: for m = 1..M an alignment phase (L_CL + [m > 1] L_HC), k-means init of C^(m) on the residuals,
+  then co-training (eq. 12), each phase in `workdir/layer<m>_<align|cotrain>`. L_HC's targets are the aligned
+  view's codes of the frozen layers 1..m-1 as the phase begins (eq. 10: the learned codes must not drift)."""
   m_layers = model.tokenizer.num_layers
-  for i, (layer, kind, epochs) in enumerate(phases(tcfg, m_layers)):
+  for i, (layer, kind, epochs) in enumerate(phases(tcfg, m_layers, cl)):
     align = kind == "align"
     if not align:
       params = init_codebook(model, params, data.features, layer, seed + 1000 * layer, tcfg.kmeans_iters)
     view = view_of_query(model, params, data)
+    frozen = video_codes(model, params, data.features, layer - 1)[data.video, view]  # [Nq, m - 1]
     n_layers = layer - 1 if align else layer
 
     def loss_fn(p, batch, rng, layer=layer, align=align, n_layers=n_layers):
       out = model.apply({"params": p}, batch["feature"], batch["query"], batch["view"], n_layers, layer,
-                        deterministic=False, rngs={"dropout": rng}, method=GRDR.phase_outputs)
-      return losses.grdr_loss(out, batch["feature"], layer=layer, align=align,
-                              weights=tuple(tcfg.loss_weights), beta=tcfg.beta)
+                        deterministic=False, frozen_codes=batch["frozen"], rngs={"dropout": rng},
+                        method=GRDR.phase_outputs)
+      return losses.grdr_loss(out, batch["feature"], layer=layer, align=align, weights=weights, beta=tcfg.beta,
+                              use_cl=cl, use_hc=hc)
 
-    def batch_fn(idx, view=view):
-      return {"feature": data.features[data.video[idx]], "query": data.queries[idx], "view": view[idx]}
+    def batch_fn(idx, view=view, frozen=frozen):
+      return {"feature": data.features[data.video[idx]], "query": data.queries[idx], "view": view[idx],
+              "frozen": frozen[idx]}
 
     start = params
     name = f"layer{layer}_{kind}"
     state = train.fit_epochs(
         name=f"grdr {name}", init_fn=lambda _: start, loss_fn=loss_fn, num_examples=len(data.queries),
-        batch_fn=batch_fn, tcfg=ml_collections.ConfigDict({**tcfg.to_dict(), "epochs": epochs}),
-        seed=seed + i, workdir=workdir / name, optimizer=phase_optimizer(tcfg, layer, align, m_layers))
+        batch_fn=batch_fn, tcfg=_epochs(tcfg, epochs), seed=seed + i, workdir=workdir / name,
+        optimizer=phase_optimizer(tcfg, layer, align, m_layers))
     params = jax.device_get(state.params)
   return params
 
 
-def load_trained(tcfg, num_layers: int, workdir: Path):
+def train_retriever(model: GRDR, params, data: TrainingSet, codes: np.ndarray, tcfg, workdir: Path, seed: int,
+                    trained: str = r"(?!tokenizer/).*"):
+  """The retriever alone on fixed semantic IDs: teacher-forced L_CE summed over the layers (`losses.fixed_id_loss`)
+  towards `codes` int [Nq, M] (each training query's target ID); `retriever_epochs` at `retriever_lr`, the params
+  matching `trained` updated (default: all but the tokenizer)."""
+  m_layers = codes.shape[1]
+
+  def loss_fn(p, batch, rng):
+    h = model.apply({"params": p}, batch["query"], batch["codes"][:, :m_layers - 1], False, rngs={"dropout": rng},
+                    method=GRDR.retriever_h)
+    books = model.apply({"params": p}, method=lambda m: m.tok.codebooks)
+    tau = model.apply({"params": p}, method=lambda m: m.temperatures()[0])
+    return losses.fixed_id_loss(h, books, batch["codes"], tau)
+
+  start = params
+  state = train.fit_epochs(
+      name="grdr retriever", init_fn=lambda _: start, loss_fn=loss_fn, num_examples=len(data.queries),
+      batch_fn=lambda idx: {"query": data.queries[idx], "codes": codes[idx]},
+      tcfg=_epochs(tcfg, tcfg.retriever_epochs), seed=seed, workdir=workdir,
+      optimizer=_only(trained, tcfg.retriever_lr, tcfg.weight_decay))
+  return jax.device_get(state.params)
+
+
+def id_coder(model: GRDR, params, recipe: Recipe, train_features: np.ndarray, tcfg, seed: int):
+  """features [V, d_v] -> semantic IDs int32 [V, N_v, M] of a trained recipe: the tokenizer's, or for "kmeans"
+  (T2VIndexer) the tree fitted on the training videos (deterministic in `seed`: training and indexing agree)."""
+  if recipe.schedule == "kmeans":
+    return HierarchicalKMeans.fit(train_features, model.tokenizer.num_codes, model.tokenizer.num_layers, seed,
+                                  tcfg.kmeans_iters).codes
+  return lambda features: video_codes(model, params, features)
+
+
+def last_phase(recipe: Recipe, tcfg, num_layers: int) -> str:
+  """The phase directory a finished `train_grdr` of `recipe` ends in."""
+  if recipe.schedule in ("progressive",):
+    return "layer{}_{}".format(*phases(tcfg, num_layers, recipe.cl)[-1][:2])
+  return "retriever"
+
+
+def load_trained(tcfg, num_layers: int, workdir: Path, recipe: Recipe | None = None):
   """The params a finished `train_grdr(..., tcfg, workdir, ...)` ended with: its last phase's checkpoint."""
-  last = "retriever" if tcfg.schedule == "tokenizer_first" else "layer{}_{}".format(*phases(tcfg, num_layers)[-1][:2])
-  return train.load_params(Path(workdir) / last)
+  recipe = recipe or Recipe(tcfg.schedule, 1)
+  return train.load_params(Path(workdir) / last_phase(recipe, tcfg, num_layers))
 
 
 def intent_centres(data: TrainingSet, vectors: np.ndarray, n_views: int) -> np.ndarray:
@@ -229,11 +391,11 @@ def train_tokenizer_first(model: GRDR, params, data: TrainingSet, tcfg, workdir:
      centres in the query space (needs latent_dim == query_dim); `view_epochs` over the videos.
   2. codebooks: C^(1..M) by k-means on the residuals of every training view, layer by layer (Algorithm 1
      line 10), then frozen with the views: every video's semantic IDs are fixed from here on.
-  3. retriever: query encoder and decoder, teacher-forced L_CE (eq. 11) summed over the M layers towards the
-     codes of the view matched (`match_views`) with the query's intent; `retriever_epochs` over the queries.
+  3. retriever (`train_retriever`): query encoder and decoder, teacher-forced L_CE (eq. 11) summed over the M
+     layers towards the codes of the view matched (`match_views`) with the query's intent.
   """
   n_views, m_layers = model.tokenizer.num_views, model.tokenizer.num_layers
-  centres = intent_centres(data, data.queries, n_views)
+  centres = intent_centres(data, data.query_vectors, n_views)
   valid = data.intent_valid.astype(np.float32)
   encode = lambda p, f: model.apply({"params": p}, f, method=lambda m, f: m.tok.encode(f))  # noqa: E731
 
@@ -242,45 +404,120 @@ def train_tokenizer_first(model: GRDR, params, data: TrainingSet, tcfg, workdir:
                                           tcfg.use_weight)
     return loss, {"set_alignment": loss}
 
-  only = lambda pattern, lr: optax.multi_transform(  # noqa: E731
-      {"train": train.adamw(lr, tcfg.weight_decay), "frozen": optax.set_to_zero()},
-      lambda p: train.param_labels(p, [(pattern, "train"), (".*", "frozen")]))
   start = params
   state = train.fit_epochs(
       name="grdr views", init_fn=lambda _: start, loss_fn=view_loss, num_examples=len(data.features),
       batch_fn=lambda idx: {"feature": data.features[idx], "centres": centres[idx], "valid": valid[idx]},
-      tcfg=ml_collections.ConfigDict({**tcfg.to_dict(), "epochs": tcfg.view_epochs, "batch_size": tcfg.view_batch_size}),
-      seed=seed, workdir=workdir / "views", optimizer=only("tokenizer/encoder/.*", tcfg.view_lr),
+      tcfg=_epochs(tcfg, tcfg.view_epochs, batch_size=tcfg.view_batch_size),
+      seed=seed, workdir=workdir / "views", optimizer=_only("tokenizer/encoder/.*", tcfg.view_lr, tcfg.weight_decay),
       batch_key="train.view_batch_size")
   params = jax.device_get(state.params)
   for layer in range(1, m_layers + 1):
     params = init_codebook(model, params, data.features, layer, seed + 1000 * layer, tcfg.kmeans_iters)
   view = matched_view(_batched(jax.jit(lambda f: encode(params, f)), data.features), centres, data)
+  codes = video_codes(model, params, data.features)[data.video, view]
+  return train_retriever(model, params, data, codes, tcfg, workdir / "retriever", seed + 1)
 
-  def retriever_loss(p, batch, rng):
-    out = model.apply({"params": p}, batch["feature"], batch["query"], batch["view"], m_layers, m_layers,
-                      deterministic=False, rngs={"dropout": rng}, method=GRDR.phase_outputs)
-    ces = [losses.code_cross_entropy(out["h"][:, l], out["codebooks"][l], out["view_codes"][:, l], out["tau_code"])
-           for l in range(m_layers)]
-    return sum(ces), {f"ce{l + 1}": c for l, c in enumerate(ces)}
+
+def train_rqvae(model: GRDR, params, data: TrainingSet, tcfg, workdir: Path, seed: int):
+  """TIGER's semantic IDs: codebooks k-means initialised on the initial views' residuals, then the tokenizer trained
+  as an RQ-VAE (L_RQ + L_Rec, no query signal; `view_epochs` over the videos at `view_lr`) in `workdir/rqvae`, then
+  frozen, and the retriever trained alone on its IDs (`train_retriever`)."""
+  for layer in range(1, model.tokenizer.num_layers + 1):
+    params = init_codebook(model, params, data.features, layer, seed + 1000 * layer, tcfg.kmeans_iters)
+
+  def loss_fn(p, batch, rng):
+    out = model.apply({"params": p}, batch["feature"], method=lambda m, f: m.tok(f))
+    rq = losses.rq_loss(out["z_hat"], out["z"], tcfg.beta)
+    rec = losses.cosine_reconstruction_loss(batch["feature"], out["reconstruction"])
+    return rq + rec, {"rq": rq, "rec": rec}
 
   start = params
   state = train.fit_epochs(
-      name="grdr retriever", init_fn=lambda _: start, loss_fn=retriever_loss, num_examples=len(data.queries),
-      batch_fn=lambda idx: {"feature": data.features[data.video[idx]], "query": data.queries[idx], "view": view[idx]},
-      tcfg=ml_collections.ConfigDict({**tcfg.to_dict(), "epochs": tcfg.retriever_epochs}),
-      seed=seed + 1, workdir=workdir / "retriever", optimizer=only("(?!tokenizer/).*", tcfg.retriever_lr))
-  return jax.device_get(state.params)
+      name="grdr rqvae", init_fn=lambda _: start, loss_fn=loss_fn, num_examples=len(data.features),
+      batch_fn=lambda idx: {"feature": data.features[idx]},
+      tcfg=_epochs(tcfg, tcfg.view_epochs, batch_size=tcfg.view_batch_size), seed=seed, workdir=workdir / "rqvae",
+      optimizer=_only("tokenizer/.*", tcfg.view_lr, tcfg.weight_decay), batch_key="train.view_batch_size")
+  params = jax.device_get(state.params)
+  codes = video_codes(model, params, data.features)[:, 0]
+  return train_retriever(model, params, data, codes[data.video], tcfg, workdir / "retriever", seed + 1)
+
+
+class HierarchicalKMeans:
+  """T2VIndexer-style IDs: a tree of cosine k-means over the video features, K children per node (fewer where a
+  node holds fewer videos), M levels; a video's ID is its path (one ID per video). `codes(features)` descends the
+  tree by nearest centre, so unseen videos get IDs the same way."""
+
+  def __init__(self, centres: dict, num_layers: int):
+    self.centres, self.num_layers = centres, num_layers  # path tuple -> unit centres [k, d]
+
+  @classmethod
+  def fit(cls, features: np.ndarray, k: int, num_layers: int, seed: int, iters: int) -> "HierarchicalKMeans":
+    x = np.asarray(ops.l2_normalize(np.asarray(features, np.float32)))
+    rng = np.random.default_rng(seed)
+    centres, groups = {}, {(): np.arange(len(x))}
+    for _ in range(num_layers):
+      children = {}
+      for path, rows in groups.items():
+        c = _kmeans_np(x[rows], min(k, len(rows)), iters, rng)
+        centres[path] = c
+        assign = np.argmax(x[rows] @ c.T, axis=1)
+        for j in range(len(c)):
+          members = rows[assign == j]
+          if len(members):
+            children[path + (j,)] = members
+      groups = children
+    return cls(centres, num_layers)
+
+  def codes(self, features: np.ndarray) -> np.ndarray:
+    """int32 [V, 1, M]: each video's path."""
+    x = np.asarray(ops.l2_normalize(np.asarray(features, np.float32)))
+    out = np.zeros((len(x), self.num_layers), np.int32)
+    groups = {(): np.arange(len(x))}
+    for level in range(self.num_layers):
+      children = {}
+      for path, rows in groups.items():
+        c = self.centres.get(path)
+        if c is None:  # a branch no training video reached below: its first child
+          c = np.zeros((1, x.shape[1]), np.float32)
+        j = np.argmax(x[rows] @ c.T, axis=1)
+        out[rows, level] = j
+        for code in np.unique(j):
+          children[path + (int(code),)] = rows[j == code]
+      groups = children
+    return out[:, None, :]
+
+
+def _kmeans_np(x: np.ndarray, k: int, iters: int, rng: np.random.Generator) -> np.ndarray:
+  """Cosine Lloyd's k-means of unit rows x [n, d] from k distinct rows: unit centres [k, d]."""
+  c = x[rng.choice(len(x), k, replace=False)]
+  for _ in range(iters):
+    assign = np.argmax(x @ c.T, axis=1)
+    sums = np.zeros_like(c)
+    np.add.at(sums, assign, x)
+    norm = np.linalg.norm(sums, axis=1, keepdims=True)
+    c = np.where(norm > 0, sums / np.maximum(norm, 1e-12), c)
+  return c
 
 
 # ----------------------------------------------------------------------------------------------
 # Retrieval.
 
 
-def make_recall(model: GRDR, params, features: np.ndarray, ids, ecfg) -> tuple[GenerativeRecall, np.ndarray]:
-  """The trie of the pool's semantic IDs and its generative recall (dense vectors = the features), and the
-  pool's codes [V, N_v, M]."""
-  codes = np.asarray(_batched(jax.jit(lambda f: model.apply({"params": params}, f, method=GRDR.video_codes)), features))
+def video_codes(model: GRDR, params, features: np.ndarray, num_layers: int | None = None) -> np.ndarray:
+  """int32 [V, N_v, m]: the tokenizer's semantic IDs of `features` (the first m layers; default all)."""
+  m = model.tokenizer.num_layers if num_layers is None else num_layers
+  if m == 0:
+    return np.zeros((len(features), model.tokenizer.num_views, 0), np.int32)
+  return np.asarray(_batched(jax.jit(lambda f: model.apply({"params": params}, f, m, method=GRDR.video_codes)),
+                             features))
+
+
+def make_recall(model: GRDR, params, features: np.ndarray, ids, ecfg,
+                codes: np.ndarray | None = None) -> tuple[GenerativeRecall, np.ndarray]:
+  """The trie of the pool's semantic IDs (default: the tokenizer's; `codes` [V, N_v, M] for IDs from elsewhere, as
+  T2VIndexer's) and its generative recall (dense vectors = the features), and the pool's codes [V, N_v, M]."""
+  codes = video_codes(model, params, features) if codes is None else codes
   trie = SemanticIdTrie(ids, codes, model.tokenizer.num_codes)
   encode = lambda p, q: model.apply({"params": p}, q, method=GRDR.encode_query)  # noqa: E731
   recall = GenerativeRecall(trie, encode, _LogpFn(model), params, width=ecfg.beam_width, limit=ecfg.candidates,

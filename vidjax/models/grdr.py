@@ -268,7 +268,7 @@ class GRDR(nn.Module):
     return jax.nn.log_softmax(logits, axis=-1).reshape(q, w, -1)
 
   def phase_outputs(self, features, queries, view, num_layers: int, train_layer: int,
-                    deterministic: bool = True):
+                    deterministic: bool = True, frozen_codes=None):
     """What the losses of one training phase need (Algorithm 1).
 
     Args:
@@ -276,20 +276,28 @@ class GRDR(nn.Module):
         of that video the row's query is aligned with (`match_views`).
       num_layers: codebooks the tokenizer quantizes with (m - 1 in the alignment phase, m in co-training).
       train_layer: m (1-based), the layer being trained; the decoder yields h_1 .. h_m.
+      frozen_codes: optional int [B, m - 1], the aligned view's codes of the frozen layers 1..m-1 as they
+        were when the phase began (L_HC's targets, eq. 10: "the learned codes"); the decoder is teacher-forced
+        on them. None: the current codes.
 
     Returns:
       dict: z / z_hat [B, N_v, d_z], reconstruction [B, d_v], codes [B, N_v, num_layers], and for the
       aligned view: view_z [B, d_z], view_codes [B, num_layers], view_residuals [B, num_layers, d_z];
-      h [B, m, d_z]; codebooks; tau_code, tau_align.
+      hc_codes [B, m - 1] (L_HC's targets); h [B, m, d_z]; codebooks; tau_code, tau_align.
     """
     tok = self.tok(features, num_layers)
     pick = lambda x: jnp.take_along_axis(x, view.reshape((-1, 1) + (1,) * (x.ndim - 2)), axis=1)[:, 0]  # noqa: E731
     codes = pick(tok["codes"])
-    memory = self.encode_query(queries, deterministic)
-    h = self.decode(memory, codes[:, :train_layer - 1], deterministic)
+    earlier = codes[:, :train_layer - 1] if frozen_codes is None else jnp.asarray(frozen_codes, jnp.int32)
+    h = self.retriever_h(queries, earlier, deterministic)
     tau_code, tau_align = self.temperatures()
     return {**tok, "view_z": pick(tok["z"]), "view_codes": codes, "view_residuals": pick(tok["residuals"]),
-            "h": h, "codebooks": self.tok.codebooks, "tau_code": tau_code, "tau_align": tau_align}
+            "hc_codes": earlier, "h": h, "codebooks": self.tok.codebooks, "tau_code": tau_code,
+            "tau_align": tau_align}
+
+  def retriever_h(self, queries, prefix, deterministic: bool = True):
+    """Teacher forcing: queries [B, ...] and codes int [B, m - 1] -> h_1 .. h_m [B, m, d_z]."""
+    return self.decode(self.encode_query(queries, deterministic), prefix, deterministic)
 
   def video_codes(self, features, num_layers: int | None = None):
     """Offline indexing: f_v [V, d_v] -> codes [V, N_v, m] (eq. 3-5)."""
