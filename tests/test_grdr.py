@@ -313,7 +313,7 @@ def test_grdr_model_shapes_and_code_distribution():
   params = model.init(jax.random.PRNGKey(0), f, q)["params"]
   assert params["tokenizer"]["codebook_1"].shape == (16, c.model.latent_dim)
   mem = model.apply({"params": params}, q, method=G.GRDR.encode_query)
-  assert mem.shape == (3, c.model.query_tokens, c.model.t5.d_model)
+  assert mem["memory"].shape == (3, c.model.query_tokens, c.model.t5.d_model) and bool(mem["mask"].all())
   logp = model.apply({"params": params}, mem, jnp.zeros((3, 5, 1), jnp.int32), method=G.GRDR.code_logp)
   assert logp.shape == (3, 5, 16)
   np.testing.assert_allclose(np.asarray(jax.nn.logsumexp(logp, -1)), 0.0, atol=1e-5)
@@ -322,6 +322,26 @@ def test_grdr_model_shapes_and_code_distribution():
   np.testing.assert_allclose(h[:, 0], h2[:, 0], atol=1e-5)  # h_1 does not see c_1
   codes = model.apply({"params": params}, f, method=G.GRDR.video_codes)
   assert codes.shape == (3, c.model.num_views, 2) and codes.dtype == jnp.int32
+
+
+def test_t5_query_encoder_reads_token_ids_and_ignores_padding():
+  """query_encoder "t5" (the paper's): a T5 encoder over the query's token ids; padding (id 0) is masked, so more
+  of it changes nothing, while another token does."""
+  from vidjax.defaults import grdr as defaults
+  c = defaults.get_config("msrvtt", "tiny")
+  assert c.model.query_encoder == "t5" and c.model.query_len == 32
+  model = GM.build_model(c.model, 16, vocab_size=50)
+  f = jnp.ones((2, 16), jnp.float32)
+  ids = jnp.asarray([[5, 7, 9, 0], [3, 0, 0, 0]], jnp.int32)
+  params = model.init(jax.random.PRNGKey(0), f, ids)["params"]
+  assert params["query_embed"]["embedding"].shape == (50, c.model.t5.d_model) and "query_in" not in params
+  prefix = jnp.asarray([[1], [2]], jnp.int32)
+  h = lambda q: model.apply({"params": params}, q, prefix, method=G.GRDR.retriever_h)  # noqa: E731
+  longer = jnp.concatenate([ids, jnp.zeros((2, 3), jnp.int32)], axis=1)
+  np.testing.assert_allclose(h(ids), h(longer), atol=1e-5)
+  assert float(jnp.abs(h(ids) - h(ids.at[1, 1].set(4))).max()) > 1e-3
+  with pytest.raises(ValueError, match="needs vocab_size > 0"):
+    GM.build_model(c.model, 16)
 
 
 def test_pseudo_query_providers_plug_in_and_bad_ones_get_one_clear_error():

@@ -20,11 +20,16 @@ Deviations:
     tokenizer_first meets (BENCHMARKS.md, "GRDR", has both). Its learning rates (views and retriever 1e-3,
     views 30 epochs of 256 videos, retriever 6 epochs) are the world's: the paper's 1e-4 is for a pretrained
     T5. It aligns views in the query space, so it needs latent_dim == query_dim.
-  * T5-Small has no pretrained weights offline; `model.t5` is its exact shape (random init). The
-    embedded world is 128-d and must train in CPU minutes, so its variant (`world`) uses a small T5 with the
-    frozen-feature query encoder. `query_encoder="t5"` adds a trained 2-layer T5 encoder stack over the query
-    tokens; it costs ~2.3x the retriever's training time per step on the world for a level inductive recall
-    (BENCHMARKS.md, "GRDR"), so the frozen encoder stays the world's default.
+  * T5-Small has no pretrained weights offline; `model.t5` is its exact shape (random init), and the query side is
+    the paper's (`query_encoder="t5"`: a T5 encoder over the query text, tokenized by `data.tokenizer`, by default
+    the SentencePiece model of the store's own text tower; T5's 32k vocabulary is not available offline). The
+    frozen-embedding query encoder (`"minilm"`: the store's `text` embeddings as memory tokens) is a named option.
+    The embedded world is 128-d, has query vectors and no text, and must train in CPU minutes, so its variant
+    (`world`) uses a small T5 with the frozen-feature query encoder. `query_encoder="t5_features"` adds a trained
+    2-layer T5 encoder stack over those memory tokens; it costs ~2.3x the retriever's training time per step on the
+    world for a level inductive recall (BENCHMARKS.md, "GRDR"), so the frozen encoder stays the world's default.
+  * `query_len`: 32 tokens for caption queries, 128 for the paragraph queries of DiDeMo and ActivityNet (the paper
+    does not give T5's input length; a paragraph longer than that keeps its first 128 tokens).
 """
 from __future__ import annotations
 
@@ -47,8 +52,11 @@ def _model(**kw) -> ml_collections.ConfigDict:
       num_views=4, num_layers=3, num_codes=128,   # N_v, M, K (§4.3)
       latent_dim=512,            # d_z: view / codebook / decoder-output space (not given; vidjax's choice)
       hidden=1024,               # view-MLP width (not given)
-      query_encoder="minilm",    # "minilm": frozen sentence embeddings (384-d) | "t5": a trained T5 encoder
-      query_dim=384,
+      # "t5": the paper's, a T5 encoder over the query text (data.tokenizer's ids) | "minilm": the frozen query
+      # embeddings (the store's text kind) as memory tokens | "t5_features": a T5 encoder over those tokens
+      query_encoder="t5",
+      query_len=32,              # "t5": query tokens kept (MSR-VTT / LSMDC captions fit; paragraphs are cut here)
+      query_dim=384,             # the store's text embeddings' width (intents, the dense rerank; "minilm": the input)
       query_tokens=4,            # a feature query becomes this many memory tokens
       tau_init=0.07,
       t5=_t5(),
@@ -105,9 +113,11 @@ def get_config(dataset: str, arg: str | None = None) -> ml_collections.ConfigDic
   # §4.2: "We configure all baseline methods with 4 codebook layers of size 256"
   c.baselines = ml_collections.ConfigDict(dict(num_layers=4, num_codes=256))
   protocol, split = PROTOCOLS[dataset]
+  c.model.query_len = 128 if protocol == "paragraphs" else 32
   c.data = ml_collections.ConfigDict(dict(
       features="",            # a feature store (configs/prepare.py): `clip` per video, `text` per caption / paragraph
-      clip_kind="clip", text_kind="text",   # the text embeddings are the frozen query encoder (model.query_dim: their width)
+      clip_kind="clip", text_kind="text",   # the text embeddings: the query intents, the dense rerank, and "minilm"'s input
+      tokenizer="",           # query_encoder "t5": a SentencePiece model ("": the one the store's text tower used)
       annotations="",         # the test split's file (MSR-VTT: MSRVTT_JSFUSION_test.csv; DiDeMo test_data.json; ...)
       video_list="",          # MSR-VTT: optional id list of the test videos
       protocol=protocol, split=split,
@@ -133,7 +143,7 @@ def world(c: ml_collections.ConfigDict) -> None:
   c.world = ml_collections.ConfigDict(dict(num_videos=10_000, dim=128, train_queries=12, test_queries=1))
   c.train.schedule = "tokenizer_first"  # the module docstring says why
   c.train.update(retriever_epochs=6, retriever_lr=1e-3)  # the world's random-init retriever (module docstring)
-  c.model = _model(latent_dim=128, hidden=256, query_dim=128,
+  c.model = _model(latent_dim=128, hidden=256, query_dim=128, query_encoder="minilm",
                    t5=_t5(d_model=128, num_heads=4, d_kv=32, d_ff=512, encoder_layers=2, decoder_layers=2),
                    **(dict(num_views=1, num_codes=200) if c.dataset == "lsmdc" else {}))
 

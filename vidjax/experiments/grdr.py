@@ -58,7 +58,10 @@ def validate(config) -> None:
         common.bad_value(key, "", "the test / training split's annotation file with data.features")
   if config.model.num_codes < 2:
     common.bad_value("model.num_codes", config.model.num_codes, "at least 2 codes per codebook")
-  common.check_choice(config, "model.query_encoder", ("minilm", "t5"))
+  common.check_choice(config, "model.query_encoder", ("t5", "minilm", "t5_features"))
+  if "world" in config and config.model.query_encoder == "t5":
+    common.bad_value("model.query_encoder", "t5", "'minilm' or 't5_features' on the embedded world: its queries are "
+                     "vectors, not text")
   common.check_choice(config, "train.schedule", ("progressive", "tokenizer_first"))
   if config.train.schedule == "tokenizer_first":
     common.check_positive_int(config, ("train.view_epochs", "train.view_batch_size", "train.retriever_epochs"))
@@ -75,12 +78,22 @@ def _recall(ids: np.ndarray, target: np.ndarray, ks=(1, 5, 10)) -> dict[str, flo
   return {f"t2v_{k}": v for k, v in metrics.recall_from_ranked(ids, target, ks).items()}
 
 
+def test_inputs(world, rows=None):
+  """The test queries as the recall and the rerank read them: the embeddings (`text`) and, on a store with query
+  text, its token ids (`tokens`: query_encoder "t5"); `rows` selects queries."""
+  sel = slice(None) if rows is None else rows
+  out = {"text": world.test_queries[sel]}
+  if getattr(world, "test_tokens", None) is not None:
+    out["tokens"] = world.test_tokens[sel]
+  return out
+
+
 def evaluate_setting(world: PolysemousWorld, recall: GenerativeRecall, ecfg) -> tuple[dict, np.ndarray]:
   """GR + dense rerank on the world's test queries over the recall's pool.
 
   Returns the metrics and the recalled ids [Q, candidates] (beam order, "" past a query's candidates).
   """
-  queries = world.test_queries
+  queries = test_inputs(world)
   target = world.video_ids[world.test_query_video]
   stack = TwoStage(recall, k_recall=ecfg.candidates, reranker=evaluate.CosineScorer())
   result = stack.search(queries, k=min(10, ecfg.candidates))
@@ -89,9 +102,9 @@ def evaluate_setting(world: PolysemousWorld, recall: GenerativeRecall, ecfg) -> 
          "num_candidates": float(np.mean(np.sum(found != "", axis=1))),
          "index_bytes_per_video": recall.trie.nbytes / len(recall.trie)}
   single = TwoStage(recall, k_recall=ecfg.candidates, reranker=evaluate.CosineScorer(), query_batch=1)
-  single.search(queries[:1], k=1)  # compile
+  single.search(test_inputs(world, slice(0, 1)), k=1)  # compile
   recall.reset_latency()
-  t = single.search(queries[:min(ecfg.latency_queries, len(queries))], k=1)
+  t = single.search(test_inputs(world, slice(0, min(ecfg.latency_queries, len(target)))), k=1)
   out["latency_ms"] = {**recall.mean_latency_ms(), "rerank": t.latency_ms["rerank"], "total": t.latency_ms["total"]}
   return out, found
 
@@ -169,13 +182,14 @@ def training_set(config, world, n_views: int, queries: PseudoQueries | None = No
   q, video = checked_queries(queries or (world if callable(world) else WorldQueries(world)), world.train,
                              config.model.query_dim)
   intent, valid = query_intents(q, video, len(world.train), n_views, config.seed)
-  return TrainingSet(world.features[world.train], q, video, intent, valid)
+  inputs = world.train_tokens_of(world.train) if config.model.query_encoder == "t5" else q
+  return TrainingSet(world.features[world.train], inputs, video, intent, valid, query_vectors=q)
 
 
 def trained_row(config, workdir: Path, world, recipe: Recipe, name: str, train: bool = True):
   """(model, params, id coder) of `recipe` trained on the training videos, in `workdir/models/name` (restored when
   trained there before; `train=False` only restores)."""
-  model = recipe_model(config, recipe, world.features.shape[1])
+  model = recipe_model(config, recipe, world.features.shape[1], getattr(world, "query_vocab", 0))
   data = training_set(config, world, recipe.num_views)
   if train:
     params = train_grdr(model, data, config.train, workdir / "models" / name, config.seed, recipe)
@@ -207,7 +221,7 @@ def suite(config, workdir: str | Path) -> tuple[list[evaluate.Model], list[evalu
     recall, _ = make_recall(model, params, world.features[pool], world.video_ids[pool], config.eval,
                             coder(world.features[pool]))
     stack = TwoStage(recall, k_recall=config.eval.candidates, reranker=evaluate.CosineScorer())
-    found = stack.search(world.test_queries[np.asarray(queries, np.int64)], k=min(10, config.eval.candidates)).ids
+    found = stack.search(test_inputs(world, np.asarray(queries, np.int64)), k=min(10, config.eval.candidates)).ids
     target = world.video_ids[pool][np.asarray(relevant)]
     return {f"t2v_{k}": v for k, v in metrics.recall_from_ranked(found, target, (1, 5, 10)).items()}
 

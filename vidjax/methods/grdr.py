@@ -28,14 +28,15 @@ from vidjax.retrieval import GenerativeRecall, SemanticIdTrie
 
 
 def build_model(mcfg, feature_dim: int, num_views: int | None = None, num_layers: int | None = None,
-                num_codes: int | None = None) -> GRDR:
-  """The GRDR module of a model config section (`config.model`), N_v / M / K overridable."""
+                num_codes: int | None = None, vocab_size: int = 0) -> GRDR:
+  """The GRDR module of a model config section (`config.model`), N_v / M / K overridable; `vocab_size`: the query
+  tokens' (query_encoder "t5")."""
   t5 = T5Config(vocab_size=0, **mcfg.t5.to_dict())
   tok = TokenizerConfig(feature_dim=feature_dim, latent_dim=mcfg.latent_dim, hidden=mcfg.hidden,
                         num_views=num_views or mcfg.num_views, num_layers=num_layers or mcfg.num_layers,
                         num_codes=num_codes or mcfg.num_codes)
   ret = RetrieverConfig(t5=t5, query_encoder=mcfg.query_encoder, query_dim=mcfg.query_dim,
-                        query_tokens=mcfg.query_tokens, tau_init=mcfg.tau_init)
+                        query_tokens=mcfg.query_tokens, tau_init=mcfg.tau_init, vocab_size=vocab_size)
   return GRDR(tok, ret)
 
 
@@ -228,9 +229,9 @@ def check_budget(config, corpus) -> None:
                      f"eval.beam_width <= {most}")
 
 
-def recipe_model(config, recipe: Recipe, feature_dim: int) -> GRDR:
+def recipe_model(config, recipe: Recipe, feature_dim: int, vocab_size: int = 0) -> GRDR:
   """The GRDR module a recipe trains."""
-  return build_model(config.model, feature_dim, recipe.num_views, recipe.num_layers, recipe.num_codes)
+  return build_model(config.model, feature_dim, recipe.num_views, recipe.num_layers, recipe.num_codes, vocab_size)
 
 
 def phases(tcfg, num_layers: int, cl: bool = True):
@@ -521,8 +522,15 @@ def make_recall(model: GRDR, params, features: np.ndarray, ids, ecfg,
   trie = SemanticIdTrie(ids, codes, model.tokenizer.num_codes)
   encode = lambda p, q: model.apply({"params": p}, q, method=GRDR.encode_query)  # noqa: E731
   recall = GenerativeRecall(trie, encode, _LogpFn(model), params, width=ecfg.beam_width, limit=ecfg.candidates,
-                            vectors=features)
+                            vectors=features, query_key=query_key(model))
   return recall, codes
+
+
+def query_key(model: GRDR) -> str:
+  """The field of a query dict the generative recall reads: "tokens" (query text, query_encoder "t5") or "text"
+  (the query's embedding, which the dense rerank reads either way)."""
+  return "tokens" if model.retriever.query_encoder == "t5" else "text"
+
 
 
 class _LogpFn:
@@ -562,11 +570,22 @@ class StoreCorpus:
   train_query_video: np.ndarray
   path: dict  # results.json's path keys (`vidjax.methods.real.real_path`)
   synthetic: bool
+  # query_encoder "t5": the queries' text as token ids (int [N, L], 0 = padding) and the vocabulary size
+  train_tokens: np.ndarray | None = None
+  test_tokens: np.ndarray | None = None
+  query_vocab: int = 0
 
   def __call__(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # PseudoQueries
-    position = {int(v): i for i, v in enumerate(rows)}
-    keep = np.asarray([int(v) in position for v in self.train_query_video])
+    keep, position = self._keep(rows)
     return self.train_queries[keep], np.asarray([position[int(v)] for v in self.train_query_video[keep]], np.int64)
+
+  def _keep(self, rows):
+    position = {int(v): i for i, v in enumerate(rows)}
+    return np.asarray([int(v) in position for v in self.train_query_video]), position
+
+  def train_tokens_of(self, rows: np.ndarray) -> np.ndarray:
+    """The token ids of the queries `self(rows)` returns, in the same order."""
+    return self.train_tokens[self._keep(rows)[0]]
 
 
 def store_corpus(config, workdir: Path) -> StoreCorpus:
@@ -591,6 +610,12 @@ def store_corpus(config, workdir: Path) -> StoreCorpus:
   if width != config.model.query_dim:
     raise ValueError(f"model.query_dim={config.model.query_dim} but the store's {d.text_kind!r} embeddings (the frozen "
                      f"query encoder) are {width}-d: set --config.model.query_dim={width}")
+  tokens = {}
+  if config.model.query_encoder == "t5":
+    tokenizer = query_tokenizer(config, store)
+    tokens = dict(train_tokens=query_tokens(tokenizer, train_set.queries, config.model.query_len, "training"),
+                  test_tokens=query_tokens(tokenizer, test.queries, config.model.query_len, "test"),
+                  query_vocab=tokenizer.vocab_size + 1)
   return StoreCorpus(
       np.asarray(ids), embeddings(store, d.clip_kind, ids, "corpus videos"),
       np.arange(len(train_set.corpus)), np.arange(len(train_set.corpus), len(ids)),
@@ -598,4 +623,30 @@ def store_corpus(config, workdir: Path) -> StoreCorpus:
       np.asarray([row[q.video_id] for q in test.queries], np.int64),
       embeddings(store, d.text_kind, train_set.query_ids, "training queries"),
       np.asarray([row[q.video_id] for q in train_set.queries], np.int64),
-      real.real_path(workdir, store, skipped + skipped_train), bool(store.metadata.get("synthetic", False)))
+      real.real_path(workdir, store, skipped + skipped_train), bool(store.metadata.get("synthetic", False)), **tokens)
+
+
+def query_tokenizer(config, store: FeatureStore):
+  """The SentencePiece model of the T5 query encoder: `data.tokenizer`, else the one the store's text tower used."""
+  from vidjax.methods.extraction import text_tower  # pylint: disable=g-import-not-at-top
+  from vidjax.tokenizers.sentencepiece import SentencePieceTokenizer  # pylint: disable=g-import-not-at-top
+  path = config.data.tokenizer or (text_tower(store.metadata) or {}).get("spm_path") or ""
+  if not path:
+    raise ValueError("grdr: model.query_encoder='t5' reads the query text and needs a SentencePiece model: set "
+                     "data.tokenizer (the store has no text tower whose model could stand in), or "
+                     "model.query_encoder='minilm' for the store's text embeddings")
+  if not Path(path).is_file():
+    raise FileNotFoundError(f"grdr: the query tokenizer {path} (data.tokenizer, or the store's text tower) does not "
+                            "exist")
+  return SentencePieceTokenizer(path)
+
+
+def query_tokens(tokenizer, queries, length: int, split: str) -> np.ndarray:
+  """int32 [N, length]: each query's SentencePiece ids + 1, 0 = padding (T5's pad id); an empty query is an error."""
+  ids, paddings = tokenizer.encode([q.text for q in queries], max_length=length)
+  empty = np.flatnonzero(paddings.min(axis=1) > 0)
+  if len(empty):
+    q = queries[int(empty[0])]
+    raise ValueError(f"grdr: {len(empty)} {split} queries have no text to encode, e.g. {q.caption_id!r} of video "
+                     f"{q.video_id!r}")
+  return np.where(paddings > 0, 0, ids + 1).astype(np.int32)

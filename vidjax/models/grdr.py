@@ -180,19 +180,21 @@ def match_views(z: jax.Array, centres: jax.Array, valid: jax.Array | None = None
 # ----------------------------------------------------------------------------------------------
 # The generative retriever (§3.3) and the whole model.
 
-QUERY_ENCODERS = ("t5", "minilm")
+QUERY_ENCODERS = ("t5", "t5_features", "minilm")
 
 
 @dataclasses.dataclass(frozen=True)
 class RetrieverConfig:
   """The generative retriever: a query encoder and a T5 decoder predicting codes over the shared codebook.
 
-  query_encoder: "t5" — a T5 encoder stack (`t5.encoder_layers` layers, random init) over the query
-    tokens; "minilm" — no trainable encoder: the frozen all-MiniLM-L6-v2 sentence embedding (computed
-    once per query, as every frozen backbone in vidjax) is the decoder's memory.
+  query_encoder: "t5" — the paper's: a T5 encoder (`t5.encoder_layers` layers, random init) over the query
+    text's token ids (int [B, L], 0 = padding; `vocab_size` ids); "minilm" — no trainable encoder: the frozen
+    all-MiniLM-L6-v2 sentence embedding (computed once per query, as every frozen backbone in vidjax) becomes the
+    decoder's memory; "t5_features" — the T5 encoder stack over that feature query's memory tokens.
   query_dim: width of a query given as a feature vector (384 for MiniLM; the embedded world's
     query vectors stand in for it, `dim`).
   query_tokens: a feature query becomes this many memory tokens (a learned linear map).
+  vocab_size: "t5": the query token vocabulary (the tokenizer's ids + 1, id 0 the padding).
   t5: the T5 shape (`T5Config.small()` is the paper's, §4.3; `vocab_size` 0 when queries are features).
   tau_init: initial value of both learnable temperatures (eq. 8 and eq. 9).
   """
@@ -201,11 +203,15 @@ class RetrieverConfig:
   query_dim: int = 384
   query_tokens: int = 4
   tau_init: float = 0.07
+  vocab_size: int = 0
 
   def __post_init__(self):
     check_positive_fields(self, ("query_dim", "query_tokens"))
     if self.query_encoder not in QUERY_ENCODERS:
       raise ValueError(f"RetrieverConfig.query_encoder must be one of {QUERY_ENCODERS}, got {self.query_encoder!r}")
+    if self.query_encoder == "t5" and not self.vocab_size > 0:
+      raise ValueError("RetrieverConfig: query_encoder='t5' reads token ids and needs vocab_size > 0 (the query "
+                       f"tokenizer's), got {self.vocab_size!r}")
     if not self.tau_init > 0:
       raise ValueError(f"RetrieverConfig.tau_init must be > 0, got {self.tau_init!r}")
 
@@ -224,8 +230,11 @@ class GRDR(nn.Module):
     r, t = self.retriever, self.tokenizer
     d = r.t5.d_model
     self.tok = Tokenizer(t, name="tokenizer")
-    self.query_in = nn.Dense(r.query_tokens * d, name="query_in")
     if r.query_encoder == "t5":
+      self.query_embed = nn.Embed(r.vocab_size, d, embedding_init=nn.initializers.normal(1.0), name="query_embed")
+    else:
+      self.query_in = nn.Dense(r.query_tokens * d, name="query_in")
+    if r.query_encoder in ("t5", "t5_features"):
       self.encoder = T5Encoder(r.t5, name="encoder")
     self.decoder = T5Decoder(r.t5, name="decoder")
     self.bos = self.param("bos", nn.initializers.normal(1.0), (d,))
@@ -240,28 +249,34 @@ class GRDR(nn.Module):
     return jnp.maximum(jnp.exp(self.log_tau_code), 0.01), jnp.maximum(jnp.exp(self.log_tau_align), 0.01)
 
   def encode_query(self, queries, deterministic: bool = True):
-    """queries [B, query_dim] -> memory [B, query_tokens, d_model]."""
+    """queries [B, query_dim] (feature queries) or int [B, L] (token ids, "t5") -> the decoder's state
+    {"memory": [B, L', d_model], "mask": bool [B, L']}."""
     r = self.retriever
-    x = self.query_in(queries).reshape(queries.shape[0], r.query_tokens, r.t5.d_model)
     if r.query_encoder == "t5":
-      x = self.encoder(x, jnp.ones(x.shape[:2], bool), deterministic)
-    return x
+      mask = queries > 0
+      x = self.encoder(self.query_embed(queries), mask, deterministic)
+      return {"memory": x, "mask": mask}
+    x = self.query_in(queries).reshape(queries.shape[0], r.query_tokens, r.t5.d_model)
+    mask = jnp.ones(x.shape[:2], bool)
+    if r.query_encoder == "t5_features":
+      x = self.encoder(x, mask, deterministic)
+    return {"memory": x, "mask": mask}
 
-  def decode(self, memory, prefix, deterministic: bool = True):
-    """memory [B, L, d]; prefix int [B, m] (codes of layers 1..m) -> h [B, m + 1, d_z] (h_1 .. h_{m+1})."""
+  def decode(self, state, prefix, deterministic: bool = True):
+    """state (`encode_query`); prefix int [B, m] (codes of layers 1..m) -> h [B, m + 1, d_z] (h_1 .. h_{m+1})."""
     b, m = prefix.shape
     y = [jnp.broadcast_to(jnp.asarray(self.bos), (b, 1, self.bos.shape[0]))]
     if m:
       y.append(jnp.stack([jnp.asarray(self.code_embed[l])[prefix[:, l]] for l in range(m)], axis=1))
     y = jnp.concatenate(y, axis=1)
-    mask = jnp.ones(memory.shape[:2], bool)
-    return self.out(self.decoder(y, memory, mask, deterministic))
+    return self.out(self.decoder(y, state["memory"], state["mask"], deterministic))
 
-  def code_logp(self, memory, prefix):
-    """Beam-search step: memory [Q, L, d], prefix int [Q, W, m] -> log P(c_{m+1} | prefix, q) [Q, W, K]."""
+  def code_logp(self, state, prefix):
+    """Beam-search step: state (`encode_query`, Q rows), prefix int [Q, W, m] -> log P(c_{m+1} | prefix, q)
+    [Q, W, K]."""
     q, w, m = prefix.shape
-    mem = jnp.repeat(memory, w, axis=0)
-    h = self.decode(mem, prefix.reshape(q * w, m))[:, m]
+    repeated = {k: jnp.repeat(v, w, axis=0) for k, v in state.items()}
+    h = self.decode(repeated, prefix.reshape(q * w, m))[:, m]
     tau, _ = self.temperatures()
     book = self.tok.codebooks[m]
     logits = (l2_normalize(h.astype(jnp.float32)) @ l2_normalize(book).T) / tau
