@@ -255,6 +255,50 @@ def test_algorithm_1_phases_in_order_earlier_codebooks_frozen_codes_stable_under
   assert stable["grdr_paper"] >= 0.98 and stable["grdr_paper"] >= stable["table3/wo_hc"], stable
 
 
+def test_sweep_variant_adds_figure_7_rows_to_a_finished_run(smoke_run, tmp_path):
+  """`:sweep` on a finished run's workdir trains only the sweep's models (N_v, K) and evaluates the main model at
+  each beam width: rows per axis in results.json, a plot, and the main rows unchanged."""
+  import shutil
+  from conftest import load_config, ROOT
+  workdir, reference = smoke_run
+  shutil.copytree(workdir, tmp_path / "run")
+  config = load_config(ROOT / "configs/grdr_msrvtt.py:smoke,sweep")
+  config.eval.compare_single_view = False
+  results = G.run(config, tmp_path / "run")
+  sweep = results["sweep"]
+  assert {axis: sorted(rows) for axis, rows in sweep.items()} == {
+      "num_views": ["1", "2"], "num_codes": ["16", "8"], "beam_width": ["4", "8"]}
+  for rows in sweep.values():
+    for row in rows.values():
+      assert 0 <= row["t2v_r1"] <= row["candidate_recall"] <= 100 and row["num_candidates"] > 0
+  assert sweep["beam_width"]["4"]["num_candidates"] < sweep["beam_width"]["8"]["num_candidates"]
+  assert (tmp_path / "run" / "sweep.png").stat().st_size > 0
+  assert sorted(p.name for p in (tmp_path / "run" / "models" / "sweep").iterdir()) == [
+      "num_codes16", "num_codes8", "num_views1", "num_views2"]
+  strip = lambda r: {m: {k: v for k, v in row.items() if k != "latency_ms"} for m, row in r.items()}  # noqa: E731
+  assert strip(results["metrics"]["inductive"]) == strip(reference["metrics"]["inductive"])
+
+
+def test_bad_sizes_get_one_clear_error_before_training():
+  config = grdr_smoke_config()
+  world = G.world_of(config)
+  GM.check_budget(config, world)
+  bad = grdr_smoke_config()
+  bad.model.num_codes = len(world.train) + 1
+  with pytest.raises(ValueError, match=f"model.num_codes={len(world.train) + 1} .* larger than the {len(world.train)} "
+                                       "training videos"):
+    GM.check_budget(bad, world)
+  bad = grdr_smoke_config()
+  bad.baselines.num_codes = 10_000
+  with pytest.raises(ValueError, match="baselines.num_codes=10000 \\(row 'tiger'\\)"):
+    GM.check_budget(bad, world)
+  bad = grdr_smoke_config()
+  bad.eval.beam_width = 4 * len(world.test) + 1
+  with pytest.raises(ValueError, match=f"eval.beam_width={4 * len(world.test) + 1} is wider than the trie allows: .* "
+                                       f"at most {4 * len(world.test)} distinct IDs"):
+    GM.check_budget(bad, world)
+
+
 def test_grdr_rerun_resumes_every_phase_to_the_same_results(smoke_run):
   workdir, results = smoke_run
   again = G.run(grdr_smoke_config(), workdir)

@@ -10,6 +10,7 @@ import json
 import os
 from pathlib import Path
 
+import ml_collections
 import numpy as np
 import pytest
 
@@ -96,6 +97,34 @@ def test_retrieval_skips_a_video_the_store_lacks_and_counts_it(real_path, tmp_pa
     retrieval.run(config, tmp_path / "strict")
 
 
+def test_grdr_bad_inputs_on_a_store_are_one_error_each_before_training(real_path, tmp_path):
+  """A video the store lacks (strict), a query without a text feature, and too large a codebook: one clear error
+  each, raised while the corpus is read, before any model is built."""
+  from vidjax.experiments import grdr as G
+  from vidjax.methods import grdr as GM
+  run, results = real_path("grdr_msrvtt")
+  saved = lambda: ml_collections.ConfigDict(json.loads((run / "config.json").read_text()))  # noqa: E731
+  config = saved()
+  lines = Path(config.data.annotations).read_text().splitlines()
+  video = lines[1].split(",")[2]
+  missing = tmp_path / "missing.csv"
+  missing.write_text("\n".join(lines + ["ret999,msr99999,video99999,a video nobody has"]) + "\n")
+  config.data.annotations, config.data.skip_missing = str(missing), False
+  with pytest.raises(ValueError, match=r"1 of \d+ test videos have no \['clip'\] features .*video99999"):
+    G.world_of(config, tmp_path / "a")
+  no_text = tmp_path / "no_text.csv"
+  no_text.write_text("\n".join(lines + [f"ret998,msr99998,{video},a caption nobody embedded"]) + "\n")
+  config.data.annotations = str(no_text)
+  from vidjax.data.features import MissingFeatureError
+  with pytest.raises(MissingFeatureError, match="test queries: .* no 'text' features for 1 of .*'ret998'"):
+    G.world_of(config, tmp_path / "b")
+  config = saved()
+  corpus = G.world_of(config, tmp_path / "c")
+  config.model.num_codes = len(corpus.train) + 1
+  with pytest.raises(ValueError, match=f"larger than the {len(corpus.train)} training videos"):
+    GM.check_budget(config, corpus)
+
+
 def test_a_store_without_the_kind_or_a_split_the_file_lacks_is_one_error(real_path, tmp_path):
   _, corpus = real_path("corpus")
   config = load_config(ROOT / "configs/retrieval_msrvtt.py")
@@ -172,7 +201,13 @@ def test_grdr_on_a_real_store(real_path):
   results = _method(real_path, "grdr_msrvtt", "prep_msrvtt")
   assert set(results["metrics"]) == {"inductive", "full_corpus"}
   for setting in ("inductive", "full_corpus"):
-    assert {"dense", "grdr"} <= set(results["metrics"][setting])
+    assert set(results["metrics"][setting]) == {"dense", "tiger", "t2vindexer", "grdr_paper", "grdr"}
     assert 0.0 <= results["metrics"][setting]["grdr"]["candidate_recall"] <= 100.0
+    # the dataset config trains Algorithm 1: its `grdr` row is the paper's
+    assert results["metrics"][setting]["grdr"] == results["metrics"][setting]["grdr_paper"]
   run, _ = real_path("grdr_msrvtt")
-  assert results["dataset"] == "msrvtt (synthetic rendered videos)" and (run / "models" / "grdr").is_dir()
+  assert results["dataset"] == "msrvtt (synthetic rendered videos)"
+  assert sorted(p.name for p in (run / "models").iterdir()) == ["grdr", "t2vindexer", "tiger"]
+  assert (run / "models" / "grdr" / "layer2_cotrain").is_dir()
+  config = json.loads((run / "config.json").read_text())
+  assert config["model"]["query_encoder"] == "t5" and config["train"]["schedule"] == "progressive"

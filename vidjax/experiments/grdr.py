@@ -36,7 +36,7 @@ from vidjax.methods.grdr import (GRDR, GenerativeRecall, PseudoQueries, Recipe, 
 from vidjax.retrieval import DenseIndex, TwoStage
 from vidjax.worlds.polysemous import PolysemousWorld, PolysemousWorldConfig, WorldQueries, make_polysemous_world
 
-RESUMABLE = ()  # the rule of `common.is_resumable` (eval.* included: a finished run re-evaluates without retraining)
+RESUMABLE = ("sweep",)  # besides `common.is_resumable` (eval.*): a finished run re-evaluates, or adds the sweep, without retraining
 KEYS = ("t2v_r1", "t2v_r5", "t2v_r10")
 SETTINGS = ("inductive", "full_corpus")
 
@@ -247,8 +247,8 @@ def evaluate_row(config, world, model, params, coder, pools, ecfg=None, settings
 
 
 def sweep_rows(config, workdir: Path, world, pools, trained: dict) -> dict:
-  """Figure 7 on the inductive pool: a model per N_v and per K (the config's schedule) and the main model's beam
-  widths (at most as many candidates as beams)."""
+  """Figure 7 on the inductive pool: a model per N_v and per K (the config's schedule) and the main model at each beam
+  width (its candidates: every video the beams bring)."""
   sw, schedule, n = config.sweep, config.train.schedule, config.model.num_views
   out = {"num_views": {}, "num_codes": {}, "beam_width": {}}
   for axis, values, recipe_of in (("num_views", sw.num_views, lambda v: Recipe(schedule, v)),
@@ -260,7 +260,8 @@ def sweep_rows(config, workdir: Path, world, pools, trained: dict) -> dict:
       out[axis][str(v)] = evaluate_row(config, world, *trained[recipe], pools, settings=("inductive",))[0]["inductive"]
   main = trained[Recipe(schedule, n)]
   for w in sw.beam_width:
-    ecfg = ml_collections.ConfigDict({**config.eval.to_dict(), "beam_width": int(w), "candidates": int(w)})
+    # every video the beams' IDs name (at least 10 slots, for R@10)
+    ecfg = ml_collections.ConfigDict({**config.eval.to_dict(), "beam_width": int(w), "candidates": max(int(w), 10)})
     out["beam_width"][str(w)] = evaluate_row(config, world, *main, pools, ecfg, ("inductive",))[0]["inductive"]
   return out
 
