@@ -34,9 +34,11 @@ prepare msvd        "$C/msvd/youtube_mapping.txt,$C/msvd/AllVideoDescriptions.tx
 prepare genstate    "$C/genstate/train.json,$C/genstate/test.json"
 
 # 2. Each method on each of its paper's datasets.
-V=""; T=""; GRDR_FLAGS="--config.model.query_dim=768"   # the store's text width (the frozen query encoder)
-[ "$SIZE" = smoke ] && V=":smoke" && T=":tiny" && \
-  GRDR_FLAGS="--config.model.query_dim=32 --config.model.latent_dim=32 --config.train.view_batch_size=16"
+# GRDR: the store's text width (query intents, dense rerank); its T5 query encoder reads the captions with the store's
+# SentencePiece model
+V=""; T=""; GRDR_FLAGS="--config.model.query_dim=768"
+[ "$SIZE" = smoke ] && V=":smoke" && T=":tiny" && GRDR_FLAGS="--config.model.query_dim=32 --config.model.latent_dim=32 \
+  --config.train.view_batch_size=16 --config.train.batch_size=32"
 for d in youcook2 coin crosstask; do
   ann="$C/$d/youcookii_annotations_trainval.json"
   [ $d = coin ] && ann="$C/coin/coin_train_70.json,$C/coin/coin_test_30.json"
