@@ -204,7 +204,8 @@ def test_future_delta_loss_matches_eq4_loops(absolute):
     for t in range(t_len):
       for k, h in enumerate(horizons):
         if t + h < t_len:  # Omega: 1 <= t, t + h <= T in the paper's 1-based indices
-          target = x[i, t + h] if absolute else x[i, t + h] - x[i, t]
+          target = (x[i, t + h] / np.linalg.norm(x[i, t + h], axis=-1, keepdims=True) if absolute
+                    else x[i, t + h] - x[i, t])
           terms.append(np.mean((pred[i, t, k] - target) ** 2))
     per_example.append(np.mean(terms))
   assert float(got) == pytest.approx(np.mean(per_example), rel=1e-5)

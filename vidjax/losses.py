@@ -218,7 +218,8 @@ def future_delta_targets(patches: jax.Array, horizons=(3,), absolute: bool = Fal
   Args:
     patches: [B, T, P, d_v] frozen patch features X.
     horizons: the horizon set H ({3} by default, A.3).
-    absolute: the A.14 ablation: the target is X_{t+h} itself instead of the delta.
+    absolute: the A.12 ablation (Table 14): the target is the absolute future feature X_{t+h} instead of the delta,
+      each patch vector L2-normalised ("target features L2-normalized", Table 14's caption).
 
   Returns:
     (targets [B, T, |H|, P, d_v], valid [T, |H|]) with valid[t, i] = t + h_i < T (0-based t).
@@ -230,7 +231,7 @@ def future_delta_targets(patches: jax.Array, horizons=(3,), absolute: bool = Fal
     if not 1 <= h:
       raise ValueError(f"horizons must be >= 1, got {tuple(horizons)}")
     future = jnp.concatenate([x[:, h:], jnp.zeros((b, min(h, t_len), p, d), x.dtype)], axis=1)[:, :t_len]
-    targets.append(future if absolute else future - x)
+    targets.append(l2_normalize(future) if absolute else future - x)
     valid.append(jnp.arange(t_len) + h < t_len)
   return jnp.stack(targets, axis=2), jnp.stack(valid, axis=1).astype(jnp.float32)
 
