@@ -490,7 +490,8 @@ class HierarchicalKMeans:
 
 
 def _kmeans_np(x: np.ndarray, k: int, iters: int, rng: np.random.Generator) -> np.ndarray:
-  """Cosine Lloyd's k-means of unit rows x [n, d] from k distinct rows: unit centres [k, d]."""
+  """Cosine Lloyd's k-means of unit rows x [n, d] from k distinct rows: unit centres [k, d]. NumPy, not `ops.kmeans`:
+  the tree runs one small k-means per node, thousands of shapes that jit would each compile."""
   c = x[rng.choice(len(x), k, replace=False)]
   for _ in range(iters):
     assign = np.argmax(x @ c.T, axis=1)
