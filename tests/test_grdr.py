@@ -356,15 +356,15 @@ def test_grdr_model_shapes_and_code_distribution():
   f, q = jnp.asarray(rng.normal(size=(3, 128)), jnp.float32), jnp.asarray(rng.normal(size=(3, 128)), jnp.float32)
   params = model.init(jax.random.PRNGKey(0), f, q)["params"]
   assert params["tokenizer"]["codebook_1"].shape == (16, c.model.latent_dim)
-  mem = model.apply({"params": params}, q, method=G.GRDR.encode_query)
+  mem = model.apply({"params": params}, q, method=GM.GRDR.encode_query)
   assert mem["memory"].shape == (3, c.model.query_tokens, c.model.t5.d_model) and bool(mem["mask"].all())
-  logp = model.apply({"params": params}, mem, jnp.zeros((3, 5, 1), jnp.int32), method=G.GRDR.code_logp)
+  logp = model.apply({"params": params}, mem, jnp.zeros((3, 5, 1), jnp.int32), method=GM.GRDR.code_logp)
   assert logp.shape == (3, 5, 16)
   np.testing.assert_allclose(np.asarray(jax.nn.logsumexp(logp, -1)), 0.0, atol=1e-5)
-  h = model.apply({"params": params}, mem, jnp.asarray([[1], [2], [3]]), method=G.GRDR.decode)
-  h2 = model.apply({"params": params}, mem, jnp.asarray([[4], [5], [6]]), method=G.GRDR.decode)
+  h = model.apply({"params": params}, mem, jnp.asarray([[1], [2], [3]]), method=GM.GRDR.decode)
+  h2 = model.apply({"params": params}, mem, jnp.asarray([[4], [5], [6]]), method=GM.GRDR.decode)
   np.testing.assert_allclose(h[:, 0], h2[:, 0], atol=1e-5)  # h_1 does not see c_1
-  codes = model.apply({"params": params}, f, method=G.GRDR.video_codes)
+  codes = model.apply({"params": params}, f, method=GM.GRDR.video_codes)
   assert codes.shape == (3, c.model.num_views, 2) and codes.dtype == jnp.int32
 
 
@@ -380,7 +380,7 @@ def test_t5_query_encoder_reads_token_ids_and_ignores_padding():
   params = model.init(jax.random.PRNGKey(0), f, ids)["params"]
   assert params["query_embed"]["embedding"].shape == (50, c.model.t5.d_model) and "query_in" not in params
   prefix = jnp.asarray([[1], [2]], jnp.int32)
-  h = lambda q: model.apply({"params": params}, q, prefix, method=G.GRDR.retriever_h)  # noqa: E731
+  h = lambda q: model.apply({"params": params}, q, prefix, method=GM.GRDR.retriever_h)  # noqa: E731
   longer = jnp.concatenate([ids, jnp.zeros((2, 3), jnp.int32)], axis=1)
   np.testing.assert_allclose(h(ids), h(longer), atol=1e-5)
   assert float(jnp.abs(h(ids) - h(ids.at[1, 1].set(4))).max()) > 1e-3

@@ -158,9 +158,9 @@ def smoke(c: ml_collections.ConfigDict) -> None:
 
 
 def sweep(c: ml_collections.ConfigDict) -> None:
-  """Figure 7's sensitivity sweep on the inductive pool (sweep.json rows, sweep.png, a table per axis): one model per
-  N_v and per codebook size K (the config's schedule), and the main model at each beam width (as many candidates
-  as beams). Adds to whatever else the config is (`world:sweep` on the embedded world)."""
+  """Figure 7's sensitivity sweep on the inductive pool (results.json's "sweep", sweep.png, a table per axis): one
+  model per N_v and per codebook size K (the config's schedule), and the main model at each beam width (every video
+  its beams' IDs name). Adds to whatever else the config is (`world,sweep` on the embedded world)."""
   c.sweep = ml_collections.ConfigDict(dict(num_views=(1, 2, 4, 6), num_codes=(64, 128, 256),
                                            beam_width=(20, 50, 100, 150, 200)))
   if c.train.batch_size <= 64:  # with tiny: a small sweep

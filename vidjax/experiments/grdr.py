@@ -3,34 +3,29 @@
 `run(config, workdir)`:
   1. data: the embedded SYNTHETIC polysemous world (`vidjax.worlds.polysemous`, the `world` variant), or a user's
      feature store and the dataset's release files (`methods.grdr.store_corpus`: training captions as pseudo
-     queries, the store's text embeddings as the frozen query encoder, the test split's queries);
-  2. query intents: each training video's queries are clustered by k-means into N_v intents (§3.2);
-  3. training, Algorithm 1: for m = 1..M an alignment phase (L_CL + [m > 1] L_HC) and, after a
-     k-means initialisation of C^(m) on the residuals r^(m) of every training view, a co-training
-     phase (eq. 12). Each phase is one call of the train loop (`common.train_epochs` ->
-     `train.fit`) with its own AdamW and the codebooks C^(l != m) frozen, in
-     `<workdir>/models/<variant>/layer<m>_<phase>/` (checkpointed: a killed run resumes). Views are
-     matched to intents at the start of each phase (`models.grdr.match_views` on h^(1));
-  4. indexing: every pool video's N_v semantic IDs -> `SemanticIdTrie`;
+     queries, the store's text embeddings for the intents and the rerank, the query text for the T5 encoder);
+  2. query intents: each training video's queries are clustered by k-means into N_v intents (§3.2), once per N_v;
+  3. training, one row of Tables 1-3 at a time (`methods.grdr.recipes`: the config's schedule, Algorithm 1, N_v = 1,
+     TIGER, T2VIndexer, Table 3's ablations), each phase one call of the train loop, checkpointed under
+     `<workdir>/models/<row>/<phase>/` (a killed run resumes into its phase); equal recipes train once;
+  4. indexing: every pool video's semantic IDs -> `SemanticIdTrie`;
   5. retrieval per setting ("inductive": the test videos; "full_corpus": all videos): generative
      recall (beam search, de-duplication, at most `eval.candidates` videos) then dense cosine rerank
-     through `TwoStage`; R@1/5/10, candidate recall, mean candidates, latency per stage at batch 1;
-     exact dense retrieval beside it (and dense R@100 in full corpus);
-  6. the same with N_v = 1 (`grdr_nv1`), codebook health, index bytes per video, a plot of candidate
+     through `TwoStage`; R@1/5/10, candidate recall, mean candidates, latency per stage at batch 1, index bytes;
+     exact dense retrieval beside it;
+  6. codebook health, index bytes per video (Figure 4), the optional Figure 7 sweep (`:sweep`), a plot of candidate
      recall against the candidate budget, and `<workdir>/results.json`.
 """
 from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
-
 import ml_collections
 import numpy as np
 
 from vidjax import evaluate, metrics
 from vidjax.experiments import common
-from vidjax.methods.grdr import (GRDR, GenerativeRecall, PseudoQueries, Recipe, TrainingSet, check_budget,
+from vidjax.methods.grdr import (GenerativeRecall, PseudoQueries, Recipe, TrainingSet, check_budget,
                                  checked_queries, id_coder, load_trained, make_recall, query_intents, recipe_model,
                                  recipes, store_corpus, train_grdr)
 from vidjax.retrieval import DenseIndex, TwoStage
@@ -186,22 +181,21 @@ def training_set(config, world, n_views: int, queries: PseudoQueries | None = No
   return TrainingSet(world.features[world.train], inputs, video, intent, valid, query_vectors=q)
 
 
-def trained_row(config, workdir: Path, world, recipe: Recipe, name: str, train: bool = True):
-  """(model, params, id coder) of `recipe` trained on the training videos, in `workdir/models/name` (restored when
-  trained there before; `train=False` only restores)."""
+def trained_row(config, workdir: Path, world, recipe: Recipe, name: str, train: bool = True,
+                queries: PseudoQueries | None = None, sets: dict | None = None):
+  """(model, params, id coder) of `recipe` trained on the training videos' pseudo queries (`queries`, default the
+  corpus's own), in `workdir/models/name` (restored when trained there before; `train=False` only restores).
+  `sets` caches the training sets by N_v across the rows of one run."""
   model = recipe_model(config, recipe, world.features.shape[1], getattr(world, "query_vocab", 0))
-  data = training_set(config, world, recipe.num_views)
+  sets = {} if sets is None else sets
+  if recipe.num_views not in sets:
+    sets[recipe.num_views] = training_set(config, world, recipe.num_views, queries)
+  data = sets[recipe.num_views]
   if train:
     params = train_grdr(model, data, config.train, workdir / "models" / name, config.seed, recipe)
   else:
     params = load_trained(config.train, model.tokenizer.num_layers, workdir / "models" / name, recipe)
   return model, params, id_coder(model, params, recipe, data.features, config.train, config.seed)
-
-
-def trained_model(config, workdir: Path, world: PolysemousWorld, n_views: int, name: str) -> tuple[GRDR, Any]:
-  """GRDR with `n_views` views and the config's schedule, trained (or restored) in `workdir/models/name`."""
-  model, params, _ = trained_row(config, workdir, world, Recipe(config.train.schedule, n_views), name)
-  return model, params
 
 
 def suite(config, workdir: str | Path) -> tuple[list[evaluate.Model], list[evaluate.Benchmark]]:
@@ -250,13 +244,14 @@ def sweep_rows(config, workdir: Path, world, pools, trained: dict) -> dict:
   """Figure 7 on the inductive pool: a model per N_v and per K (the config's schedule) and the main model at each beam
   width (its candidates: every video the beams bring)."""
   sw, schedule, n = config.sweep, config.train.schedule, config.model.num_views
+  sets = {}
   out = {"num_views": {}, "num_codes": {}, "beam_width": {}}
   for axis, values, recipe_of in (("num_views", sw.num_views, lambda v: Recipe(schedule, v)),
                                   ("num_codes", sw.num_codes, lambda v: Recipe(schedule, n, num_codes=v))):
     for v in values:
       recipe = recipe_of(int(v))
       if recipe not in trained:
-        trained[recipe] = trained_row(config, workdir, world, recipe, f"sweep/{axis}{v}")
+        trained[recipe] = trained_row(config, workdir, world, recipe, f"sweep/{axis}{v}", sets=sets)
       out[axis][str(v)] = evaluate_row(config, world, *trained[recipe], pools, settings=("inductive",))[0]["inductive"]
   main = trained[Recipe(schedule, n)]
   for w in sw.beam_width:
@@ -273,12 +268,12 @@ def run(config, workdir) -> dict:
   check_budget(config, world)
   pools = {"inductive": world.test, "full_corpus": np.arange(len(world.video_ids))}
   table = {s: {"dense": dense_setting(world, pools[s], config.eval)} for s in SETTINGS}
-  trained, evaluated, results = {}, {}, {"seed": config.seed}
+  trained, evaluated, sets, results = {}, {}, {}, {"seed": config.seed}
   curves, budgets = {}, list(range(10, config.eval.candidates + 1, 10)) or [config.eval.candidates]
   target = world.video_ids[world.test_query_video]
   for name, recipe in recipes(config).items():
     if recipe not in trained:  # equal recipes (grdr = grdr_paper when the config trains Algorithm 1) train once
-      trained[recipe] = trained_row(config, workdir, world, recipe, name)
+      trained[recipe] = trained_row(config, workdir, world, recipe, name, sets=sets)
       evaluated[recipe] = evaluate_row(config, world, *trained[recipe], pools)
       rows, recall, found = evaluated[recipe]
       curves[f"{name} (N_v={recipe.num_views})"] = (budgets, recall_curve(found, target, budgets))

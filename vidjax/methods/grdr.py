@@ -162,7 +162,7 @@ SCHEDULES = ("progressive", "tokenizer_first", "two_stage", "rqvae", "kmeans")
 
 @dataclasses.dataclass(frozen=True)
 class Recipe:
-  """How one row of GRDR's tables is trained (`train_recipe`), from the same `TrainingSet` and `train` section.
+  """How one row of GRDR's tables is trained (`train_grdr`), from the same `TrainingSet` and `train` section.
 
   schedule:
     "progressive": Algorithm 1, the paper's GRDR (per layer an alignment phase, k-means init of C^(m), unified
@@ -177,7 +177,7 @@ class Recipe:
       then the retriever trained on the IDs, the codebooks its output embeddings.
   num_views: N_v (1 for TIGER, T2VIndexer and Table 3's "w/o multi-view tokenizer").
   cl, hc: False drops L_CL / L_HC from Algorithm 1's phases (Table 3).
-  num_layers, num_codes: M and K when not the model config's (the baselines: `config.baselines`, §4.3's 4 layers of
+  num_layers, num_codes: M and K when not the model config's (the baselines: `config.baselines`, §4.2's 4 layers of
     256 codes; the Figure 7 sweep).
   """
   schedule: str
@@ -195,7 +195,7 @@ class Recipe:
 def recipes(config) -> dict[str, Recipe]:
   """The rows a run trains, by results.json name: `grdr` (config.train.schedule), `grdr_paper` (Algorithm 1),
   `grdr_nv1` (N_v = 1, the config's schedule), the baselines `tiger` and `t2vindexer`, and Table 3's ablations
-  (`table3_*`, each Algorithm 1 less one component), as `config.eval` asks."""
+  (`table3/*`, each Algorithm 1 less one component), as `config.eval` asks."""
   n, e, b = config.model.num_views, config.eval, config.baselines
   out = {"grdr": Recipe(config.train.schedule, n), "grdr_paper": Recipe("progressive", n)}
   if e.compare_single_view and n > 1:
