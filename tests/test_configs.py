@@ -4,6 +4,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from vidjax.experiments import cast
@@ -113,3 +114,30 @@ def test_grdr_configs_carry_paper_settings(dataset):
   assert (c.model.t5.d_model, c.model.t5.encoder_layers, c.model.t5.decoder_layers) == (512, 6, 6)  # T5-Small
   assert (c.train.lr, c.train.batch_size) == (1e-4, 512)
   assert (c.train.first_align_epochs, c.train.align_epochs, c.train.cotrain_epochs) == (3, 1, 4)
+
+
+def test_seeds_run_each_seed_and_report_mean_and_std(tmp_path):
+  """`config.seeds` (VEDJE's `:seeds3`): one run per seed in its own folder, then the same results shape with the
+  means, a std tree (population std) and the seeds; a bad list is one clear error."""
+  from vidjax.experiments import common  # pylint: disable=g-import-not-at-top
+  config = load_config(ROOT / "configs/vedje_msrvtt.py:smoke,seeds3")
+  assert tuple(config.seeds) == (0, 1, 2)
+  seen = []
+
+  def fake_run(c, workdir):
+    assert "seeds" not in c
+    seen.append((c.seed, Path(workdir).name))
+    return {"experiment": "x", "dataset": "d", "synthetic": True, "path": "world", "skipped_videos": [],
+            "config": {}, "metrics": {"m": {"r1": 10.0 * c.seed, "name": "same"}},
+            "ablations": {"t": {"row": {"r1": float(c.seed ** 2)}}}}
+
+  out = common.run_seeds(fake_run, config, tmp_path)
+  assert seen == [(0, "seed_0"), (1, "seed_1"), (2, "seed_2")]
+  assert out["metrics"]["m"] == {"r1": 10.0, "name": "same"} and out["std"]["metrics"]["m"] == {"r1": 8.165}
+  assert out["ablations"]["t"]["row"]["r1"] == pytest.approx(5 / 3, abs=1e-4)
+  assert out["std"]["ablations"]["t"]["row"]["r1"] == pytest.approx(np.std([0, 1, 4]), abs=1e-4)
+  assert out["seeds"] == [0, 1, 2] and (tmp_path / "results.json").is_file()
+  with config.unlocked():
+    config.seeds = (1, 1)
+  with pytest.raises(ValueError, match="seeds=.* is invalid"):
+    common.run_seeds(fake_run, config, tmp_path)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from conftest import grdr_smoke_config
-from vidjax import losses
+from vidjax import losses, ops
 from vidjax.experiments import grdr as G
 from vidjax.methods import grdr as GM
 from vidjax.worlds.polysemous import WorldQueries
@@ -364,8 +364,45 @@ def test_grdr_model_shapes_and_code_distribution():
   h = model.apply({"params": params}, mem, jnp.asarray([[1], [2], [3]]), method=GM.GRDR.decode)
   h2 = model.apply({"params": params}, mem, jnp.asarray([[4], [5], [6]]), method=GM.GRDR.decode)
   np.testing.assert_allclose(h[:, 0], h2[:, 0], atol=1e-5)  # h_1 does not see c_1
-  codes = model.apply({"params": params}, f, method=GM.GRDR.video_codes)
-  assert codes.shape == (3, c.model.num_views, 2) and codes.dtype == jnp.int32
+  many = jnp.asarray(rng.normal(size=(64, 128)), jnp.float32)
+  codes = np.asarray(model.apply({"params": params}, many, method=GM.GRDR.video_codes))
+  assert codes.shape == (64, c.model.num_views, 2) and codes.dtype == np.int32
+  # The codes are eq. 4-5's residual quantization of the views: at each layer the entry of maximum cosine with the
+  # residual, recomputed here in NumPy from the tokenizer's views and codebooks (a tokenizer that returns constant or
+  # wrong codes fails this), and random views spread over many codes.
+  z = np.asarray(model.apply({"params": params}, many, method=lambda m, x: m.tok.encode(x)))
+  books = [np.asarray(params["tokenizer"][f"codebook_{l}"]) for l in range(2)]
+  r = z.copy()
+  for l, book in enumerate(books):
+    want = np.argmax(_unit(r) @ _unit(book).T, axis=-1)
+    np.testing.assert_array_equal(codes[..., l], want)
+    r = r - book[want]
+  assert len(np.unique(codes[:, 0, 0])) >= 4
+
+
+def test_init_codebook_is_kmeans_on_the_residuals_of_the_frozen_layers():
+  """Algorithm 1 line 10 (eq. 4): C^(m) is cosine k-means over every view's residual after layers 1..m-1, from
+  `kmeans_init`'s start; checked against a NumPy Lloyd loop. Only C^(m) changes, and the caller's tree is kept."""
+  from vidjax.defaults import grdr as defaults  # pylint: disable=g-import-not-at-top
+  c = defaults.get_config("msrvtt", "smoke")
+  model = GM.build_model(c.model, 32)
+  rng = np.random.default_rng(2)
+  feats = rng.normal(size=(40, 32)).astype(np.float32)
+  params = jax.device_get(model.init(jax.random.PRNGKey(0), jnp.asarray(feats[:2]), jnp.asarray(feats[:2]))["params"])
+  before = jax.tree.map(np.array, params)
+  got = GM.init_codebook(model, params, feats, layer=2, seed=5, iters=4)
+  z = np.asarray(model.apply({"params": params}, jnp.asarray(feats), method=lambda m, x: m.tok.encode(x)))
+  book0 = np.asarray(params["tokenizer"]["codebook_0"])
+  r = z - book0[np.argmax(_unit(z) @ _unit(book0).T, axis=-1)]  # the residual after the frozen layer 1
+  r = r.reshape(-1, r.shape[-1])
+  centres = np.asarray(ops.kmeans_init(jax.random.PRNGKey(5), jnp.asarray(r), c.model.num_codes), np.float64)
+  for _ in range(4):
+    assign = np.argmax(_unit(r) @ _unit(centres).T, axis=1)
+    centres = np.stack([r[assign == j].mean(0) if (assign == j).any() else centres[j] for j in range(len(centres))])
+  np.testing.assert_allclose(np.asarray(got["tokenizer"]["codebook_1"]), centres, rtol=1e-4, atol=1e-5)
+  rest = lambda tree: {k: v for k, v in ops.flatten_dict(tree).items() if k != "tokenizer/codebook_1"}  # noqa: E731
+  jax.tree.map(np.testing.assert_array_equal, rest(got), rest(before))
+  jax.tree.map(np.testing.assert_array_equal, params, before)
 
 
 def test_t5_query_encoder_reads_token_ids_and_ignores_padding():

@@ -17,6 +17,7 @@ from ml_collections import config_flags
 
 from vidjax import sharding
 from vidjax.experiments import cast as cast_experiment
+from vidjax.experiments import common
 from vidjax.experiments import comp as comp_experiment
 from vidjax.experiments import evaluate_all as evaluate_all_experiment
 from vidjax.experiments import extract as extract_experiment
@@ -50,6 +51,8 @@ def run(config, workdir: str):
   """Dispatches to the experiment named by `config.experiment`; returns its results dict."""
   if config.experiment not in EXPERIMENTS:
     raise ValueError(f"config.experiment={config.experiment!r} is not one of {sorted(EXPERIMENTS)}")
+  if "seeds" in config:  # several seeds, mean ± std (e.g. `:seeds3`)
+    return common.run_seeds(EXPERIMENTS[config.experiment], config, workdir)
   return EXPERIMENTS[config.experiment](config, workdir)
 
 

@@ -237,3 +237,13 @@ def text_token_batch(tokenizer: Callable[..., tuple[np.ndarray, np.ndarray]], te
     raise TypeError("text_token_batch expects a sequence of strings, got a single str")
   ids, mask = tokenizer(list(texts), max_length=max_length, padding="max_length")
   return {"input_ids": np.asarray(ids, np.int32), "attention_mask": np.asarray(mask, np.int32)}
+
+
+def truncated_count(tokenizer: Callable[..., tuple[np.ndarray, np.ndarray]], texts: Sequence[str],
+                    max_length: int) -> int:
+  """How many of `texts` `text_token_batch(..., max_length)` cuts short (more than max_length ids with
+  [CLS]/[SEP])."""
+  if not len(texts):
+    return 0
+  _, mask = tokenizer(list(texts), max_length=max_length + 1, padding="longest")
+  return int(np.sum(np.asarray(mask).sum(1) > max_length))

@@ -22,7 +22,8 @@ import ml_collections
 from vidjax.defaults import common, retrieval
 
 # Ablation tables (results.json "ablations"), in print order.
-ABLATIONS = ("cache_structure", "prior", "cache_budget", "delta", "loss_stack")
+ABLATIONS = ("cache_structure", "prior", "cache_budget", "delta", "horizon", "loss_stack", "loss_leave_one_out",
+             "backbone")
 PRECISIONS = ("bfloat16", "float8_e4m3", "float4_e2m1")
 # The reader split of each dataset's training file: MSR-VTT's JSON marks "train" (an id list, the standard 9k
 # train_list_jsfusion.txt, replaces it), MSVD's numbering gives "train", DiDeMo and ActivityNet have one file each.
@@ -39,13 +40,16 @@ class Variant:
   weights: tuple[float, ...] = (1.0, 1.0, 1.0, 1.0)  # multiplies train.loss_weights (vtm, vtc, mlm, delta)
   horizons: Optional[tuple[int, ...]] = None
   absolute_delta: bool = False
+  control: bool = False   # Table 17: the joint encoder takes `model.control`'s (larger) shape
+
 
   @property
   def name(self) -> str:
     parts = [f"m{self.tokens_per_frame}" if self.tokens_per_frame else "", self.cache_structure,
              "" if self.use_prior else "noprior", "" if self.use_joint else "nojoint",
              "" if self.weights == (1.0, 1.0, 1.0, 1.0) else "w" + "-".join(f"{w:g}" for w in self.weights),
-             "h" + "-".join(map(str, self.horizons)) if self.horizons else "", "abs" if self.absolute_delta else ""]
+             "h" + "-".join(map(str, self.horizons)) if self.horizons else "", "abs" if self.absolute_delta else "",
+             "control" if self.control else ""]
     return "_".join(p for p in parts if p)
 
 
@@ -53,16 +57,31 @@ FULL = Variant()
 NO_DELTA = Variant(weights=(1.0, 1.0, 1.0, 0.0))
 
 
-def ablation_plan(frames: int, tokens_per_frame: int, precision: str) -> dict[str, dict[str, tuple[Variant, str]]]:
-  """{table: {row: (variant, cache precision)}}: the paper's ablations (§3.3-3.6, A.13, A.14)."""
+def ablation_plan(frames: int, tokens_per_frame: int, precision: str, horizons=(3,)) \
+    -> dict[str, dict[str, tuple[Variant, str]]]:
+  """{table: {row: (variant, cache precision)}}: the paper's ablations (§3.3-3.6, A.12-A.15).
+
+  cache_structure: Table 4 (its "w/o L_delta" row is `without_delta`); prior: Table 6; cache_budget: Table 3 and A.8;
+  delta: Tables 5 and 14; horizon: Table 16, one single-horizon model per h (the row equal to `model.horizons` is
+  the full model); loss_stack: Table 15, the losses added cumulatively (VTM, +MLM, +VTC, +L_delta; the run adds the
+  stage-1 row); loss_leave_one_out: one loss dropped at a time (not in the paper); backbone: Table 17, the joint
+  encoder at `model.control`'s shape (BERT-base on the dataset configs).
+  """
   compact = 1 if tokens_per_frame > 1 else tokens_per_frame
   big, small = frames * tokens_per_frame, frames * compact
   unordered = dict(weights=NO_DELTA.weights)  # Table 4: the unordered caches have no future-delta target
+  horizons = tuple(horizons)
+
+  def weights(*on: str) -> Variant:  # the loss weights (vtm, vtc, mlm, delta) with only `on` active
+    w = tuple(1.0 if name in on else 0.0 for name in ("vtm", "vtc", "mlm", "delta"))
+    return FULL if w == FULL.weights else Variant(weights=w)
+
   return {
       "cache_structure": {"ordered": (FULL, precision),
                           "frame_mean": (Variant(cache_structure="frame_mean", **unordered), precision),
                           "frame_attention": (Variant(cache_structure="frame_attention", **unordered), precision),
-                          "middle_frame": (Variant(cache_structure="middle_frame", **unordered), precision)},
+                          "middle_frame": (Variant(cache_structure="middle_frame", **unordered), precision),
+                          "without_delta": (NO_DELTA, precision)},
       "prior": {"prior_only": (Variant(use_joint=False), precision),
                 "joint_only": (Variant(use_prior=False), precision),
                 "prior_joint": (FULL, precision)},
@@ -70,12 +89,15 @@ def ablation_plan(frames: int, tokens_per_frame: int, precision: str) -> dict[st
                        for n, m in ((big, tokens_per_frame), (small, compact)) for p in PRECISIONS},
       "delta": {"with_delta": (FULL, precision), "without_delta": (NO_DELTA, precision),
                 "absolute_target": (Variant(absolute_delta=True), precision),
-                "horizons_2_3_4": (Variant(horizons=(2, 3, 4)), precision),
                 f"with_delta_{small}": (Variant(tokens_per_frame=compact), precision),
                 f"without_delta_{small}": (Variant(tokens_per_frame=compact, weights=NO_DELTA.weights), precision)},
-      "loss_stack": {"full": (FULL, precision),
-                     **{f"without_{name}": (Variant(weights=tuple(0.0 if j == i else 1.0 for j in range(4))), precision)
-                        for i, name in enumerate(("vtm", "vtc", "mlm", "delta"))}},
+      "horizon": {f"h{h}": (FULL if (h,) == horizons else Variant(horizons=(h,)), precision) for h in (2, 3, 4)},
+      "loss_stack": {"vtm": (weights("vtm"), precision), "vtm_mlm": (weights("vtm", "mlm"), precision),
+                     "vtm_mlm_vtc": (weights("vtm", "mlm", "vtc"), precision), "full": (FULL, precision)},
+      "loss_leave_one_out": {"full": (FULL, precision),
+                             **{f"without_{name}": (weights(*(n for n in ("vtm", "vtc", "mlm", "delta") if n != name)),
+                                                    precision) for name in ("vtm", "vtc", "mlm", "delta")}},
+      "backbone": {"default": (FULL, precision), "control": (Variant(control=True), precision)},
   }
 
 
@@ -97,6 +119,9 @@ def _reranker(**kw) -> ml_collections.ConfigDict:
       prior_hidden=64,          # e_rho: Linear(1, 64) -> GELU -> Linear(64, d_l)
       prior_scale=1.0,          # e_rho reads prior_scale * rho (1: the raw stage-1 cosine, as the paper writes it)
       dtype="float32",          # computation dtype ("bfloat16" on accelerators); params stay float32
+      # Table 17's reranker-backbone control (A.15): the joint encoder at BERT-base's shape, random init (BERT-base
+      # weights are not available offline); the cache width d_l follows the encoder's width.
+      control=ml_collections.ConfigDict(dict(hidden_size=768, num_layers=12, num_heads=12, intermediate_size=3072)),
   )
   base.update(kw)
   return ml_collections.ConfigDict(base)
@@ -110,15 +135,18 @@ def _train(**kw) -> ml_collections.ConfigDict:
       weight_decay=0.02,
       loss_weights=(1.0, 1.0, 1.0, 1.0),  # (vtm, vtc, mlm, delta), eq. 6
       tau_vtm=1.0, vtc_logit_scale=20.0,  # A.3
-      # VTM candidates per query (A.3: "the stage-1 top-K of the training queries plus in-batch videos";
-      # the counts are vidjax's choice): a batch is built of stage-1 neighbourhoods, an anchor query and
-      # captions of `hard_negatives` videos from its stage-1 top `candidate_pool` (the `always_top`
-      # best-ranked always among them), so every video of the batch is also a positive; each query is
-      # scored against its positive, its neighbourhood and `in_batch_negatives` other batch videos.
+      # VTM candidates per query. "in_batch" (§2.5: "ranking matched pairs above in-batch negatives"): a batch
+      # is B query-video pairs of distinct videos and each query is scored against its positive and every other
+      # video of the batch (`in_batch_negatives` = B - 1). "stage1" (vidjax's option, see the world): a batch is
+      # built of stage-1 neighbourhoods, an anchor query and captions of `hard_negatives` videos from its
+      # stage-1 top `candidate_pool` (the `always_top` best-ranked always among them), so every video of the
+      # batch is also a positive; each query is scored against its positive, its neighbourhood and
+      # `in_batch_negatives` other batch videos.
+      vtm_candidates="in_batch",
       candidate_pool=20,
       hard_negatives=6,
       always_top=2,
-      in_batch_negatives=1,
+      in_batch_negatives=63,
       mlm_prob=0.15,
       checkpoint_every=500,
       log_every=50,
@@ -132,7 +160,7 @@ def get_config(dataset: str, arg: str | None = None) -> ml_collections.ConfigDic
   """What `configs/vedje_<dataset>.py` return: the paper's settings, then the comma-separated variants of `arg`:
   "world" (the embedded SYNTHETIC world and its small reranker), "smoke" (a tiny world, for tests), "tiny" (the
   smoke model on any data: the real path's plumbing), "fast" (no
-  ablations or diagnostics), "all" (all five ablation tables)."""
+  ablations or diagnostics), "all" (every ablation table), "seeds3" (seeds 0, 1, 2 with mean ± std)."""
   c = retrieval.get_config(dataset)
   del c["world"]  # the embedded world comes with its own model: the `world` variant
   c.experiment = "vedje"
@@ -154,12 +182,14 @@ def get_config(dataset: str, arg: str | None = None) -> ml_collections.ConfigDic
       k_sweep=(10, 20, 50, 100),   # A.7 (clipped to the corpus); () = skip
       pair_block=256,              # (text, cache) pairs per reranker call
       scan_pairs=20,               # ... run inside the call in scan blocks of this many (CPU cache; 0 = one pass)
+      cost_k=100,                  # Table 2's cost profile: candidates per query (clipped to the gallery)
   ))
   # Ablation tables to train and print (each distinct variant is trained once and reused across tables):
-  # the default runs the two the VEDJE issue's checks read; ":all" runs all five; () = the main model only.
+  # the default runs the two the VEDJE issue's checks read; ":all" runs every table; () = the main model only.
   c.ablations = ("cache_structure", "prior")
   c.diagnostics = True             # dynamics stratification (A.10) and the MaxSim cache probe (A.11)
-  return common.apply_variants(c, arg, {"world": world, "smoke": smoke, "tiny": tiny, "fast": fast, "all": all_tables},
+  return common.apply_variants(c, arg, {"world": world, "smoke": smoke, "tiny": tiny, "fast": fast, "all": all_tables,
+                                  "seeds3": seeds3},
                                f"configs/vedje_{dataset}.py")
 
 
@@ -175,8 +205,12 @@ def _small(c: ml_collections.ConfigDict) -> None:
   c.model = _reranker(init="random", hidden_size=64, num_layers=2, num_heads=4, intermediate_size=256,
                       compressor_heads=4, compressor_mlp=256, predictor_heads=4, predictor_mlp=256,
                       prior_hidden=64, max_text_len=28)
+  # Table 17's control at the world's scale: twice the width and depth (random init, like the default).
+  c.model.control.update(hidden_size=128, num_layers=4, num_heads=4, intermediate_size=512)
+  # VTM candidates: the stage-1 neighbourhood scheme (C = 1 + 6 + 1 = 8 per query), the setting the world's
+  # checks were measured with; BENCHMARKS.md compares it with the paper's in-batch scheme at the same C.
   c.train = _train(batch_size=32, epochs=6, lr=1e-3, warmup_init=1e-6, warmup_steps=100, epoch_decay=0.9,
-                   log_every=25)
+                   log_every=25, vtm_candidates="stage1", in_batch_negatives=1)
 
 
 def smoke(c: ml_collections.ConfigDict) -> None:
@@ -198,9 +232,17 @@ def tiny(c: ml_collections.ConfigDict) -> None:
   c.train.update(batch_size=16, epochs=1, warmup_steps=2, log_every=5, progress=False,
                  hard_negatives=3, candidate_pool=8, in_batch_negatives=1)
   c.eval.update(k=10, k_sweep=(5, 10), query_chunk=64, gallery_chunk=128, pair_block=64)
+  c.model.control.update(hidden_size=64, num_layers=2, num_heads=2, intermediate_size=128)
   c.ablations = ()
   if "world" not in c:  # the diagnostics train a second model and read the world's motion labels
     c.diagnostics = False
+    c.train.update(vtm_candidates="in_batch", in_batch_negatives=7)  # the paper's scheme on a user's store
+
+
+def seeds3(c: ml_collections.ConfigDict) -> None:
+  """Three seeds (0, 1, 2) of everything the config runs, reported as mean ± std where the paper reports them
+  (`<workdir>/seed_<s>/` holds each seed's run; not in CI)."""
+  c.seeds = (0, 1, 2)
 
 
 def fast(c: ml_collections.ConfigDict) -> None:

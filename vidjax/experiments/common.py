@@ -153,6 +153,55 @@ def write_results(workdir: str | Path, results: Mapping, tables: Sequence[str] =
   return path
 
 
+def run_seeds(run, config, workdir: str | Path) -> dict:
+  """`config.seeds` (e.g. the `:seeds3` variant): `run` once per seed into `<workdir>/seed_<s>/`, then one
+  results.json of the same shape whose numbers are the means over seeds, with a `"std"` tree of the same shape
+  (population std, as "± std" in the papers' tables), `"seeds"` and each seed's workdir. A finished seed resumes
+  like any run; non-numeric values are the first seed's."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  seeds = [int(s) for s in config.seeds]
+  if len(seeds) < 2 or len(set(seeds)) != len(seeds) or min(seeds) < 0:
+    bad_value("seeds", tuple(config.seeds), "two or more distinct non-negative integers (or drop the key)")
+  workdir = Path(workdir)
+  per_seed = []
+  for seed in seeds:
+    c = config.copy_and_resolve_references()
+    with c.unlocked():
+      del c["seeds"]
+      c.seed = seed
+    print(f"seeds {seeds}: running seed {seed} in {workdir / f'seed_{seed}'}", flush=True)
+    per_seed.append(run(c, workdir / f"seed_{seed}"))
+
+  def numeric(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+  def merge(values, stat):
+    first = values[0]
+    if isinstance(first, Mapping):
+      keys = [k for k in first if all(isinstance(v, Mapping) and k in v for v in values)]
+      return {k: merge([v[k] for v in values], stat) for k in keys}
+    if all(numeric(v) for v in values):
+      return round(float(stat(np.asarray(values, np.float64))), 4)
+    return first if stat is np.mean else None
+
+  def prune(tree):  # the std tree keeps numbers only
+    if isinstance(tree, Mapping):
+      kept = {k: prune(v) for k, v in tree.items()}
+      return {k: v for k, v in kept.items() if v not in (None, {})}
+    return tree
+
+  results = merge(per_seed, np.mean)
+  results.update(seeds=seeds, seed_workdirs=[str(workdir / f"seed_{s}") for s in seeds],
+                 std=prune({k: merge([r[k] for r in per_seed], np.std) for k in ("metrics", "ablations")
+                            if all(k in r for r in per_seed)}),
+                 synthetic=any(r["synthetic"] for r in per_seed), config=json.loads(config.to_json_best_effort()))
+  table = [f"{'SYNTHETIC ' if results['synthetic'] else ''}mean ± std over seeds {seeds} ({config.name}):"]
+  flat_mean, flat_std = _flat(results["metrics"]), _flat(results["std"].get("metrics", {}))
+  table += [f"  {k}: {v:.2f} ± {flat_std[k]:.2f}" for k, v in flat_mean.items() if k in flat_std]
+  write_results(workdir, results, ["\n".join(table)])
+  return results
+
+
 def read_results(workdir: str | Path) -> dict:
   """A finished run's results.json (what `evaluate_all` reads besides its checkpoints)."""
   path = Path(workdir) / "results.json"

@@ -18,7 +18,7 @@
      counted against the model (`metrics.candidate_ranks`);
   6. the ablations of `config.ablations` (one model trained per distinct variant, reused across
      tables), the A.7 K sweep, the A.10 dynamics stratification and the A.11 MaxSim probe;
-  7. `<workdir>/results.json`: methods `stage1` and `vedje`, "ablations", "cache_bytes".
+  7. `<workdir>/results.json`: methods `stage1` and `vedje`, "ablations", "cache_bytes", "cost" (Table 2).
 
 Every trained variant lives in `<workdir>/models/<variant>/` (checkpoints: a killed run resumes).
 """
@@ -30,13 +30,16 @@ import time
 from pathlib import Path
 from typing import Any
 
+import jax
+
 from vidjax import checkpoints, evaluate, ops, train
 from vidjax.data.features import FeatureStore, STORAGE_DTYPES
 from vidjax.data.retrieval import PROTOCOLS, build_benchmark, read_dataset
 from vidjax.defaults.retrieval import DATASETS as RETRIEVAL_DATASETS
 from vidjax.defaults.vedje import ABLATIONS, FULL, NO_DELTA, PRECISIONS, Variant, ablation_plan  # noqa: F401
 from vidjax.experiments import common
-from vidjax.methods.vedje import (KEYS, PairBatches, VedjeScorer, cache_probe, dynamics, dynamics_bins, index_caches,
+from vidjax.methods.vedje import (KEYS, PairBatches, VedjeScorer, cache_probe, cost_profile, dynamics, dynamics_bins, hard_negatives,
+                                  index_caches,
                                   load_split, measured_bytes, model_config, online_param_count, read_train, rerank_metrics,
                                   stage1_indices, stage1_negatives, stratified_r1, train_variant)
 from vidjax.models import vedje as V
@@ -75,11 +78,16 @@ def validate(config) -> None:
     tcs = common.get_key(config, section)
     if len(tcs.loss_weights) != 4 or min(tcs.loss_weights) < 0:
       common.bad_value(f"{section}.loss_weights", tcs.loss_weights, "four weights >= 0 (vtm, vtc, mlm, delta)")
-    if tcs.in_batch_negatives < 0 or 1 + tcs.hard_negatives + tcs.in_batch_negatives > tcs.batch_size:
+    common.check_choice(config, f"{section}.vtm_candidates", ("in_batch", "stage1"))
+    if tcs.in_batch_negatives < 0 or 1 + hard_negatives(tcs) + tcs.in_batch_negatives > tcs.batch_size:
+      used = f"{section}.hard_negatives + " if tcs.vtm_candidates == "stage1" else ""
       common.bad_value(f"{section}.in_batch_negatives", tcs.in_batch_negatives,
-                       f">= 0 with 1 + {section}.hard_negatives + in_batch_negatives <= {section}.batch_size "
+                       f">= 0 with 1 + {used}in_batch_negatives <= {section}.batch_size "
                        "(the candidates of a query are videos of its batch)")
-  common.check_positive_int(config, ["eval.k", "eval.pair_block"])
+  if mc.control.num_layers < 1 or mc.control.hidden_size % mc.control.num_heads:
+    common.bad_value("model.control", dict(mc.control), "an encoder shape (Table 17) with hidden_size divisible by "
+                     "num_heads and num_layers >= 1")
+  common.check_positive_int(config, ["eval.k", "eval.pair_block", "eval.cost_k"])
   if not all(common.is_positive_int(k) for k in config.eval.k_sweep):
     common.bad_value("eval.k_sweep", tuple(config.eval.k_sweep), "positive integers (candidates reranked; () = skip)")
   if not (common.is_positive_int(config.eval.scan_pairs) or config.eval.scan_pairs == 0):
@@ -133,7 +141,8 @@ class Session:
     self.test = load_split(test_bench, store, config, self.tokenizer, mc.max_text_len)
     print(("SYNTHETIC DATA: " if self.synthetic else "") + f"VEDJE: {len(self.train_split.query_ids)} training "
           f"queries over {len(self.train_split.video_ids)} videos; test {len(self.test.query_ids)} queries x "
-          f"{len(self.test.video_ids)} videos", flush=True)
+          f"{len(self.test.video_ids)} videos; queries cut at {mc.max_text_len} tokens: "
+          f"{self.train_split.truncated} training, {self.test.truncated} test", flush=True)
     token_shape = store.item_shape(config.data.tokens_kind)
     if len(token_shape) != 3:
       raise ValueError(f"store kind {config.data.tokens_kind!r} must hold per-frame patch tokens [T, P, d_v], "
@@ -142,7 +151,7 @@ class Session:
     if frames != mc.frames:
       raise ValueError(f"store kind {config.data.tokens_kind!r} has {frames} frames per video, the model expects "
                        f"model.frames={mc.frames}")
-    self.negatives = stage1_negatives(self.train_split, max(self.tc.candidate_pool - 1, self.tc.hard_negatives))
+    self.negatives = stage1_negatives(self.train_split, self.tc)
     # The caches go to the run's own store (<workdir>/features: the world's store, or next to a user's), never into
     # the user's feature store: the store a run reads stays as it was prepared.
     self.cache_store = FeatureStore.create(config.data.cache_store or workdir / "features")
@@ -240,7 +249,8 @@ def run(config, workdir: str | Path) -> dict:
       "stage1_over_candidates": main_info["stage1"],
       "latency_ms_per_query": main_info["latency_ms"],
       "benchmark": {**test_bench.stats(), "k": min(config.eval.k, len(test.video_ids)), "k_requested": config.eval.k,
-                    "train_queries": len(train_split.query_ids)},
+                    "train_queries": len(train_split.query_ids), "max_text_len": mc.max_text_len,
+                    "truncated_queries": {"train": train_split.truncated, "test": test.truncated}},
       "reranker": {"init": mc.init, "num_layers": mc.num_layers, "hidden_size": mc.hidden_size,
                    "online_params": online_param_count(sess.trained[FULL.name])},
   }
@@ -267,13 +277,30 @@ def run(config, workdir: str | Path) -> dict:
       f"{results['cache_bytes']['measured_main_kind']} B)", synthetic,
       columns=list(results["cache_bytes_paper_shape"])))
 
-  plan = ablation_plan(mc.frames, mc.tokens_per_frame, config.cache.precision)
+  # Table 2: the cost profile of both cache budgets at K = eval.cost_k, batch 1, on this machine.
+  results["cost"] = {}
+  for m in dict.fromkeys((mc.tokens_per_frame, small_m)):
+    variant = FULL if m == mc.tokens_per_frame else Variant(tokens_per_frame=m)
+    cfg = dataclasses.replace(cfg_of(variant), scan_pairs=config.eval.scan_pairs)
+    params = sess.trained.get(variant.name) or V.init_params(V.Vedje(cfg), jax.random.PRNGKey(config.seed))
+    results["cost"][f"{mc.frames * m}_tokens"] = cost_profile(params, cfg, store, config.data.tokens_kind, test,
+                                                              config.eval.cost_k)
+  tables.append(evaluate.format_table(results["cost"], f"Cost profile (Table 2; K = {config.eval.cost_k} clipped to the "
+                                      f"gallery, batch 1, {jax.devices()[0].device_kind})", synthetic,
+                                      columns=[c for c in next(iter(results["cost"].values())) if c != "k"]))
+
+  plan = ablation_plan(mc.frames, mc.tokens_per_frame, config.cache.precision, tuple(mc.horizons))
   results["ablations"] = {}
   for table in config.ablations:
     rows = {name: evaluate_variant(variant, precision)[0] for name, (variant, precision) in plan[table].items()}
+    if table == "loss_stack":  # Table 15's first row: the stage-1 retriever before reranking
+      rows = {"stage1_only": {k: stage1[k] for k in KEYS}, **rows}
+    if table == "backbone":  # Table 17 reports each encoder's online parameters
+      rows = {name: {**row, "online_params": online_param_count(params_of(plan[table][name][0]))}
+              for name, row in rows.items()}
     results["ablations"][table] = rows
     tables.append(evaluate.format_table(rows, f"Ablation: {table.replace('_', ' ')}", synthetic,
-                                        columns=list(KEYS)))
+                                        columns=list(KEYS) + (["online_params"] if table == "backbone" else [])))
     print(tables[-1] + "\n", flush=True)
 
   if config.eval.k_sweep:
@@ -302,7 +329,7 @@ def run(config, workdir: str | Path) -> dict:
                                 kind_of(variant, config.cache.precision), test, tokenizer)
     results["cache_probe"] = probe
     tables.append(evaluate.format_table(probe, "Token-cache MaxSim probe (A.11)", synthetic,
-                                        columns=[k for k in probe["with_delta"] if k != "pairs"]))
+                                        columns=[k for k in probe["with_delta"] if not k.startswith("pairs")]))
 
   results["seconds"] = round(time.time() - start, 1)
   results["config"] = json.loads(config.to_json_best_effort())

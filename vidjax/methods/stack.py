@@ -124,7 +124,7 @@ def vedje_stage(config, workdir: Path, data: cast_method.CVRData, train_videos, 
   tokens = pipeline.text_token_batch(tokenizer, [c.text for c in clips], mc.max_text_len)
   split = vedje.Split(ids, np.arange(len(ids)), tokens["input_ids"], tokens["attention_mask"],
                       store.get(config.data.text_kind, ids), ids, store.get(config.data.clip_kind, ids))
-  negatives = vedje.stage1_negatives(split, max(vc.train.candidate_pool - 1, vc.train.hard_negatives))
+  negatives = vedje.stage1_negatives(split, vc.train)
   cfg = vedje.model_config(mc, FULL, visual_dim, patches, split.clip.shape[1], len(tokenizer.vocab))
   params = vedje.train_variant(FULL, cfg, split, lambda rows: store.get(vc.tokens_kind, [ids[r] for r in rows]),
                                negatives, vc.train, mc, tokenizer, config.seed, workdir / "train" / "vedje")

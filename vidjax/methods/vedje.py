@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import time
+import zlib
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -18,7 +20,7 @@ import jax
 import numpy as np
 
 from vidjax import checkpoints, extract, losses, metrics, ops, train
-from vidjax.data import pipeline
+from vidjax.data import lexicon, pipeline
 from vidjax.data.features import FeatureStore
 from vidjax.data.retrieval import build_benchmark, embeddings, read_dataset
 from vidjax.defaults import common
@@ -32,6 +34,10 @@ KEYS = ("t2v_r1", "t2v_r5", "t2v_r10", "v2t_r1", "v2t_r5", "v2t_r10")
 
 
 def model_config(mc, variant: Variant, visual_dim: int, patches: int, vtc_dim: int, vocab_size: int) -> V.VedjeConfig:
+  """The variant's model; Table 17's control (`variant.control`) takes `mc.control`'s encoder shape."""
+  if variant.control:
+    mc = mc.copy_and_resolve_references()
+    mc.update(dict(mc.control))
   return V.VedjeConfig(
       frames=mc.frames, tokens_per_frame=variant.tokens_per_frame or mc.tokens_per_frame, patches=patches,
       visual_dim=visual_dim, max_text_len=mc.max_text_len,
@@ -59,6 +65,7 @@ class Split:
   text: np.ndarray            # [Q, D] stage-1 text embeddings
   video_ids: list[str]
   clip: np.ndarray            # [N, D] stage-1 video embeddings
+  truncated: int = 0          # queries cut at the max text length (A.2: 64 WordPiece tokens)
 
   @functools.cached_property
   def captions_of_video(self) -> list[np.ndarray]:
@@ -69,29 +76,39 @@ class Split:
 
 
 def load_split(bench, store: FeatureStore, config, tokenizer, max_len: int) -> Split:
+  """The benchmark's queries tokenized at `max_len` (A.2: 64, paragraphs included: the paper states one max text
+  length for every dataset, so longer DiDeMo / ActivityNet paragraphs are truncated, and counted) and the
+  store's stage-1 embeddings."""
   get = embeddings
   video_ids = list(bench.corpus)
-  tokens = pipeline.text_token_batch(tokenizer, [q.text for q in bench.queries], max_len)
+  texts = [q.text for q in bench.queries]
+  tokens = pipeline.text_token_batch(tokenizer, texts, max_len)
   return Split(bench.query_ids, bench.relevant(), tokens["input_ids"], tokens["attention_mask"],
                get(store, config.data.text_kind, bench.query_ids, "query texts"), video_ids,
-               get(store, config.data.clip_kind, video_ids, "corpus videos"))
+               get(store, config.data.clip_kind, video_ids, "corpus videos"),
+               pipeline.truncated_count(tokenizer, texts, max_len))
 
 
 def read_train(config):
-  """The training split's records (real data): every caption of the training videos is a query. An id list
+  """The training split's records (real data), queries of the test protocol's kind (`data.protocol`: every
+  caption, or DiDeMo's / ActivityNet's paragraphs, one per video, as at test time). An id list
   (`data.train_video_list`, MSR-VTT's 9k `train_list_jsfusion.txt`) defines the training videos by itself: the
   JSON's own split field (6,513 "train") is then not applied."""
   if not config.data.train_annotations:
     common.bad_value("data.train_annotations", "", "the training split's annotation file when data.features is set")
   split = None if config.data.train_video_list else config.data.train_split or None
   return build_benchmark(read_dataset(config.dataset, config.data.train_annotations, config.data.train_video_list),
-                         protocol="captions", split=split)
+                         protocol=config.data.protocol, split=split)
 
 
-def stage1_negatives(split: Split, count: int, chunk: int = 4096) -> np.ndarray:
-  """int [Q, count]: each training query's best-ranked stage-1 videos other than its own."""
+def stage1_negatives(split: Split, tc, chunk: int = 4096) -> np.ndarray:
+  """int [Q, count]: each training query's best-ranked stage-1 videos other than its own, as many as the
+  "stage1" VTM scheme draws from (`train.candidate_pool`); none in the "in_batch" scheme."""
+  count = max(tc.candidate_pool - 1, tc.hard_negatives) if tc.vtm_candidates == "stage1" else 0
   text, clip = ops.l2_normalize(split.text), ops.l2_normalize(split.clip)
   count = min(count, len(split.video_ids) - 1)
+  if count == 0:
+    return np.zeros((len(text), 0), np.int64)
   out = np.empty((len(text), count), np.int64)
   for start in range(0, len(text), chunk):
     s = text[start:start + chunk] @ clip.T
@@ -106,9 +123,15 @@ def stage1_negatives(split: Split, count: int, chunk: int = 4096) -> np.ndarray:
 # Training.
 
 
+def hard_negatives(tc) -> int:
+  """Stage-1 neighbours per anchor query: `train.hard_negatives` in the "stage1" VTM scheme, none "in_batch"."""
+  return tc.hard_negatives if tc.vtm_candidates == "stage1" else 0
+
+
 def neighbourhood_rows(split: Split, negatives: np.ndarray, idx: np.ndarray, tc, rng: np.random.Generator) \
     -> tuple[np.ndarray, list[np.ndarray]]:
   """The batch's B query rows, built as stage-1 neighbourhoods, and each row's neighbourhood (rows into the batch).
+  In the "in_batch" VTM scheme a neighbourhood is its anchor alone: B query-video pairs of distinct videos.
 
   Each anchor query (the loop's `idx`, in order) brings `hard_negatives` of its stage-1 top `candidate_pool`
   videos (the `always_top` best-ranked first, the rest drawn at random) *with one of their own captions*: every
@@ -117,7 +140,7 @@ def neighbourhood_rows(split: Split, negatives: np.ndarray, idx: np.ndarray, tc,
   and the reranker learned a text-blind score of the video that ranks hubs last (measured: near-identical
   scores for a video's forward and reversed captions, test R@1 below stage 1). Videos are distinct within a
   batch; a neighbour without a training caption is skipped."""
-  b, h = len(idx), tc.hard_negatives
+  b, h = len(idx), hard_negatives(tc)
   top = min(tc.always_top, h, negatives.shape[1])
   captions = split.captions_of_video
   rows: list[int] = []
@@ -157,13 +180,13 @@ def neighbourhood_rows(split: Split, negatives: np.ndarray, idx: np.ndarray, tc,
 
 def make_batch_fn(split: Split, patches_of, negatives: np.ndarray, tc, cfg: V.VedjeConfig, variant: Variant,
                   tokenizer, seed: int):
-  """index batch -> the `Vedje` training batch: B query-video pairs (stage-1 neighbourhoods, see
-  `neighbourhood_rows`); each query is scored against its positive, the other videos of its neighbourhood
-  (its hard negatives) and `in_batch_negatives` other videos of the batch, C = 1 + hard_negatives +
+  """index batch -> the `Vedje` training batch: B query-video pairs (stage-1 neighbourhoods or, "in_batch",
+  distinct videos, see `neighbourhood_rows`); each query is scored against its positive, the other videos of its
+  neighbourhood (its hard negatives) and `in_batch_negatives` other videos of the batch, C = 1 + hard_negatives +
   in_batch_negatives candidates (topped up with in-batch videos where a neighbourhood is smaller)."""
   text_n, clip_n = ops.l2_normalize(split.text), ops.l2_normalize(split.clip)
   special = [tokenizer.vocab[t] for t in ("[PAD]", "[CLS]", "[SEP]")]
-  c = 1 + tc.hard_negatives + tc.in_batch_negatives
+  c = 1 + hard_negatives(tc) + tc.in_batch_negatives
 
   def batch_fn(idx: np.ndarray) -> dict:
     idx = np.asarray(idx)
@@ -197,7 +220,7 @@ def train_variant(variant: Variant, cfg: V.VedjeConfig, split: Split, patches_of
   """Trains one variant through the one loop; returns its (host) parameter tree."""
   model = V.Vedje(cfg)
   weights = tuple(float(a) * float(b) for a, b in zip(tc.loss_weights, variant.weights))
-  bert = checkpoints.load_bert_dir(mc.minilm_dir) if mc.init == "minilm" else None
+  bert = checkpoints.load_bert_dir(mc.minilm_dir) if mc.init == "minilm" and not variant.control else None
 
   def init_fn(rng):
     params = V.init_params(model, rng)
@@ -330,49 +353,121 @@ def stratified_r1(info: dict, test: Split, bins: np.ndarray) -> dict:
   return out
 
 
-def cache_probe(params, cfg: V.VedjeConfig, cache_store: FeatureStore, kind: str, test: Split, tokenizer,
-                num_masked: int = 4, limit: int = 256) -> dict:
-  """A.11: query-directed MaxSim alignment of content tokens to the ground-truth cache, and the score drop
-  when the num_masked most / least query-supported or random cached tokens are zeroed.
+def probe_classes(input_ids: np.ndarray, attention_mask: np.ndarray, tokenizer) -> dict[str, np.ndarray]:
+  """bool [Q, S] masks of A.11's token classes: `content` (J(q): no special tokens, punctuation or English
+  function words, `vidjax.data.lexicon`), and its `verb` and `temporal` subsets. A word piece ("##ing") is
+  content and takes no class of its own."""
+  words = {i: w for w, i in tokenizer.vocab.items()}
+  table = np.zeros((3, max(words) + 1), bool)  # content, verb, temporal per vocabulary id
+  for i, w in words.items():
+    if w.startswith("[") and w.endswith("]"):
+      continue
+    word = w[2:] if w.startswith("##") else w
+    if not any(ch.isalnum() for ch in word) or (not w.startswith("##") and lexicon.is_function_word(word)):
+      continue
+    table[0, i] = True
+    table[1, i] = not w.startswith("##") and lexicon.is_verb(word)
+    table[2, i] = not w.startswith("##") and lexicon.is_temporal_word(word)
+  live = attention_mask > 0
+  content, verb, temporal = (t[input_ids] & live for t in table)
+  return {"content": content, "verb": verb, "temporal": temporal}
 
-  Query-token embeddings are the reranker's text-only final hidden states (its text space); content
-  tokens exclude [CLS]/[SEP]/[PAD] and the function words of the moving-object world / English.
+
+def pair_seed(query_id: str, video_id: str) -> int:
+  """A deterministic seed keyed by a query-video pair (A.11's random mask)."""
+  return zlib.crc32(f"{query_id}\t{video_id}".encode())
+
+
+def cache_probe(params, cfg: V.VedjeConfig, cache_store: FeatureStore, kind: str, test: Split, tokenizer,
+                num_masked: int = 4, chunk: int = 256) -> dict:
+  """A.11 (Table 13) over every test query and its ground-truth video: the query-directed MaxSim alignment of the
+  content tokens to the cache (eq. 10-11: mean, verb and temporal-word classes, `probe_classes`), and the
+  reranker-score drop (eq. 13) when the `num_masked` cached tokens of highest / lowest query support r_{t,m}
+  (eq. 12) or `num_masked` random ones (seeded by the query-video pair) are zeroed.
+
+  Query-token embeddings are the reranker's text-only final hidden states (its text space). A class's alignment
+  is the mean over the pairs with at least one token of the class of each pair's mean over those tokens.
   """
-  from vidjax.worlds.moving_objects import DIRECTIONS, FUNCTION_WORDS  # the probe's lexical classes  # noqa
   reranker = V.JointReranker(cfg)
   p = {"params": params["reranker"]}
-  n = min(limit, len(test.query_ids))
-  ids, attn = test.input_ids[:n], test.attention_mask[:n]
-  vids = [test.video_ids[i] for i in test.query_video[:n]]
-  cache = cache_store.get(kind, vids)
-  prior = np.sum(ops.l2_normalize(test.text[:n]) * ops.l2_normalize(test.clip[test.query_video[:n]]), -1)
-  hidden = np.asarray(reranker.apply(p, ids, attn, None, method=V.JointReranker.encode))
-  e, z = ops.l2_normalize(hidden), ops.l2_normalize(cache)
-  sims = np.einsum("bsd,bnd->bsn", e, z)  # [B, S, N]
-  words = {tokenizer.vocab[w] for w in FUNCTION_WORDS if w in tokenizer.vocab}
-  special = {tokenizer.vocab[t] for t in ("[PAD]", "[CLS]", "[SEP]")} | {tokenizer.vocab.get(",", -1)}
-  content = (attn > 0) & ~np.isin(ids, list(words | special))
-  direction = np.isin(ids, [tokenizer.vocab[w] for w in DIRECTIONS])
-  a = sims.max(axis=2)  # a_j
+  encode = jax.jit(lambda ids, attn: reranker.apply(p, ids, attn, None, method=V.JointReranker.encode))
+  score = jax.jit(lambda ids, attn, c, prior: reranker.apply(p, ids, attn, c, prior))
+  classes = probe_classes(test.input_ids, test.attention_mask, tokenizer)
+  n = len(test.query_ids)
+  per = {name: np.full(n, np.nan) for name in ("content", "verb", "temporal")}
+  drops = {name: np.empty(n) for name in ("top_token", "random", "low_attribution")}
+  for start in range(0, n, chunk):
+    rows = np.arange(start, min(start + chunk, n))
+    pad = np.concatenate([rows, np.repeat(rows[:1], chunk - len(rows))])  # one shape: one compile
+    ids, attn = test.input_ids[pad], test.attention_mask[pad]
+    vids = [test.video_ids[i] for i in test.query_video[pad]]
+    cache = np.asarray(cache_store.get(kind, vids), np.float32)
+    prior = np.sum(ops.l2_normalize(test.text[pad]) * ops.l2_normalize(test.clip[test.query_video[pad]]), -1)
+    prior = prior.astype(np.float32)
+    e, z = ops.l2_normalize(np.asarray(encode(ids, attn))), ops.l2_normalize(cache)
+    sims = np.einsum("bsd,bnd->bsn", e, z)  # [B, S, N]
+    a = sims.max(axis=2)  # a_j (eq. 10)
+    m = len(rows)
+    for name in per:
+      sel = classes[name][rows]
+      has = sel.any(1)
+      per[name][rows[has]] = (np.sum(a[:m] * sel, 1) / np.maximum(sel.sum(1), 1))[has]
+    content = classes["content"][pad]
+    support = np.where(content[:, :, None], sims, -np.inf).max(axis=1)  # r_{t,m} (eq. 12) [B, N]
+    order = np.argsort(-support, axis=1, kind="stable")
+    chosen = np.stack([np.random.default_rng(pair_seed(test.query_ids[q], vids[j])).choice(
+        cache.shape[1], num_masked, replace=False) for j, q in enumerate(pad)])
+    masks = {"top_token": order[:, :num_masked], "low_attribution": order[:, -num_masked:], "random": chosen}
+    base = np.asarray(score(ids, attn, cache, prior))
+    for name, pos in masks.items():
+      masked = cache.copy()
+      np.put_along_axis(masked, pos[:, :, None], 0.0, axis=1)
+      drops[name][rows] = (base - np.asarray(score(ids, attn, masked, prior)))[:m]  # eq. 13
 
-  def mean_over(sel):
-    per = np.sum(a * sel, 1) / np.maximum(sel.sum(1), 1)
-    return round(float(np.mean(per[sel.any(1)])), 4)
+  def mean(x):
+    x = x[np.isfinite(x)]
+    return round(float(np.mean(x)), 4) if len(x) else None
 
-  support = np.where(content[:, :, None], sims, -np.inf).max(axis=1)  # r_{t,m} [B, N]
-  score = jax.jit(lambda c: reranker.apply(p, ids, attn, c, prior))
-  base = np.asarray(score(cache))
-  rng = np.random.default_rng(0)
-  order = np.argsort(-support, axis=1, kind="stable")
-  masks = {"top_token": order[:, :num_masked], "low_attribution": order[:, -num_masked:],
-           "random": np.stack([rng.choice(cache.shape[1], num_masked, replace=False) for _ in range(n)])}
-  out = {"mean_alignment": mean_over(content), "direction_word_alignment": mean_over(content & direction),
-         "object_word_alignment": mean_over(content & ~direction)}
-  for name, pos in masks.items():
-    masked = cache.copy()
-    np.put_along_axis(masked, pos[:, :, None], 0.0, axis=1)
-    out[f"{name}_masking_score_drop"] = round(float(np.mean(base - np.asarray(score(masked)))), 4)
-  out["pairs"] = n
+  out = {"mean_alignment": mean(per["content"]), "verb_alignment": mean(per["verb"]),
+         "temporal_word_alignment": mean(per["temporal"])}
+  out.update({f"{name}_masking_score_drop": mean(d) for name, d in drops.items()})
+  out.update(pairs=n, pairs_with_verbs=int(np.isfinite(per["verb"]).sum()),
+             pairs_with_temporal_words=int(np.isfinite(per["temporal"]).sum()))
+  return out
+
+
+def cost_profile(params, cfg: V.VedjeConfig, store: FeatureStore, tokens_kind: str, split: Split, k: int,
+                 repeats: int = 20) -> dict:
+  """Table 2's columns on this machine: "compress_ms_per_video" (the compressor on one video, batch 1: the offline
+  cost of writing a cache), "rerank_ms_per_query" (one query against its K cached candidates in one call, batch 1:
+  the online cost) and the peak memory of each compiled step in MB (XLA's memory analysis of the compiled
+  program: arguments + outputs + temporaries; the paper's column is the GPU's peak, in GB). Times are the mean of
+  `repeats` calls after one compiling call. The cost does not depend on the parameter values."""
+  compressor, reranker = V.FrameCompressor(cfg), V.JointReranker(cfg)
+  compress = jax.jit(lambda p, x: compressor.apply({"params": p}, x))
+  rerank = jax.jit(lambda p, ids, mask, cache, prior: reranker.apply({"params": p}, ids, mask, cache, prior,
+                                                                      method=reranker.score_pairs))
+  k = min(k, len(split.video_ids))
+  videos = store.get(tokens_kind, split.video_ids[:k])
+  caches = np.asarray(compress(params["compressor"], videos))
+  prior = ops.l2_normalize(split.clip[:k]) @ ops.l2_normalize(split.text[0])
+  pair = (np.repeat(split.input_ids[:1], k, 0), np.repeat(split.attention_mask[:1], k, 0), caches,
+          prior.astype(np.float32))
+  steps = {"compress": (compress, (params["compressor"], videos[:1])), "rerank": (rerank, (params["reranker"], *pair))}
+  out = {"k": k}
+  for name, (fn, args) in steps.items():
+    jax.block_until_ready(fn(*args))
+    times = []
+    for _ in range(repeats):
+      t = time.perf_counter()
+      jax.block_until_ready(fn(*args))
+      times.append(time.perf_counter() - t)
+    unit = "video" if name == "compress" else "query"
+    out[f"{name}_ms_per_{unit}"] = round(1e3 * float(np.mean(times)), 3)
+    mem = fn.lower(*args).compile().memory_analysis()
+    peak = None if mem is None else (mem.argument_size_in_bytes + mem.output_size_in_bytes + mem.temp_size_in_bytes
+                                     - mem.alias_size_in_bytes)
+    out[f"{name}_peak_mb"] = None if peak is None else round(peak / 1e6, 2)
   return out
 
 
