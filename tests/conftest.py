@@ -21,6 +21,11 @@ import filelock
 import pytest
 
 # Before anything imports jax (it reads the variables at import).
+# The suite's cost is mostly XLA compiling tiny programs: without LLVM's backend optimizations it compiles faster and
+# the tiny programs run about as fast (the notebooks' runner has always done this). A user's own XLA_FLAGS that set
+# the level are kept.
+if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
+  os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0").strip()
 if "PYTEST_XDIST_WORKER" not in os.environ and "JAX_COMPILATION_CACHE_DIR" not in os.environ:
   os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="vidjax-tests-xla-cache-")
   os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.2")

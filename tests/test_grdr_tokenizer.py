@@ -115,13 +115,13 @@ def test_tokenizer_shapes_and_straight_through_gradients():
   cfg = TokenizerConfig(feature_dim=12, latent_dim=8, hidden=16, num_views=3, num_layers=2, num_codes=5)
   model = Tokenizer(cfg)
   f = jnp.asarray(np.random.default_rng(4).normal(size=(6, 12)), jnp.float32)
-  params = model.init(jax.random.PRNGKey(0), f)
+  params = jax.jit(model.init)(jax.random.PRNGKey(0), f)  # jitted: one compile each, not one per op
   out = jax.jit(model.apply, static_argnames="num_layers")(params, f, num_layers=1)
   assert out["z"].shape == (6, 3, 8) and out["codes"].shape == (6, 3, 1)
   assert out["residuals"].shape == (6, 3, 1, 8) and out["reconstruction"].shape == (6, 12)
   np.testing.assert_allclose(np.linalg.norm(out["z"], axis=-1), 1.0, rtol=1e-5)
-  assert model.apply(params, f)["codes"].shape == (6, 3, 2)
-  grads = jax.grad(lambda p: losses.cosine_reconstruction_loss(f, model.apply(p, f)["reconstruction"]))(params)
+  assert jax.eval_shape(model.apply, params, f)["codes"].shape == (6, 3, 2)
+  grads = jax.jit(jax.grad(lambda p: losses.cosine_reconstruction_loss(f, model.apply(p, f)["reconstruction"])))(params)
   assert float(jnp.abs(grads["params"]["encoder"]["w1"]).sum()) > 0  # through the straight-through estimator
   with pytest.raises(ValueError, match="num_codes must be a positive integer"):
     TokenizerConfig(num_codes=0)

@@ -163,8 +163,8 @@ def sweep(c: ml_collections.ConfigDict) -> None:
   its beams' IDs name). Adds to whatever else the config is (`world,sweep` on the embedded world)."""
   c.sweep = ml_collections.ConfigDict(dict(num_views=(1, 2, 4, 6), num_codes=(64, 128, 256),
                                            beam_width=(20, 50, 100, 150, 200)))
-  if c.train.batch_size <= 64:  # with tiny: a small sweep
-    c.sweep.update(num_views=(1, 2), num_codes=(8, 16), beam_width=(4, 8))
+  if c.train.batch_size <= 64:  # with tiny: a small sweep (N_v = 4 and K = 16 are the main model's)
+    c.sweep.update(num_views=(1, 4), num_codes=(8, 16), beam_width=(4, 8))
 
 
 def tiny(c: ml_collections.ConfigDict) -> None:
@@ -183,4 +183,4 @@ def tiny(c: ml_collections.ConfigDict) -> None:
   c.baselines.update(num_layers=2, num_codes=16)
   c.train.progress = False
   if "sweep" in c:
-    c.sweep.update(num_views=(1, 2), num_codes=(8, 16), beam_width=(4, 8))
+    c.sweep.update(num_views=(1, 4), num_codes=(8, 16), beam_width=(4, 8))

@@ -242,12 +242,14 @@ def evaluate_row(config, world, model, params, coder, pools, ecfg=None, settings
 
 def sweep_rows(config, workdir: Path, world, pools, trained: dict) -> dict:
   """Figure 7 on the inductive pool: a model per N_v and per K (the config's schedule) and the main model at each beam
-  width (its candidates: every video the beams bring)."""
+  width (its candidates: every video the beams bring). A value equal to the main model's (or to another row's, e.g.
+  N_v = 1 and `grdr_nv1`) reuses that model."""
   sw, schedule, n = config.sweep, config.train.schedule, config.model.num_views
   sets = {}
   out = {"num_views": {}, "num_codes": {}, "beam_width": {}}
   for axis, values, recipe_of in (("num_views", sw.num_views, lambda v: Recipe(schedule, v)),
-                                  ("num_codes", sw.num_codes, lambda v: Recipe(schedule, n, num_codes=v))):
+                                  ("num_codes", sw.num_codes,
+                                   lambda v: Recipe(schedule, n, num_codes=None if v == config.model.num_codes else v))):
     for v in values:
       recipe = recipe_of(int(v))
       if recipe not in trained:
