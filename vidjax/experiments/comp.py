@@ -56,10 +56,11 @@ def validate(config) -> None:
   check_text_tower(config, "model")
   common.compute_dtype(config, "model.dtype")
   common.check_fraction(config, "model.init_temperature")
+  common.check_choice(config, "model.pool_init", ("mean", "random"))
   for section in ("pretrain", "finetune"):
     common.check_positive_int(config, [f"{section}.{k}" for k in ("batch_size", "steps", "checkpoint_every",
                                                                   "log_every")])
-    common.check_positive(config, [f"{section}.lr", f"{section}.lam"])
+    common.check_positive(config, [f"{section}.lr", f"{section}.video_lr", f"{section}.lam"])
     tc = common.get_key(config, section)
     if tc.weight_decay < 0 or tc.warmup_steps < 0:
       common.bad_value(f"{section}.weight_decay", (tc.weight_decay, tc.warmup_steps), "weight decay and warm-up >= 0")
@@ -342,10 +343,10 @@ def trained(config, workdir: Path, restore: bool = False) -> Trained:
                    eval_tokens, tokenizer, fine)
   for name, ex in pre.items():
     params[name] = train_model(name, model, fresh, ex, data, tokens, ptc, "contrastive" if name == "base" else "comploss",
-                               config.seed, workdir)
+                               config.seed, workdir, video_lr=ptc.video_lr)
   for method, mode, start in FINETUNES:
     params[method] = train_model(method, model, lambda rng, s=start: params[s], fine, data, tokens, ftc, mode,
-                                 config.seed, workdir)
+                                 config.seed, workdir, video_lr=ftc.video_lr)
   return Trained(data, model, params, es, eval_texts, eval_tokens, tokenizer, fine)
 
 
