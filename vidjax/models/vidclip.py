@@ -11,6 +11,10 @@ embedding")::
   h = AttentionPool(queries=Q1)(x)   [B, Q1, width]  cross-attention from learned queries + MLP
   v = AttentionPool(queries=1)(h)    [B, 1, width]   -> LayerNorm -> Dense(embed_dim)
 
+The pooler starts random (`pool_init="random"`) or as exact mean pooling (`pool_init="mean"`,
+`mean_pool_params`), the paper config's choice: there the pooler is new on frozen tokens and the paper's rates
+(1e-7 / 1e-6) are for a pretrained one (vidjax/defaults/comp.py).
+
 Text tower (§4.1: "a CLS token to summarize the text features", "sequence length ... 160"): a BERT
 encoder (`vidjax.models.bert.BertModel`, no pooler) whose final [CLS] state goes through
 Dense(embed_dim). By default it starts from the real all-MiniLM-L6-v2 weights (`init_text_from`):
