@@ -71,7 +71,7 @@ def main():
   ap.add_argument("--tokens", type=int, default=256, help="frozen tokens per frame (VideoPrism-B: 256)")
   ap.add_argument("--negatives", type=int, default=4, help="negative paragraphs per video (CompLoss hierarchy)")
   ap.add_argument("--steps", type=int, default=3)
-  ap.add_argument("--mode", default="comploss", choices=("contrastive", "negclip", "comploss"))
+  ap.add_argument("--mode", default="comploss", choices=losses.COMP_MODES)
   ap.add_argument("--dtypes", default="float32,bfloat16")
   args = ap.parse_args()
   peak = machine.matmul_flops_per_s()

@@ -9,7 +9,8 @@
 The plain config is the paper's settings and needs a store (or official release files: `data.release_eval` /
 `data.release_train`); the `world` variant runs the embedded SYNTHETIC moving-object world with a small model
 sized for it. Defaults and deviations: vidjax/defaults/comp.py. results.json: methods zero_shot, contrastive,
-negclip, comploss, comppretrain_comploss x temp_reorder, action_replace, seg_mismatch, all, t2v_r1, v2t_r1.
+negclip, comploss, negclip_pref, comppretrain_comploss, comppretrain_negclip_pref x temp_reorder, action_replace,
+seg_mismatch, all, t2v_r1, v2t_r1, hierarchy.
 """
 from vidjax.defaults import comp
 

@@ -32,7 +32,8 @@ def test_every_cell_is_metrics_or_a_reason_and_matches_the_runs_own_numbers(comp
   assert table == results["metrics"] and results["synthetic"] is True
   names = {f"{r}/{m}" for r, ms in (("cast_coin", ("cast", "zero_shot")),
                                      ("comp_activitynet", ("zero_shot", "contrastive", "negclip", "comploss",
-                                                           "comppretrain_comploss")),
+                                                           "negclip_pref", "comppretrain_comploss",
+                                                           "comppretrain_negclip_pref")),
                                      ("genstate_rendered", ("zero_shot", "vidclip")),
                                      ("grdr_msrvtt", ("dense", "grdr_rerank")),
                                      ("vedje_msrvtt", ("vedje_stage1", "vedje"))) for m in ms}
@@ -54,7 +55,7 @@ def test_every_cell_is_metrics_or_a_reason_and_matches_the_runs_own_numbers(comp
   for m in ("cast", "zero_shot"):
     _close(table[f"cast_coin/{m}"]["CVR (coin) [SYNTHETIC]"], own["cast"]["metrics"][m], cvr_keys)
   comp_keys = {k: k for k in ("temp_reorder", "action_replace", "seg_mismatch", "all")}
-  for m in ("negclip", "comppretrain_comploss"):
+  for m in ("negclip", "negclip_pref", "comppretrain_comploss"):
     _close(table[f"comp_activitynet/{m}"]["Comp (comp_activitynet) [SYNTHETIC]"], own["comp"]["metrics"][m],
            comp_keys)
     _close(table[f"comp_activitynet/{m}"]["R@K (comp_activitynet) [SYNTHETIC]"], own["comp"]["metrics"][m],

@@ -289,3 +289,56 @@ def test_comp_total_loss_modes_match_numpy():
                              _np_clip(video, text, 0.2, negs, mask), rtol=1e-5)
   with pytest.raises(ValueError, match="mode='hinge'"):
     losses.comp_total_loss(video, text, negs, mask, 0.2, mode="hinge")
+
+
+def _np_pref(s_pos, s_neg, mask, levels):
+  """Eq. 2 with levels, with loops: per row Σ_i [s_i - s_pos]_+ + Σ_{i, j: level_i < level_j} [s_j - s_i]_+."""
+  total = 0.0
+  for r in range(len(s_pos)):
+    for i in range(len(levels)):
+      if not mask[r, i]:
+        continue
+      total += max(s_neg[r, i] - s_pos[r], 0.0)
+      for j in range(len(levels)):
+        if mask[r, j] and levels[i] < levels[j]:
+          total += max(s_neg[r, j] - s_neg[r, i], 0.0)
+  return total / len(s_pos)
+
+
+@pytest.mark.parametrize("seed,levels", [(0, (1, 1, 1, 2)), (1, (1, 2, 2, 3)), (2, (0, 0, 1, 1)), (3, (1, 1, 1, 1)),
+                                         (4, None)])
+def test_comp_preference_loss_with_levels_matches_numpy(seed, levels):
+  """The hierarchical path of eq. 2: hinges between negatives only across levels (None = 0..N-1, strict order)."""
+  rng = np.random.default_rng(seed)
+  b, n = 7, 4
+  pos, neg = rng.normal(size=b).astype(np.float32), rng.normal(size=(b, n)).astype(np.float32)
+  mask = (rng.random((b, n)) > 0.25).astype(np.float32)
+  lv = tuple(range(n)) if levels is None else levels
+  expected = _np_pref(pos.astype(np.float64), neg.astype(np.float64), mask, lv)
+  np.testing.assert_allclose(losses.comp_preference_loss(pos, neg, mask, levels), expected, rtol=1e-5)
+  # The levels matter: (1, 1, 1, 2) drops the hinges among the three single disruptions that the strict order has.
+  if levels == (1, 1, 1, 2):
+    strict = _np_pref(pos.astype(np.float64), neg.astype(np.float64), mask, range(n))
+    assert abs(strict - expected) > 1e-3
+    np.testing.assert_allclose(losses.comp_preference_loss(pos, neg, mask), strict, rtol=1e-5)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_comp_total_loss_with_levels_and_negclip_pref_match_numpy(seed):
+  """comploss = L_con (eq. 1) + λ eq. 2 and negclip_pref = NegCLIP's L_con + λ eq. 2, both with levels."""
+  rng = np.random.default_rng(10 + seed)
+  b, n, d, tau, lam, levels = 5, 4, 6, 0.15, 7.0, (1, 1, 1, 2)
+  video, text = rng.normal(size=(b, d)).astype(np.float32), rng.normal(size=(b, d)).astype(np.float32)
+  negs = rng.normal(size=(b, n, d)).astype(np.float32)
+  mask = (rng.random((b, n)) > 0.3).astype(np.float32)
+  v, t, ng = _np_unit(video.astype(np.float64)), _np_unit(text.astype(np.float64)), _np_unit(negs.astype(np.float64))
+  pref = _np_pref(np.sum(v * t, -1), np.einsum("bd,bnd->bn", v, ng), mask, levels)
+  negclip = _np_clip(video, text, tau, negs, mask)
+  loss, aux = losses.comp_total_loss(video, text, negs, mask, tau, mode="negclip_pref", lam=lam, levels=levels)
+  np.testing.assert_allclose(loss, negclip + lam * pref, rtol=1e-5)
+  np.testing.assert_allclose(aux["con"], negclip, rtol=1e-5)
+  np.testing.assert_allclose(aux["pref"], pref, rtol=1e-5, atol=1e-7)
+  loss, _ = losses.comp_total_loss(video, text, negs, mask, tau, mode="comploss", lam=lam, levels=levels)
+  np.testing.assert_allclose(loss, _np_clip(video, text, tau) + lam * pref, rtol=1e-5)
+  # The two readings differ by exactly NegCLIP's extra negatives in L_con.
+  assert abs(negclip - _np_clip(video, text, tau)) > 1e-3

@@ -231,3 +231,29 @@ def test_pool_triplet_metrics_equals_one_computation_over_all_queries():
   assert got["order_histogram"] == want["order_histogram"] and got["n"] == 80
   with pytest.raises(ValueError, match="no queries"):
     metrics.pool_triplet_metrics([])
+
+
+@pytest.mark.parametrize("seed,per_group", [(0, False), (1, False), (2, True)])
+def test_hierarchy_accuracy_matches_loops(seed, per_group):
+  """Per group, the share of its pairs at different levels ordered right (ties wrong), averaged over groups."""
+  rng = np.random.default_rng(seed)
+  g, k = 30, 5
+  scores = np.round(rng.normal(size=(g, k)), 1)  # some exact ties
+  levels = np.sort(rng.integers(0, 3, size=(g, k)), axis=1) if per_group else np.array([0, 1, 1, 1, 2])
+  valid = rng.random((g, k)) > 0.3
+  valid[0] = False  # a group without a pair is left out
+  shares = []
+  for r in range(g):
+    lv = levels[r] if per_group else levels
+    pairs = [(i, j) for i in range(k) for j in range(k) if valid[r, i] and valid[r, j] and lv[i] < lv[j]]
+    if pairs:
+      shares.append(sum(scores[r, i] > scores[r, j] for i, j in pairs) / len(pairs))
+  got = metrics.hierarchy_accuracy(scores, levels, valid)
+  assert got["n"] == len(shares) < g
+  np.testing.assert_allclose(got["acc"], 100.0 * np.mean(shares), rtol=1e-12)
+  # A perfect order scores 100, its reverse 0, a constant scorer 0 (ties count against).
+  ordered = -np.tile(np.array([0, 1, 1, 1, 2.0]), (4, 1)) + 0.01 * np.array([0, 1, 2, 3, 0])
+  assert metrics.hierarchy_accuracy(ordered, [0, 1, 1, 1, 2])["acc"] == 100.0
+  assert metrics.hierarchy_accuracy(-ordered, [0, 1, 1, 1, 2])["acc"] == 0.0
+  assert metrics.hierarchy_accuracy(np.zeros((4, 5)), [0, 1, 1, 1, 2])["acc"] == 0.0
+  assert np.isnan(metrics.hierarchy_accuracy(scores, np.zeros(k))["acc"])

@@ -153,3 +153,71 @@ def test_learns_the_order_of_events_with_its_negatives():
   after = float(accuracy(params))
   assert after >= 0.9, (before, after)
   assert after - before >= 0.3, (before, after)
+
+
+def _layer_norm(x):
+  x = np.asarray(x, np.float64)
+  return (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-6)  # flax's epsilon
+
+
+def test_a_mean_initialised_pooler_is_mean_pooling_and_its_query_projection_learns():
+  model = V.VidClip(tiny(pool_init="mean"))
+  params = V.init_params(model, jax.random.PRNGKey(3), tokens_per_frame=3)
+  x = np.asarray(jax.random.normal(jax.random.PRNGKey(4), (2, 12, 32)))  # [B, T·N, width]
+  for name, queries in (("pool_1", 4), ("pool_2", 1)):
+    pool = V.AttentionPool(queries, 2, 64)
+    got = pool.apply({"params": params["video"][name]}, x)
+    want = np.broadcast_to(_layer_norm(x).mean(1, keepdims=True), got.shape)
+    np.testing.assert_allclose(got, want, atol=1e-5)
+    # A random pooler is not mean pooling (so the check above can fail).
+    random = V.init_params(V.VidClip(tiny()), jax.random.PRNGKey(3), tokens_per_frame=3)["video"][name]
+    assert np.abs(pool.apply({"params": random}, x) - want).max() > 1e-2
+  # The query projection starts at zero and still gets a gradient (the key projection is random).
+  video = jax.random.normal(jax.random.PRNGKey(5), (3, 4, 3, 8))
+  ids = jnp.ones((3, 8), jnp.int32)
+
+  def loss(p):
+    v, t, tau = model.apply({"params": p}, video, ids.at[:, 1].set(jnp.arange(3) + 5), jnp.ones_like(ids))
+    return losses.clip_contrastive_loss(v, t, tau)
+
+  grads = jax.jit(jax.grad(loss))(params)
+  assert float(jnp.abs(params["video"]["pool_1"]["attention"]["query"]["kernel"]).max()) == 0.0
+  assert float(jnp.abs(grads["video"]["pool_1"]["attention"]["query"]["kernel"]).max()) > 0.0
+  with pytest.raises(ValueError, match="pool_init='bogus'"):
+    tiny(pool_init="bogus")
+
+
+def test_the_real_configs_rates_move_the_video_tower_and_keep_the_text_tower():
+  """configs/comp_activitynet.py pretrains at lr 1e-7 and gives the (new) video tower its own `video_lr`."""
+  from pathlib import Path
+  from vidjax.experiments.common import load_config
+  from vidjax.methods import vidclip as M
+  config = load_config(Path(__file__).resolve().parents[1] / "configs/comp_activitynet.py")
+  tc, steps = config.pretrain, 5
+  assert config.model.pool_init == "mean" and tc.video_lr >= 1000 * tc.lr
+  model = V.VidClip(tiny(pool_init=config.model.pool_init))
+  params = V.init_params(model, jax.random.PRNGKey(0), tokens_per_frame=3)
+  video = jax.random.normal(jax.random.PRNGKey(1), (4, 4, 3, 8))
+  ids = jax.random.randint(jax.random.PRNGKey(2), (4, 8), 1, 100)
+
+  def loss(p):
+    v, t, tau = model.apply({"params": p}, video, ids, jnp.ones_like(ids))
+    return losses.clip_contrastive_loss(v, t, tau)
+
+  grad = jax.jit(jax.grad(loss))
+
+  def train(opt):
+    state, p = opt.init(params), params
+    for _ in range(steps):
+      updates, state = opt.update(grad(p), state, p)
+      p = optax.apply_updates(p, updates)
+    return jax.tree.map(lambda a, b: float(jnp.abs(a - b).max()), p, params)
+
+  moved = train(M.optimizer(tc, tc.video_lr))
+  # Adam moves a weight with a steady gradient by about lr per step (float32 rounds a change of 5e-7 to a weight
+  # near 1 to within 1.2e-7).
+  assert 0.5 * steps * tc.video_lr < moved["video"]["pool_1"]["attention"]["query"]["kernel"] <= 1.01 * steps * tc.video_lr
+  assert 0.5 * steps * tc.video_lr < moved["video"]["pool_2"]["mlp_out"]["kernel"] <= 1.01 * steps * tc.video_lr
+  assert max(jax.tree.leaves(moved["text"])) <= 2 * steps * tc.lr
+  # One rate for everything (no video_lr) leaves the pooler where lr 1e-7 leaves it.
+  assert train(M.optimizer(tc))["video"]["pool_1"]["attention"]["query"]["kernel"] <= 2 * steps * tc.lr

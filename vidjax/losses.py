@@ -419,6 +419,10 @@ def fixed_id_loss(h: jax.Array, codebooks: jax.Array, codes: jax.Array, tau: jax
 # VideoComp (../shared/papers/videocomp.txt §3.2, eq. 1-2).
 
 
+# The objectives of `comp_total_loss`: L_con (eq. 1), NegCLIP, eq. 2 on L_con, eq. 2 on NegCLIP's L_con.
+COMP_MODES = ("contrastive", "negclip", "comploss", "negclip_pref")
+
+
 def clip_contrastive_loss(video: jax.Array, text: jax.Array, tau: jax.Array,
                           text_negatives: Optional[jax.Array] = None,
                           negative_mask: Optional[jax.Array] = None) -> jax.Array:
@@ -488,27 +492,32 @@ def comp_total_loss(video: jax.Array, text: jax.Array, text_negatives: jax.Array
                     levels: Optional[Sequence[int]] = None) -> tuple[jax.Array, dict]:
   """The VideoComp training objectives (§3.2, §4.2; Table 4 rows) on unit or raw embeddings.
 
+  Two readings of CompLoss: "comploss" is eq. 2 added to the plain L_con of eq. 1; "negclip_pref" reads §3.2's
+  "we extend the standard contrastive loss" as extending NegCLIP's, so L_con already holds the disrupted texts as
+  negatives (exactly the "negclip" mode's term) and eq. 2 is added on top.
+
   Args:
     video, text: [B, D] positive pairs; text_negatives: [B, N, D] in the hierarchy order; negative_mask:
       [B, N], 1 = the negative exists.
     tau: the temperature of L_con.
     mode: "contrastive" (L_con, eq. 1), "negclip" (L_con with the negatives in the text side of the
-      softmax) or "comploss" (L_total = L_con + lam * L_pref, eq. 2).
+      softmax), "comploss" (L_total = L_con + lam * L_pref, eq. 2) or "negclip_pref" (NegCLIP's L_con +
+      lam * L_pref).
     lam: λ (100, §4.2).
     levels: the negatives' disruption levels for L_pref (`comp_preference_loss`).
 
   Returns:
     (loss, {"con": L_con, "pref": L_pref}); L_pref is reported in every mode (cosine similarities).
   """
-  if mode not in ("contrastive", "negclip", "comploss"):
-    raise ValueError(f"comp_total_loss: mode={mode!r} is not one of ('contrastive', 'negclip', 'comploss')")
+  if mode not in COMP_MODES:
+    raise ValueError(f"comp_total_loss: mode={mode!r} is not one of {COMP_MODES}")
   v = l2_normalize(jnp.asarray(video, jnp.float32))
   t = l2_normalize(jnp.asarray(text, jnp.float32))
   n = l2_normalize(jnp.asarray(text_negatives, jnp.float32))
-  if mode == "negclip":
+  if mode in ("negclip", "negclip_pref"):
     con = clip_contrastive_loss(v, t, tau, n, negative_mask)
   else:
     con = clip_contrastive_loss(v, t, tau)
   pref = comp_preference_loss(jnp.sum(v * t, -1), jnp.einsum("bd,bnd->bn", v, n), negative_mask, levels)
-  loss = con + lam * pref if mode == "comploss" else con
+  loss = con + lam * pref if mode in ("comploss", "negclip_pref") else con
   return loss, {"con": con, "pref": pref}

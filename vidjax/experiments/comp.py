@@ -7,13 +7,18 @@
      with `vidjax.data.comp.build_comp` and written to `<workdir>/benchmark/` (release format + counts);
   2. pretraining (§3.3, §4.1) on short clips: `base` (stack size 1, contrastive: VidCLIP-base) and
      `comppretrain` (stacks of `pretrain.stack` clips with reordered and partial negatives, L_con + λ·L_pref);
-  3. fine-tuning on the Comp training triplets (§4.2) from `base` with the contrastive loss, NegCLIP and
-     CompLoss, and from `comppretrain` with CompLoss;
+  3. fine-tuning on the Comp training triplets (§4.2) from `base` with the contrastive loss, NegCLIP, CompLoss
+     (eq. 2 on L_con) and CompLoss extending NegCLIP (`negclip_pref`: eq. 2 on NegCLIP's L_con), and from
+     `comppretrain` with each CompLoss (`FINETUNES`);
   4. evaluation (§3.4): binary accuracy per disruption type and the comprehensive product
-     (`evaluate.evaluate_comp`), R@1 both ways on the positive pairs;
-  5. `<workdir>/results.json`: methods `zero_shot`, `contrastive`, `negclip`, `comploss`,
-     `comppretrain_comploss` x `temp_reorder`, `action_replace`, `seg_mismatch`, `all`, `t2v_r1`, `v2t_r1`;
-     "tables" holds Table 5 (pretraining ablation) and Table 6 (zero-shot retrieval) rows.
+     (`evaluate.evaluate_comp`), R@1 both ways on the positive pairs, and the hierarchy score: per evaluation
+     video, the share of its text pairs at different disruption levels (the positive 0, then `finetune.levels`:
+     the single disruptions 1, multi 2; the evaluation split is built with multi for this) that the model orders
+     (`metrics.hierarchy_accuracy`);
+  5. `<workdir>/results.json`: methods `METHODS` (`zero_shot`, `contrastive`, `negclip`, `comploss`,
+     `negclip_pref`, `comppretrain_comploss`, `comppretrain_negclip_pref`) x `temp_reorder`, `action_replace`,
+     `seg_mismatch`, `all`, `t2v_r1`, `v2t_r1`, `hierarchy`; "tables" holds Table 5 (pretraining ablation) and
+     Table 6 (zero-shot retrieval) rows.
 
 Every training runs through the one loop (`vidjax.train.fit`) in `<workdir>/models/<name>/`, so a killed
 run resumes. Each example is a video given as rows into the frozen features (`video_rows [T]`,
@@ -40,7 +45,8 @@ from vidjax.worlds import moving_objects
 RESUMABLE = ()  # the rule of `common.is_resumable` covers the logging and evaluation keys
 # Fine-tuning runs: (method, loss mode, initial model).
 FINETUNES = (("contrastive", "contrastive", "base"), ("negclip", "negclip", "base"), ("comploss", "comploss", "base"),
-             ("comppretrain_comploss", "comploss", "comppretrain"))
+             ("negclip_pref", "negclip_pref", "base"), ("comppretrain_comploss", "comploss", "comppretrain"),
+             ("comppretrain_negclip_pref", "negclip_pref", "comppretrain"))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -56,10 +62,11 @@ def validate(config) -> None:
   check_text_tower(config, "model")
   common.compute_dtype(config, "model.dtype")
   common.check_fraction(config, "model.init_temperature")
+  common.check_choice(config, "model.pool_init", ("mean", "random"))
   for section in ("pretrain", "finetune"):
     common.check_positive_int(config, [f"{section}.{k}" for k in ("batch_size", "steps", "checkpoint_every",
                                                                   "log_every")])
-    common.check_positive(config, [f"{section}.lr", f"{section}.lam"])
+    common.check_positive(config, [f"{section}.lr", f"{section}.video_lr", f"{section}.lam"])
     tc = common.get_key(config, section)
     if tc.weight_decay < 0 or tc.warmup_steps < 0:
       common.bad_value(f"{section}.weight_decay", (tc.weight_decay, tc.warmup_steps), "weight decay and warm-up >= 0")
@@ -97,7 +104,8 @@ class CompData:
     video_ids: rows of the features; durations: seconds per row.
     gather: (video_rows [B, T], frame_rows [B, T]) -> float32 [B, T, N, D].
     num_frames: stored frames per video.
-    train, eval: Comp triplets; clips: pretraining (video id, span, caption) short clips.
+    train, eval: Comp triplets (both with multi: the evaluation's only for the hierarchy score); clips: pretraining
+      (video id, span, caption) short clips.
     counts: Table-1-shaped counts of the built splits ([] for release files).
     rewriter: joins captions into paragraphs (CompPretrain uses it too).
   """
@@ -123,8 +131,9 @@ def world_data(config) -> CompData:
   world = moving_objects.make_moving_object_world(moving_objects.world_config_from(config.world), seed=config.seed)
   rewriter = comp.TemplateRewriter(moving_objects.COMP_LEXICON, connectives=False)
   splits = {s: moving_objects.comp_events(world, s) for s in ("train", "test")}
-  built = {s: comp.build_comp(v, split=s, seed=config.seed, drop_global=False, rewriter=rewriter,
-                              iou_threshold=config.benchmark.iou_threshold, min_overlap=config.benchmark.min_overlap,
+  b = config.benchmark
+  built = {s: comp.build_comp(v, split=s, types=comp.TRAIN_TYPES, seed=config.seed, drop_global=False,
+                              rewriter=rewriter, iou_threshold=b.iou_threshold, min_overlap=b.min_overlap,
                               name="world-comp") for s, v in splits.items()}
   ids = world.ids()
   tokens = moving_objects.motion_tokens(world, config.seed, world.config.noise)
@@ -150,7 +159,8 @@ def real_data(config, workdir: Path) -> CompData:
   events = _real_events(config) if d.annotations else {}
   counts, built = [], {}
   for split, videos in events.items():
-    triplets, c = comp.build_comp(videos, split=split, seed=config.seed, drop_global=b.drop_global,
+    triplets, c = comp.build_comp(videos, split=split, types=comp.TRAIN_TYPES, seed=config.seed,
+                                  drop_global=b.drop_global,
                                   iou_threshold=b.iou_threshold, min_overlap=b.min_overlap, name=f"{config.dataset}-comp",
                                   rewriter=comp.TemplateRewriter(comp.load_lexicon(b.lexicon)) if b.lexicon else None)
     built[split] = triplets
@@ -243,28 +253,32 @@ def pretrain_examples(data: CompData, stack: int, hierarchy, frames: int, texts:
 
 @dataclasses.dataclass
 class EvalSet:
-  """The evaluation triplets as rows: per type the video input row and the two text rows; the positives."""
+  """The evaluation triplets as rows: per type the video input row and the two text rows; the positives; the
+  hierarchy groups (one per video input: its positive, then one text per type of `levels`, -1 = none)."""
   video_rows: np.ndarray
   frame_rows: np.ndarray
   by_type: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]  # type -> (video idx, pos text, neg text)
   pairs: tuple[np.ndarray, np.ndarray]                           # (video idx, text idx) of the positive pairs
+  hierarchy: tuple[np.ndarray, np.ndarray]                       # (video idx [G], text idx [G, 1 + H])
+  levels: np.ndarray                                             # [1 + H] disruption levels, the positive's 0
 
 
-def eval_set(data: CompData, frames: int, texts: TextTable) -> EvalSet:
+def eval_set(data: CompData, frames: int, texts: TextTable, levels: dict[str, int]) -> EvalSet:
+  """`levels`: {type: disruption level} of the hierarchy score (`finetune.hierarchy` and `finetune.levels`)."""
   row = {v: i for i, v in enumerate(data.video_ids)}
   inputs: dict[tuple, int] = {}
   vrs, frs = [], []
   by_type: dict[str, list] = {t: [] for t in comp.EVAL_TYPES}
   pairs = {}
   for t in data.eval:
-    if t.type not in by_type:
-      continue
     key = (t.video_id, t.video_span)
     if key not in inputs:
       inputs[key] = len(inputs)
       vr, fr = span_rows(data, row, t.video_id, t.video_span, frames)
       vrs.append(vr)
       frs.append(fr)
+    if t.type not in by_type:  # multi: the hierarchy score only
+      continue
     by_type[t.type].append((inputs[key], texts(t.positive), texts(t.negative)))
     if t.type != "seg_mismatch":  # the full video and its paragraph (§3.4: positive pairs only)
       pairs.setdefault(t.video_id, (inputs[key], texts(t.positive)))
@@ -272,12 +286,15 @@ def eval_set(data: CompData, frames: int, texts: TextTable) -> EvalSet:
   if missing:
     raise ValueError(f"the evaluation triplets have no {missing} entries; VideoComp evaluates all of {comp.EVAL_TYPES}")
   pv, pt = zip(*pairs.values())
+  groups = comp.training_groups(data.eval, tuple(levels))  # the eval triplets grouped by video input as eq. 2's
+  text_rows = [[texts(g.positive), *(texts(n) for n in g.negatives)] for g in groups]
+  hierarchy = (np.array([inputs[(g.video_id, g.span)] for g in groups]), np.array(text_rows).reshape(len(groups), -1))
   return EvalSet(np.stack(vrs), np.stack(frs), {t: tuple(np.array(c) for c in zip(*rows)) for t, rows in by_type.items()},
-                 (np.array(pv), np.array(pt)))
+                 (np.array(pv), np.array(pt)), hierarchy, np.array([0, *levels.values()]))
 
 
 def evaluate_model(enc: Encoder, params, es: EvalSet, tokens) -> dict[str, float]:
-  """Binary accuracies, comprehensive score and R@1 both ways of one VidCLIP."""
+  """Binary accuracies, comprehensive score, R@1 both ways and the hierarchy score of one VidCLIP."""
   v = enc.videos(params, es.video_rows, es.frame_rows)
   t = enc.texts(params, tokens)
   inputs = {kind: {"video": v[vi], "candidates": np.stack([t[pi], t[ni]], axis=1)}
@@ -286,7 +303,10 @@ def evaluate_model(enc: Encoder, params, es: EvalSet, tokens) -> dict[str, float
   pv, pt = es.pairs
   # Paragraph-to-video over the positive pairs; videos are unique per pair.
   r = metrics.two_way_retrieval_metrics(t[pt] @ v[pv].T, np.arange(len(pv)))
-  return {**out, "t2v_r1": r["t2v_r1"], "v2t_r1": r["v2t_r1"]}
+  hv, ht = es.hierarchy
+  sims = np.einsum("gd,gkd->gk", v[hv], t[np.maximum(ht, 0)])
+  hierarchy = metrics.hierarchy_accuracy(sims, es.levels, ht >= 0)["acc"]
+  return {**out, "t2v_r1": r["t2v_r1"], "v2t_r1": r["v2t_r1"], "hierarchy": hierarchy}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -307,8 +327,14 @@ class Trained:
 
 
 def write_benchmark(config, workdir: Path, data: CompData) -> None:
-  """The run's Comp triplets in the release format (`<workdir>/benchmark/`) and their Table-1 counts."""
-  for split, triplets in (("train", data.train), ("eval", data.eval)):
+  """The run's Comp triplets in the release format (`<workdir>/benchmark/`) and their Table-1 counts. The
+  evaluation's multi triplets (the hierarchy score's top level) go to their own file, `<name>_eval_multi.json`, so
+  `<name>_eval.json` holds the benchmark's three types."""
+  files = (("train", data.train), ("eval", [t for t in data.eval if t.type != "multi"]),
+           ("eval_multi", [t for t in data.eval if t.type == "multi"]))
+  for split, triplets in files:
+    if not triplets and split == "eval_multi":  # release files have none
+      continue
     comp.write_release(workdir / "benchmark" / f"{config.name}_{split}.json", triplets)
   if data.counts:
     io.atomic_write_json(workdir / "benchmark" / "counts.json", data.counts)
@@ -333,7 +359,7 @@ def trained(config, workdir: Path, restore: bool = False) -> Trained:
   fine = finetune_examples(data, ftc.hierarchy, frames, texts)
   tokens = texts.tokens(tokenizer, mc.max_text_len)
   eval_texts = TextTable()  # its own table: evaluation encodes only the evaluation paragraphs
-  es = eval_set(data, frames, eval_texts)
+  es = eval_set(data, frames, eval_texts, dict(zip(ftc.hierarchy, ftc.levels)))
   eval_tokens = eval_texts.tokens(tokenizer, mc.max_text_len)
   params = {}
   if restore:
@@ -342,10 +368,10 @@ def trained(config, workdir: Path, restore: bool = False) -> Trained:
                    eval_tokens, tokenizer, fine)
   for name, ex in pre.items():
     params[name] = train_model(name, model, fresh, ex, data, tokens, ptc, "contrastive" if name == "base" else "comploss",
-                               config.seed, workdir)
+                               config.seed, workdir, video_lr=ptc.video_lr)
   for method, mode, start in FINETUNES:
     params[method] = train_model(method, model, lambda rng, s=start: params[s], fine, data, tokens, ftc, mode,
-                                 config.seed, workdir)
+                                 config.seed, workdir, video_lr=ftc.video_lr)
   return Trained(data, model, params, es, eval_texts, eval_tokens, tokenizer, fine)
 
 
@@ -385,12 +411,15 @@ def run(config, workdir: str | Path) -> dict:
   for method, _, _ in FINETUNES:
     scores[method] = evaluate_model(enc, params[method], es, eval_tokens)
   table_metrics = {m: {k: scores[m][k] for k in METRICS} for m in METHODS}
+  t5 = (*METRICS[:4], "hierarchy")
   tables = {
       "pretraining_ablation": {  # Table 5
-          "zero_shot_stack1": {k: scores["zero_shot"][k] for k in METRICS[:4]},
-          f"zero_shot_stack{ptc.stack}": {k: comppretrain_zero_shot[k] for k in METRICS[:4]},
-          "comploss_stack1": {k: scores["comploss"][k] for k in METRICS[:4]},
-          f"comploss_stack{ptc.stack}": {k: scores["comppretrain_comploss"][k] for k in METRICS[:4]}},
+          "zero_shot_stack1": {k: scores["zero_shot"][k] for k in t5},
+          f"zero_shot_stack{ptc.stack}": {k: comppretrain_zero_shot[k] for k in t5},
+          "comploss_stack1": {k: scores["comploss"][k] for k in t5},
+          f"comploss_stack{ptc.stack}": {k: scores["comppretrain_comploss"][k] for k in t5},
+          "negclip_pref_stack1": {k: scores["negclip_pref"][k] for k in t5},
+          f"negclip_pref_stack{ptc.stack}": {k: scores["comppretrain_negclip_pref"][k] for k in t5}},
       "zero_shot_retrieval": {  # Table 6
           "vidclip_base": {k: scores["zero_shot"][k] for k in ("t2v_r1", "v2t_r1")},
           "comppretrain": {k: comppretrain_zero_shot[k] for k in ("t2v_r1", "v2t_r1")}},
@@ -398,10 +427,11 @@ def run(config, workdir: str | Path) -> dict:
   where = ("SYNTHETIC moving-object world" if not config.data.features else
            f"{config.dataset}, SYNTHETIC rendered videos" if data.synthetic else config.dataset)
   printed = [
-      evaluate.format_table(table_metrics, f"VideoComp on {config.name} ({where}): binary accuracy % (Tables 2-4) "
-                            "and R@1 on the positive pairs (Table 3)", data.synthetic, list(METRICS)),
+      evaluate.format_table(table_metrics, f"VideoComp on {config.name} ({where}): binary accuracy % (Tables 2-4), "
+                            "R@1 on the positive pairs (Table 3) and the hierarchy score % (disruption levels "
+                            "ordered per video)", data.synthetic, list(METRICS)),
       evaluate.format_table(tables["pretraining_ablation"], "CompPretrain stack size (Table 5)", data.synthetic,
-                            list(METRICS[:4])),
+                            list(t5)),
       evaluate.format_table(tables["zero_shot_retrieval"], "zero-shot retrieval R@1 after pretraining (Table 6)",
                             data.synthetic, ["t2v_r1", "v2t_r1"]),
   ]
@@ -409,6 +439,6 @@ def run(config, workdir: str | Path) -> dict:
       config, dataset=config.dataset, synthetic=data.synthetic, metrics=table_metrics,
       note=moving_objects.SYNTHETIC_NOTE if "world" in config else "", tables=tables, **data.path,
       counts={"eval": {t: len(es.by_type[t][0]) for t in comp.EVAL_TYPES}, "train_groups": len(fine.positive),
-              "pretrain_clips": len(data.clips)})
+              "pretrain_clips": len(data.clips), "hierarchy_groups": len(es.hierarchy[0])})
   common.write_results(workdir, results, printed)
   return results

@@ -30,7 +30,7 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from vidjax import evaluate, train
+from vidjax import evaluate, losses, train
 from vidjax import extract as engine
 from vidjax import progress as progress_lib
 from vidjax.data import genstate
@@ -76,7 +76,7 @@ def validate(config) -> None:
   common.check_positive_int(config, [f"train.{k}" for k in ("batch_size", "group", "steps", "checkpoint_every",
                                                            "log_every")])
   common.check_positive(config, ["train.lr"])
-  common.check_choice(config, "train.mode", ("contrastive", "negclip", "comploss"))
+  common.check_choice(config, "train.mode", losses.COMP_MODES)
   if config.train.batch_size % config.train.group:
     common.bad_value("train.batch_size", config.train.batch_size, f"a multiple of train.group={config.train.group}")
   if config.train.group not in (1, 3):

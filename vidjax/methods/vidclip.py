@@ -1,6 +1,6 @@
 """VidCLIP as a method (../shared/papers/videocomp.txt §3-4): the dual encoder built from a config section (its
 text tower from all-MiniLM-L6-v2, an LvT checkpoint or random), its examples as rows into frozen features,
-training through the one loop with any of the contrastive / NegCLIP / CompLoss objectives, and jitted encoders.
+training through the one loop with any of the `losses.COMP_MODES` objectives, and jitted encoders.
 
 VideoComp (`configs/comp_*.py`) and GenState (`configs/genstate_rendered.py`) both train and evaluate VidCLIP
 through this module. An example is a video given as rows into the frozen features (`video_rows [T]`,
@@ -17,6 +17,7 @@ from typing import Sequence
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 
 from vidjax import checkpoints, evaluate, losses, train
 from vidjax.data import pipeline
@@ -73,7 +74,8 @@ def model_config(mc, visual_dim: int, vocab_size: int = 32_000) -> V.VidClipConf
                          dropout_rate=mc.dropout_rate, attention_dropout_rate=mc.dropout_rate, use_pooler=False)
   return V.VidClipConfig(visual_dim=visual_dim, frames=mc.frames, width=mc.width, pool_queries=mc.pool_queries,
                          pool_heads=mc.pool_heads, pool_mlp=mc.pool_mlp, embed_dim=mc.embed_dim, text=text, lvt=lvt,
-                         max_text_len=mc.max_text_len, init_temperature=mc.init_temperature, dtype=mc.dtype)
+                         max_text_len=mc.max_text_len, init_temperature=mc.init_temperature, dtype=mc.dtype,
+                         pool_init=mc.get("pool_init", "random"))  # GenState's model section has none: random
 
 
 def vidclip_setup(mc, visual_dim: int, tokens_per_frame: int):
@@ -114,12 +116,23 @@ def batch_fn_for(data, ex: Examples, tokens: dict[str, np.ndarray]):
   return batch_fn
 
 
+def optimizer(tc, video_lr: float | None = None) -> optax.GradientTransformation:
+  """AdamW of a train section (`tc.lr`, `tc.weight_decay`, `tc.warmup_steps`); with `video_lr` the video tower's
+  parameters (`video/...`) get that learning rate instead (`optax.multi_transform`), the rest `tc.lr`."""
+  adamw = lambda lr: train.adamw(lr, tc.weight_decay, tc.warmup_steps)  # noqa: E731
+  if video_lr is None:
+    return adamw(tc.lr)
+  return optax.multi_transform({"video": adamw(video_lr), "rest": adamw(tc.lr)},
+                               lambda p: train.param_labels(p, [(r"video/.*", "video"), (r".*", "rest")]))
+
+
 def train_model(name: str, model: V.VidClip, init_fn, ex: Examples, data, tokens, tc, mode: str,
-                seed: int, workdir: Path, group: int = 1):
+                seed: int, workdir: Path, group: int = 1, video_lr: float | None = None):
   """One VidCLIP training through the one loop; returns host params.
 
   `group` > 1 keeps runs of `group` consecutive examples in one batch (e.g. a GenState query's clip and its
   two hard-negative clips, so each is an in-batch negative of the others); `tc.batch_size` must divide by it.
+  `video_lr`: the video tower's own learning rate (`optimizer`); None = `tc.lr` for every parameter.
   """
 
   def loss_fn(params, batch, rng):
@@ -152,7 +165,7 @@ def train_model(name: str, model: V.VidClip, init_fn, ex: Examples, data, tokens
   else:
     dataset = pipeline.loader(pipeline.make_index_batches(len(ex.positive), tc.batch_size, seed, batch_fn))
   state, _ = train.fit(init_fn=init_fn, loss_fn=loss_fn,
-                       optimizer=train.adamw(tc.lr, tc.weight_decay, tc.warmup_steps),
+                       optimizer=optimizer(tc, video_lr),
                        dataset=dataset, num_steps=tc.steps, workdir=workdir / "models" / name, seed=seed,
                        checkpoint_every=tc.checkpoint_every, log_every=min(tc.log_every, tc.steps),
                        progress=tc.progress, description=f"VidCLIP {name}")

@@ -11,6 +11,10 @@ embedding")::
   h = AttentionPool(queries=Q1)(x)   [B, Q1, width]  cross-attention from learned queries + MLP
   v = AttentionPool(queries=1)(h)    [B, 1, width]   -> LayerNorm -> Dense(embed_dim)
 
+The pooler starts random (`pool_init="random"`) or as exact mean pooling (`pool_init="mean"`,
+`mean_pool_params`), the paper config's choice: there the pooler is new on frozen tokens and the paper's rates
+(1e-7 / 1e-6) are for a pretrained one (vidjax/defaults/comp.py).
+
 Text tower (§4.1: "a CLS token to summarize the text features", "sequence length ... 160"): a BERT
 encoder (`vidjax.models.bert.BertModel`, no pooler) whose final [CLS] state goes through
 Dense(embed_dim). By default it starts from the real all-MiniLM-L6-v2 weights (`init_text_from`):
@@ -72,6 +76,8 @@ class VidClipConfig:
     max_text_len: text tokens incl. [CLS]/[SEP] (160, §4.1).
     init_temperature: the starting tau (CLIP: 0.07).
     dtype: computation dtype; parameters stay float32.
+    pool_init: "random" (every pooler weight drawn at random) or "mean" (`mean_pool_params`: both pooling layers
+      start as exact mean pooling of their LayerNorm-ed tokens).
   """
   visual_dim: int = 768
   frames: int = 16
@@ -85,6 +91,7 @@ class VidClipConfig:
   max_text_len: int = 160
   init_temperature: float = 0.07
   dtype: str = "float32"
+  pool_init: str = "random"
 
   def __post_init__(self):
     for name in ("visual_dim", "frames", "width", "pool_queries", "pool_heads", "pool_mlp", "embed_dim",
@@ -99,6 +106,8 @@ class VidClipConfig:
                        f"max_position={self.text.max_position}")
     if not 0.0 < self.init_temperature < 1.0:
       raise ValueError(f"VidClipConfig.init_temperature={self.init_temperature} must lie in (0, 1)")
+    if self.pool_init not in ("random", "mean"):
+      raise ValueError(f"VidClipConfig.pool_init={self.pool_init!r} is not one of ('random', 'mean')")
 
 
 def _dense(features: int, dtype, name: str) -> nn.Dense:
@@ -200,12 +209,38 @@ class VidClip(nn.Module):
     return self.encode_video(video), self.encode_text(input_ids, attention_mask, deterministic), self.temperature()
 
 
+def mean_pool_params(pool: Params) -> Params:
+  """An `AttentionPool`'s params set so that it computes exact mean pooling: every query's output is the mean of
+  the LayerNorm-ed tokens (`kv_norm`). A new tree.
+
+  The query projection is zero, so every attention logit is 0 and the attention uniform; the value and output
+  projections are the identity (zero biases), so each head passes its slice of the mean through; the residual
+  MLP's output projection is zero. The key projection and the MLP's input stay random: with both query and key
+  projections zero, neither would get a gradient (each one's gradient is proportional to the other).
+  """
+  att = pool["attention"]
+  w = att["out"]["kernel"].shape[-1]
+  heads, head_dim = att["value"]["bias"].shape
+  eye = jnp.eye(w, dtype=jnp.float32)
+  zero = lambda x: jnp.zeros_like(x)  # noqa: E731
+  new_att = {**att,
+             "query": jax.tree.map(zero, att["query"]),
+             "value": {"kernel": eye.reshape(w, heads, head_dim), "bias": zero(att["value"]["bias"])},
+             "out": {"kernel": eye.reshape(heads, head_dim, w), "bias": zero(att["out"]["bias"])}}
+  return {**pool, "attention": new_att, "mlp_out": jax.tree.map(zero, pool["mlp_out"])}
+
+
 def init_params(model: VidClip, rng: jax.Array, tokens_per_frame: int = 1) -> Params:
-  """Every VidCLIP parameter, from dummy inputs of the config's shapes (works under `jax.eval_shape`)."""
+  """Every VidCLIP parameter, from dummy inputs of the config's shapes (works under `jax.eval_shape`); with
+  `pool_init="mean"` both pooling layers start as mean pooling (`mean_pool_params`)."""
   cfg = model.config
   video = jnp.zeros((1, cfg.frames, tokens_per_frame, cfg.visual_dim), jnp.float32)
   ids = jnp.zeros((1, cfg.max_text_len), jnp.int32)
-  return model.init(rng, video, ids, jnp.ones_like(ids))["params"]
+  params = model.init(rng, video, ids, jnp.ones_like(ids))["params"]
+  if cfg.pool_init == "mean":
+    tower = params["video"]
+    params = {**params, "video": {**tower, **{k: mean_pool_params(tower[k]) for k in ("pool_1", "pool_2")}}}
+  return params
 
 
 def init_text_from(params: Params, bert_params: Params) -> Params:
