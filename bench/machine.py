@@ -12,7 +12,8 @@ import time
 
 import jax
 import jax.numpy as jnp
-import numpy as np
+
+from vidjax.ops import timed  # noqa: F401  (the benches' timer, re-exported)
 
 
 def cpu_model() -> str:
@@ -31,17 +32,6 @@ def describe() -> str:
   dev = jax.devices()[0]
   return (f"{dev.platform}:{dev.device_kind} x{jax.device_count()} | host CPU: {cpu_model()}, "
           f"{os.cpu_count()} cores | jax {jax.__version__}")
-
-
-def timed(fn, *args, iters: int) -> float:
-  """Median seconds per call after one warm-up (compiling) call."""
-  jax.block_until_ready(fn(*args))
-  times = []
-  for _ in range(iters):
-    t = time.perf_counter()
-    jax.block_until_ready(fn(*args))
-    times.append(time.perf_counter() - t)
-  return float(np.median(times))
 
 
 def matmul_flops_per_s(n: int = 2048, iters: int = 10, dtype: str = "float32") -> float:

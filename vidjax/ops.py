@@ -202,3 +202,16 @@ def kmeans(x: Any, centres: Any, iters: int = 20, cosine: bool = True, weights: 
 
   c, _ = jax.lax.scan(step, jnp.asarray(centres, jnp.float32), None, length=iters)
   return c, assign(c).astype(jnp.int32)
+
+
+def timed(fn, *args, iters: int) -> float:
+  """Median seconds per call of `fn(*args)` after one warm-up (compiling) call, each waited for."""
+  import time  # pylint: disable=g-import-not-at-top
+  import jax  # pylint: disable=g-import-not-at-top
+  jax.block_until_ready(fn(*args))
+  times = []
+  for _ in range(iters):
+    t = time.perf_counter()
+    jax.block_until_ready(fn(*args))
+    times.append(time.perf_counter() - t)
+  return float(np.median(times))

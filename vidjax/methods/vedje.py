@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import time
 import zlib
 from pathlib import Path
 from typing import Any, Sequence
@@ -441,7 +440,7 @@ def cost_profile(params, cfg: V.VedjeConfig, store: FeatureStore, tokens_kind: s
   """Table 2's columns on this machine: "compress_ms_per_video" (the compressor on one video, batch 1: the offline
   cost of writing a cache), "rerank_ms_per_query" (one query against its K cached candidates in one call, batch 1:
   the online cost) and the peak memory of each compiled step in MB (XLA's memory analysis of the compiled
-  program: arguments + outputs + temporaries; the paper's column is the GPU's peak, in GB). Times are the mean of
+  program: arguments + outputs + temporaries; the paper's column is the GPU's peak, in GB). Times are the median of
   `repeats` calls after one compiling call. The cost does not depend on the parameter values."""
   compressor, reranker = V.FrameCompressor(cfg), V.JointReranker(cfg)
   compress = jax.jit(lambda p, x: compressor.apply({"params": p}, x))
@@ -456,14 +455,8 @@ def cost_profile(params, cfg: V.VedjeConfig, store: FeatureStore, tokens_kind: s
   steps = {"compress": (compress, (params["compressor"], videos[:1])), "rerank": (rerank, (params["reranker"], *pair))}
   out = {"k": k}
   for name, (fn, args) in steps.items():
-    jax.block_until_ready(fn(*args))
-    times = []
-    for _ in range(repeats):
-      t = time.perf_counter()
-      jax.block_until_ready(fn(*args))
-      times.append(time.perf_counter() - t)
     unit = "video" if name == "compress" else "query"
-    out[f"{name}_ms_per_{unit}"] = round(1e3 * float(np.mean(times)), 3)
+    out[f"{name}_ms_per_{unit}"] = round(1e3 * ops.timed(fn, *args, iters=repeats), 3)
     mem = fn.lower(*args).compile().memory_analysis()
     peak = None if mem is None else (mem.argument_size_in_bytes + mem.output_size_in_bytes + mem.temp_size_in_bytes
                                      - mem.alias_size_in_bytes)
