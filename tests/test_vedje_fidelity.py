@@ -9,31 +9,23 @@ import numpy as np
 import pytest
 from scipy.special import erf
 
+from conftest import vedje_tiny
 from vidjax.data import lexicon, pipeline
 from vidjax.data.features import FeatureStore
 from vidjax.defaults.vedje import FULL, NO_DELTA, Variant, ablation_plan
 from vidjax.experiments.common import load_config
 from vidjax.methods import vedje as VM
 from vidjax.models import vedje as V
-from vidjax.models.bert import BertConfig
 from vidjax.tokenizers.wordpiece import WordPieceTokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = V.VedjeConfig(frames=4, tokens_per_frame=2, patches=6, visual_dim=12, max_text_len=8,
-                     text=BertConfig(vocab_size=40, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64),
-                     compressor_heads=4, compressor_mlp=64, predictor_heads=4, predictor_mlp=64,
-                     vtc_dim=16, prior_hidden=8, horizons=(1,), scan_pairs=0)
+TINY = vedje_tiny()
 N, D = TINY.cache_len, TINY.hidden_size
 
 
 @pytest.fixture(scope="module")
-def params():
-  @jax.jit
-  def init(rng):
-    r1, r2 = jax.random.split(rng)
-    return {"compressor": V.init_params(V.FrameCompressor(TINY), r1),
-            "reranker": V.init_params(V.JointReranker(TINY), r2)}
-  return jax.device_get(init(jax.random.key(1, impl="unsafe_rbg")))
+def params(vedje_tiny_params):
+  return vedje_tiny_params
 
 
 def _gelu(x):

