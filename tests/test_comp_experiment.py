@@ -74,14 +74,18 @@ def test_the_reported_metrics_are_the_saved_models_own_scores(smoke_run):
       lo, hi = 100 * np.mean(margin > eps), 100 * np.mean(margin > -eps)
       assert lo - 1e-9 <= reported[kind] <= hi + 1e-9, (method, kind, lo, reported[kind], hi)
       narrow.append(hi - lo)
-    # Hierarchy: per video input, its positive and negatives with their levels; pairs across levels.
+    # Hierarchy: per video input, its positive and negatives with their levels; pairs across levels within an
+    # input, pooled per test video (its full input and its seg-mismatch crop), the shares averaged over videos.
     groups: dict = {}
     for x in triplets:
       g = groups.setdefault((x.video_id, x.video_span), {"positive": sim(x)})
       g[x.type] = neg(x)
+    by_video: dict = {}
+    for (video_id, _), g in groups.items():
+      by_video.setdefault(video_id, []).extend(g[a] - g[b] for a in g for b in g if level[a] < level[b])
+    assert len(by_video) < len(groups)  # crops share their video's group
     lo, hi = [], []
-    for g in groups.values():
-      pairs = [(g[a] - g[b]) for a in g for b in g if level[a] < level[b]]
+    for pairs in by_video.values():
       lo.append(np.mean(np.array(pairs) > eps))
       hi.append(np.mean(np.array(pairs) > -eps))
     assert 100 * np.mean(lo) - 1e-9 <= reported["hierarchy"] <= 100 * np.mean(hi) + 1e-9, method
@@ -149,8 +153,11 @@ def test_real_annotations_and_a_store_become_triplets_and_model_inputs(tmp_path)
   hv, ht = es.hierarchy
   multi = {(t.video_id, t.video_span) for t in data.eval if t.type == "multi"}
   assert (ht[:, 4] >= 0).sum() == len(multi) and len(hv) == len({(t.video_id, t.video_span) for t in data.eval})
-  vi, _, _ = es.by_type["seg_mismatch"]
+  # The hierarchy score's groups are the test videos: a full video and its seg-mismatch crop share one.
   row = {v: i for i, v in enumerate(data.video_ids)}
+  assert sorted(set(es.hierarchy_videos.tolist())) == sorted({row[t.video_id] for t in data.eval})
+  assert np.all(es.video_rows[hv][:, 0] == es.hierarchy_videos)
+  vi, _, _ = es.by_type["seg_mismatch"]
   seg = [t for t in data.eval if t.type == "seg_mismatch"]
   for k, t in enumerate(seg[:50]):
     frames = es.frame_rows[vi[k]]

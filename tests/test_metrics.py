@@ -233,27 +233,51 @@ def test_pool_triplet_metrics_equals_one_computation_over_all_queries():
     metrics.pool_triplet_metrics([])
 
 
-@pytest.mark.parametrize("seed,per_group", [(0, False), (1, False), (2, True)])
-def test_hierarchy_accuracy_matches_loops(seed, per_group):
-  """Per group, the share of its pairs at different levels ordered right (ties wrong), averaged over groups."""
+@pytest.mark.parametrize("seed,per_group,grouped", [(0, False, False), (1, False, True), (2, True, False),
+                                                     (3, True, True)])
+def test_hierarchy_accuracy_matches_loops(seed, per_group, grouped):
+  """Per group, the share of its rows' pairs at different levels ordered right (ties wrong), pooled over the
+  group's rows (pairs never cross rows), averaged over groups; without group ids each row is a group."""
   rng = np.random.default_rng(seed)
-  g, k = 30, 5
-  scores = np.round(rng.normal(size=(g, k)), 1)  # some exact ties
-  levels = np.sort(rng.integers(0, 3, size=(g, k)), axis=1) if per_group else np.array([0, 1, 1, 1, 2])
-  valid = rng.random((g, k)) > 0.3
-  valid[0] = False  # a group without a pair is left out
-  shares = []
-  for r in range(g):
-    lv = levels[r] if per_group else levels
-    pairs = [(i, j) for i in range(k) for j in range(k) if valid[r, i] and valid[r, j] and lv[i] < lv[j]]
-    if pairs:
-      shares.append(sum(scores[r, i] > scores[r, j] for i, j in pairs) / len(pairs))
-  got = metrics.hierarchy_accuracy(scores, levels, valid)
-  assert got["n"] == len(shares) < g
+  r, k = 30, 5
+  scores = np.round(rng.normal(size=(r, k)), 1)  # some exact ties
+  levels = np.sort(rng.integers(0, 3, size=(r, k)), axis=1) if per_group else np.array([0, 1, 1, 1, 2])
+  valid = rng.random((r, k)) > 0.3
+  valid[0] = False  # a row without a pair
+  groups = np.array([f"v{i}" for i in rng.integers(0, 12, size=r)]) if grouped else None
+  if grouped:
+    groups[0] = "alone"  # a group without a pair is left out
+  ids = groups if grouped else np.arange(r)
+  right, total = {}, {}
+  for row in range(r):
+    lv = levels[row] if per_group else levels
+    pairs = [(i, j) for i in range(k) for j in range(k) if valid[row, i] and valid[row, j] and lv[i] < lv[j]]
+    right[ids[row]] = right.get(ids[row], 0) + sum(scores[row, i] > scores[row, j] for i, j in pairs)
+    total[ids[row]] = total.get(ids[row], 0) + len(pairs)
+  shares = [right[g] / total[g] for g in total if total[g]]
+  got = metrics.hierarchy_accuracy(scores, levels, valid, groups)
+  assert got["n"] == len(shares) < len(total)
   np.testing.assert_allclose(got["acc"], 100.0 * np.mean(shares), rtol=1e-12)
   # A perfect order scores 100, its reverse 0, a constant scorer 0 (ties count against).
   ordered = -np.tile(np.array([0, 1, 1, 1, 2.0]), (4, 1)) + 0.01 * np.array([0, 1, 2, 3, 0])
   assert metrics.hierarchy_accuracy(ordered, [0, 1, 1, 1, 2])["acc"] == 100.0
-  assert metrics.hierarchy_accuracy(-ordered, [0, 1, 1, 1, 2])["acc"] == 0.0
+  assert metrics.hierarchy_accuracy(-ordered, [0, 1, 1, 1, 2], groups=[0, 0, 1, 1])["acc"] == 0.0
   assert metrics.hierarchy_accuracy(np.zeros((4, 5)), [0, 1, 1, 1, 2])["acc"] == 0.0
   assert np.isnan(metrics.hierarchy_accuracy(scores, np.zeros(k))["acc"])
+  with pytest.raises(ValueError, match="groups"):
+    metrics.hierarchy_accuracy(scores, levels, valid, groups=np.zeros(r - 1))
+
+
+def test_hierarchy_accuracy_pools_a_videos_inputs():
+  """VideoComp's shape: a test video's full input (P, TR, AR, SM absent, M: five pairs) and its seg-mismatch crop
+  (P, SM: one pair) are one group, so the video scores its share of six pairs, not the mean of two rows."""
+  levels = [0, 1, 1, 1, 2]
+  scores = np.array([[0.9, 0.95, 0.5, 0.0, 0.1],   # video a, full: P > TR wrong; P > AR, P > M, TR > M, AR > M right
+                     [0.6, 0.0, 0.0, 0.4, 0.0],    # video a, crop: P > SM right
+                     [0.2, 0.3, 0.4, 0.0, 0.5],    # video b, full: every pair wrong
+                     [0.1, 0.0, 0.0, 0.9, 0.0]])   # video b, crop: wrong
+  valid = np.array([[1, 1, 1, 0, 1], [1, 0, 0, 1, 0], [1, 1, 1, 0, 1], [1, 0, 0, 1, 0]])
+  got = metrics.hierarchy_accuracy(scores, levels, valid, groups=["a", "a", "b", "b"])
+  assert got["n"] == 2 and got["acc"] == pytest.approx(100.0 * (5 / 6 + 0) / 2)
+  per_row = metrics.hierarchy_accuracy(scores, levels, valid)
+  assert per_row["n"] == 4 and per_row["acc"] == pytest.approx(100.0 * (4 / 5 + 1 + 0 + 0) / 4)

@@ -269,16 +269,20 @@ def comp_metrics(scores_by_type: dict[str, np.ndarray]) -> dict[str, float]:
   return out
 
 
-def hierarchy_accuracy(scores: np.ndarray, levels: np.ndarray, valid: np.ndarray | None = None) -> dict[str, float]:
+def hierarchy_accuracy(scores: np.ndarray, levels: np.ndarray, valid: np.ndarray | None = None,
+                       groups: np.ndarray | None = None) -> dict[str, float]:
   """How well scores order candidates by disruption level (VideoComp's hierarchy, eq. 2), per group then averaged.
 
-  For each group (e.g. one video and its texts), every pair of its valid candidates at different levels counts;
-  the pair is right when the less disrupted candidate (lower level) scores strictly higher (ties count against).
+  Each row is one query (e.g. one video input and its texts); every pair of a row's valid candidates at different
+  levels counts, and is right when the less disrupted candidate (lower level) scores strictly higher (ties count
+  against). Pairs never cross rows. A group pools the pairs of its rows (e.g. VideoComp: a test video's full input
+  and its seg-mismatch crop) and scores the share of them ordered right; the score is the mean over groups.
 
   Args:
-    scores: [G, K] higher = better (e.g. sim(video, text) for the positive and its disrupted texts).
-    levels: [K] or [G, K] disruption level of each candidate (the positive 0; equal levels are not ordered).
-    valid: [G, K] 1 = the candidate exists; None = all.
+    scores: [R, K] higher = better (e.g. sim(video, text) for the positive and its disrupted texts).
+    levels: [K] or [R, K] disruption level of each candidate (the positive 0; equal levels are not ordered).
+    valid: [R, K] 1 = the candidate exists; None = all.
+    groups: [R] group id of each row (any integers or strings); None = each row its own group.
 
   Returns:
     {"acc": mean over groups of the share of their pairs ordered right, in % (NaN when no group has a pair),
@@ -286,17 +290,26 @@ def hierarchy_accuracy(scores: np.ndarray, levels: np.ndarray, valid: np.ndarray
   """
   scores = np.asarray(scores, np.float64)
   if scores.ndim != 2:
-    raise ValueError(f"scores must be [G, K], got shape {scores.shape}")
+    raise ValueError(f"scores must be [R, K], got shape {scores.shape}")
   lv = np.broadcast_to(np.asarray(levels), scores.shape)
   ok = np.ones(scores.shape, bool) if valid is None else np.asarray(valid) > 0
   if ok.shape != scores.shape:
     raise ValueError(f"valid must be {scores.shape} like scores, got {ok.shape}")
-  # [G, i, j]: i is less disrupted than j and both exist.
+  if groups is None:
+    gid = np.arange(scores.shape[0])
+  else:
+    groups = np.asarray(groups)
+    if groups.shape != scores.shape[:1]:
+      raise ValueError(f"groups must be [{scores.shape[0]}], one id per row of scores, got {groups.shape}")
+    _, gid = np.unique(groups, return_inverse=True)
+    gid = gid.reshape(-1)
+  # [R, i, j]: i is less disrupted than j and both exist.
   pairs = (lv[:, :, None] < lv[:, None, :]) & ok[:, :, None] & ok[:, None, :]
   right = pairs & (scores[:, :, None] > scores[:, None, :])
-  n = pairs.sum(axis=(1, 2))
+  n = np.bincount(gid, pairs.sum(axis=(1, 2)))
+  hits = np.bincount(gid, right.sum(axis=(1, 2)))
   has = n > 0
-  share = right.sum(axis=(1, 2))[has] / n[has]
+  share = hits[has] / n[has]
   return {"acc": float(100.0 * share.mean()) if has.any() else float("nan"), "n": int(has.sum())}
 
 

@@ -11,10 +11,11 @@
      (eq. 2 on L_con) and CompLoss extending NegCLIP (`negclip_pref`: eq. 2 on NegCLIP's L_con), and from
      `comppretrain` with each CompLoss (`FINETUNES`);
   4. evaluation (§3.4): binary accuracy per disruption type and the comprehensive product
-     (`evaluate.evaluate_comp`), R@1 both ways on the positive pairs, and the hierarchy score: per evaluation
-     video, the share of its text pairs at different disruption levels (the positive 0, then `finetune.levels`:
-     the single disruptions 1, multi 2; the evaluation split is built with multi for this) that the model orders
-     (`metrics.hierarchy_accuracy`);
+     (`evaluate.evaluate_comp`), R@1 both ways on the positive pairs, and the hierarchy score: per test video,
+     the share of its text pairs at different disruption levels (the positive 0, then `finetune.levels`: the single
+     disruptions 1, multi 2; the evaluation split is built with multi for this) that the model orders, each pair
+     scored on its own video input (the full video, or its seg-mismatch crop) and every pair of a video's inputs
+     pooled into that video's share, then averaged over test videos (`metrics.hierarchy_accuracy`);
   5. `<workdir>/results.json`: methods `METHODS` (`zero_shot`, `contrastive`, `negclip`, `comploss`,
      `negclip_pref`, `comppretrain_comploss`, `comppretrain_negclip_pref`) x `temp_reorder`, `action_replace`,
      `seg_mismatch`, `all`, `t2v_r1`, `v2t_r1`, `hierarchy`; "tables" holds Table 5 (pretraining ablation) and
@@ -254,13 +255,15 @@ def pretrain_examples(data: CompData, stack: int, hierarchy, frames: int, texts:
 @dataclasses.dataclass
 class EvalSet:
   """The evaluation triplets as rows: per type the video input row and the two text rows; the positives; the
-  hierarchy groups (one per video input: its positive, then one text per type of `levels`, -1 = none)."""
+  hierarchy rows (one per video input: its positive, then one text per type of `levels`, -1 = none) and the test
+  video each comes from (the hierarchy score's group: a full video and its seg-mismatch crop are one)."""
   video_rows: np.ndarray
   frame_rows: np.ndarray
   by_type: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]  # type -> (video idx, pos text, neg text)
   pairs: tuple[np.ndarray, np.ndarray]                           # (video idx, text idx) of the positive pairs
   hierarchy: tuple[np.ndarray, np.ndarray]                       # (video idx [G], text idx [G, 1 + H])
   levels: np.ndarray                                             # [1 + H] disruption levels, the positive's 0
+  hierarchy_videos: np.ndarray                                   # [G] source test video (row of data.video_ids)
 
 
 def eval_set(data: CompData, frames: int, texts: TextTable, levels: dict[str, int]) -> EvalSet:
@@ -290,7 +293,8 @@ def eval_set(data: CompData, frames: int, texts: TextTable, levels: dict[str, in
   text_rows = [[texts(g.positive), *(texts(n) for n in g.negatives)] for g in groups]
   hierarchy = (np.array([inputs[(g.video_id, g.span)] for g in groups]), np.array(text_rows).reshape(len(groups), -1))
   return EvalSet(np.stack(vrs), np.stack(frs), {t: tuple(np.array(c) for c in zip(*rows)) for t, rows in by_type.items()},
-                 (np.array(pv), np.array(pt)), hierarchy, np.array([0, *levels.values()]))
+                 (np.array(pv), np.array(pt)), hierarchy, np.array([0, *levels.values()]),
+                 np.array([row[g.video_id] for g in groups]))
 
 
 def evaluate_model(enc: Encoder, params, es: EvalSet, tokens) -> dict[str, float]:
@@ -305,7 +309,8 @@ def evaluate_model(enc: Encoder, params, es: EvalSet, tokens) -> dict[str, float
   r = metrics.two_way_retrieval_metrics(t[pt] @ v[pv].T, np.arange(len(pv)))
   hv, ht = es.hierarchy
   sims = np.einsum("gd,gkd->gk", v[hv], t[np.maximum(ht, 0)])
-  hierarchy = metrics.hierarchy_accuracy(sims, es.levels, ht >= 0)["acc"]
+  # Each pair on its own input; a test video's inputs (full video, seg-mismatch crop) pool into one share.
+  hierarchy = metrics.hierarchy_accuracy(sims, es.levels, ht >= 0, es.hierarchy_videos)["acc"]
   return {**out, "t2v_r1": r["t2v_r1"], "v2t_r1": r["v2t_r1"], "hierarchy": hierarchy}
 
 
@@ -429,7 +434,7 @@ def run(config, workdir: str | Path) -> dict:
   printed = [
       evaluate.format_table(table_metrics, f"VideoComp on {config.name} ({where}): binary accuracy % (Tables 2-4), "
                             "R@1 on the positive pairs (Table 3) and the hierarchy score % (disruption levels "
-                            "ordered per video)", data.synthetic, list(METRICS)),
+                            "ordered per test video)", data.synthetic, list(METRICS)),
       evaluate.format_table(tables["pretraining_ablation"], "CompPretrain stack size (Table 5)", data.synthetic,
                             list(t5)),
       evaluate.format_table(tables["zero_shot_retrieval"], "zero-shot retrieval R@1 after pretraining (Table 6)",
@@ -439,6 +444,7 @@ def run(config, workdir: str | Path) -> dict:
       config, dataset=config.dataset, synthetic=data.synthetic, metrics=table_metrics,
       note=moving_objects.SYNTHETIC_NOTE if "world" in config else "", tables=tables, **data.path,
       counts={"eval": {t: len(es.by_type[t][0]) for t in comp.EVAL_TYPES}, "train_groups": len(fine.positive),
-              "pretrain_clips": len(data.clips), "hierarchy_groups": len(es.hierarchy[0])})
+              "pretrain_clips": len(data.clips), "hierarchy_inputs": len(es.hierarchy[0]),
+              "hierarchy_videos": len(np.unique(es.hierarchy_videos))})
   common.write_results(workdir, results, printed)
   return results
