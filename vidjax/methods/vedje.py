@@ -230,14 +230,22 @@ def train_variant(variant: Variant, cfg: V.VedjeConfig, split: Split, patches_of
     out = model.apply({"params": params}, batch["patches"], batch["input_ids"], batch["attention_mask"],
                       batch["candidates"], batch["priors"], batch["mlm_input_ids"], deterministic=False,
                       rngs={"dropout": rng})
-    return losses.vedje_loss(out, batch, tau_vtm=tc.tau_vtm, logit_scale=tc.vtc_logit_scale, weights=weights)
+    return losses.vedje_loss(out, batch, tau_vtm=tc.tau_vtm, logit_scale=tc.vtc_logit_scale,
+                             weights=batch["loss_weights"][0])
+
+  # The loss weights travel with the batch (one row per example, so the batch shards as usual), not as constants
+  # of the traced step: every loss ablation of a shape runs the same compiled program.
+  make = make_batch_fn(split, patches_of, negatives, tc, cfg, variant, tokenizer, seed)
+
+  def batch_fn(idx):
+    return {**make(idx), "loss_weights": np.tile(np.asarray(weights, np.float32), (len(idx), 1))}
 
   steps_per_epoch = len(split.query_ids) // tc.batch_size
   optimizer = train.adamw(tc.lr, tc.weight_decay, tc.warmup_steps, warmup_init=tc.warmup_init,
                           decay_every=max(steps_per_epoch, 1), decay_rate=tc.epoch_decay)
   state = train.fit_epochs(
       name=f"VEDJE {variant.name}", init_fn=init_fn, loss_fn=loss_fn, num_examples=len(split.query_ids),
-      batch_fn=make_batch_fn(split, patches_of, negatives, tc, cfg, variant, tokenizer, seed),
+      batch_fn=batch_fn,
       tcfg=tc, seed=seed, workdir=workdir, optimizer=optimizer, description=f"vedje {variant.name}")
   return jax.device_get(state.params)
 
