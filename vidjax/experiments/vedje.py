@@ -39,8 +39,8 @@ from vidjax.defaults.retrieval import DATASETS as RETRIEVAL_DATASETS
 from vidjax.defaults.vedje import ABLATIONS, FULL, NO_DELTA, PRECISIONS, Variant, ablation_plan  # noqa: F401
 from vidjax.experiments import common
 from vidjax.methods.vedje import (KEYS, PairBatches, VedjeScorer, cache_probe, cost_profile, dynamics, dynamics_bins,
-                                  hard_negatives, index_caches, load_split, measured_bytes, model_config, online_param_count, read_train, rerank_metrics,
-                                  stage1_indices, stage1_negatives, stratified_r1, train_variant)
+                                  hard_negatives, index_caches, load_split, measured_bytes, model_config,
+                                  online_param_count, read_train, rerank_metrics, stage1_indices, stage1_negatives, stratified_r1, train_variant)
 from vidjax.models import vedje as V
 from vidjax.tokenizers.wordpiece import WordPieceTokenizer
 from vidjax.worlds import moving_objects
