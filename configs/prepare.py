@@ -8,7 +8,8 @@ method reads, in one resumable run; vidjax/experiments/prepare.py says what it w
 The store is `RUN/features` (or `--config.store`). Datasets: youcook2, coin, crosstask, msrvtt, didemo,
 activitynet, msvd, lsmdc, genstate (README "Real data" lists each one's files). With `model.checkpoint` empty the
 weights are random and every results.json downstream says `random_init: true`. `smoke`: a tiny random VideoPrism
-(36 px, 4 frames) for the plumbing tests.
+(36 px, 4 frames) for the plumbing tests. `rendered`: the shape `configs/backbone_rendered.py` trains on the rendered
+corpus (pass its checkpoint as `model.checkpoint`).
 """
 from pathlib import Path
 
@@ -18,5 +19,5 @@ SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 
 
 def get_config(arg: str | None = None):
-  """`arg`: None (the paper's extraction settings) or "smoke" (a tiny random VideoPrism)."""
+  """`arg`: None (the paper's extraction settings), "smoke" (a tiny random VideoPrism) or "rendered"."""
   return prepare.get_config(arg, SHARED)

@@ -169,6 +169,29 @@ def test_multi_positive_softmax_matches_numpy(seed):
   assert np.isfinite(np.asarray(grad)).all() and not np.asarray(grad)[0].any()
 
 
+def test_grouped_infonce_matches_numpy():
+  """Both directions, every row with the same group a positive, cosine / tau."""
+  rng = np.random.default_rng(3)
+  video, text = rng.normal(size=(6, 4)), rng.normal(size=(6, 4))
+  groups = np.array([0, 1, 0, 2, 1, 3])
+  v = video / np.linalg.norm(video, axis=1, keepdims=True)
+  t = text / np.linalg.norm(text, axis=1, keepdims=True)
+  logits = t @ v.T / 0.1
+  same = groups[:, None] == groups[None, :]
+  expected = 0.0
+  for m in (logits, logits.T):
+    for b in range(6):
+      logp = _np_log_softmax(m[b])
+      expected -= math.log(np.exp(logp[same[b]]).sum()) / 12
+  got = losses.grouped_infonce(jnp.asarray(video), jnp.asarray(text), jnp.asarray(groups), jnp.asarray(0.1))
+  assert float(got) == pytest.approx(expected, rel=1e-5)
+  # Distinct groups: the plain symmetric InfoNCE (eq. 1 of VideoComp without negatives).
+  distinct = jnp.arange(6)
+  assert float(losses.grouped_infonce(jnp.asarray(video), jnp.asarray(text), distinct, jnp.asarray(0.1))) == \
+      pytest.approx(float(losses.clip_contrastive_loss(jnp.asarray(video), jnp.asarray(text), jnp.asarray(0.1))),
+                    rel=1e-5)
+
+
 @pytest.mark.parametrize("seed", [0, 1])
 def test_vtc_loss_matches_numpy(seed):
   rng = np.random.default_rng(seed)

@@ -209,6 +209,21 @@ def test_two_way_retrieval_matches_loops_with_ties_and_several_captions(seed):
   assert m["v2t_mnr"] == pytest.approx(np.mean(v2t[v2t > 0])) and m["t2v_mdr"] == pytest.approx(np.median(t2v))
 
 
+def test_best_relevant_ranks_matches_loops_with_ties():
+  rng = np.random.default_rng(4)
+  scores = rng.integers(0, 4, size=(12, 7)).astype(float)
+  relevant = rng.random((12, 7)) < 0.3
+  relevant[np.arange(12), rng.integers(0, 7, 12)] = True
+  got = metrics.best_relevant_ranks(scores, relevant)
+  for i in range(12):
+    best = max(scores[i, j] for j in range(7) if relevant[i, j])
+    assert got[i] == 1 + sum(1 for j in range(7) if not relevant[i, j] and scores[i, j] >= best)
+  one = np.eye(7, dtype=bool)[[3, 1, 4]]  # one relevant item a row: two_way_ranks' T2V ranks
+  assert (metrics.best_relevant_ranks(scores[:3], one) == metrics.two_way_ranks(scores[:3], np.array([3, 1, 4]))[0]).all()
+  with pytest.raises(ValueError, match="True in every row"):
+    metrics.best_relevant_ranks(scores, np.zeros_like(relevant))
+
+
 def test_comp_metrics_product_and_ties():
   rng = np.random.default_rng(0)
   scores = {t: rng.normal(size=(50, 2)) for t in ("temp_reorder", "action_replace", "seg_mismatch")}

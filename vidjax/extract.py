@@ -450,6 +450,14 @@ def random_variables(model, seed: int) -> dict:
   return unflatten_dict(flat)
 
 
+def build_model(config):
+  """The VideoPrism module `config.model` names (`name`, `fprop_dtype`, `overrides`), without weights."""
+  overrides = dict(config.model.overrides)
+  if "pos_emb_shape" in overrides:
+    overrides["pos_emb_shape"] = tuple(overrides["pos_emb_shape"])
+  return vp.get_model(config.model.name, fprop_dtype=jnp.dtype(config.model.fprop_dtype), **overrides)
+
+
 def load_model(config) -> tuple[Any, Any, dict]:
   """Model, variables and the manifest's model metadata (random init when no checkpoint is given)."""
   overrides = dict(config.model.overrides)
@@ -458,9 +466,7 @@ def load_model(config) -> tuple[Any, Any, dict]:
     return (pixelstats.PixelStats(**overrides), {},
             {"backbone": pixelstats.NAME, "model_overrides": overrides, "fprop_dtype": "float32", "checkpoint": "",
              "random_init": False, "checkpoint_hash": None})
-  if "pos_emb_shape" in overrides:
-    overrides["pos_emb_shape"] = tuple(overrides["pos_emb_shape"])
-  model = vp.get_model(config.model.name, fprop_dtype=jnp.dtype(config.model.fprop_dtype), **overrides)
+  model = build_model(config)
   meta = {"backbone": config.model.name, "model_overrides": {k: list(v) if isinstance(v, tuple) else v
                                                              for k, v in overrides.items()},
           "fprop_dtype": config.model.fprop_dtype}

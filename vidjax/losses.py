@@ -457,6 +457,26 @@ def clip_contrastive_loss(video: jax.Array, text: jax.Array, tau: jax.Array,
   return 0.5 * (v2t + t2v)
 
 
+def grouped_infonce(video: jax.Array, text: jax.Array, groups: jax.Array, tau: jax.Array) -> jax.Array:
+  """Symmetric in-batch InfoNCE where rows with the same text are all positives (a backbone's contrastive
+  pretraining on captions that several clips share: `vidjax.methods.backbone`).
+
+  Args:
+    video, text: [B, D]; row b of each is a pair (L2-normalised here).
+    groups: int [B], the text's id; rows b, c with groups[b] == groups[c] count as matching pairs.
+    tau: the (learnable) temperature.
+
+  Returns:
+    (L_T2V + L_V2T) / 2 of `multi_positive_softmax` over the [B, B] cosine / tau matrix and its transpose.
+  """
+  _check("text", text, video.shape)
+  _check("groups", groups, video.shape[:1])
+  v, t = l2_normalize(jnp.asarray(video, jnp.float32)), l2_normalize(jnp.asarray(text, jnp.float32))
+  logits = t @ v.T / tau
+  same = jnp.asarray(groups)[:, None] == jnp.asarray(groups)[None, :]
+  return 0.5 * (multi_positive_softmax(logits, same) + multi_positive_softmax(logits.T, same))
+
+
 def comp_preference_loss(sim_pos: jax.Array, sim_neg: jax.Array, mask: Optional[jax.Array] = None,
                          levels: Optional[Sequence[int]] = None) -> jax.Array:
   """L_pref (eq. 2): the positive above every negative, and each negative above the more disrupted ones.

@@ -16,6 +16,7 @@ import jax
 from ml_collections import config_flags
 
 from vidjax import sharding
+from vidjax.experiments import backbone as backbone_experiment
 from vidjax.experiments import cast as cast_experiment
 from vidjax.experiments import common
 from vidjax.experiments import comp as comp_experiment
@@ -30,6 +31,7 @@ from vidjax.experiments import vedje as vedje_experiment
 
 # Experiment kind (config.experiment) -> run function. Plain imports, no registry magic.
 EXPERIMENTS = {
+    "backbone": backbone_experiment.run,
     "cast": cast_experiment.run,
     "comp": comp_experiment.run,
     "evaluate_all": evaluate_all_experiment.run,

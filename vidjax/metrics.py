@@ -147,6 +147,24 @@ def retrieval_metrics(ranks: np.ndarray, prefix: str = "", ks: Sequence[int] = (
   return out
 
 
+def best_relevant_ranks(scores: np.ndarray, relevant: np.ndarray) -> np.ndarray:
+  """Pessimistic 1-based rank of each query's best-scoring relevant item, for queries with several relevant items
+  (a caption that many clips share): 1 + the number of non-relevant items scoring >= it.
+
+  Args:
+    scores: [Q, N]; relevant: bool [Q, N], at least one True per row.
+
+  Returns:
+    int64 [Q].
+  """
+  scores, relevant = np.asarray(scores, np.float64), np.asarray(relevant, bool)
+  if scores.ndim != 2 or relevant.shape != scores.shape or not relevant.any(axis=1).all():
+    raise ValueError(f"expected scores [Q, N] and relevant bool [Q, N] with a True in every row; got "
+                     f"{scores.shape}, {relevant.shape}")
+  best = np.where(relevant, scores, -np.inf).max(axis=1)
+  return (1 + np.sum((scores >= best[:, None]) & ~relevant, axis=1)).astype(np.int64)
+
+
 def two_way_ranks(scores: np.ndarray, relevant: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
   """Pessimistic 1-based ranks in both directions from a full text x video score matrix.
 

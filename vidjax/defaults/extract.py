@@ -54,6 +54,22 @@ def tiny_model(c: ml_collections.ConfigDict, shared: Path) -> None:
   c.resolution = 36
 
 
+# The backbone `configs/backbone_rendered.py` trains on the rendered release corpus (`vidjax.methods.backbone`): the
+# LvT shape at width 64, 72 px (the corpus's 64-px frames scaled so each 18-px patch is one cell of its 4 x 4 grid),
+# up to 16 frames, the VideoPrism test SentencePiece model (1,000 pieces). Extraction must build the same shape.
+RENDERED_SHAPE = dict(pos_emb_shape=(16, 4, 4), model_dim=64, num_heads=4, mlp_dim=256, num_spatial_layers=2,
+                      num_temporal_layers=2, num_auxiliary_layers=1, num_unimodal_layers=2, vocabulary_size=1000)
+RENDERED_RESOLUTION = 72
+
+
+def rendered_model(c: ml_collections.ConfigDict, shared: Path) -> None:
+  """The rendered corpus's backbone shape (`RENDERED_SHAPE`) and resolution; its weights come from
+  `model.checkpoint` (what `configs/backbone_rendered.py` wrote)."""
+  c.model.spm_path = str(Path(shared) / "data" / "videoprism_assets" / "test_spm.model")
+  c.model.overrides = ml_collections.ConfigDict(dict(RENDERED_SHAPE))
+  c.resolution = RENDERED_RESOLUTION
+
+
 def smoke(c: ml_collections.ConfigDict, shared: Path) -> ml_collections.ConfigDict:
   """A tiny random model on the real demo mp4 in `shared/data/videoprism_assets`, seconds on CPU."""
   tiny_model(c, shared)

@@ -39,10 +39,10 @@ from vidjax.data.features import FeatureStore
 from vidjax.data.retrieval import read_dataset
 from vidjax.defaults.prepare import CVR, DATASETS, PARAGRAPHS, RETRIEVAL, frames
 from vidjax.experiments import common
+from vidjax.methods import real
 from vidjax.methods.extraction import extract_into, index_videos
 
 SKIP_FILE = common.SKIP_FILE
-MARKER = "SYNTHETIC"  # what vidjax.worlds.release writes beside a rendered corpus's videos
 
 
 @dataclasses.dataclass
@@ -87,13 +87,6 @@ def plan(dataset: str, annotations: str) -> Plan:
   return out
 
 
-def is_rendered(videos: str) -> bool:
-  """Whether `videos` is a folder of the rendered release corpus (`vidjax.worlds.release` leaves a `SYNTHETIC`
-  file beside it): the store and every result read from it are then labelled synthetic."""
-  folder = Path(videos)
-  return any((d / MARKER).is_file() for d in (folder, folder.parent))
-
-
 def validate(config) -> None:
   common.check_choice(config, "dataset", DATASETS)
   if not config.data.videos:
@@ -118,7 +111,7 @@ def run(config, workdir: str) -> dict:
   store_root = config.store or str(workdir / "features")
   metrics, meta = extract_into(config, store_root, clips, wanted.texts, config.dataset, len(skipped),
                                num_frames=frames(config))
-  synthetic = is_rendered(config.data.videos)
+  synthetic = real.is_rendered(config.data.videos)
   store = FeatureStore(store_root)
   clip_ids = [c.clip_id for c in clips]
   valid = store.complete(["clip_mean"], clip_ids)

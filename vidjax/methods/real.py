@@ -9,9 +9,17 @@ from vidjax import io
 from vidjax.sharding import is_writer
 
 SKIP_FILE = "skipped_videos.txt"
+MARKER = "SYNTHETIC"  # what vidjax.worlds.release writes beside a rendered corpus's videos
 STORE_RECORD = "store.json"
 PREPARE = "python -m vidjax.main --config configs/prepare.py --config.dataset=DATASET"
 WORLD_PATH = {"path": "world", "skipped_videos": {"count": 0, "file": ""}}  # results.json's keys of a world run
+
+
+def is_rendered(videos: str | Path) -> bool:
+  """Whether `videos` is a folder of the rendered release corpus (`vidjax.worlds.release` leaves a `SYNTHETIC`
+  file beside it): what is extracted or trained from it, and every result downstream, is labelled synthetic."""
+  folder = Path(videos)
+  return any((d / MARKER).is_file() for d in (folder, folder.parent))
 
 
 def present_videos(config, store, kinds: Sequence[str], ids: Sequence[str], what: str) -> tuple[list[str], list[str]]:

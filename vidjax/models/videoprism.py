@@ -624,7 +624,8 @@ def param_shapes(model: nn.Module) -> dict[str, jax.ShapeDtypeStruct]:
   return flatten_dict(variables)
 
 
-def init_params(model: nn.Module, seed: int = 0) -> dict[str, Any]:
-  """Random variables `{'params': ...}` for `model` (for tests and smoke runs)."""
+def init_params(model: nn.Module, seed: int | jax.Array = 0) -> dict[str, Any]:
+  """Random variables `{'params': ...}` for `model` from a seed or a PRNG key (Flax's initialisers)."""
   args, kwargs = _dummy_inputs(model)
-  return model.init(jax.random.PRNGKey(seed), *args, **kwargs)
+  key = jax.random.PRNGKey(seed) if isinstance(seed, int) else seed
+  return model.init(key, *args, **kwargs)

@@ -1,0 +1,88 @@
+"""The rendered corpus's backbone (`configs/backbone_rendered.py`, `vidjax.methods.backbone`): a few training steps on
+the smoke corpus, the checkpoint it writes loads through the official-format loader `configs/prepare.py` uses and
+gives the trained model's embeddings, and the corpus summary's contract. Its loss and metric are checked against
+NumPy in test_losses.py / test_metrics.py."""
+import json
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+from vidjax import extract, main, train
+from vidjax.data import video as video_lib
+from vidjax.data.annotations import read_annotations
+from vidjax.experiments.common import REQUIRED_KEYS, load_config
+from vidjax.methods import backbone as B
+from vidjax.models import videoprism as vp
+from vidjax.tokenizers.sentencepiece import SentencePieceTokenizer
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def backbone_run(real_path, tmp_path_factory):
+  _, manifest = real_path("corpus")
+  config = load_config(ROOT / "configs/backbone_rendered.py:smoke")
+  config.data.videos = manifest["youcook2"]["videos"]
+  config.data.annotations = manifest["youcook2"]["annotations"]
+  workdir = tmp_path_factory.mktemp("backbone")
+  return config, workdir, main.run(config, workdir)
+
+
+def test_backbone_run_writes_the_checkpoint_and_the_corpus_summary(backbone_run):
+  config, workdir, results = backbone_run
+  assert set(REQUIRED_KEYS) <= set(results) and results["path"] == "real" and results["synthetic"] is True
+  summary = json.loads((workdir / "corpus_summary.json").read_text())
+  assert summary["synthetic"] is True and Path(summary["checkpoint"]).is_file()
+  videos = read_annotations("youcook2", config.data.annotations)
+  train_videos = [v for v in videos if v.split == "train"]
+  clips = sum(len(v.clips) + 1 for v in train_videos)  # every step and every whole video
+  assert summary["train"]["clips"] == clips and summary["train"]["videos"] == len(train_videos)
+  assert summary["train"]["steps"] == clips // config.train.batch_size * config.train.epochs
+  for name in ("trained", "random_init"):
+    for kind in B.KINDS:
+      row = summary["retrieval"][name][kind]
+      assert 0 <= row["t2v_r1"] <= row["t2v_r5"] <= 100 and row["chance_t2v_r1"] > 0
+  assert results["metrics"] == summary["retrieval"]
+  assert "configs/prepare.py:rendered" in summary["prepare"]
+
+
+def test_checkpoint_loads_through_the_official_loader_with_the_trained_embeddings(backbone_run):
+  """The `.npz` holds exactly the official key layout for this shape (the loader checks every key and shape), and the
+  extraction's own functions on it give what the trained parameters give applied directly."""
+  config, workdir, _ = backbone_run
+  prep = load_config(ROOT / "configs/prepare.py:smoke")  # the store's loader, at the shape the backbone trained
+  prep.model.checkpoint = str(workdir / "backbone.npz")
+  model, variables, meta = extract.load_model(prep)
+  assert meta["random_init"] is False and meta["checkpoint_hash"]
+  trained = train.load_params(workdir / "model")["model"]
+  flat = lambda tree: {"/".join(map(str, k)): v for k, v in jax.tree_util.tree_flatten_with_path(tree)[0]}  # noqa: E731
+  assert set(flat(variables["params"])) == set(flat(trained))
+
+  videos = [v for v in read_annotations("youcook2", config.data.annotations) if v.split != "train"][:2]
+  from vidjax.methods.extraction import index_videos  # pylint: disable=g-import-not-at-top
+  index = index_videos(config.data.videos)
+  frames = np.concatenate([video_lib.decode_clips(index[v.video_id], [None], config.num_frames, config.resolution,
+                                                  uint8=True).frames for v in videos])
+  texts = [v.clips[0].text for v in videos]
+  tokenizer = SentencePieceTokenizer(config.model.spm_path)
+  video, text = B.embed(model, variables, tokenizer, frames, texts, batch_size=2)
+  ids, paddings = tokenizer.encode(texts, max_length=vp.TEXT_MAX_LEN)
+  direct_video, direct_text, _ = model.apply({"params": trained}, frames.astype(np.float32) / 255, ids, paddings)
+  np.testing.assert_allclose(video, np.asarray(direct_video), atol=1e-5)
+  np.testing.assert_allclose(text, np.asarray(direct_text), atol=1e-5)
+  # and they are not the random weights a store gets without a checkpoint
+  random_model, random_variables, _ = extract.load_model(load_config(ROOT / "configs/prepare.py:smoke"))
+  random_video, _ = B.embed(random_model, random_variables, tokenizer, frames, texts[:1], batch_size=2)
+  assert np.abs(random_video - video).max() > 1e-3
+
+
+def test_bad_backbone_config_gets_one_clear_error(tmp_path):
+  config = load_config(ROOT / "configs/backbone_rendered.py:smoke")
+  with pytest.raises(ValueError, match="data.videos"):
+    main.run(config, tmp_path / "a")
+  config.data.videos, config.data.annotations = str(tmp_path), str(tmp_path / "x.json")
+  config.data.format = "msrvtt"
+  with pytest.raises(ValueError, match="data.format"):
+    main.run(config, tmp_path / "b")

@@ -1,0 +1,164 @@
+"""A VideoPrism-LvT-shaped backbone trained on a release's own clips and captions, written in the official format.
+
+No pretrained VideoPrism weights are reachable offline, and features from a random backbone carry no meaning. On a
+corpus with videos and captions of its own (the rendered release corpus, `vidjax.worlds.release`, or any CVR-format
+release) this trains the same two towers the official checkpoint holds -- `FactorizedVideoCLIP`'s video encoder and
+its LvT text encoder, at a small size -- with a contrastive loss through the one train loop, and saves them as an
+official `.npz` (`params/...` keys, `vidjax.checkpoints.save_npz`), so `configs/prepare.py` loads it exactly as it
+loads the official checkpoint (`--config.model.checkpoint=...`, the same model overrides).
+
+Pairs (`pairs_of`): each annotated step of a video (its segment, its caption) and each whole video (all its frames,
+its steps' captions as one paragraph, `vidjax.data.comp.plain_paragraph`). Several clips may share a text (every video
+of a rendered task shows the same steps): the loss counts them all as positives (`losses.grouped_infonce`) and the
+summary counts a retrieved clip as correct when its text is the query (`metrics.best_relevant_ranks`).
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+from typing import Any, Callable, Mapping, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from vidjax import extract as engine
+from vidjax import losses, metrics, sharding
+from vidjax.data import video as video_lib
+from vidjax.data.annotations.types import Video
+from vidjax.data.comp import plain_paragraph
+from vidjax.models import videoprism as vp
+
+KINDS = ("step", "video")  # a step's segment with its caption; a whole video with its paragraph
+
+
+@dataclasses.dataclass
+class Pairs:
+  """Clips and their texts.
+
+  Attributes:
+    frames: uint8 [N, T, R, R, 3].
+    text_index: int32 [N], each clip's text in `texts`.
+    texts: the distinct texts.
+    kinds: [N] strings from `KINDS`.
+    video_ids: [N] the source video of each clip.
+  """
+  frames: np.ndarray
+  text_index: np.ndarray
+  texts: list[str]
+  kinds: np.ndarray
+  video_ids: list[str]
+
+  def __len__(self) -> int:
+    return len(self.text_index)
+
+
+def pairs_of(videos: Sequence[Video], path_of: Callable[[str], str | None], num_frames: int, resolution: int,
+             aspect: str = "squash", workers: int = 2) -> tuple[Pairs, dict[str, str]]:
+  """Decodes every video once: its steps and itself (module docstring). Returns (pairs, {video id: why skipped})
+  -- a video without a file, or whose file does not decode in full, is skipped."""
+  skipped: dict[str, str] = {}
+  found = []
+  for v in videos:
+    path = path_of(v.video_id)
+    if path is None:
+      skipped[v.video_id] = "no video file"
+    else:
+      found.append((v, path))
+
+  def decode(item):
+    v, path = item
+    segments = [(c.start, c.end) for c in v.clips] + [None]
+    return video_lib.decode_clips(path, segments, num_frames, resolution, aspect, uint8=True)
+
+  frames, texts, kinds, video_ids = [], {}, [], []
+  index = []
+  with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+    for (v, _), decoded in zip(found, pool.map(decode, found)):
+      if decoded.error is not None:
+        skipped[v.video_id] = f"does not decode: {decoded.error}"
+        continue
+      captions = [c.text for c in v.clips]
+      for text, kind in zip(captions + [plain_paragraph(captions)], ["step"] * len(captions) + ["video"]):
+        index.append(texts.setdefault(text, len(texts)))
+        kinds.append(kind)
+        video_ids.append(v.video_id)
+      frames.append(decoded.frames)
+  if not frames:
+    raise ValueError(f"none of the {len(videos)} videos has a decodable file (e.g. "
+                     f"{list(skipped.items())[:3]})")
+  return Pairs(np.concatenate(frames), np.asarray(index, np.int32), list(texts), np.asarray(kinds),
+               video_ids), skipped
+
+
+def init_fn(model, tau: float) -> Callable[[jax.Array], Any]:
+  """rng -> {"model": the module's params (Flax's initialisers), "log_tau": log of the initial temperature}."""
+  return lambda rng: {"model": vp.init_params(model, rng)["params"], "log_tau": jnp.log(jnp.float32(tau))}
+
+
+def loss_fn(model, min_tau: float = 0.01):
+  """`(params, batch, rng) -> (loss, aux)`: `losses.grouped_infonce` of the video and text embeddings. Batch:
+  frames uint8 [B, T, R, R, 3], ids int [B, L], paddings [B, L] (1 = pad), group int [B] (the text's index)."""
+  def fn(params, batch, rng):
+    del rng  # VideoPrism has no dropout
+    video, text, _ = model.apply({"params": params["model"]}, batch["frames"].astype(jnp.float32) / 255.0,
+                                 batch["ids"], batch["paddings"], train=True)
+    tau = jnp.exp(jnp.maximum(params["log_tau"], jnp.log(min_tau)))
+    return losses.grouped_infonce(video, text, batch["group"], tau), {"tau": tau}
+  return fn
+
+
+def batch_fn(pairs: Pairs, ids: np.ndarray, paddings: np.ndarray) -> Callable[[np.ndarray], dict]:
+  """Index batch [B] -> the loss's batch; `ids` / `paddings` [len(pairs.texts), L] are the tokenized texts."""
+  def fn(idx):
+    text = pairs.text_index[idx]
+    return {"frames": pairs.frames[idx], "ids": ids[text], "paddings": paddings[text], "group": text}
+  return fn
+
+
+def _padded_batches(n: int, batch_size: int):
+  for start in range(0, n, batch_size):
+    idx = np.arange(start, min(start + batch_size, n))
+    yield idx, np.pad(idx, (0, batch_size - len(idx)), mode="edge")
+
+
+def embed(model, variables: Mapping, tokenizer, frames: np.ndarray, texts: Sequence[str],
+          batch_size: int) -> tuple[np.ndarray, np.ndarray]:
+  """(video [N, D], text [U, D]) through the extraction's own functions (`make_video_fn` / `make_text_fn`: what
+  `configs/prepare.py` writes into a store), in batches of one shape (one compile each)."""
+  mesh = engine.local_mesh()
+  batch_size = -(-batch_size // mesh.size) * mesh.size
+  video_fn = engine.make_video_fn(model, variables, mesh, ["clip"])
+  text_fn = engine.make_text_fn(model, variables, tokenizer, mesh)
+  data = sharding.data_sharded(mesh)
+  video = np.concatenate([
+      np.asarray(video_fn(jax.device_put(frames[padded].astype(np.float32) / np.float32(255), data))["clip"])[
+          :len(idx)] for idx, padded in _padded_batches(len(frames), batch_size)])
+  texts = list(texts)
+  text = np.concatenate([np.asarray(text_fn([texts[i] for i in padded]))[:len(idx)]
+                         for idx, padded in _padded_batches(len(texts), batch_size)])
+  return video, text
+
+
+def retrieval_summary(video: np.ndarray, text: np.ndarray, pairs: Pairs) -> dict:
+  """Per kind of `KINDS`: text -> clip and clip -> text R@1 / R@5 (%) among that kind's clips and distinct texts,
+  a clip correct when its text is the query (`metrics.best_relevant_ranks`), with chance levels and counts.
+
+  Args:
+    video: [N, D] embeddings of `pairs`' clips; text: [len(pairs.texts), D]; both L2-normalised.
+  """
+  out = {}
+  for kind in KINDS:
+    rows = np.flatnonzero(pairs.kinds == kind)
+    if not len(rows):
+      continue
+    groups = pairs.text_index[rows]
+    queries = np.unique(groups)
+    scores = text[queries] @ video[rows].T          # [U, N]
+    relevant = queries[:, None] == groups[None, :]  # several clips may share a text
+    t2v = metrics.retrieval_metrics(metrics.best_relevant_ranks(scores, relevant), "t2v_", (1, 5))
+    v2t = metrics.retrieval_metrics(metrics.best_relevant_ranks(scores.T, relevant.T), "v2t_", (1, 5))
+    out[kind] = {**{k: v for k, v in {**t2v, **v2t}.items() if k[4:] in ("r1", "r5")},
+                 "chance_t2v_r1": float(100.0 * np.mean(relevant.sum(axis=1) / len(rows))),
+                 "chance_v2t_r1": float(100.0 / len(queries)), "texts": int(len(queries)), "clips": int(len(rows))}
+  return out
