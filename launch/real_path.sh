@@ -3,23 +3,35 @@
 # store per dataset (configs/prepare.py) -> every method's real-data config -> results.json per run, then
 # evaluate_all over the runs and a typed query against the stack's index. Resumable: re-running skips what is done.
 #
-#   bash launch/real_path.sh [OUT] [SIZE]      # OUT defaults to /tmp/vidjax_real_path; SIZE smoke (default) | full
+#   bash launch/real_path.sh [OUT] [SIZE] [SEED]   # OUT defaults to /tmp/vidjax_real_path; SIZE smoke (default) | full
 #
 # With SIZE=smoke (a few dozen clips) the backbone is the tiny random VideoPrism of `configs/prepare.py:smoke` and the
-# methods run their `smoke` / `tiny` settings: it checks the plumbing, the numbers sit at chance. On your own data,
+# methods run their `smoke` / `tiny` settings: it checks the plumbing, the numbers sit at chance. With SIZE=full
+# (1,800 procedure videos) a small VideoPrism-shaped backbone is first trained on the corpus's YouCook2 training
+# subset (`configs/backbone_rendered.py`: an official-format checkpoint and OUT/backbone/corpus_summary.json, its own
+# retrieval on the held-out subset), the stores are extracted with it (`configs/prepare.py:rendered`) and the methods
+# run their dataset configs unchanged. SEED (default 0) seeds the corpus, the backbone and every method. On your own data,
 # drop the variants, point `data.videos` / `data.annotations` at the release files and give the VideoPrism
 # checkpoint (README, "Real data"). Every results.json here says "synthetic": true (rendered pixels), "path": "real".
 set -euo pipefail
 OUT=${1:-/tmp/vidjax_real_path}
 SIZE=${2:-smoke}
+SEED=${3:-0}
 C=$OUT/corpus
 S=$OUT/stores
 R=$OUT/runs
-PREP=configs/prepare.py
-[ "$SIZE" = smoke ] && PREP=configs/prepare.py:smoke
-run() { echo "+ python -m vidjax.main $*" >&2; local t=$SECONDS; python -m vidjax.main "$@"; echo "  ($((SECONDS - t)) s)" >&2; }
+run() { echo "+ python -m vidjax.main $*" >&2; local t=$SECONDS; python -m vidjax.main "$@" --config.seed="$SEED"
+        echo "  ($((SECONDS - t)) s)" >&2; }
 
-python -m vidjax.worlds.release --root "$C" --size "$SIZE"
+python -m vidjax.worlds.release --root "$C" --size "$SIZE" --seed "$SEED"
+
+# 0. The backbone: with SIZE=full trained on the corpus's own training clips; with SIZE=smoke the random tiny one.
+PREP=configs/prepare.py:smoke
+if [ "$SIZE" != smoke ]; then
+  run --config configs/backbone_rendered.py --workdir "$OUT/backbone" --config.data.videos="$C/youcook2/videos" \
+      --config.data.annotations="$C/youcook2/youcookii_annotations_trainval.json"
+  PREP="configs/prepare.py:rendered --config.model.checkpoint=$OUT/backbone/backbone.npz"
+fi
 
 # 1. One preparation per dataset: every kind the methods read, in one run each.
 prepare() { run --config $PREP --workdir "$S/$1" --config.dataset="$1" --config.data.videos="$C/$1/videos" \
@@ -36,7 +48,7 @@ prepare genstate    "$C/genstate/train.json,$C/genstate/test.json"
 # 2. Each method on each of its paper's datasets.
 # GRDR: the store's text width (query intents, dense rerank); its T5 query encoder reads the captions with the store's
 # SentencePiece model
-V=""; T=""; GRDR_FLAGS="--config.model.query_dim=768"
+V=""; T=""; GRDR_FLAGS="--config.model.query_dim=64"   # the rendered backbone's text width (768 for LvT base)
 [ "$SIZE" = smoke ] && V=":smoke" && T=":tiny" && GRDR_FLAGS="--config.model.query_dim=32 --config.model.latent_dim=32 \
   --config.train.view_batch_size=16 --config.train.batch_size=32"
 for d in youcook2 coin crosstask; do

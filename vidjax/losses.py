@@ -384,7 +384,8 @@ def grdr_loss(out: Mapping[str, jax.Array], features: jax.Array, *, layer: int, 
       False = phase 2, lambda1 L_CE + lambda2 L_HC + lambda3 L_RQ + lambda4 L_Rec (eq. 11-12).
     weights: (lambda1 .. lambda4); the paper does not give them: 1 each.
     beta: L_RQ's commitment weight.
-    use_cl, use_hc: False drops L_CL / L_HC (Table 3's "w/o L_CL" / "w/o L_HC" rows).
+    use_cl, use_hc: False (or 0.0) drops L_CL / L_HC (Table 3's "w/o L_CL" / "w/o L_HC" rows). The weights and
+      these two may be traced scalars: a training step that reads them from its batch compiles once for every row.
 
   Returns:
     (loss, {term: value}).
@@ -396,9 +397,9 @@ def grdr_loss(out: Mapping[str, jax.Array], features: jax.Array, *, layer: int, 
   for l in range(m - 1):  # eq. 10: both modalities keep predicting the frozen earlier layers' codes
     hc = hc + code_cross_entropy(h[:, l], books[l], targets[:, l], tau)
     hc = hc + code_cross_entropy(out["view_residuals"][:, l], books[l], targets[:, l], tau)
-  hc = hc if use_hc else jnp.zeros((), jnp.float32)
+  hc = hc * jnp.asarray(use_hc, jnp.float32)
   if align:
-    cl = alignment_loss(out["view_z"], jnp.sum(h[:, :m], axis=1), out["tau_align"]) if use_cl else 0.0 * hc
+    cl = alignment_loss(out["view_z"], jnp.sum(h[:, :m], axis=1), out["tau_align"]) * jnp.asarray(use_cl, jnp.float32)
     return cl + hc, {"cl": cl, "hc": hc}
   ce = code_cross_entropy(h[:, m - 1], books[m - 1], out["view_codes"][:, m - 1], tau)
   rq = rq_loss(out["z_hat"], out["z"], beta)

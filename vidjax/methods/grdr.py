@@ -302,6 +302,7 @@ def train_progressive(model: GRDR, params, data: TrainingSet, tcfg, workdir: Pat
   then co-training (eq. 12), each phase in `workdir/layer<m>_<align|cotrain>`. L_HC's targets are the aligned
   view's codes of the frozen layers 1..m-1 as the phase begins (eq. 10: the learned codes must not drift)."""
   m_layers = model.tokenizer.num_layers
+  row_weights = np.asarray([*weights, float(cl), float(hc)], np.float32)
   for i, (layer, kind, epochs) in enumerate(phases(tcfg, m_layers, cl)):
     align = kind == "align"
     if not align:
@@ -314,12 +315,13 @@ def train_progressive(model: GRDR, params, data: TrainingSet, tcfg, workdir: Pat
       out = model.apply({"params": p}, batch["feature"], batch["query"], batch["view"], n_layers, layer,
                         deterministic=False, frozen_codes=batch["frozen"], rngs={"dropout": rng},
                         method=GRDR.phase_outputs)
-      return losses.grdr_loss(out, batch["feature"], layer=layer, align=align, weights=weights, beta=tcfg.beta,
-                              use_cl=cl, use_hc=hc)
+      w = batch["loss_weights"][0]  # (lambda1..lambda4, L_CL on, L_HC on): data, so Table 3's rows share one step
+      return losses.grdr_loss(out, batch["feature"], layer=layer, align=align, weights=tuple(w[:4]), beta=tcfg.beta,
+                              use_cl=w[4], use_hc=w[5])
 
     def batch_fn(idx, view=view, frozen=frozen):
       return {"feature": data.features[data.video[idx]], "query": data.queries[idx], "view": view[idx],
-              "frozen": frozen[idx]}
+              "frozen": frozen[idx], "loss_weights": np.tile(row_weights, (len(idx), 1))}
 
     start = params
     name = f"layer{layer}_{kind}"
