@@ -94,9 +94,9 @@ def test_text_tower_starts_from_an_lvt_checkpoint_and_computes_the_lvt_text_embe
   ids = jax.random.randint(jax.random.PRNGKey(1), (3, 12), 3, 50)
   mask = (jnp.arange(12)[None] < jnp.array([[12], [5], [1]])).astype(jnp.int32)
   ids = ids * mask
-  got = model.apply({"params": params}, ids, mask, method=V.VidClip.encode_text)
-  _, want, _ = lvt.apply({"params": unflatten_dict(official)["params"]}, None, ids,
-                         (1 - mask).astype(jnp.float32))
+  got = jax.jit(lambda p, i, m: model.apply({"params": p}, i, m, method=V.VidClip.encode_text))(params, ids, mask)
+  _, want, _ = jax.jit(lambda p, i, pad: lvt.apply({"params": p}, None, i, pad))(
+      unflatten_dict(official)["params"], ids, (1 - mask).astype(jnp.float32))
   np.testing.assert_allclose(got, want, atol=1e-5)
   bad = {k: v for k, v in official.items() if "unimodal_ln" not in k}
   with pytest.raises(checkpoints.CheckpointMismatchError, match="tiny.npz.*\n.*missing.*unimodal_ln"):

@@ -277,7 +277,7 @@ def train_grdr(model: GRDR, data: TrainingSet, tcfg, workdir: Path, seed: int, r
   `<workdir>/<phase>/metrics.jsonl` and resumes from its checkpoints. Returns the params."""
   recipe = recipe or Recipe(tcfg.schedule, model.tokenizer.num_views)
   dummy = (jnp.zeros((1, data.features.shape[1])), jnp.zeros((1,) + data.queries.shape[1:], data.queries.dtype))
-  params = jax.device_get(model.init(jax.random.PRNGKey(seed), *dummy)["params"])
+  params = jax.device_get(jax.jit(lambda key: model.init(key, *dummy)["params"])(jax.random.PRNGKey(seed)))
   if recipe.schedule == "tokenizer_first":
     return train_tokenizer_first(model, params, data, tcfg, workdir, seed)
   if recipe.schedule == "rqvae":

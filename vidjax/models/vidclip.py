@@ -236,7 +236,7 @@ def init_params(model: VidClip, rng: jax.Array, tokens_per_frame: int = 1) -> Pa
   cfg = model.config
   video = jnp.zeros((1, cfg.frames, tokens_per_frame, cfg.visual_dim), jnp.float32)
   ids = jnp.zeros((1, cfg.max_text_len), jnp.int32)
-  params = model.init(rng, video, ids, jnp.ones_like(ids))["params"]
+  params = jax.jit(lambda key: model.init(key, video, ids, jnp.ones_like(ids))["params"])(rng)  # one compilation
   if cfg.pool_init == "mean":
     tower = params["video"]
     params = {**params, "video": {**tower, **{k: mean_pool_params(tower[k]) for k in ("pool_1", "pool_2")}}}

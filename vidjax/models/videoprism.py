@@ -625,7 +625,8 @@ def param_shapes(model: nn.Module) -> dict[str, jax.ShapeDtypeStruct]:
 
 
 def init_params(model: nn.Module, seed: int | jax.Array = 0) -> dict[str, Any]:
-  """Random variables `{'params': ...}` for `model` from a seed or a PRNG key (Flax's initialisers)."""
+  """Random variables `{'params': ...}` for `model` from a seed or a PRNG key (Flax's initialisers), jitted: one
+  compilation instead of the model's forward pass run op by op."""
   args, kwargs = _dummy_inputs(model)
   key = jax.random.PRNGKey(seed) if isinstance(seed, int) else seed
-  return model.init(key, *args, **kwargs)
+  return jax.jit(lambda k: model.init(k, *args, **kwargs))(key)
