@@ -49,16 +49,18 @@ def test_decoder_is_causal_and_encoder_ignores_masked_tokens():
   x = jnp.asarray(rng.normal(size=(2, 5, 16)), jnp.float32)
   mask = jnp.asarray([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], bool)
   enc = T5Encoder(TINY)
-  p = enc.init(jax.random.PRNGKey(0), x, mask)
-  out = enc.apply(p, x, mask)
+  p = jax.jit(enc.init)(jax.random.PRNGKey(0), x, mask)
+  enc_apply = jax.jit(enc.apply)
+  out = enc_apply(p, x, mask)
   changed = x.at[0, 3:].set(7.0)  # only masked tokens of row 0 change
-  np.testing.assert_allclose(enc.apply(p, changed, mask)[0, :3], out[0, :3], atol=1e-5)
+  np.testing.assert_allclose(enc_apply(p, changed, mask)[0, :3], out[0, :3], atol=1e-5)
 
   y = jnp.asarray(rng.normal(size=(2, 4, 16)), jnp.float32)
   dec = T5Decoder(TINY)
-  pd = dec.init(jax.random.PRNGKey(1), y, out, mask)
-  base = dec.apply(pd, y, out, mask)
-  later = dec.apply(pd, y.at[:, 2:].set(3.0), out, mask)
+  pd = jax.jit(dec.init)(jax.random.PRNGKey(1), y, out, mask)
+  dec_apply = jax.jit(dec.apply)
+  base = dec_apply(pd, y, out, mask)
+  later = dec_apply(pd, y.at[:, 2:].set(3.0), out, mask)
   np.testing.assert_allclose(later[:, :2], base[:, :2], atol=1e-5)  # positions < 2 never see 2..
   assert not np.allclose(later[:, 2:], base[:, 2:])
   assert base.shape == (2, 4, 16)
@@ -76,7 +78,7 @@ def test_t5_learns_to_copy_a_sequence_in_reverse():
   target = seqs[:, ::-1]
   dec_in = np.concatenate([bos, target[:, :-1]], 1)
   mask = np.ones(seqs.shape, bool)
-  params = model.init(jax.random.PRNGKey(0), seqs[:2], mask[:2], dec_in[:2])
+  params = jax.jit(model.init)(jax.random.PRNGKey(0), seqs[:2], mask[:2], dec_in[:2])
 
   def logits(p, s, m, d):
     h = model.apply(p, s, m, d)
@@ -99,8 +101,9 @@ def test_t5_learns_to_copy_a_sequence_in_reverse():
     params, state = step(params, state, (t % 15) * 128)
   test = rng.integers(2, 10, size=(64, 4))
   out = np.ones((64, 1), np.int64)
+  decode = jax.jit(logits)
   for _ in range(4):  # greedy decoding
-    nxt = np.asarray(jnp.argmax(logits(params, test, np.ones_like(test, bool), out)[:, -1], -1))
+    nxt = np.asarray(jnp.argmax(decode(params, test, np.ones_like(test, bool), out)[:, -1], -1))
     out = np.concatenate([out, nxt[:, None]], 1)
   acc = np.mean(out[:, 1:] == test[:, ::-1])
   assert acc > 0.9, acc
