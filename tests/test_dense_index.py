@@ -292,6 +292,65 @@ class ReverseCosine:
     return -np.einsum("qd,qkd->qk", l2_normalize(np.asarray(batch["text"], np.float32)), batch["candidates"])
 
 
+_SHARDED_SCRIPT = r"""
+import json, tempfile
+import numpy as np, jax
+from vidjax import sharding
+from vidjax.data.features import write_arrays
+from vidjax.retrieval import DenseIndex
+rng = np.random.default_rng(0)
+out = {}
+for n, dtype, shape in ((1000, "float32", (8,)), (1300, "bfloat16", (8,)), (1300, "float32", (2, 4))):
+  mesh = jax.sharding.Mesh(np.array(jax.devices()).reshape(shape), ("data", "model")[:len(shape)])
+  x = rng.normal(size=(n, 16)).astype(np.float32)
+  x[500:520] = x[10]  # one score tied across shards
+  x[700] = 0          # a zero row: scores 0, ties by id
+  ids = [f"v{i:05d}" for i in rng.permutation(n)]
+  q = rng.normal(size=(21, 16)).astype(np.float32)
+  q[3] = x[10]
+  one = DenseIndex(ids, x, dtype=dtype, chunk=128, query_batch=8)
+  many = DenseIndex(ids, x, dtype=dtype, chunk=128, query_batch=8, mesh=mesh)
+  same = []
+  for k in (1, 5, 200):
+    a, b = one.search(q, k), many.search(q, k)
+    same.append(bool((a[0] == b[0]).all() and (a[1].view(np.int32) == b[1].view(np.int32)).all()))
+  with tempfile.TemporaryDirectory() as d:
+    store = write_arrays(d + "/store", {"clip": (ids, x)})
+    stored = DenseIndex.from_store(store, "clip", dtype=dtype, chunk=128, query_batch=8, mesh=mesh)
+    same.append(bool((stored.search(q, 7)[0] == one.search(q, 7)[0]).all()))
+  out[f"{n}-{dtype}-{shape}"] = {"same": same, "devices": len(many._sharded.sharding.device_set),
+                                  "shards": sorted({s.data.shape[0] for s in many._sharded.addressable_shards}),
+                                  "vectors": bool(np.array_equal(one.vectors(ids[:5]), many.vectors(ids[:5])))}
+print("RESULT " + json.dumps(out))
+"""
+
+
+def test_sharded_index_over_eight_devices_equals_one_device_bit_for_bit():
+  """The corpus split over 8 simulated CPU devices (whole chunks each; 11 chunks -> 2 a device, 5 of padding), and
+  over one axis of a 2 x 4 mesh: the same ids and the same float bits as the single-device index, ties across shards
+  included, from arrays and from a store."""
+  import json
+  import os
+  import subprocess
+  from pathlib import Path
+  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu",
+             PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+  proc = subprocess.run([sys.executable, "-c", _SHARDED_SCRIPT], env=env, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  result = json.loads([l for l in proc.stdout.splitlines() if l.startswith("RESULT ")][-1][len("RESULT "):])
+  assert result["1000-float32-(8,)"] == {"same": [True] * 4, "devices": 8, "shards": [1], "vectors": True}
+  assert result["1300-bfloat16-(8,)"] == {"same": [True] * 4, "devices": 8, "shards": [2], "vectors": True}
+  assert result["1300-float32-(2, 4)"] == {"same": [True] * 4, "devices": 8, "shards": [6], "vectors": True}
+
+
+def test_a_mesh_needs_the_jax_backend_and_one_of_its_axes():
+  mesh = jax.sharding.Mesh(np.array(jax.devices()[:1]), ("data",))
+  x = np.eye(4, D, dtype=np.float32)
+  with pytest.raises(ValueError, match="axis of the mesh"):
+    _index(["a", "b", "c", "d"], x, mesh=mesh, axis="model")
+  assert _index(["a", "b", "c", "d"], x, mesh=mesh).search(x[:1], 2)[0].tolist() == [["a", "b"]]
+
+
 def test_two_stage_rerank_reverses_and_reports_latency():
   rng = np.random.default_rng(16)
   n = 200

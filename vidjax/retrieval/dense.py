@@ -28,6 +28,13 @@ How it works:
   puts the running best (earlier chunks, smaller positions) before the new chunk's. `top_k`
   orders -0.0 below +0.0, so exact zeros are canonicalised to +0.0 first.
 
+* Sharded (`mesh=`, `axis=`): the chunks are dealt to the devices along one mesh axis in position order, whole
+  chunks each (the last device's tail is zero padding), each device's block read from the source when it is placed
+  (`jax.make_array_from_callback`). A search is one `shard_map` (`_sharded_search`): every device merges its own
+  chunks with the single-device step, adding its row offset, then the devices' [Q, K] are gathered in position order
+  and one `top_k` keeps the best K, so the answer is the single-device one bit for bit (tests on 8 simulated CPU
+  devices). Single-process for now: a multi-process build and save/load are not written yet.
+
 `backend="faiss"` answers the same searches with `faiss.IndexFlatIP` (optional extra:
 `pip install vidjax[faiss]`), with the same tie rule applied to faiss's results.
 """
@@ -157,8 +164,7 @@ def _top_k_by_blocks(scores: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
   return top_s, jnp.take_along_axis(cand_pos, sel, axis=1)
 
 
-@functools.partial(jax.jit, static_argnames=("k",))
-def _merge_chunk(queries, chunk, offset, n_valid, best_scores, best_pos, *, k: int):
+def _merge(queries, chunk, offset, n_valid, best_scores, best_pos, *, k: int):
   """One corpus chunk merged into the running top-k.
 
   Args:
@@ -180,6 +186,48 @@ def _merge_chunk(queries, chunk, offset, n_valid, best_scores, best_pos, *, k: i
   all_p = jnp.concatenate([best_pos, top_i + offset], axis=1)
   new_s, sel = jax.lax.top_k(all_s, k)
   return new_s, jnp.take_along_axis(all_p, sel, axis=1)
+
+
+_merge_chunk = jax.jit(_merge, static_argnames=("k",))
+
+
+@functools.partial(jax.jit, static_argnames=("k", "mesh", "axis"))
+def _sharded_search(queries, chunks, n_valid, *, k: int, mesh: jax.sharding.Mesh, axis: str):
+  """Exact top-k over a corpus split along `axis` of `mesh`.
+
+  Args:
+    queries: float32 [Qb, D], unit norm (replicated).
+    chunks: [S * L, C, D], sharded along its first axis: shard d holds chunks d * L .. (d + 1) * L - 1, corpus
+      positions d * L * C .. (d + 1) * L * C - 1 (zero padding past n_valid).
+    n_valid: int32 scalar, the corpus size N.
+
+  Each device merges its L chunks one after another (`_merge`, the single-device step, so every row's score is the
+  same float); the S shards' [Qb, k] results are gathered in shard order, i.e. position order, and one `top_k`
+  keeps the best k: ties still rank the smaller position first. Returns (scores float32 [Qb, k], positions int32).
+  """
+  num_local = chunks.shape[0] // mesh.shape[axis]
+
+  def local(q, block):  # block [L, C, D]
+    first = jax.lax.axis_index(axis) * num_local
+    c = block.shape[1]
+
+    def body(best, inputs):
+      j, chunk = inputs
+      return _merge(q, chunk, ((first + j) * c).astype(jnp.int32), n_valid, *best, k=k), None
+
+    init = jax.lax.pcast((jnp.full((q.shape[0], k), -jnp.inf, jnp.float32), jnp.full((q.shape[0], k), -1, jnp.int32)),
+                         (axis,), to="varying")  # the carry varies over the devices, as the chunks do
+    (s, p), _ = jax.lax.scan(body, init, (jnp.arange(num_local), block))
+    return s[None], p[None]
+
+  spec = jax.sharding.PartitionSpec(axis)
+  s, p = jax.shard_map(local, mesh=mesh, in_specs=(jax.sharding.PartitionSpec(), spec), out_specs=(spec, spec))(
+      queries, chunks)
+  qb = queries.shape[0]
+  all_s = s.transpose(1, 0, 2).reshape(qb, -1)  # [Qb, S * k], shard 0 first
+  all_p = p.transpose(1, 0, 2).reshape(qb, -1)
+  top, sel = jax.lax.top_k(all_s, k)
+  return top, jnp.take_along_axis(all_p, sel, axis=1)
 
 
 @jax.jit
@@ -210,7 +258,8 @@ class DenseIndex:
 
   def __init__(self, ids: Sequence[str], embeddings: Any, dtype: str = "float32",
                chunk: int | None = None, query_batch: int = DEFAULT_QUERY_BATCH,
-               backend: str = "jax", query_key: str = "text"):
+               backend: str = "jax", query_key: str = "text", mesh: jax.sharding.Mesh | None = None,
+               axis: str = "data"):
     """Builds the index from arrays.
 
     Args:
@@ -224,6 +273,9 @@ class DenseIndex:
       query_batch: queries per search step.
       backend: "jax" (default) or "faiss" (`faiss.IndexFlatIP`, optional extra).
       query_key: the query field `retrieve` reads when given a dict batch.
+      mesh, axis: split the corpus over the devices along `axis` of `mesh` (whole chunks per device, in position
+        order); a search runs on every device at once and gives the single-device index's answer bit for bit.
+        None: one device.
     """
     ids = [str(i) for i in ids]
     shape = np.shape(embeddings)
@@ -242,12 +294,13 @@ class DenseIndex:
       out[by_row] = embeddings[rows[by_row]]
       return out
 
-    self._build(np.asarray(ids)[order], shape[1], read, dtype, chunk, query_batch, backend, query_key)
+    self._build(np.asarray(ids)[order], shape[1], read, dtype, chunk, query_batch, backend, query_key, mesh, axis)
 
   @classmethod
   def from_store(cls, store: FeatureStore, kind: str, dtype: str = "float32", chunk: int | None = None,
                  query_batch: int = DEFAULT_QUERY_BATCH, backend: str = "jax",
-                 query_key: str = "text") -> "DenseIndex":
+                 query_key: str = "text", mesh: jax.sharding.Mesh | None = None,
+                 axis: str = "data") -> "DenseIndex":
     """Builds the index over every id of one feature-store kind (items of shape [D]).
 
     Rows stream from the store's memory-mapped shards one chunk at a time, so only the index's
@@ -272,17 +325,20 @@ class DenseIndex:
       return out
 
     index = cls.__new__(cls)
-    index._build(np.asarray(ids), item_shape[0], read, dtype, chunk, query_batch, backend, query_key)
+    index._build(np.asarray(ids), item_shape[0], read, dtype, chunk, query_batch, backend, query_key, mesh, axis)
     return index
 
   # -- construction ------------------------------------------------------------------------------
   def _build(self, sorted_ids: np.ndarray, dim: int, read, dtype: str, chunk: int, query_batch: int,
-             backend: str, query_key: str) -> None:
+             backend: str, query_key: str, mesh: jax.sharding.Mesh | None = None, axis: str = "data") -> None:
     """Fills the index from `read(sorted positions int64 [m]) -> float32 [m, D]`, one chunk at a time."""
     if dtype not in DTYPES:
       raise ValueError(f"DenseIndex dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
     if backend not in BACKENDS:
       raise ValueError(f"DenseIndex backend must be one of {BACKENDS}, got {backend!r}")
+    if mesh is not None and (backend != "jax" or axis not in mesh.axis_names):
+      raise ValueError(f"DenseIndex: a mesh needs backend='jax' and an axis of the mesh {mesh.axis_names}, got "
+                       f"backend {backend!r}, axis {axis!r}")
     chunk = DEFAULT_CHUNK[dtype] if chunk is None else chunk
     for name, value in (("chunk", chunk), ("query_batch", query_batch)):
       if not isinstance(value, (int, np.integer)) or value < 1:
@@ -299,9 +355,14 @@ class DenseIndex:
     align = min(_ROW_ALIGN, chunk)
     self.chunk = int(min(chunk, align * math.ceil(math.ceil(n / math.ceil(n / chunk)) / align)))
     faiss_index = _import_faiss().IndexFlatIP(self.dim) if backend == "faiss" else None
+    self.mesh, self.axis, self._sharded = mesh, axis, None
     self._chunks: list[jax.Array] = []
-    for start in range(0, n, self.chunk):
-      positions = np.arange(start, min(start + self.chunk, n))
+    self._n_valid = jax.device_put(np.int32(n))
+
+    def rows_of(c: int) -> np.ndarray:  # chunk c, read, checked, normalised and zero-padded: [chunk, D]
+      positions = np.arange(c * self.chunk, min((c + 1) * self.chunk, n))
+      if not positions.size:
+        return np.zeros((self.chunk, self.dim), DTYPES[dtype])
       rows = read(positions)
       bad = np.flatnonzero(~np.isfinite(rows).all(axis=1))
       if bad.size:
@@ -309,17 +370,27 @@ class DenseIndex:
                          f"values ({bad.size} such rows among ids {sorted_ids[positions[0]]!r}.."
                          f"{sorted_ids[positions[-1]]!r})")
       rows = l2_normalize(rows).astype(DTYPES[dtype])
+      return np.pad(rows, ((0, self.chunk - len(rows)), (0, 0)))
+
+    num_chunks = math.ceil(n / self.chunk)
+    if mesh is not None:  # whole chunks per device; each device's block is read when it is placed (streaming)
+      per_device = math.ceil(num_chunks / mesh.shape[axis])
+      shape = (per_device * mesh.shape[axis], self.chunk, self.dim)
+      sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(axis))
+      self._sharded = jax.make_array_from_callback(
+          shape, sharding, lambda index: np.stack([rows_of(c) for c in range(*index[0].indices(shape[0]))]))
+    for c in range(num_chunks if mesh is None else 0):
+      rows = rows_of(c)
       if faiss_index is not None:
-        faiss_index.add(np.ascontiguousarray(rows, np.float32))
+        faiss_index.add(np.ascontiguousarray(rows[:n - c * self.chunk], np.float32))
       else:
-        self._chunks.append(jax.device_put(np.pad(rows, ((0, self.chunk - len(rows)), (0, 0)))))
+        self._chunks.append(jax.device_put(rows))
     self._faiss = faiss_index
     # Zero-copy NumPy views of the chunks for `_numpy_batch` (float32 storage on a CPU only).
     cpu = all(d.platform == "cpu" for c in self._chunks for d in c.devices())
     self._host_chunks = ([np.asarray(c) for c in self._chunks] if self._chunks and cpu and dtype == "float32"
                          else None)
     self._offsets = [jax.device_put(np.int32(c * self.chunk)) for c in range(len(self._chunks))]
-    self._n_valid = jax.device_put(np.int32(n))
 
   # -- properties --------------------------------------------------------------------------------
   def __len__(self) -> int:
@@ -330,6 +401,8 @@ class DenseIndex:
     """Bytes of the stored vectors (with the last chunk's padding; ids not counted)."""
     if self._faiss is not None:
       return 4 * len(self) * self.dim
+    if self._sharded is not None:
+      return self._sharded.nbytes
     return sum(c.nbytes for c in self._chunks)
 
   def positions(self, ids: Any) -> np.ndarray:
@@ -349,6 +422,8 @@ class DenseIndex:
     out = np.empty((flat.size, self.dim), np.float32)
     if self._faiss is not None:
       out[:] = self._faiss.reconstruct_batch(flat)
+    elif self._sharded is not None:
+      out[:] = np.asarray(_gather_rows(self._sharded, (flat // self.chunk, flat % self.chunk)))
     else:
       which, rows = flat // self.chunk, (flat % self.chunk).astype(np.int32)
       for c in np.unique(which):
@@ -408,6 +483,9 @@ class DenseIndex:
     """Unit queries float32 [Qb, D] -> (scores float32 [Qb, k], positions [Qb, k])."""
     if self._faiss is not None:
       return self._faiss_batch(queries, k)
+    if self._sharded is not None:
+      return jax.device_get(_sharded_search(queries, self._sharded, self._n_valid, k=k, mesh=self.mesh,
+                                            axis=self.axis))
     if self._host_chunks is not None and len(queries) <= SMALL_BATCH:
       return self._numpy_batch(queries, k)
     # Host-side inputs and a single transfer back: at small sizes the per-call dispatch, not the
