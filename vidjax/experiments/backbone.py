@@ -24,6 +24,7 @@ import copy
 from pathlib import Path
 
 import jax
+import numpy as np
 
 from vidjax import checkpoints, evaluate, io, train
 from vidjax import extract as engine
@@ -119,7 +120,7 @@ def run(config, workdir: str) -> dict:
       "model": {"name": config.model.name, "overrides": overrides, "spm_path": config.model.spm_path,
                 "resolution": config.resolution, "num_frames": config.num_frames},
       "train": {"videos": len(set(train_pairs.video_ids)), "clips": len(train_pairs),
-                "texts": len(train_pairs.texts), "steps": int(state.step), "tau": float(jax.numpy.exp(params["log_tau"]))},
+                "texts": len(train_pairs.texts), "steps": int(state.step), "tau": float(np.exp(params["log_tau"]))},
       "test": {"videos": len(set(test_pairs.video_ids)), "clips": len(test_pairs)},
       "skipped_videos": len(skipped), "retrieval": retrieval,
       "prepare": f"python -m vidjax.main --config configs/prepare.py:rendered --config.model.checkpoint={path}",
