@@ -3,8 +3,9 @@
 Every index here uses D=16, chunk=128 (40 rows: one chunk; 300 rows: three, the last ragged) and
 query_batch=8 (queries run as batches of 8 and a padded 4), so the jitted chunk step compiles for
 a handful of shapes shared by all tests. faiss is an
-optional extra: only `test_faiss_backend_matches_dense` needs it (skipped, with the reason
-reported, when it is not installed); the NumPy comparisons cover the index fully without it.
+optional extra of the library and part of the test extra (`pip install -e ".[test]"` installs faiss-cpu, so CI runs
+`test_faiss_backend_matches_dense`); without it that test skips with the reason reported, and the NumPy comparisons
+cover the index fully.
 """
 import sys
 
