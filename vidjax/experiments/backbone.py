@@ -33,7 +33,7 @@ from vidjax.defaults.backbone import FORMATS
 from vidjax.experiments import common
 from vidjax.methods import backbone as B
 from vidjax.methods import real
-from vidjax.methods.extraction import index_videos
+from vidjax.methods.extraction import video_finder
 from vidjax.models import videoprism as vp
 
 RESUMABLE = ("eval.batch_size", "decode_workers", "output")
@@ -71,8 +71,7 @@ def run(config, workdir: str) -> dict:
   if not train_videos or not test_videos:
     raise ValueError(f"{config.data.annotations}: the backbone needs training and held-out videos, the annotations "
                      f"have {len(train_videos)} and {len(test_videos)}")
-  index = index_videos(config.data.videos)
-  path_of = lambda vid: index.get(vid) or index.get(Path(vid).stem)  # noqa: E731
+  path_of = video_finder(config.data.videos)
   synthetic = real.is_rendered(config.data.videos)
   from vidjax.tokenizers.sentencepiece import SentencePieceTokenizer  # pylint: disable=g-import-not-at-top
   tokenizer = SentencePieceTokenizer(config.model.spm_path)

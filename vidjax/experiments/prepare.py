@@ -40,7 +40,7 @@ from vidjax.data.retrieval import read_dataset
 from vidjax.defaults.prepare import CVR, DATASETS, PARAGRAPHS, RETRIEVAL, frames
 from vidjax.experiments import common
 from vidjax.methods import real
-from vidjax.methods.extraction import extract_into, index_videos
+from vidjax.methods.extraction import extract_into, video_finder
 
 SKIP_FILE = common.SKIP_FILE
 
@@ -100,8 +100,7 @@ def run(config, workdir: str) -> dict:
   """Prepares `config.dataset`'s store at `config.store` (default `<workdir>/features`); writes results.json."""
   workdir = common.start_run(config, workdir, validate)
   wanted = plan(config.dataset, config.data.annotations)
-  index = index_videos(config.data.videos)
-  path_of = lambda vid: index.get(vid) or index.get(Path(vid).stem)  # noqa: E731
+  path_of = video_finder(config.data.videos)
   skipped = {v: "no video file" for v in wanted.segments if path_of(v) is None}
   clips = [engine.VideoSegment(clip_id, path_of(v), start, end) for v, segs in wanted.segments.items()
            if v not in skipped for clip_id, start, end in segs]

@@ -35,6 +35,13 @@ def index_videos(folder: str | os.PathLike) -> dict[str, str]:
   return {k: str(v) for k, v in found.items()}
 
 
+def video_finder(folder: str | os.PathLike):
+  """`video id -> path or None` over the videos under `folder` (`index_videos`), matched by id or by the id's stem
+  (DiDeMo's ids carry an extension the files may not)."""
+  index = index_videos(folder)
+  return lambda video_id: index.get(video_id) or index.get(Path(video_id).stem)
+
+
 def extract_into(config, store_root: str, clips: list[engine.VideoSegment], captions: dict[str, str], dataset: str,
                  missing_videos: int = 0, num_frames: int | None = None) -> tuple[dict, dict]:
   """The backbone of `config.model` embeds `clips` (kinds clip / clip_mean / tokens; `num_frames` each, default
