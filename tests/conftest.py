@@ -77,9 +77,20 @@ def vedje_tiny_params():
   return jax.device_get(init(jax.random.key(0, impl="unsafe_rbg")))
 
 
-# name -> (its config, the experiment module's run)
+def cast_wide_config():
+  """The CAST smoke world a little wider and longer, so that CAST has something to learn (the CAST quickstart
+  notebook's config, and the behaviour test's)."""
+  c = load_config(ROOT / "configs/cast_coin.py:smoke")
+  c.sweep.context_lengths = (0, c.model.context_len)
+  c.world.update(dim=256, num_train_videos=320)
+  c.train.epochs = 20
+  return c
+
+
+# name -> its config
 SMOKE = {
     "cast": lambda: load_config(ROOT / "configs/cast_coin.py:smoke"),
+    "cast_wide": cast_wide_config,
     "comp": lambda: load_config(ROOT / "configs/comp_activitynet.py:smoke"),
     "genstate": lambda: load_config(ROOT / "configs/genstate_rendered.py:smoke"),
     "grdr": grdr_smoke_config,

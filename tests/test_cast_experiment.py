@@ -159,13 +159,12 @@ def test_available_videos_list(tmp_path):
   assert results["benchmark_stats"]["dropped_videos"]["ids"] == sorted(v.video_id for v in videos[:2])
 
 
-def test_cast_learns_what_text_and_continuity_cannot_and_reranks_generations(tmp_path):
-  """Behaviour at smoke cost (~15 s): a wider world and 20 epochs are enough for CAST to learn."""
-  config = load_config(ROOT / "configs/cast_coin.py:smoke")
-  config.world.update(dim=256, num_train_videos=320)
-  config.train.epochs = 20
-  config.sweep.context_lengths = (2,)
-  results = cast.run(config, tmp_path)
+def test_cast_learns_what_text_and_continuity_cannot_and_reranks_generations(smoke_runs):
+  """Behaviour at smoke cost: a wider world and 20 epochs are enough for CAST to learn (the shared run of
+  conftest.cast_wide_config, which the CAST notebook reads too)."""
+  from conftest import cast_wide_config  # pylint: disable=g-import-not-at-top
+  run, results = smoke_runs("cast_wide")
+  config = cast_wide_config()
   acc = {m: v["acc"] for m, v in results["metrics"].items()}
   assert acc["cast"] >= acc["zero_shot"] + 30, acc  # measured on seeds 0-2: 66-71 vs 16
   assert acc["cast"] >= acc["late_fusion_heuristic"] + 15, acc  # 66-71 vs 21-43
@@ -176,15 +175,15 @@ def test_cast_learns_what_text_and_continuity_cannot_and_reranks_generations(tmp
   from vidjax.data import cvr as cvr_data
   from vidjax.data.pipeline import FeatureTable
   from vidjax.scorers import cast as cast_scorers
-  store = features.FeatureStore(tmp_path / "features")
+  store = features.FeatureStore(run / "features")
   clips, texts = (FeatureTable(store, kind, store.ids(kind)) for kind in ("clip", "text"))
-  source = cvr_data.CVRTrainSource(io.read_json(tmp_path / "cvr" / "train.json"), clips, texts, 2)
+  source = cvr_data.CVRTrainSource(io.read_json(run / "cvr" / "train.json"), clips, texts, 2)
   model = cast.build_models(config, clips.dim)["cast"]
-  params = cast.train_method("cast", model, source, config, tmp_path, None)  # resumes: no training
+  params = cast.train_method("cast", model, source, config, run, None)  # resumes: no training
   predictor = cast_scorers.PredictorScorer(lambda p, *a: model.apply({"params": p}, *a), params)
   w = results["ensemble"]
   wins = {"text_only": 0, "cast": 0}
-  prompts = [r for r in io.read_json(tmp_path / "cvr" / "benchmark.json") if len(r["context"]) >= 2][:60]
+  prompts = [r for r in io.read_json(run / "cvr" / "benchmark.json") if len(r["context"]) >= 2][:60]
   for r in prompts:
     out = cast_scorers.rerank_generated(
         texts.gather(texts.rows([r["target"]]))[0], clips.gather(clips.rows(r["context"][-2:])),

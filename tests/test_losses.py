@@ -312,6 +312,11 @@ def test_comp_total_loss_modes_match_numpy():
                              _np_clip(video, text, 0.2, negs, mask), rtol=1e-5)
   with pytest.raises(ValueError, match="mode='hinge'"):
     losses.comp_total_loss(video, text, negs, mask, 0.2, mode="hinge")
+  # The mode as traced weights (one compiled train step for every mode) gives each mode's loss.
+  traced = jax.jit(lambda w: losses.comp_total_loss(video, text, negs, mask, 0.2, weights=w)[0])
+  for mode in losses.COMP_MODES:
+    np.testing.assert_allclose(traced(losses.comp_mode_weights(mode, 100.0)),
+                               losses.comp_total_loss(video, text, negs, mask, 0.2, mode=mode, lam=100.0)[0], rtol=1e-6)
 
 
 def _np_pref(s_pos, s_neg, mask, levels):

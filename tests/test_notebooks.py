@@ -7,10 +7,10 @@ optimization is turned off in that process: the notebook's cost is almost all co
 programs, and their results do not depend on it.
 
 Every notebook ends with the real path on the rendered release corpus; its steps are the session's shared
-`real_path` runs (conftest.py), which the notebook reads back. The CAST notebook trains in an empty directory. The other notebooks load exactly the smoke
-config the experiment tests run, so they are pointed at that shared finished run (`conftest.smoke_runs`)
-and take their "read the finished run" branch (after `check_workdir` confirms the config): the suite
-trains each smoke world once, and the notebooks' own code (config, table, plot) runs on its results.
+`real_path` runs (conftest.py), which the notebook reads back. Each notebook loads exactly the smoke config an
+experiment test runs (CAST's a little wider: `conftest.cast_wide_config`), so it is pointed at that shared finished
+run (`conftest.smoke_runs`) and takes its "read the finished run" branch (after `check_workdir` confirms the
+config): the suite trains each smoke world once, and the notebooks' own code (config, table, plot) runs on its results.
 """
 import json
 import os
@@ -41,8 +41,8 @@ print("@@ notebook done", flush=True)
 """
 
 
-# notebook -> (the shared smoke run it reads, or None to train in an empty directory; the plot it saves)
-RUNS = {"cast_quickstart.ipynb": (None, "context_sweep.png"),
+# notebook -> (the shared smoke run it reads, the plot it saves)
+RUNS = {"cast_quickstart.ipynb": ("cast_wide", "context_sweep.png"),
         "genstate_quickstart.ipynb": ("genstate", "genstate_order_histogram.png"),
         "grdr_quickstart.ipynb": ("grdr", "grdr_latency_vs_corpus.png"),
         "stack_quickstart.ipynb": ("stack", "stack_rows.png"),
@@ -81,9 +81,9 @@ REAL_STEPS = {"cast_quickstart.ipynb": "cast_youcook2", "genstate_quickstart.ipy
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
-def test_notebook_runs_top_to_bottom(path, tmp_path, smoke_runs, real_path):
+def test_notebook_runs_top_to_bottom(path, smoke_runs, real_path):
   shared, plot = RUNS[path.name]
-  workdir = smoke_runs(shared)[0] if shared else tmp_path / "workdir"
+  workdir = smoke_runs(shared)[0]
   real_path(REAL_STEPS[path.name])
   env = dict(os.environ, VIDJAX_WORKDIR=str(workdir), VIDJAX_REAL_PATH=str(real_path.root), MPLBACKEND="Agg",
              JAX_PLATFORMS="cpu",
@@ -97,7 +97,7 @@ def test_notebook_runs_top_to_bottom(path, tmp_path, smoke_runs, real_path):
   results = json.loads((workdir / "results.json").read_text())
   assert results["synthetic"] is True
   assert (workdir / plot).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-  assert ("read the finished run" in proc.stdout) == bool(shared)
+  assert "read the finished run" in proc.stdout
   # The last section: the real path (the rendered release corpus, prepared, then the method) with its provenance.
   assert "path: real | synthetic: True | skipped videos: 0" in proc.stdout, proc.stdout[-3000:]
   if path.name == "stack_quickstart.ipynb":

@@ -29,6 +29,7 @@ from typing import Mapping, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from vidjax.ops import l2_normalize
 
@@ -508,9 +509,19 @@ def comp_preference_loss(sim_pos: jax.Array, sim_neg: jax.Array, mask: Optional[
   return jnp.mean(to_pos + pairs)
 
 
+def comp_mode_weights(mode: str, lam: float) -> np.ndarray:
+  """A `comp_total_loss` mode as numbers: float32 [2] = (1 if L_con holds the negatives (NegCLIP) else 0, the weight of
+  L_pref: λ or 0). A train step that takes them as an input compiles once for every mode."""
+  if mode not in COMP_MODES:
+    raise ValueError(f"comp_total_loss: mode={mode!r} is not one of {COMP_MODES}")
+  return np.array([mode in ("negclip", "negclip_pref"), lam if mode in ("comploss", "negclip_pref") else 0.0],
+                  np.float32)
+
+
 def comp_total_loss(video: jax.Array, text: jax.Array, text_negatives: jax.Array, negative_mask: jax.Array,
                     tau: jax.Array, *, mode: str = "comploss", lam: float = 100.0,
-                    levels: Optional[Sequence[int]] = None) -> tuple[jax.Array, dict]:
+                    levels: Optional[Sequence[int]] = None, weights: Optional[jax.Array] = None
+                    ) -> tuple[jax.Array, dict]:
   """The VideoComp training objectives (§3.2, §4.2; Table 4 rows) on unit or raw embeddings.
 
   Two readings of CompLoss: "comploss" is eq. 2 added to the plain L_con of eq. 1; "negclip_pref" reads §3.2's
@@ -526,19 +537,20 @@ def comp_total_loss(video: jax.Array, text: jax.Array, text_negatives: jax.Array
       lam * L_pref).
     lam: λ (100, §4.2).
     levels: the negatives' disruption levels for L_pref (`comp_preference_loss`).
+    weights: optional [2], possibly traced: `comp_mode_weights(mode, lam)`, given instead of `mode` and `lam` (which
+      are then ignored), so that one compiled train step serves every mode.
 
   Returns:
     (loss, {"con": L_con, "pref": L_pref}); L_pref is reported in every mode (cosine similarities).
   """
-  if mode not in COMP_MODES:
-    raise ValueError(f"comp_total_loss: mode={mode!r} is not one of {COMP_MODES}")
+  if weights is None:
+    weights = comp_mode_weights(mode, lam)  # constants: XLA folds the selects below away
   v = l2_normalize(jnp.asarray(video, jnp.float32))
   t = l2_normalize(jnp.asarray(text, jnp.float32))
   n = l2_normalize(jnp.asarray(text_negatives, jnp.float32))
-  if mode in ("negclip", "negclip_pref"):
-    con = clip_contrastive_loss(v, t, tau, n, negative_mask)
-  else:
-    con = clip_contrastive_loss(v, t, tau)
+  con = clip_contrastive_loss(v, t, tau)
+  if n.shape[1]:  # no negatives (N = 0): NegCLIP's L_con is L_con
+    con = jnp.where(weights[0] > 0, clip_contrastive_loss(v, t, tau, n, negative_mask), con)
   pref = comp_preference_loss(jnp.sum(v * t, -1), jnp.einsum("bd,bnd->bn", v, n), negative_mask, levels)
-  loss = con + lam * pref if mode in ("comploss", "negclip_pref") else con
+  loss = jnp.where(weights[1] != 0, con + weights[1] * pref, con)
   return loss, {"con": con, "pref": pref}

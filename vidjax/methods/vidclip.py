@@ -148,13 +148,17 @@ def train_model(name: str, model: V.VidClip, init_fn, ex: Examples, data, tokens
     else:
       neg = apply(batch["neg_ids"].reshape(b * h, s), batch["neg_mask"].reshape(b * h, s), False,
                   method=V.VidClip.encode_text, rngs=drop).reshape(b, h, -1)
-      loss, aux = losses.comp_total_loss(video, text, neg, batch["neg_valid"], tau, mode=mode, lam=tc.lam,
+      # the mode travels in the batch: every mode with negatives shares one compiled step
+      loss, aux = losses.comp_total_loss(video, text, neg, batch["neg_valid"], tau, weights=batch["loss_weights"][0],
                                          levels=tuple(tc.levels))
     return loss, {**aux, "tau": tau}
 
   negs = ex.negatives if mode != "contrastive" else ex.negatives[:, :0]
   ex = dataclasses.replace(ex, negatives=negs)
+  weights = losses.comp_mode_weights(mode, tc.lam)
   batch_fn = batch_fn_for(data, ex, tokens)
+  if mode != "contrastive":
+    batch_fn = lambda idx, fn=batch_fn: {**fn(idx), "loss_weights": np.tile(weights, (len(idx), 1))}  # noqa: E731
   if group > 1:
     if tc.batch_size % group or len(ex.positive) % group:
       raise ValueError(f"VidCLIP {name}: batch size {tc.batch_size} and {len(ex.positive)} examples must be "
