@@ -29,11 +29,12 @@ setup(
     ],
     extras_require={
         # The test suite builds and reads the TFDS datasets, so it installs the tfds extra too.
-        # faiss-cpu too, so the faiss backend's tests run rather than skip.
+        # faiss-cpu and scann too, so the library backends' tests run rather than skip.
         "test": ["pytest>=8.0", "pytest-xdist>=3.5", "filelock>=3.12", "tensorflow-datasets>=4.9", "importlib_resources>=5",
-                 "faiss-cpu>=1.7"],
+                 "faiss-cpu>=1.7", "scann>=1.4"],
         # vidjax.tfds builders (array_record, no TensorFlow); tfds 4.9 needs importlib_resources declared.
         "tfds": ["tensorflow-datasets>=4.9", "importlib_resources>=5"],
         "faiss": ["faiss-cpu>=1.7"],  # DenseIndex(backend="faiss"); bench/dense_index.py's faiss column
+        "scann": ["scann>=1.4"],      # DenseIndex(backend="scann") (its numpy API: no TensorFlow)
     },
 )

@@ -14,7 +14,7 @@ ALLOWED = {
     "metrics": {"ops"},
     "losses": {"ops"},
     "models": {"ops", "tokenizers"},
-    "retrieval": {"ops", "io", "metrics", "data"},
+    "retrieval": {"ops", "io", "metrics", "data", "progress"},
     "data": {"ops", "io", "metrics", "sharding"},  # what real data passes through: never a world
     "worlds": {"data", "ops", "io", "metrics"},     # the embedded SYNTHETIC worlds write what real data would
     "defaults": {"worlds", "ops"},  # only the numpy-level world configs; no jax (tests/test_configs.py)

@@ -61,6 +61,8 @@ def test_recall_row_equals_a_numpy_brute_force(run):
   """Cosine of every query text with every evaluation clip, the context clips dropped, top 10."""
   workdir, results = run
   index = stack_method.StackIndex(workdir / "index")
+  # the recall stage is the backend the config's `index` section chose (the exact one by default)
+  assert index.manifest["recall"]["index"]["backend"] == index.recall.backend == "jax" and index.recall.exact
   records = io.read_json(workdir / "cvr" / "benchmark.json")
   vectors = np.asarray(index.vectors, np.float64)
   vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)

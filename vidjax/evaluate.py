@@ -35,6 +35,7 @@ once, closing over it (never a static jit argument).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Any, Callable, Mapping, Optional, Protocol, Sequence
 
@@ -83,12 +84,18 @@ class JitScorer:
     return np.asarray(self._fn(self.params, dict(batch)), np.float32)
 
 
-class CosineScorer(JitScorer):
-  """Dual-encoder (zero-shot) scorer: cosine(batch[query_key], batch['candidates'])."""
+@functools.partial(jax.jit, static_argnames=("query_key",))
+def _cosine_scores(params, batch, *, query_key: str):  # pylint: disable=unused-argument
+  return cosine(batch[query_key], batch["candidates"])
 
-  def __init__(self, query_key: str = "text"):
-    self.query_key = query_key
-    super().__init__(lambda _, batch: cosine(batch[query_key], batch["candidates"]))
+
+class CosineScorer(JitScorer):
+  """Dual-encoder (zero-shot) scorer: cosine(batch[query_key], batch['candidates']); every instance shares one
+  compilation per input shape."""
+
+  def __init__(self, query_key: str = "text"):  # pylint: disable=super-init-not-called
+    self.query_key, self.params = query_key, None
+    self._fn = functools.partial(_cosine_scores, query_key=query_key)
 
 
 # ----------------------------------------------------------------------------- chunking

@@ -38,6 +38,27 @@ def apply_variants(config: ml_collections.ConfigDict, arg: str | None, variants:
   return config
 
 
+# The parameters of every `DenseIndex` backend ("approx": recall_target; "faiss": factory .. train_size; "scann":
+# num_leaves .. training_sample_size); None = the backend's default. Only the chosen backend's are passed on.
+INDEX_BACKENDS = ("jax", "approx", "faiss", "scann")
+INDEX_PARAMS = {"approx": ("recall_target",),
+                "faiss": ("factory", "nprobe", "efSearch", "blas_threshold", "train_size"),
+                "scann": ("num_leaves", "num_leaves_to_search", "dims_per_block", "aq_threshold", "reorder",
+                          "training_sample_size")}
+
+
+def index_section() -> ml_collections.ConfigDict:
+  """`config.index`: the dense index a recall stage searches (`DenseIndex.from_config`).
+
+  backend: "jax" (exact top-k, the default; shardable over a mesh), "approx" (`jax.lax.approx_max_k`: TPU only
+  saves anything), "faiss" or "scann" (optional extras: `pip install -e .[faiss]` / `.[scann]`); dtype: the JAX
+  backends' storage ("float32" | "bfloat16"); params: the backend's, e.g.
+  `--config.index.backend=faiss --config.index.params.factory=IVF1024,PQ32 --config.index.params.nprobe=16`.
+  """
+  params = {name: None for names in INDEX_PARAMS.values() for name in names}
+  return ml_collections.ConfigDict(dict(backend="jax", dtype="float32", params=params))
+
+
 # ----------------------------------------------------------------------------------------------
 # Config checks: one clear error per bad value.
 
@@ -72,6 +93,17 @@ def check_positive(config, keys: Iterable[str]) -> None:
     value = get_key(config, key)
     if isinstance(value, bool) or not (isinstance(value, (int, float, np.number)) and value > 0):
       bad_value(key, value, "a positive number")
+
+
+def check_index(config, key: str = "index") -> None:
+  """An `index_section`: a known backend and dtype, and only the chosen backend's params set."""
+  check_choice(config, f"{key}.backend", INDEX_BACKENDS)
+  check_choice(config, f"{key}.dtype", ("float32", "bfloat16"))
+  backend = get_key(config, f"{key}.backend")
+  given = {k for k, v in dict(get_key(config, f"{key}.params")).items() if v is not None}
+  if given - set(INDEX_PARAMS.get(backend, ())):
+    bad_value(f"{key}.params", {k: get_key(config, f"{key}.params.{k}") for k in sorted(given)},
+              f"only params of backend {backend!r}: {INDEX_PARAMS.get(backend, ())}")
 
 
 def check_fraction(config, key: str) -> None:

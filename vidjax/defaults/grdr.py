@@ -112,6 +112,7 @@ def get_config(dataset: str, arg: str | None = None) -> ml_collections.ConfigDic
   ))
   # §4.2: "We configure all baseline methods with 4 codebook layers of size 256"
   c.baselines = ml_collections.ConfigDict(dict(num_layers=4, num_codes=256))
+  c.index = common.index_section()  # the dense row's index (Table 1's exact ceiling; an ANN backend shows its cost)
   protocol, split = PROTOCOLS[dataset]
   c.model.query_len = 128 if protocol == "paragraphs" else 32
   c.data = ml_collections.ConfigDict(dict(

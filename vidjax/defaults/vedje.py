@@ -188,6 +188,7 @@ def get_config(dataset: str, arg: str | None = None) -> ml_collections.ConfigDic
   # the default runs the two the VEDJE issue's checks read; ":all" runs every table; () = the main model only.
   c.ablations = ("cache_structure", "prior")
   c.diagnostics = True             # dynamics stratification (A.10) and the MaxSim cache probe (A.11)
+  c.index = common.index_section()  # stage 1's two indices (videos for T2V, captions for V2T): exact by default
   return common.apply_variants(c, arg, {"world": world, "smoke": smoke, "tiny": tiny, "fast": fast, "all": all_tables,
                                   "seeds3": seeds3},
                                f"configs/vedje_{dataset}.py")

@@ -26,7 +26,7 @@ import jax.numpy as jnp
 
 from vidjax import io
 from vidjax.sharding import barrier, is_writer, on_writer  # noqa: F401  (the experiments' multi-host helpers)
-from vidjax.defaults.common import (bad_value, check_choice, check_fraction, check_positive,  # noqa: F401
+from vidjax.defaults.common import (bad_value, check_choice, check_fraction, check_index, check_positive,  # noqa: F401
                                     check_positive_int, get_key)
 from vidjax.ops import is_positive_int  # noqa: F401  (re-exported for the experiments' checks)
 from vidjax.methods.real import (SKIP_FILE, WORLD_PATH, check_store, present_videos,  # noqa: F401  (re-exported)

@@ -37,6 +37,7 @@ SETTINGS = ("inductive", "full_corpus")
 
 
 def validate(config) -> None:
+  common.check_index(config)
   common.check_positive_int(config, ("train.batch_size", "train.first_align_epochs",
                                      "train.cotrain_epochs", "train.kmeans_iters", "eval.beam_width",
                                      "eval.candidates", "eval.latency_queries"))
@@ -104,10 +105,10 @@ def evaluate_setting(world: PolysemousWorld, recall: GenerativeRecall, ecfg) -> 
   return out, found
 
 
-def dense_setting(world: PolysemousWorld, pool: np.ndarray, ecfg) -> dict:
+def dense_setting(world: PolysemousWorld, pool: np.ndarray, ecfg, index_config) -> dict:
   """Exact dense retrieval over the pool's video embeddings (the reranker alone: Table 1's ceiling row); its
   candidate recall is R@`eval.candidates`, the GR rows' budget."""
-  index = DenseIndex(world.video_ids[pool], world.features[pool])
+  index = DenseIndex.from_config(world.video_ids[pool], world.features[pool], index_config)
   target = world.video_ids[world.test_query_video]
   budget = min(max(100, ecfg.candidates), len(pool))
   ids = np.asarray(index.retrieve(world.test_queries, budget)[0])
@@ -269,7 +270,7 @@ def run(config, workdir) -> dict:
   synthetic = "world" in config or world.synthetic
   check_budget(config, world)
   pools = {"inductive": world.test, "full_corpus": np.arange(len(world.video_ids))}
-  table = {s: {"dense": dense_setting(world, pools[s], config.eval)} for s in SETTINGS}
+  table = {s: {"dense": dense_setting(world, pools[s], config.eval, config.index)} for s in SETTINGS}
   trained, evaluated, sets, results = {}, {}, {}, {"seed": config.seed}
   curves, budgets = {}, list(range(10, config.eval.candidates + 1, 10)) or [config.eval.candidates]
   target = world.video_ids[world.test_query_video]

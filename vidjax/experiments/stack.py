@@ -48,6 +48,7 @@ RESUMABLE = ("train.epochs", "stack")
 
 def validate(config) -> None:
   cast.validate(config)
+  common.check_index(config)
   if config.data.source == "tfds":
     common.bad_value("data.source", config.data.source, "'store': the corpus needs every clip of the evaluation "
                      "videos, which a VidjaxCvr TFDS dataset does not carry")
@@ -164,7 +165,7 @@ def run(config, workdir: str | Path) -> dict:
     # k_recall + L: room for the context clips the stack drops
     recall = grdr_recall(*grdr_parts, vectors, corpus.ids, config.stack.k_recall + config.model.context_len)
   else:
-    recall = DenseIndex(corpus.ids, vectors, query_batch=config.stack.query_batch)
+    recall = DenseIndex.from_config(corpus.ids, vectors, config.index, query_batch=config.stack.query_batch)
   targets = [r["target"] for r in data.benchmark]
   context = [r["context"] for r in data.benchmark]  # what the user already saw is never an answer
   results_rows, sweep, candidate_recall = {}, {}, {}

@@ -58,6 +58,7 @@ def validate(config) -> None:
   common.check_choice(config, "dataset", tuple(RETRIEVAL_DATASETS))
   common.check_data_source(config, bool(config.data.features), f"configs/vedje_{config.dataset}.py")
   common.check_choice(config, "data.protocol", PROTOCOLS)
+  common.check_index(config)
   common.check_choice(config, "data.source", ("store",))
   common.check_positive_int(config, ("eval.query_chunk", "eval.gallery_chunk"))
   if config.data.features and not config.data.annotations:
@@ -155,7 +156,7 @@ class Session:
     # the user's feature store: the store a run reads stays as it was prepared.
     self.cache_store = FeatureStore.create(config.data.cache_store or workdir / "features")
     self.trained: dict[str, Any] = {}
-    self.indices = stage1_indices(self.test)
+    self.indices = stage1_indices(self.test, config.index)
     self.evaluated: dict[tuple[str, str, int], tuple[dict, dict]] = {}
 
   def patches_of(self, rows):

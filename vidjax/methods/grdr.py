@@ -9,8 +9,9 @@ each phase one call of the one train loop, and the trie-constrained generative r
 from __future__ import annotations
 
 import dataclasses
+import functools
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -119,13 +120,38 @@ def _batched(fn, *arrays, size: int = 4096):
   return np.concatenate([np.asarray(fn(*(a[i:i + size] for a in arrays))) for i in range(0, len(arrays[0]), size)])
 
 
+@functools.partial(jax.jit, static_argnames=("model", "method", "extra"))
+def _apply(params, x, *, model: GRDR, method, extra: tuple = ()):
+  """`model.apply({"params": params}, x, *extra, method=method)`, one compilation per (model, method, shapes): the
+  params are an argument (not constants baked into the program) and `method` a module-level function."""
+  return model.apply({"params": params}, x, *extra, method=method)
+
+
+def _apply_batched(model: GRDR, method, params, x: np.ndarray, *extra) -> np.ndarray:
+  return _batched(lambda b: _apply(params, b, model=model, method=method, extra=extra), x)
+
+
+_kmeans = jax.jit(ops.kmeans, static_argnames=("iters", "cosine"))
+
+
+def _views(m: GRDR, f):  # the tokenizer's views z [B, N_v, d]
+  return m.tok.encode(f)
+
+
+def _first_decoder_feature(m: GRDR, q):  # h^(1) of each query [B, d]
+  return m.decode(m.encode_query(q), jnp.zeros((q.shape[0], 0), jnp.int32))[:, 0]
+
+
+def _residual(m: GRDR, f, layer: int):  # r^(layer + 1) = z - z_hat after `layer` codebooks
+  out = m.tok(f, layer)
+  return out["z"] - out["z_hat"]
+
+
 def view_of_query(model: GRDR, params, data: TrainingSet) -> np.ndarray:
   """The view each training query is aligned with: the best view <-> intent matching of its video
   (`match_views`) between the views z and the intents' mean first decoder feature h^(1)."""
-  z = _batched(jax.jit(lambda f: model.apply({"params": params}, f, method=lambda m, f: m.tok.encode(f))), data.features)
-  h1 = _batched(jax.jit(lambda q: model.apply(
-      {"params": params}, q, method=lambda m, q: m.decode(m.encode_query(q), jnp.zeros((q.shape[0], 0), jnp.int32))[:, 0])),
-      data.queries)
+  z = _apply_batched(model, _views, params, data.features)
+  h1 = _apply_batched(model, _first_decoder_feature, params, data.queries)
   return matched_view(z, intent_centres(data, ops.l2_normalize(h1), z.shape[1]), data)
 
 
@@ -141,14 +167,9 @@ def matched_view(z: np.ndarray, centres: np.ndarray, data: TrainingSet) -> np.nd
 def init_codebook(model: GRDR, params, features: np.ndarray, layer: int, seed: int, iters: int):
   """Algorithm 1 line 10: C^(m) <- KMeans(r^(m)) over every view of every training video."""
   k = model.tokenizer.num_codes
-
-  def residual(f):
-    out = model.apply({"params": params}, f, layer - 1, method=lambda m, f, n: m.tok(f, n))
-    return out["z"] - out["z_hat"]
-
-  r = _batched(jax.jit(residual), features).reshape(-1, model.tokenizer.latent_dim)
+  r = _apply_batched(model, _residual, params, features, layer - 1).reshape(-1, model.tokenizer.latent_dim)
   start = ops.kmeans_init(jax.random.PRNGKey(seed), r, k)
-  centres, _ = jax.jit(ops.kmeans, static_argnames=("iters", "cosine"))(r, start, iters=iters, cosine=True)
+  centres, _ = _kmeans(r, start, iters=iters, cosine=True)
   params = jax.tree.map(lambda x: x, params)  # a copy: the caller's tree is not modified
   params["tokenizer"][f"codebook_{layer - 1}"] = jnp.asarray(centres)
   return params
@@ -400,7 +421,7 @@ def train_tokenizer_first(model: GRDR, params, data: TrainingSet, tcfg, workdir:
   n_views, m_layers = model.tokenizer.num_views, model.tokenizer.num_layers
   centres = intent_centres(data, data.query_vectors, n_views)
   valid = data.intent_valid.astype(np.float32)
-  encode = lambda p, f: model.apply({"params": p}, f, method=lambda m, f: m.tok.encode(f))  # noqa: E731
+  encode = lambda p, f: model.apply({"params": p}, f, method=_views)  # noqa: E731
 
   def view_loss(p, batch, rng):
     loss = losses.view_set_alignment_loss(encode(p, batch["feature"]), batch["centres"], batch["valid"],
@@ -417,7 +438,7 @@ def train_tokenizer_first(model: GRDR, params, data: TrainingSet, tcfg, workdir:
   params = jax.device_get(state.params)
   for layer in range(1, m_layers + 1):
     params = init_codebook(model, params, data.features, layer, seed + 1000 * layer, tcfg.kmeans_iters)
-  view = matched_view(_batched(jax.jit(lambda f: encode(params, f)), data.features), centres, data)
+  view = matched_view(_apply_batched(model, _views, params, data.features), centres, data)
   codes = video_codes(model, params, data.features)[data.video, view]
   return train_retriever(model, params, data, codes, tcfg, workdir / "retriever", seed + 1)
 
@@ -513,8 +534,7 @@ def video_codes(model: GRDR, params, features: np.ndarray, num_layers: int | Non
   m = model.tokenizer.num_layers if num_layers is None else num_layers
   if m == 0:
     return np.zeros((len(features), model.tokenizer.num_views, 0), np.int32)
-  return np.asarray(_batched(jax.jit(lambda f: model.apply({"params": params}, f, m, method=GRDR.video_codes)),
-                             features))
+  return np.asarray(_apply_batched(model, GRDR.video_codes, params, features, m))
 
 
 def make_recall(model: GRDR, params, features: np.ndarray, ids, ecfg,
@@ -523,8 +543,7 @@ def make_recall(model: GRDR, params, features: np.ndarray, ids, ecfg,
   T2VIndexer's) and its generative recall (dense vectors = the features), and the pool's codes [V, N_v, M]."""
   codes = video_codes(model, params, features) if codes is None else codes
   trie = SemanticIdTrie(ids, codes, model.tokenizer.num_codes)
-  encode = lambda p, q: model.apply({"params": p}, q, method=GRDR.encode_query)  # noqa: E731
-  recall = GenerativeRecall(trie, encode, _LogpFn(model), params, width=ecfg.beam_width, limit=ecfg.candidates,
+  recall = GenerativeRecall(trie, _Bound(model, GRDR.encode_query), _Bound(model, GRDR.code_logp), params, width=ecfg.beam_width, limit=ecfg.candidates,
                             vectors=features, query_key=query_key(model))
   return recall, codes
 
@@ -536,20 +555,15 @@ def query_key(model: GRDR) -> str:
 
 
 
-class _LogpFn:
-  """A hashable `logp_fn` for beam search (one per model object)."""
+@dataclasses.dataclass(frozen=True)
+class _Bound:
+  """`fn(params, *args) = model.apply({"params": params}, *args, method=method)`, hashable by value (beam search takes
+  `logp_fn` as a static argument; equal models reuse one compilation)."""
+  model: GRDR
+  method: Any
 
-  def __init__(self, model: GRDR):
-    self.model = model
-
-  def __call__(self, params, memory, prefix):
-    return self.model.apply({"params": params}, memory, prefix, method=GRDR.code_logp)
-
-  def __hash__(self):
-    return hash(self.model)
-
-  def __eq__(self, other):
-    return isinstance(other, _LogpFn) and other.model == self.model
+  def __call__(self, params, *args):
+    return self.model.apply({"params": params}, *args, method=self.method)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -229,7 +229,8 @@ def write_index(path: Path, *, corpus: Corpus, vectors: np.ndarray, texts: Featu
     checkpoints.save_npz(rerank[1], path / "rerank.npz")
   checkpoints.save_npz(cast_params, path / "cast.npz")
   s = config.stack
-  recall = {"kind": "dense", "file": "corpus.npz", "k": s.k_recall, "backbone": backbone}
+  recall = {"kind": "dense", "file": "corpus.npz", "k": s.k_recall, "backbone": backbone,
+            "index": config.index.to_dict()}  # the backend `python -m vidjax.search` builds over corpus.npz
   if grdr_parts is not None:
     checkpoints.save_npz(grdr_parts[1], path / "grdr.npz")
     recall = {"kind": "grdr", "file": "grdr.npz", "k": s.k_recall, "backbone": backbone,
@@ -284,8 +285,9 @@ class StackIndex:
                        f"{len(self.ids)} clips x dim {m['dim']}")
     self.vectors = corpus["vectors"]
     r = m["recall"]
-    if r["kind"] == "dense":
-      self.recall = DenseIndex(self.ids, self.vectors, query_batch=1)
+    if r["kind"] == "dense":  # an index written before backends were configurable: the exact one
+      self.recall = DenseIndex.from_config(self.ids, self.vectors, ml_collections.ConfigDict(
+          r.get("index", {"backend": "jax", "dtype": "float32", "params": {}})), query_batch=1)
     elif r["kind"] == "grdr":
       params = ops.unflatten_dict(checkpoints.read_npz(path / r["file"], "index GRDR model"))["params"]
       model = grdr_method.build_model(ml_collections.ConfigDict(dict(r["model"], query_dim=m["dim"])), m["dim"])

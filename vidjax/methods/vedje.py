@@ -283,7 +283,8 @@ def index_caches(params, cfg: V.VedjeConfig, store: FeatureStore, cache_store: F
                  kind: str, precision: str, video_ids, progress: bool) -> int:
   """Offline indexing: the compressor writes `kind` for every video id not yet there (resumable)."""
   compressor = V.FrameCompressor(cfg)
-  fn = jax.jit(lambda x: compressor.apply({"params": params["compressor"]}, x))
+  compress = jax.jit(lambda p, x: compressor.apply({"params": p}, x))  # params an argument, not baked-in constants
+  fn = lambda x: compress(params["compressor"], x)  # noqa: E731
   if cache_store.root != store.root:  # the caches go to their own store: read tokens from the source one
     todo = [v for v in video_ids if not cache_store.has(kind, v)]
     with cache_store.writer(kind, dtype=precision) as w:
@@ -296,9 +297,11 @@ def index_caches(params, cfg: V.VedjeConfig, store: FeatureStore, cache_store: F
                                 progress=progress)
 
 
-def stage1_indices(test: Split) -> tuple[DenseIndex, DenseIndex]:
-  """The test split's stage-1 indices (videos for T2V, captions for V2T), built once per run."""
-  return DenseIndex(test.video_ids, test.clip), DenseIndex(test.query_ids, test.text)
+def stage1_indices(test: Split, index_config) -> tuple[DenseIndex, DenseIndex]:
+  """The test split's stage-1 indices (videos for T2V, captions for V2T) as `config.index` describes, built once per
+  run."""
+  return (DenseIndex.from_config(test.video_ids, test.clip, index_config),
+          DenseIndex.from_config(test.query_ids, test.text, index_config))
 
 
 def rerank_metrics(scorer: VedjeScorer, pairs: PairBatches, test: Split, k: int,
@@ -397,8 +400,10 @@ def cache_probe(params, cfg: V.VedjeConfig, cache_store: FeatureStore, kind: str
   """
   reranker = V.JointReranker(cfg)
   p = {"params": params["reranker"]}
-  encode = jax.jit(lambda ids, attn: reranker.apply(p, ids, attn, None, method=V.JointReranker.encode))
-  score = jax.jit(lambda ids, attn, c, prior: reranker.apply(p, ids, attn, c, prior))
+  encode_p = jax.jit(lambda p, ids, attn: reranker.apply(p, ids, attn, None, method=V.JointReranker.encode))
+  score_p = jax.jit(lambda p, ids, attn, c, prior: reranker.apply(p, ids, attn, c, prior))
+  encode = lambda ids, attn: encode_p(p, ids, attn)  # noqa: E731  (params as arguments, not constants)
+  score = lambda ids, attn, c, prior: score_p(p, ids, attn, c, prior)  # noqa: E731
   classes = probe_classes(test.input_ids, test.attention_mask, tokenizer)
   n = len(test.query_ids)
   per = {name: np.full(n, np.nan) for name in ("content", "verb", "temporal")}

@@ -41,8 +41,13 @@ How it works:
 from __future__ import annotations
 
 import functools
+import inspect
+import json
 import math
+import os
+import shutil
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 import jax
@@ -50,11 +55,13 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 
+from vidjax import progress as progress_lib
 from vidjax.data.features import FeatureStore
 from vidjax.ops import l2_normalize
 
 DTYPES = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16}
-BACKENDS = ("jax", "faiss")
+BACKENDS = ("jax", "approx", "faiss", "scann")  # = vidjax.defaults.common.INDEX_BACKENDS (the configs' choices)
+INDEX_FORMAT = 1  # of `DenseIndex.save`
 # Defaults tuned on CPU (2-core Xeon VMs, bench/dense_index.py, batch 256): float32 chunks of 16384
 # rows with blocks of 64 (`_block`) were 10-15% faster than 8192 with blocks of 32 at 10k-100k;
 # bfloat16 storage scores 3 x 256 query rows per chunk (see `_scores`) and runs 2x slower at 16384
@@ -164,7 +171,7 @@ def _top_k_by_blocks(scores: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
   return top_s, jnp.take_along_axis(cand_pos, sel, axis=1)
 
 
-def _merge(queries, chunk, offset, n_valid, best_scores, best_pos, *, k: int):
+def _merge(queries, chunk, offset, n_valid, best_scores, best_pos, *, k: int, recall_target: float | None = None):
   """One corpus chunk merged into the running top-k.
 
   Args:
@@ -172,6 +179,8 @@ def _merge(queries, chunk, offset, n_valid, best_scores, best_pos, *, k: int):
     chunk: [C, D] (float32 or bfloat16), corpus rows `offset .. offset + C`.
     offset, n_valid: int32 scalars; rows at positions >= n_valid are padding.
     best_scores, best_pos: [Qb, k] running best, earlier chunks (all positions < offset).
+    recall_target: None = the chunk's exact top-k; a fraction: `jax.lax.approx_max_k` at that expected recall (the
+      "approx" backend: a real saving on TPU only; on CPU and GPU JAX computes it as an exact sort).
 
   Returns:
     the new (best_scores float32 [Qb, k], best_pos int32 [Qb, k]), best first, ties by position.
@@ -180,7 +189,10 @@ def _merge(queries, chunk, offset, n_valid, best_scores, best_pos, *, k: int):
   pos = offset + jnp.arange(chunk.shape[0], dtype=jnp.int32)
   # top_k's total order puts -0.0 below +0.0; equal scores must tie, so canonicalise zeros.
   scores = jnp.where(pos[None, :] < n_valid, jnp.where(scores == 0, 0.0, scores), -jnp.inf)
-  top_s, top_i = _top_k_by_blocks(scores, k)
+  if recall_target is None:
+    top_s, top_i = _top_k_by_blocks(scores, k)
+  else:
+    top_s, top_i = jax.lax.approx_max_k(scores, min(k, scores.shape[1]), recall_target=recall_target)
   # Running best first: on equal scores top_k keeps the lower index, i.e. the smaller position.
   all_s = jnp.concatenate([best_scores, top_s], axis=1)
   all_p = jnp.concatenate([best_pos, top_i + offset], axis=1)
@@ -188,11 +200,12 @@ def _merge(queries, chunk, offset, n_valid, best_scores, best_pos, *, k: int):
   return new_s, jnp.take_along_axis(all_p, sel, axis=1)
 
 
-_merge_chunk = jax.jit(_merge, static_argnames=("k",))
+_merge_chunk = jax.jit(_merge, static_argnames=("k", "recall_target"))
 
 
-@functools.partial(jax.jit, static_argnames=("k", "mesh", "axis"))
-def _sharded_search(queries, chunks, n_valid, *, k: int, mesh: jax.sharding.Mesh, axis: str):
+@functools.partial(jax.jit, static_argnames=("k", "mesh", "axis", "recall_target"))
+def _sharded_search(queries, chunks, n_valid, *, k: int, mesh: jax.sharding.Mesh, axis: str,
+                    recall_target: float | None = None):
   """Exact top-k over a corpus split along `axis` of `mesh`.
 
   Args:
@@ -213,7 +226,8 @@ def _sharded_search(queries, chunks, n_valid, *, k: int, mesh: jax.sharding.Mesh
 
     def body(best, inputs):
       j, chunk = inputs
-      return _merge(q, chunk, ((first + j) * c).astype(jnp.int32), n_valid, *best, k=k), None
+      return _merge(q, chunk, ((first + j) * c).astype(jnp.int32), n_valid, *best, k=k,
+                    recall_target=recall_target), None
 
     init = jax.lax.pcast((jnp.full((q.shape[0], k), -jnp.inf, jnp.float32), jnp.full((q.shape[0], k), -1, jnp.int32)),
                          (axis,), to="varying")  # the carry varies over the devices, as the chunks do
@@ -235,47 +249,183 @@ def _gather_rows(chunk, rows):
   return chunk[rows].astype(jnp.float32)
 
 
-def _import_faiss():
-  try:
-    import faiss  # pylint: disable=g-import-not-at-top
-  except ImportError as e:
-    raise ImportError("DenseIndex(backend='faiss') needs faiss, an optional extra: "
-                      "pip install vidjax[faiss]   (or: pip install faiss-cpu)") from e
-  return faiss
+class JaxExact:
+  """The JAX backends of `DenseIndex` (module docstring): "jax", exact top-k (the default), and "approx",
+  `jax.lax.approx_max_k` per chunk at `recall_target` (worth it on TPU only: on CPU and GPU JAX computes it as an
+  exact sort, so there it costs what "jax" does and returns the exact answer).
+
+  Built from `read(sorted positions) -> float32 [m, D]` unit rows; stores them in `dtype` as equal chunks on the
+  default device, or dealt over the devices along `axis` of `mesh`.
+  """
+
+  def __init__(self, n: int, dim: int, read, *, dtype: str = "float32", chunk: int | None = None,
+               mesh: jax.sharding.Mesh | None = None, axis: str = "data", recall_target: float | None = None,
+               progress: bool = False):
+    if dtype not in DTYPES:
+      raise ValueError(f"DenseIndex dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
+    if recall_target is not None and not 0 < recall_target <= 1:
+      raise ValueError(f"DenseIndex backend 'approx': params recall_target must be in (0, 1], got {recall_target!r}")
+    if mesh is not None and axis not in mesh.axis_names:
+      raise ValueError(f"DenseIndex: a mesh needs an axis of the mesh {mesh.axis_names}, got axis {axis!r}")
+    chunk = DEFAULT_CHUNK[dtype] if chunk is None else chunk
+    if not isinstance(chunk, (int, np.integer)) or isinstance(chunk, bool) or chunk < 1:
+      raise ValueError(f"DenseIndex chunk must be a positive integer, got {chunk!r}")
+    self.n, self.dim, self.dtype, self.recall_target = n, dim, dtype, recall_target
+    self.name = "jax" if recall_target is None else "approx"
+    self.exact = recall_target is None
+    # As few chunks as `chunk` allows, made equal in size (rounded up to `_ROW_ALIGN` rows), so
+    # the padding of the last one stays small: N=10,000 with chunk 8192 is 2 x 5120 rows, not 2 x 8192.
+    align = min(_ROW_ALIGN, chunk)
+    self.chunk = int(min(chunk, align * math.ceil(math.ceil(n / math.ceil(n / chunk)) / align)))
+    self.mesh, self.axis, self._sharded = mesh, axis, None
+    self._chunks: list[jax.Array] = []
+    self._n_valid = jax.device_put(np.int32(n))
+    num_chunks = math.ceil(n / self.chunk)
+    bar = progress_lib.bar(num_chunks, "DenseIndex build", unit="chunk", disable=not progress)
+
+    def rows_of(c: int) -> np.ndarray:  # chunk c in the storage dtype, zero-padded: [chunk, D]
+      positions = np.arange(c * self.chunk, min((c + 1) * self.chunk, n))
+      if not positions.size:
+        return np.zeros((self.chunk, dim), DTYPES[dtype])
+      rows = read(positions).astype(DTYPES[dtype])
+      bar.update(1)
+      return np.pad(rows, ((0, self.chunk - len(rows)), (0, 0)))
+
+    if mesh is not None:  # whole chunks per device; each device's block is read when it is placed (streaming)
+      per_device = math.ceil(num_chunks / mesh.shape[axis])
+      shape = (per_device * mesh.shape[axis], self.chunk, dim)
+      sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(axis))
+      self._sharded = jax.make_array_from_callback(
+          shape, sharding, lambda index: np.stack([rows_of(c) for c in range(*index[0].indices(shape[0]))]))
+    else:
+      self._chunks = [jax.device_put(rows_of(c)) for c in range(num_chunks)]
+    bar.close()
+    # Zero-copy NumPy views of the chunks for `_numpy_batch` (float32 storage on a CPU only).
+    cpu = all(d.platform == "cpu" for c in self._chunks for d in c.devices())
+    self._host_chunks = ([np.asarray(c) for c in self._chunks] if self._chunks and cpu and dtype == "float32"
+                         and self.exact else None)
+    self._offsets = [jax.device_put(np.int32(c * self.chunk)) for c in range(len(self._chunks))]
+
+  @property
+  def params(self) -> dict:
+    return {"chunk": self.chunk} | ({} if self.exact else {"recall_target": self.recall_target})
+
+  @property
+  def nbytes(self) -> int:
+    """Bytes of the stored vectors (with the last chunk's padding)."""
+    return self._sharded.nbytes if self._sharded is not None else sum(c.nbytes for c in self._chunks)
+
+  def vectors(self, flat: np.ndarray) -> np.ndarray:
+    """The stored rows at positions `flat [m]` as float32 [m, D]."""
+    out = np.empty((flat.size, self.dim), np.float32)
+    if self._sharded is not None:
+      out[:] = np.asarray(_gather_rows(self._sharded, (flat // self.chunk, flat % self.chunk)))
+      return out
+    which, rows = flat // self.chunk, (flat % self.chunk).astype(np.int32)
+    for c in np.unique(which):
+      sel = np.flatnonzero(which == c)
+      # CPU float32: read the zero-copy host view (a jitted gather compiles once per row count).
+      out[sel] = (self._host_chunks[c][rows[sel]] if self._host_chunks is not None
+                  else np.asarray(_gather_rows(self._chunks[c], rows[sel])))
+    return out
+
+  def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Unit queries float32 [Qb, D] -> (scores float32 [Qb, k], positions [Qb, k])."""
+    if self._sharded is not None:
+      return jax.device_get(_sharded_search(queries, self._sharded, self._n_valid, k=k, mesh=self.mesh,
+                                            axis=self.axis, recall_target=self.recall_target))
+    if self._host_chunks is not None and len(queries) <= SMALL_BATCH:
+      return self._numpy_batch(queries, k)
+    # Host-side inputs and a single transfer back: at small sizes the per-call dispatch, not the
+    # arithmetic, is the cost.
+    q = jax.device_put(queries) if len(self._chunks) > 1 else queries
+    best = (np.full((len(queries), k), -np.inf, np.float32), np.full((len(queries), k), -1, np.int32))
+    for chunk, offset in zip(self._chunks, self._offsets):
+      best = _merge_chunk(q, chunk, offset, self._n_valid, *best, k=k, recall_target=self.recall_target)
+    return jax.device_get(best)
+
+  def _numpy_batch(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Few queries against a float32 corpus on the CPU: BLAS matrix-vector products, exact top-k."""
+    chunks = self._host_chunks
+    scores = (chunks[0] @ queries.T if len(chunks) == 1
+              else np.concatenate([c @ queries.T for c in chunks], axis=0))[:self.n].T
+    scores = np.where(scores == 0, np.float32(0), scores)  # -0.0 and +0.0 are one score
+    return numpy_top_k(np.ascontiguousarray(scores, np.float32), k)
+
+  # -- save / load: the stored rows (storage dtype, no padding) in one .npy, written one chunk or shard at a time
+  def save(self, path: Path) -> None:
+    out = np.lib.format.open_memmap(path / "vectors.npy", mode="w+", dtype=np.uint16 if self.dtype == "bfloat16"
+                                    else np.float32, shape=(self.n, self.dim))
+    view = out.view(DTYPES[self.dtype])
+    blocks = ([(s.index[0].start or 0, s.data) for s in self._sharded.addressable_shards] if self._sharded is not None
+              else [(c, chunk[None]) for c, chunk in enumerate(self._chunks)])
+    for first, block in blocks:  # [L, chunk, D] from chunk `first` on
+      rows = np.asarray(block).reshape(-1, self.dim)
+      start = first * self.chunk
+      stop = min(start + len(rows), self.n)
+      if stop > start:
+        view[start:stop] = rows[:stop - start]
+    out.flush()
+    del out
+
+  @classmethod
+  def load(cls, path: Path, n: int, dim: int, dtype: str, params: dict, mesh=None, axis: str = "data",
+           progress: bool = False) -> "JaxExact":
+    stored = np.load(path / "vectors.npy", mmap_mode="r")
+    if stored.shape != (n, dim):
+      raise ValueError(f"DenseIndex.load({path}): vectors.npy has shape {stored.shape}, index.json says {(n, dim)}")
+    rows = stored.view(DTYPES[dtype])
+    return cls(n, dim, lambda positions: np.asarray(rows[positions], np.float32), dtype=dtype,
+               chunk=params.get("chunk"), mesh=mesh, axis=axis, recall_target=params.get("recall_target"),
+               progress=progress)
+
+
+def _tie_order(scores: np.ndarray, positions: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+  """A library backend's candidates [Q, m >= k] -> the best k by (score desc, position asc); -0.0 is 0.0."""
+  scores = np.where(scores == 0, np.float32(0), scores)
+  order = np.lexsort((positions, -scores), axis=-1)[:, :k]
+  return np.take_along_axis(scores, order, 1), np.take_along_axis(positions, order, 1)
 
 
 class DenseIndex:
-  """Exact cosine top-K over `[N, D]` embeddings with string ids (see the module docstring).
+  """Cosine top-K over `[N, D]` embeddings with string ids, exact or approximate by backend (module docstring).
 
   Attributes:
     ids: str [N], sorted; corpus position p holds `ids[p]`.
     dim: D.
-    dtype: "float32" | "bfloat16" (storage; scores are float32 either way).
-    chunk: corpus rows per search step.
+    dtype: "float32" | "bfloat16" (storage of the JAX backends; scores are float32 either way).
+    backend: "jax" | "approx" | "faiss" | "scann".
+    params: the backend's parameters as built (JSON-able; what `save` records).
+    exact: whether a search is exact top-k.
+    chunk: corpus rows per search step of the JAX backends (None for the library ones).
     query_batch: queries per search step.
-    backend: "jax" | "faiss".
   """
 
   def __init__(self, ids: Sequence[str], embeddings: Any, dtype: str = "float32",
                chunk: int | None = None, query_batch: int = DEFAULT_QUERY_BATCH,
                backend: str = "jax", query_key: str = "text", mesh: jax.sharding.Mesh | None = None,
-               axis: str = "data"):
+               axis: str = "data", params: Mapping[str, Any] | None = None, progress: bool = False):
     """Builds the index from arrays.
 
     Args:
       ids: N distinct string ids.
       embeddings: [N, D] float array (any float dtype, a memory map is fine: it is read one
         chunk at a time). Rows are L2-normalised here; zero rows stay zero (they score 0).
-      dtype: storage dtype, "float32" or "bfloat16" (the unit vectors rounded to bfloat16).
+      dtype: storage dtype of the JAX backends, "float32" or "bfloat16" (the unit vectors rounded to bfloat16).
       chunk: at most this many corpus rows per search step; default `DEFAULT_CHUNK[dtype]`. The
         corpus is cut into ceil(N / chunk) equal chunks (multiples of 128 rows), so a corpus
         smaller than one chunk is one chunk of its own size.
       query_batch: queries per search step.
-      backend: "jax" (default) or "faiss" (`faiss.IndexFlatIP`, optional extra).
+      backend: "jax" (exact, the default), "approx" (`jax.lax.approx_max_k`), "faiss" or "scann" (optional
+        extras: `vidjax.retrieval.backends`).
       query_key: the query field `retrieve` reads when given a dict batch.
       mesh, axis: split the corpus over the devices along `axis` of `mesh` (whole chunks per device, in position
-        order); a search runs on every device at once and gives the single-device index's answer bit for bit.
-        None: one device.
+        order; the last device's tail is padding); a search runs on every device at once and gives the
+        single-device index's answer bit for bit. None: one device. JAX backends only.
+      params: the backend's parameters ("approx": recall_target; "faiss": factory, nprobe, efSearch,
+        blas_threshold, train_size; "scann": num_leaves, num_leaves_to_search, dims_per_block, aq_threshold,
+        reorder, training_sample_size). None: the backend's defaults.
+      progress: a progress bar while building.
     """
     ids = [str(i) for i in ids]
     shape = np.shape(embeddings)
@@ -294,17 +444,19 @@ class DenseIndex:
       out[by_row] = embeddings[rows[by_row]]
       return out
 
-    self._build(np.asarray(ids)[order], shape[1], read, dtype, chunk, query_batch, backend, query_key, mesh, axis)
+    self._build(np.asarray(ids)[order], shape[1], read, dtype, chunk, query_batch, backend, query_key, mesh, axis,
+                params, progress)
 
   @classmethod
   def from_store(cls, store: FeatureStore, kind: str, dtype: str = "float32", chunk: int | None = None,
                  query_batch: int = DEFAULT_QUERY_BATCH, backend: str = "jax",
                  query_key: str = "text", mesh: jax.sharding.Mesh | None = None,
-                 axis: str = "data") -> "DenseIndex":
+                 axis: str = "data", params: Mapping[str, Any] | None = None,
+                 progress: bool = False) -> "DenseIndex":
     """Builds the index over every id of one feature-store kind (items of shape [D]).
 
-    Rows stream from the store's memory-mapped shards one chunk at a time, so only the index's
-    own (device) copy of the corpus is ever held. Arguments as in the constructor.
+    Rows stream from the store's memory-mapped shards one chunk at a time (with a mesh: each device's block when
+    it is placed), so only the index's own copy of the corpus is ever held. Arguments as in the constructor.
     """
     ids = store.ids(kind)
     if not ids:
@@ -325,24 +477,33 @@ class DenseIndex:
       return out
 
     index = cls.__new__(cls)
-    index._build(np.asarray(ids), item_shape[0], read, dtype, chunk, query_batch, backend, query_key, mesh, axis)
+    index._build(np.asarray(ids), item_shape[0], read, dtype, chunk, query_batch, backend, query_key, mesh, axis,
+                 params, progress)
     return index
 
+  @classmethod
+  def from_config(cls, ids: Sequence[str], embeddings: Any, index_config, **kwargs) -> "DenseIndex":
+    """The index a config's `index` section (`vidjax.defaults.common.index_section`, checked before any work by
+    `check_index`) describes: its backend, its storage dtype and its non-None params (one that does not apply to
+    the backend is an error); `kwargs` as in the constructor (query_batch, mesh)."""
+    backend = index_config.backend
+    if backend not in BACKENDS:
+      raise ValueError(f"config.index.backend={backend!r} is invalid: expected one of {BACKENDS}")
+    given = {k: v for k, v in dict(index_config.params).items() if v is not None}
+    return cls(ids, embeddings, dtype=index_config.dtype, backend=backend, params=given, **kwargs)
+
   # -- construction ------------------------------------------------------------------------------
-  def _build(self, sorted_ids: np.ndarray, dim: int, read, dtype: str, chunk: int, query_batch: int,
-             backend: str, query_key: str, mesh: jax.sharding.Mesh | None = None, axis: str = "data") -> None:
+  def _build(self, sorted_ids: np.ndarray, dim: int, read, dtype: str, chunk: int | None, query_batch: int,
+             backend: str, query_key: str, mesh: jax.sharding.Mesh | None, axis: str,
+             params: Mapping[str, Any] | None, progress: bool) -> None:
     """Fills the index from `read(sorted positions int64 [m]) -> float32 [m, D]`, one chunk at a time."""
-    if dtype not in DTYPES:
-      raise ValueError(f"DenseIndex dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
     if backend not in BACKENDS:
       raise ValueError(f"DenseIndex backend must be one of {BACKENDS}, got {backend!r}")
-    if mesh is not None and (backend != "jax" or axis not in mesh.axis_names):
-      raise ValueError(f"DenseIndex: a mesh needs backend='jax' and an axis of the mesh {mesh.axis_names}, got "
-                       f"backend {backend!r}, axis {axis!r}")
-    chunk = DEFAULT_CHUNK[dtype] if chunk is None else chunk
-    for name, value in (("chunk", chunk), ("query_batch", query_batch)):
-      if not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"DenseIndex {name} must be a positive integer, got {value!r}")
+    if mesh is not None and backend not in ("jax", "approx"):
+      raise ValueError(f"DenseIndex: a mesh needs a JAX backend ('jax' or 'approx') and an axis of the mesh "
+                       f"{mesh.axis_names}, got backend {backend!r}")
+    if not isinstance(query_batch, (int, np.integer)) or isinstance(query_batch, bool) or query_batch < 1:
+      raise ValueError(f"DenseIndex query_batch must be a positive integer, got {query_batch!r}")
     n = len(sorted_ids)
     dup = np.flatnonzero(sorted_ids[1:] == sorted_ids[:-1])
     if dup.size:
@@ -350,47 +511,35 @@ class DenseIndex:
       raise ValueError(f"DenseIndex ids must be distinct; {dup.size} repeated: {shown}")
     self.ids, self.dim, self.dtype, self.backend = sorted_ids, int(dim), dtype, backend
     self.query_batch, self.query_key = int(query_batch), query_key
-    # As few chunks as `chunk` allows, made equal in size (rounded up to `_ROW_ALIGN` rows), so
-    # the padding of the last one stays small: N=10,000 with chunk 8192 is 2 x 5120 rows, not 2 x 8192.
-    align = min(_ROW_ALIGN, chunk)
-    self.chunk = int(min(chunk, align * math.ceil(math.ceil(n / math.ceil(n / chunk)) / align)))
-    faiss_index = _import_faiss().IndexFlatIP(self.dim) if backend == "faiss" else None
-    self.mesh, self.axis, self._sharded = mesh, axis, None
-    self._chunks: list[jax.Array] = []
-    self._n_valid = jax.device_put(np.int32(n))
 
-    def rows_of(c: int) -> np.ndarray:  # chunk c, read, checked, normalised and zero-padded: [chunk, D]
-      positions = np.arange(c * self.chunk, min((c + 1) * self.chunk, n))
-      if not positions.size:
-        return np.zeros((self.chunk, self.dim), DTYPES[dtype])
+    def unit_rows(positions: np.ndarray) -> np.ndarray:  # read, checked, L2-normalised float32 [m, D]
       rows = read(positions)
       bad = np.flatnonzero(~np.isfinite(rows).all(axis=1))
       if bad.size:
         raise ValueError(f"DenseIndex: the embedding of id {str(sorted_ids[positions[bad[0]]])!r} has NaN or Inf "
                          f"values ({bad.size} such rows among ids {sorted_ids[positions[0]]!r}.."
                          f"{sorted_ids[positions[-1]]!r})")
-      rows = l2_normalize(rows).astype(DTYPES[dtype])
-      return np.pad(rows, ((0, self.chunk - len(rows)), (0, 0)))
+      return np.asarray(l2_normalize(rows), np.float32)
 
-    num_chunks = math.ceil(n / self.chunk)
-    if mesh is not None:  # whole chunks per device; each device's block is read when it is placed (streaming)
-      per_device = math.ceil(num_chunks / mesh.shape[axis])
-      shape = (per_device * mesh.shape[axis], self.chunk, self.dim)
-      sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(axis))
-      self._sharded = jax.make_array_from_callback(
-          shape, sharding, lambda index: np.stack([rows_of(c) for c in range(*index[0].indices(shape[0]))]))
-    for c in range(num_chunks if mesh is None else 0):
-      rows = rows_of(c)
-      if faiss_index is not None:
-        faiss_index.add(np.ascontiguousarray(rows[:n - c * self.chunk], np.float32))
-      else:
-        self._chunks.append(jax.device_put(rows))
-    self._faiss = faiss_index
-    # Zero-copy NumPy views of the chunks for `_numpy_batch` (float32 storage on a CPU only).
-    cpu = all(d.platform == "cpu" for c in self._chunks for d in c.devices())
-    self._host_chunks = ([np.asarray(c) for c in self._chunks] if self._chunks and cpu and dtype == "float32"
-                         else None)
-    self._offsets = [jax.device_put(np.int32(c * self.chunk)) for c in range(len(self._chunks))]
+    params = dict(params or {})
+    if backend in ("jax", "approx"):
+      unknown = set(params) - ({"recall_target"} if backend == "approx" else set())
+      if unknown:
+        raise ValueError(f"DenseIndex backend {backend!r}: unknown params {sorted(unknown)}")
+      recall = float(params.get("recall_target", 0.95)) if backend == "approx" else None
+      self._backend = JaxExact(n, self.dim, unit_rows, dtype=dtype, chunk=chunk, mesh=mesh, axis=axis,
+                               recall_target=recall, progress=progress)
+    else:
+      from vidjax.retrieval import backends  # pylint: disable=g-import-not-at-top
+      if dtype != "float32":
+        raise ValueError(f"DenseIndex backend {backend!r} stores float32 (its own codes aside); got dtype {dtype!r}")
+      library = backends.LIBRARY[backend]
+      known = {p for p in inspect.signature(library).parameters if not p.startswith("_")} - {
+          "n", "dim", "read", "chunk", "progress"}
+      if set(params) - known:
+        raise ValueError(f"DenseIndex backend {backend!r}: unknown params {sorted(set(params) - known)} (known: "
+                         f"{sorted(known)})")
+      self._backend = library(n, self.dim, unit_rows, chunk=chunk, progress=progress, **params)
 
   # -- properties --------------------------------------------------------------------------------
   def __len__(self) -> int:
@@ -398,12 +547,24 @@ class DenseIndex:
 
   @property
   def nbytes(self) -> int:
-    """Bytes of the stored vectors (with the last chunk's padding; ids not counted)."""
-    if self._faiss is not None:
-      return 4 * len(self) * self.dim
-    if self._sharded is not None:
-      return self._sharded.nbytes
-    return sum(c.nbytes for c in self._chunks)
+    """Bytes the backend holds for the vectors (JAX: with the last chunk's padding; ids not counted)."""
+    return int(self._backend.nbytes)
+
+  @property
+  def exact(self) -> bool:
+    return bool(self._backend.exact)
+
+  @property
+  def params(self) -> dict:
+    return dict(self._backend.params)
+
+  @property
+  def chunk(self) -> int | None:
+    return getattr(self._backend, "chunk", None) if self.backend in ("jax", "approx") else None
+
+  @property
+  def mesh(self) -> jax.sharding.Mesh | None:
+    return getattr(self._backend, "mesh", None)
 
   def positions(self, ids: Any) -> np.ndarray:
     """Corpus positions (int64, same shape) of `ids`; one KeyError naming the unknown ones."""
@@ -416,22 +577,10 @@ class DenseIndex:
     return pos.astype(np.int64)
 
   def vectors(self, ids: Any) -> np.ndarray:
-    """The stored unit vectors of `ids [...]` as float32 `[..., D]` (bfloat16 storage upcast)."""
+    """The stored unit vectors of `ids [...]` as float32 `[..., D]` (bfloat16 storage upcast; a compressing
+    library index, e.g. faiss PQ, returns its decoded approximation)."""
     pos = self.positions(ids)
-    flat = pos.reshape(-1)
-    out = np.empty((flat.size, self.dim), np.float32)
-    if self._faiss is not None:
-      out[:] = self._faiss.reconstruct_batch(flat)
-    elif self._sharded is not None:
-      out[:] = np.asarray(_gather_rows(self._sharded, (flat // self.chunk, flat % self.chunk)))
-    else:
-      which, rows = flat // self.chunk, (flat % self.chunk).astype(np.int32)
-      for c in np.unique(which):
-        sel = np.flatnonzero(which == c)
-        # CPU float32: read the zero-copy host view (a jitted gather compiles once per row count).
-        out[sel] = (self._host_chunks[c][rows[sel]] if self._host_chunks is not None
-                    else np.asarray(_gather_rows(self._chunks[c], rows[sel])))
-    return out.reshape(pos.shape + (self.dim,))
+    return self._backend.vectors(pos.reshape(-1)).reshape(pos.shape + (self.dim,))
 
   # -- search ------------------------------------------------------------------------------------
   def _check_queries(self, queries: Any, k: int) -> np.ndarray:
@@ -452,23 +601,30 @@ class DenseIndex:
     return queries
 
   def search(self, queries: Any, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Exact cosine top-k.
+    """Cosine top-k (exact with the "jax" backend and faiss "Flat"; the others approximate).
 
     Args:
       queries: float [Q, D] (normalised here; a zero query scores 0 everywhere).
-      k: 1 <= k <= N.
+      k: 1 <= k <= N (a larger k is an error, not capped).
 
     Returns:
-      (ids str [Q, k], scores float32 [Q, k]), best first; equal scores rank the smaller id first.
+      (ids str [Q, k], scores float32 [Q, k]), best first; equal scores rank the smaller id first. An
+      approximate backend may find fewer than k (e.g. faiss IVF with a small nprobe): the missing places hold the
+      id "" and the score -inf.
     """
     queries = l2_normalize(self._check_queries(queries, k))
     k = int(k)
     pos = np.empty((queries.shape[0], k), np.int64)
     scores = np.empty((queries.shape[0], k), np.float32)
     for start, stop, size in query_batches(queries.shape[0], self.query_batch):
-      s, p = self._search_batch(pad_rows(queries[start:stop], size), k)
+      s, p = self._backend.search(pad_rows(queries[start:stop], size), k)
+      if self.backend not in ("jax",):  # the library's and approx_max_k's order among ties is their own
+        p = np.where(s > -np.inf, p, len(self))  # a missing result (-1) sorts last
+        s, p = _tie_order(np.asarray(s, np.float32), np.asarray(p, np.int64), k)
       scores[start:stop], pos[start:stop] = s[:stop - start], p[:stop - start]
-    return self.ids[pos], scores
+    found = (pos >= 0) & (pos < len(self))
+    ids = np.where(found, self.ids[np.clip(pos, 0, len(self) - 1)], "")
+    return ids, np.where(found, scores, -np.inf).astype(np.float32)
 
   def retrieve(self, queries: Any, k: int) -> tuple[np.ndarray, np.ndarray]:
     """The `vidjax.evaluate.Retriever` protocol: `search` of an array or of `queries[query_key]`."""
@@ -479,42 +635,52 @@ class DenseIndex:
       queries = queries[self.query_key]
     return self.search(queries, k)
 
-  def _search_batch(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Unit queries float32 [Qb, D] -> (scores float32 [Qb, k], positions [Qb, k])."""
-    if self._faiss is not None:
-      return self._faiss_batch(queries, k)
-    if self._sharded is not None:
-      return jax.device_get(_sharded_search(queries, self._sharded, self._n_valid, k=k, mesh=self.mesh,
-                                            axis=self.axis))
-    if self._host_chunks is not None and len(queries) <= SMALL_BATCH:
-      return self._numpy_batch(queries, k)
-    # Host-side inputs and a single transfer back: at small sizes the per-call dispatch, not the
-    # arithmetic, is the cost.
-    q = jax.device_put(queries) if len(self._chunks) > 1 else queries
-    best = (np.full((len(queries), k), -np.inf, np.float32), np.full((len(queries), k), -1, np.int32))
-    for chunk, offset in zip(self._chunks, self._offsets):
-      best = _merge_chunk(q, chunk, offset, self._n_valid, *best, k=k)
-    return jax.device_get(best)
+  # -- save / load -------------------------------------------------------------------------------
+  def save(self, path: str | Path) -> Path:
+    """Writes the index to the directory `path` (atomically: a temporary directory renamed into place):
+    index.json (format, backend, params, dim, N, dtype), ids.npy and the backend's own files. A sharded index is
+    written one device block at a time."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    np.save(tmp / "ids.npy", self.ids.astype(str))
+    self._backend.save(tmp)
+    meta = {"format": INDEX_FORMAT, "backend": self.backend, "params": self.params, "dim": self.dim, "n": len(self),
+            "dtype": self.dtype, "query_batch": self.query_batch, "query_key": self.query_key, "exact": self.exact}
+    (tmp / "index.json").write_text(json.dumps(meta, indent=1) + "\n")
+    shutil.rmtree(path, ignore_errors=True)
+    os.replace(tmp, path)
+    return path
 
-  def _numpy_batch(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Few queries against a float32 corpus on the CPU: BLAS matrix-vector products, exact top-k."""
-    n = len(self)
-    chunks = self._host_chunks
-    scores = (chunks[0] @ queries.T if len(chunks) == 1
-              else np.concatenate([c @ queries.T for c in chunks], axis=0))[:n].T
-    scores = np.where(scores == 0, np.float32(0), scores)  # -0.0 and +0.0 are one score
-    return numpy_top_k(np.ascontiguousarray(scores, np.float32), k)
-
-  def _faiss_batch(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    # faiss's order among equal scores is its own; fetch until the k-th score's tie block is
-    # complete (the last fetched score is below it, or everything was fetched), then re-rank by
-    # (score desc, position asc).
-    fetch = min(len(self), k + 1)
-    while True:
-      s, p = self._faiss.search(np.ascontiguousarray(queries), fetch)
-      s = np.where(s == 0, np.float32(0), s)
-      if fetch == len(self) or np.all(s[:, -1] < s[:, k - 1]):
-        break
-      fetch = min(len(self), 2 * fetch)
-    order = np.lexsort((p, -s), axis=-1)[:, :k]
-    return np.take_along_axis(s, order, 1), np.take_along_axis(p, order, 1)
+  @classmethod
+  def load(cls, path: str | Path, *, backend: str | None = None, dim: int | None = None,
+           mesh: jax.sharding.Mesh | None = None, axis: str = "data", progress: bool = False) -> "DenseIndex":
+    """An index `save` wrote. `backend` / `dim`: what the caller expects (a mismatch is one clear error); `mesh`:
+    deal a JAX index over these devices (whatever it was saved from)."""
+    path = Path(path)
+    meta_file = path / "index.json"
+    if not meta_file.is_file():
+      raise FileNotFoundError(f"DenseIndex.load: {path} is not a saved index (no index.json)")
+    meta = json.loads(meta_file.read_text())
+    if meta.get("format") != INDEX_FORMAT:
+      raise ValueError(f"DenseIndex.load({path}): index format {meta.get('format')!r}, this vidjax reads "
+                       f"{INDEX_FORMAT}")
+    if backend is not None and backend != meta["backend"]:
+      raise ValueError(f"DenseIndex.load({path}): built with backend {meta['backend']!r}, not {backend!r}")
+    if dim is not None and dim != meta["dim"]:
+      raise ValueError(f"DenseIndex.load({path}): built for {meta['dim']}-d vectors, not {dim}-d")
+    index = cls.__new__(cls)
+    index.ids = np.load(path / "ids.npy")
+    if len(index.ids) != meta["n"]:
+      raise ValueError(f"DenseIndex.load({path}): ids.npy holds {len(index.ids)} ids, index.json says {meta['n']}")
+    index.dim, index.dtype, index.backend = int(meta["dim"]), meta["dtype"], meta["backend"]
+    index.query_batch, index.query_key = int(meta["query_batch"]), meta["query_key"]
+    if index.backend in ("jax", "approx"):
+      index._backend = JaxExact.load(path, meta["n"], index.dim, index.dtype, meta["params"], mesh, axis, progress)
+    else:
+      if mesh is not None:
+        raise ValueError(f"DenseIndex.load({path}): a mesh needs a JAX backend, the index is {index.backend!r}")
+      from vidjax.retrieval import backends  # pylint: disable=g-import-not-at-top
+      index._backend = backends.LIBRARY[index.backend].load(path, meta["n"], index.dim, meta["params"])
+    return index
