@@ -50,7 +50,8 @@ def test_backbone_run_writes_the_checkpoint_and_the_corpus_summary(backbone_run)
 
 def test_checkpoint_loads_through_the_official_loader_with_the_trained_embeddings(backbone_run):
   """The `.npz` holds exactly the official key layout for this shape (the loader checks every key and shape), and the
-  extraction's own functions on it give what the trained parameters give applied directly."""
+  extraction's own functions on it (frames in [0, 1]) give what the trained parameters give applied directly to the
+  normalised frames they trained on (the summary's pixel stats, folded into the checkpoint's patch projection)."""
   config, workdir, _ = backbone_run
   prep = load_config(ROOT / "configs/prepare.py:smoke")  # the store's loader, at the shape the backbone trained
   prep.model.checkpoint = str(workdir / "backbone.npz")
@@ -69,7 +70,9 @@ def test_checkpoint_loads_through_the_official_loader_with_the_trained_embedding
   tokenizer = SentencePieceTokenizer(config.model.spm_path)
   video, text = B.embed(model, variables, tokenizer, frames, texts, batch_size=2)
   ids, paddings = tokenizer.encode(texts, max_length=vp.TEXT_MAX_LEN)
-  direct_video, direct_text, _ = model.apply({"params": trained}, frames.astype(np.float32) / 255, ids, paddings)
+  stats = json.loads((workdir / "corpus_summary.json").read_text())["train"]
+  normalised = (frames.astype(np.float32) / 255 - np.float32(stats["pixel_mean"])) / np.float32(stats["pixel_std"])
+  direct_video, direct_text, _ = model.apply({"params": trained}, normalised, ids, paddings)
   np.testing.assert_allclose(video, np.asarray(direct_video), atol=1e-5)
   np.testing.assert_allclose(text, np.asarray(direct_text), atol=1e-5)
   # and they are not the random weights a store gets without a checkpoint

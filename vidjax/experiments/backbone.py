@@ -92,14 +92,16 @@ def run(config, workdir: str) -> dict:
         f"{len(set(test_pairs.video_ids))} videos", flush=True)
 
   ids, paddings = tokenizer.encode(train_pairs.texts, max_length=vp.TEXT_MAX_LEN)
-  state = train.fit_epochs(name="backbone", init_fn=B.init_fn(model, config.train.tau), loss_fn=B.loss_fn(model),
+  pixel_mean, pixel_std = B.pixel_stats(train_pairs.frames)
+  state = train.fit_epochs(name="backbone", init_fn=B.init_fn(model, config.train.tau),
+                           loss_fn=B.loss_fn(model, pixel_mean=pixel_mean, pixel_std=pixel_std),
                            num_examples=len(train_pairs), batch_fn=B.batch_fn(train_pairs, ids, paddings),
                            tcfg=config.train, seed=config.seed, workdir=workdir / "model",
                            description="backbone (contrastive)")
   params = jax.device_get(state.params)
   path = Path(config.output or workdir / "backbone.npz").absolute()
   if common.is_writer():
-    checkpoints.save_npz({"params": params["model"]}, path)
+    checkpoints.save_npz({"params": B.fold_pixel_norm(params["model"], pixel_mean, pixel_std)}, path)
   common.barrier("backbone checkpoint written")
 
   # Read back through the loader a store's extraction uses: the summary is what `configs/prepare.py` will see.
@@ -119,7 +121,8 @@ def run(config, workdir: str) -> dict:
       "model": {"name": config.model.name, "overrides": overrides, "spm_path": config.model.spm_path,
                 "resolution": config.resolution, "num_frames": config.num_frames},
       "train": {"videos": len(set(train_pairs.video_ids)), "clips": len(train_pairs),
-                "texts": len(train_pairs.texts), "steps": int(state.step), "tau": float(np.exp(params["log_tau"]))},
+                "texts": len(train_pairs.texts), "steps": int(state.step), "tau": float(np.exp(params["log_tau"])),
+                "pixel_mean": [float(x) for x in pixel_mean], "pixel_std": [float(x) for x in pixel_std]},
       "test": {"videos": len(set(test_pairs.video_ids)), "clips": len(test_pairs)},
       "skipped_videos": len(skipped), "retrieval": retrieval,
       "prepare": f"python -m vidjax.main --config configs/prepare.py:rendered --config.model.checkpoint={path}",

@@ -15,6 +15,7 @@ summary counts a retrieved clip as correct when its text is the query (`metrics.
 from __future__ import annotations
 
 import concurrent.futures
+import copy
 import dataclasses
 from typing import Any, Callable, Mapping, Sequence
 
@@ -91,18 +92,60 @@ def pairs_of(videos: Sequence[Video], path_of: Callable[[str], str | None], num_
                video_ids), skipped
 
 
+def pixel_stats(frames: np.ndarray, max_pixels: int = 1 << 20) -> tuple[np.ndarray, np.ndarray]:
+  """Per-channel mean and std of uint8 frames [..., 3] in [0, 1] units (a strided subsample of the pixels)."""
+  flat = frames.reshape(-1, 3)
+  rows = flat[::max(1, len(flat) // max_pixels)].astype(np.float32) / np.float32(255)
+  return rows.mean(axis=0), np.maximum(rows.std(axis=0), np.float32(1e-3))
+
+
+def fold_pixel_norm(params: Mapping, mean: np.ndarray, std: np.ndarray) -> dict:
+  """The model's params with the training input normalisation `(x - mean) / std` folded into the vision
+  encoder's patch projection, so the result takes [0, 1] frames (the official input, what `configs/prepare.py`
+  feeds) and computes exactly what the trained model computed on normalised frames. Patch vectors are in
+  (row, col, channel) order (`vp.patchify`): row r of the kernel reads channel r % 3."""
+  params = jax.tree.map(np.asarray, params)
+  proj = params["vision_encoder"]["patch_projection"]["linear"]
+  kernel, bias = proj["kernel"], proj["bias"]
+  reps = kernel.shape[0] // 3
+  inv = np.tile(1.0 / np.asarray(std, np.float64), reps)[:, None]
+  shift = np.tile(np.asarray(mean, np.float64) / np.asarray(std, np.float64), reps)
+  new_kernel = (kernel.astype(np.float64) * inv).astype(kernel.dtype)
+  new_bias = (bias.astype(np.float64) - shift @ kernel.astype(np.float64)).astype(bias.dtype)
+  out = copy.deepcopy(params)
+  out["vision_encoder"]["patch_projection"]["linear"] = {"kernel": new_kernel, "bias": new_bias}
+  return out
+
+
 def init_fn(model, tau: float) -> Callable[[jax.Array], Any]:
-  """rng -> {"model": the module's params (Flax's initialisers), "log_tau": log of the initial temperature}."""
-  return lambda rng: {"model": vp.init_params(model, rng)["params"], "log_tau": jnp.log(jnp.float32(tau))}
+  """rng -> {"model": the module's params (Flax's initialisers), "log_tau": log of the initial temperature}.
+
+  The text tower's CLS embedding starts at zero: with Flax's init it is a random vector as large as a token's,
+  shared by every text and carried by the residual stream to the output, so every caption's embedding starts at
+  cosine ~0.998 to every other one and the contrastive gradient (which needs both towers to tell their inputs
+  apart) is near zero. At zero, the CLS output is the attention over the caption's own tokens."""
+  def fn(rng):
+    params = vp.init_params(model, rng)["params"]
+    text = dict(params["text_encoder"])
+    text["cls_emb"] = jnp.zeros_like(text["cls_emb"])
+    return {"model": {**params, "text_encoder": text}, "log_tau": jnp.log(jnp.float32(tau))}
+  return fn
 
 
-def loss_fn(model, min_tau: float = 0.01):
+def loss_fn(model, min_tau: float = 0.01, pixel_mean=(0.0, 0.0, 0.0), pixel_std=(1.0, 1.0, 1.0)):
   """`(params, batch, rng) -> (loss, aux)`: `losses.grouped_infonce` of the video and text embeddings. Batch:
-  frames uint8 [B, T, R, R, 3], ids int [B, L], paddings [B, L] (1 = pad), group int [B] (the text's index)."""
+  frames uint8 [B, T, R, R, 3], ids int [B, L], paddings [B, L] (1 = pad), group int [B] (the text's index).
+
+  Frames go in as `(x / 255 - pixel_mean) / pixel_std` (per channel; `pixel_stats` of the training frames):
+  the rendered frames are a flat grey board (mean ~0.57, std ~0.07), so in raw [0, 1] units the patch
+  projection's output is nearly the same constant for every clip and the video embeddings start at cosine
+  ~0.999 to each other. `fold_pixel_norm` moves the normalisation into the saved weights."""
+  mean = jnp.asarray(pixel_mean, jnp.float32)
+  std = jnp.asarray(pixel_std, jnp.float32)
   def fn(params, batch, rng):
     del rng  # VideoPrism has no dropout
-    video, text, _ = model.apply({"params": params["model"]}, batch["frames"].astype(jnp.float32) / 255.0,
-                                 batch["ids"], batch["paddings"], train=True)
+    frames = (batch["frames"].astype(jnp.float32) / 255.0 - mean) / std
+    video, text, _ = model.apply({"params": params["model"]}, frames, batch["ids"], batch["paddings"], train=True)
     tau = jnp.exp(jnp.maximum(params["log_tau"], jnp.log(min_tau)))
     return losses.grouped_infonce(video, text, batch["group"], tau), {"tau": tau}
   return fn
