@@ -33,10 +33,14 @@ How it works:
   (`jax.make_array_from_callback`). A search is one `shard_map` (`_sharded_search`): every device merges its own
   chunks with the single-device step, adding its row offset, then the devices' [Q, K] are gathered in position order
   and one `top_k` keeps the best K, so the answer is the single-device one bit for bit (tests on 8 simulated CPU
-  devices). Single-process for now: a multi-process build and save/load are not written yet.
+  devices). `save` writes the stored rows one device block at a time; `load` deals them over any mesh again.
+  Single-process for now: each process of a multi-host run reading only its own block is not written yet.
 
-`backend="faiss"` answers the same searches with `faiss.IndexFlatIP` (optional extra:
-`pip install vidjax[faiss]`), with the same tie rule applied to faiss's results.
+Backends (`backend=`, `params=`; `from_config` reads a config's `index` section): "jax" (the above, exact, the
+default), "approx" (the same chunks, `jax.lax.approx_max_k` per chunk: a saving on TPU only), "faiss" and "scann"
+(`vidjax.retrieval.backends`, optional extras). Every backend answers [Q, k] scores and positions; ids, normalisation,
+the tie rule (re-applied to what an approximate backend returns) and results it did not find (id "", score -inf)
+stay here.
 """
 from __future__ import annotations
 

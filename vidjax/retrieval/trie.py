@@ -16,9 +16,11 @@ where most of the K^d prefixes do not exist, CSR: `row_ptr [n_d + 1]` into the n
 their last codes `child_code [n_{d+1}]` (int16 when K <= 32768). The nodes at depth M are the distinct
 IDs (`leaf` = their index); `video_ptr [U + 1]` / `video_index` map each ID to its videos (CSR).
 
-Beam search runs under one jit with static shapes: per step one `[Q, W, K]` validity mask from the
-tables (no Python callback), scores added in log space, the best W of the `W * K` continuations by
-`lax.top_k` (equal scores: the lower beam, then the lower code). Scores are the sum of the step
+Beam search runs under one jit with static shapes (no Python callback): at a dense depth one `[Q, W, K]` validity
+mask from the table; at a CSR depth (STATIC's point) only the B_d children a node can have (B_d: the depth's largest
+branching factor, often far below K) are read per beam, as `[Q, W, B_d]` child indices and codes, and the step's
+log-probabilities gathered at those codes. Scores are added in log space and the best W continuations kept by
+`lax.top_k` (equal scores: the lower beam, then the lower code: a node's children are in code order). Scores are the sum of the step
 log-probabilities the caller's `logp_fn` returns (the paper's joint likelihood; invalid codes are
 masked, not renormalised). Beams that run out of valid continuations end with score -inf and leaf -1.
 """
@@ -38,18 +40,21 @@ DENSE_DEPTH = 2
 
 
 class TrieArrays(NamedTuple):
-  """The trie as a pytree of arrays for `beam_search` (static structure in `dense` / `num_codes`).
+  """The trie as a pytree of arrays for `beam_search` (static structure in `dense` / `num_codes` / `branching`).
 
   tables: per depth d < M, the dense child table int32 [n_d, K], or the CSR pair
     (row_ptr int32 [n_d + 1], child_code int32 [n_{d+1}]).
+  branching: per depth, the largest number of children of one node (B_d <= K): a CSR step reads B_d children per
+    beam, not K.
   """
   tables: tuple
   dense: tuple  # bool per depth (static)
   num_codes: int  # K (static)
+  branching: tuple = ()  # int per depth (static)
 
 
 jax.tree_util.register_pytree_node(
-    TrieArrays, lambda t: (t.tables, (t.dense, t.num_codes)),
+    TrieArrays, lambda t: (t.tables, (t.dense, t.num_codes, t.branching)),
     lambda aux, children: TrieArrays(children, *aux))
 
 
@@ -74,7 +79,7 @@ class SemanticIdTrie:
       dense_depth: depths d < dense_depth get a dense child table, deeper ones CSR.
     """
     codes = np.asarray(codes)
-    video_ids = np.asarray([str(v) for v in video_ids])
+    video_ids = np.asarray(video_ids).astype(str)
     if not is_positive_int(num_codes):
       raise ValueError(f"SemanticIdTrie: num_codes must be a positive integer, got {num_codes!r}")
     if codes.ndim != 3 or 0 in codes.shape:
@@ -83,7 +88,7 @@ class SemanticIdTrie:
       raise ValueError(f"SemanticIdTrie: codes must be integers, got dtype {codes.dtype}")
     if len(video_ids) != codes.shape[0]:
       raise ValueError(f"SemanticIdTrie: {len(video_ids)} video ids for codes of {codes.shape[0]} videos")
-    if len(np.unique(video_ids)) != len(video_ids):
+    if len(_sorted_unique(video_ids)) != len(video_ids):
       raise ValueError("SemanticIdTrie: video ids must be distinct")
     bad = np.argwhere((codes < 0) | (codes >= num_codes))
     if bad.size:
@@ -93,21 +98,33 @@ class SemanticIdTrie:
                        f"match this codebook size")
     v, n_views, depth = codes.shape
     self.video_ids, self.num_codes, self.depth, self.num_views = video_ids, int(num_codes), depth, n_views
-    flat = codes.reshape(v * n_views, depth).astype(np.int32)
-    self.ids, leaf_of = np.unique(flat, axis=0, return_inverse=True)
+    flat = codes.reshape(v * n_views, depth).astype(np.int64)
+    # Vectorised: each ID as one integer key (its codes in base K; lexicographic order = integer order) when K^M
+    # fits in int64, so sorting and de-duplicating are 1-d (np.unique over rows is ~10x slower at 10M videos).
+    if self.num_codes ** depth < 1 << 62:
+      key = np.zeros(len(flat), np.int64)
+      for m in range(depth):
+        key = key * self.num_codes + flat[:, m]
+      keys, leaf_of = np.unique(key, return_inverse=True)
+      self.ids = np.stack([keys // self.num_codes ** (depth - 1 - m) % self.num_codes for m in range(depth)],
+                          1).astype(np.int32)
+    else:
+      self.ids, leaf_of = np.unique(flat.astype(np.int32), axis=0, return_inverse=True)
     leaf_of = leaf_of.reshape(-1)
-    video_of = np.repeat(np.arange(v), n_views)
-    pairs = np.unique(np.stack([leaf_of, video_of], 1), axis=0)  # (leaf, video), sorted; one per pair
-    self.video_ptr = np.searchsorted(pairs[:, 0], np.arange(len(self.ids) + 1)).astype(np.int32)
-    self.video_index = pairs[:, 1].astype(np.int32)
+    video_of = np.repeat(np.arange(v, dtype=np.int64), n_views)
+    pairs = _sorted_unique(leaf_of.astype(np.int64) * v + video_of)  # (leaf, video) as one key, sorted, distinct
+    pair_leaf = pairs // v
+    self.video_ptr = np.searchsorted(pair_leaf, np.arange(len(self.ids) + 1)).astype(np.int32)
+    self.video_index = (pairs % v).astype(np.int32)
     self.leaf_of = leaf_of.reshape(v, n_views)  # each video's leaves, view order
-    self._tables, self._dense = [], []
+    self._tables, self._dense, self._branching = [], [], []
     for d in range(depth):
       parents = _prefix_index(self.ids, d)  # node index at depth d of each ID's prefix
       children = _prefix_index(self.ids, d + 1)
       n_d, n_next = parents[-1] + 1, children[-1] + 1
       first = np.r_[0, np.flatnonzero(np.diff(children)) + 1]  # one ID per child node
       child_parent, child_code = parents[first], self.ids[first, d]
+      self._branching.append(int(np.bincount(child_parent).max()))
       if d < dense_depth:
         table = np.full((n_d, self.num_codes), -1, np.int32)
         table[child_parent, child_code] = np.arange(n_next, dtype=np.int32)
@@ -133,7 +150,7 @@ class SemanticIdTrie:
     """The tables as device arrays for `beam_search`."""
     tables = tuple(tuple(jnp.asarray(a) for a in t) if isinstance(t, tuple) else jnp.asarray(t)
                    for t in self._tables)
-    return TrieArrays(tables, tuple(self._dense), self.num_codes)
+    return TrieArrays(tables, tuple(self._dense), self.num_codes, tuple(self._branching))
 
   def videos_in_order(self, leaves: np.ndarray, limit: int | None = None, return_beams: bool = False):
     """Video indices of `leaves [W]` (beam order; -1 = none), de-duplicated keeping the first occurrence.
@@ -159,11 +176,19 @@ class SemanticIdTrie:
     return int(np.sum(np.diff(self.video_ptr) > 1))
 
 
+def _sorted_unique(a: np.ndarray) -> np.ndarray:
+  """`np.unique(a)` by sorting (numpy 2's default hashes, 10x slower on 10M strings or int64 keys)."""
+  a = np.sort(a)
+  return a[np.r_[True, a[1:] != a[:-1]]] if len(a) else a
+
+
 def _prefix_index(ids: np.ndarray, d: int) -> np.ndarray:
   """Node index at depth d (0 .. n_d - 1) of each sorted ID's length-d prefix."""
   if d == 0:
     return np.zeros(len(ids), np.int64)
-  change = np.any(ids[1:, :d] != ids[:-1, :d], axis=1)
+  change = ids[1:, d - 1] != ids[:-1, d - 1]  # sorted: a prefix changes where its last code or a shorter one does
+  for m in range(d - 1):
+    change |= ids[1:, m] != ids[:-1, m]
   return np.r_[0, np.cumsum(change)]
 
 
@@ -188,6 +213,20 @@ def _children(trie: TrieArrays, d: int, node: jax.Array) -> jax.Array:
         jnp.where(valid, child, -1).reshape(-1, k))
     out = out.reshape(code.shape)
   return jnp.where((node >= 0)[..., None], out, -1)
+
+
+def _csr_children(trie: TrieArrays, d: int, node: jax.Array, b: int) -> tuple[jax.Array, jax.Array]:
+  """The children of depth-d nodes `node [...]` from the CSR table, B = `b` slots each (the depth's largest
+  branching factor): (child node indices int32 [..., B], -1 past a node's degree or for node < 0; their codes
+  int32 [..., B], ascending within a node, 0 where there is no child)."""
+  row_ptr, child_code = trie.tables[d]
+  n = jnp.maximum(node, 0)
+  start = row_ptr[n]
+  j = jnp.arange(b, dtype=jnp.int32)
+  child = start[..., None] + j
+  valid = (j < (row_ptr[n + 1] - start)[..., None]) & (node >= 0)[..., None]
+  code = jnp.where(valid, child_code[jnp.minimum(child, child_code.shape[0] - 1)].astype(jnp.int32), 0)
+  return jnp.where(valid, child, -1), code
 
 
 LogpFn = Callable[[Any, Any, jax.Array], jax.Array]
@@ -217,12 +256,19 @@ def beam_search(logp_fn: LogpFn, trie: TrieArrays, params: Any, queries: Any, *,
   score = jnp.full((q, width), -jnp.inf, jnp.float32).at[:, 0].set(0.0)
   codes = jnp.zeros((q, width, depth), jnp.int32)
   for m in range(depth):
-    logp = logp_fn(params, queries, codes[:, :, :m]).astype(jnp.float32)
-    child = _children(trie, m, node)  # [Q, W, K]
-    total = jnp.where(child >= 0, score[..., None] + logp, -jnp.inf).reshape(q, width * k)
+    logp = logp_fn(params, queries, codes[:, :, :m]).astype(jnp.float32)  # [Q, W, K]
+    if trie.dense[m] or not trie.branching:
+      child = _children(trie, m, node)  # [Q, W, K]: slot = code
+      code_of = jnp.broadcast_to(jnp.arange(k, dtype=jnp.int32), child.shape)
+    else:  # STATIC's step: only the B_m <= K children a node can have, in code order, and their log-probabilities
+      child, code_of = _csr_children(trie, m, node, trie.branching[m])  # [Q, W, B_m]
+      logp = jnp.take_along_axis(logp, code_of, axis=-1)
+    b = child.shape[-1]
+    total = jnp.where(child >= 0, score[..., None] + logp, -jnp.inf).reshape(q, width * b)
     score, pick = jax.lax.top_k(total, width)
-    beam, code = pick // k, pick % k
-    node = jnp.take_along_axis(child.reshape(q, width * k), pick, axis=1)
+    beam = pick // b
+    code = jnp.take_along_axis(code_of.reshape(q, width * b), pick, axis=1)
+    node = jnp.take_along_axis(child.reshape(q, width * b), pick, axis=1)
     codes = jnp.take_along_axis(codes, beam[..., None], axis=1).at[:, :, m].set(code)
     node = jnp.where(jnp.isfinite(score), node, -1)  # a dead beam stays dead
   return codes, node, score
