@@ -289,6 +289,11 @@ def test_bad_sizes_get_one_clear_error_before_training():
   config = grdr_smoke_config()
   world = G.world_of(config)
   GM.check_budget(config, world)
+  few = grdr_smoke_config()  # K^M below the corpus size: a warning naming the scale that fits
+  few.model.update(num_codes=2, num_layers=2)
+  few.eval.beam_width = 4
+  with pytest.warns(UserWarning, match=r"K\^M = 2\^2 = 4 possible IDs for .*K = 256, M = 4"):
+    GM.check_budget(few, world)
   bad = grdr_smoke_config()
   bad.model.num_codes = len(world.train) + 1
   with pytest.raises(ValueError, match=f"model.num_codes={len(world.train) + 1} .* larger than the {len(world.train)} "
