@@ -94,6 +94,7 @@ def bench_size(n: int, args, matmul: float, use_faiss: bool) -> list[str]:
     build_s[dt] = time.perf_counter() - t
   methods = {"f32": lambda q: built["float32"].search(q, k), "bf16": lambda q: built["bfloat16"].search(q, k)}
   if use_faiss:
+    faiss.cvar.distance_compute_blas_threshold = args.blas_threshold  # set, not faiss's default (README, Scaling up)
     flat = faiss.IndexFlatIP(d)
     flat.add(corpus)
     methods["faiss"] = lambda q: flat.search(q / np.linalg.norm(q, axis=1, keepdims=True), k)[::-1]
@@ -128,6 +129,9 @@ def main():
   p.add_argument("--batches", default="1,256", help="query batch sizes, comma-separated")
   p.add_argument("--dim", type=int, default=512)
   p.add_argument("--k", type=int, default=10)
+  p.add_argument("--blas-threshold", type=int, default=16,
+                 help="faiss.cvar.distance_compute_blas_threshold: batches of this many queries or more use BLAS "
+                      "(DenseIndex's faiss backend sets the same default)")
   p.add_argument("--min-seconds", type=float, default=1.0, help="time each cell at least this long")
   p.add_argument("--min-repeats", type=int, default=3, help="at least this many timed calls")
   p.add_argument("--max-repeats", type=int, default=20, help="and at most this many")
@@ -141,6 +145,7 @@ def main():
   print(f"machine: {machine.describe()}")
   print(f"f32 matmul (2048^3, this process): {matmul / 1e9:.0f} GFLOP/s")
   faiss_line = (f"faiss {faiss.__version__} ({faiss.omp_get_max_threads()} OpenMP threads, "
+                f"distance_compute_blas_threshold={args.blas_threshold}, "
                 f"OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']})" if use_faiss else "faiss: not used")
   print(f"{faiss_line} | DenseIndex chunk={args.chunk or dense.DEFAULT_CHUNK} query_batch={args.query_batch} | "
         f"k={args.k}, D={args.dim} | per cell: {args.min_repeats}-{args.max_repeats} timed calls, "

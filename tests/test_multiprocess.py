@@ -90,3 +90,64 @@ def test_two_process_extraction_store_equals_one_process(tmp_path):
     assert ids == two.ids(kind) and len(ids) == 8
     np.testing.assert_allclose(two.get(kind, ids), one.get(kind, ids), rtol=1e-5, atol=1e-6, err_msg=kind)
   two.verify()
+
+
+_INDEX_SCRIPT = r"""
+import json, sys
+import numpy as np
+from vidjax import sharding
+sharding.initialize_distributed()
+import jax
+from vidjax.data.features import FeatureStore
+from vidjax.retrieval import DenseIndex
+store = FeatureStore(sys.argv[1])
+rows_read = []
+read_rows = store.read_rows
+def counting(kind, shard, rows):
+  rows_read.append(len(rows))
+  return read_rows(kind, shard, rows)
+store.read_rows = counting
+mesh = jax.sharding.Mesh(np.array(jax.devices()), ("data",))
+index = DenseIndex.from_store(store, "clip", chunk=128, query_batch=8, mesh=mesh)
+q = np.load(sys.argv[2])
+ids, scores = index.search(q, 9)
+print("RESULT " + json.dumps({"process": jax.process_index(), "devices": jax.device_count(),
+                              "local": jax.local_device_count(), "rows_read": int(sum(rows_read)),
+                              "ids": ids.tolist(), "scores": scores.view(np.int32).tolist()}))
+"""
+
+
+def test_two_process_sharded_index_reads_its_own_block_and_equals_one_device(tmp_path):
+  """DenseIndex over a mesh of 2 processes x 4 CPU devices, built from a feature store: each process reads only
+  the chunks of its own devices (about half the corpus, streaming), and both get the single-device answer, ids and
+  float bits (ties across the processes' blocks included)."""
+  from vidjax.data.features import write_arrays
+  from vidjax.retrieval import DenseIndex
+  rng = np.random.default_rng(0)
+  n = 1300  # 11 chunks of 128 over 8 devices: 2 each, the last 5 padding
+  x = rng.normal(size=(n, 16)).astype(np.float32)
+  x[500:520] = x[10]  # one score tied across blocks
+  ids = [f"v{i:05d}" for i in rng.permutation(n)]
+  write_arrays(tmp_path / "store", {"clip": (ids, x)})
+  q = rng.normal(size=(13, 16)).astype(np.float32)
+  q[3] = x[10]
+  np.save(tmp_path / "q.npy", q)
+  want_ids, want_scores = DenseIndex(ids, x, chunk=128, query_batch=8).search(q, 9)
+  port = _free_port()
+  base = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "XLA_"))}
+  procs = [subprocess.Popen(
+      [sys.executable, "-c", _INDEX_SCRIPT, str(tmp_path / "store"), str(tmp_path / "q.npy")], cwd=REPO,
+      env=dict(base, JAX_PLATFORMS="cpu", PYTHONPATH=str(REPO), XLA_FLAGS="--xla_force_host_platform_device_count=4",
+               JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}", JAX_NUM_PROCESSES="2", JAX_PROCESS_ID=str(rank)),
+      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for rank in range(2)]
+  outs = [p.communicate(timeout=300)[0] for p in procs]
+  results = []
+  for p, out in zip(procs, outs):
+    assert p.returncode == 0, out[-3000:]
+    results.append(json.loads([l for l in out.splitlines() if l.startswith("RESULT ")][-1][len("RESULT "):]))
+  assert sorted(r["process"] for r in results) == [0, 1]
+  for r in results:
+    assert (r["devices"], r["local"]) == (8, 4)
+    assert r["ids"] == want_ids.tolist() and r["scores"] == want_scores.view(np.int32).tolist()
+  # process 0's devices hold chunks 0-7 (rows 0-1023), process 1's chunks 8-10 (rows 1024-1299) and padding
+  assert sorted(r["rows_read"] for r in results) == [n - 1024, 1024]

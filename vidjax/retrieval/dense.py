@@ -34,7 +34,9 @@ How it works:
   chunks with the single-device step, adding its row offset, then the devices' [Q, K] are gathered in position order
   and one `top_k` keeps the best K, so the answer is the single-device one bit for bit (tests on 8 simulated CPU
   devices). `save` writes the stored rows one device block at a time; `load` deals them over any mesh again.
-  Single-process for now: each process of a multi-host run reading only its own block is not written yet.
+  Multi-process (a pod): the mesh spans every process's devices, each process reads only the chunks of its own
+  devices (from arrays or a store, streaming) and every process gets the whole answer (a test runs 2 processes).
+  `save` and `vectors` of a multi-process index are not written yet (each needs every process's rows).
 
 Backends (`backend=`, `params=`; `from_config` reads a config's `index` section): "jax" (the above, exact, the
 default), "approx" (the same chunks, `jax.lax.approx_max_k` per chunk: a saving on TPU only), "faiss" and "scann"
@@ -245,7 +247,15 @@ def _sharded_search(queries, chunks, n_valid, *, k: int, mesh: jax.sharding.Mesh
   all_s = s.transpose(1, 0, 2).reshape(qb, -1)  # [Qb, S * k], shard 0 first
   all_p = p.transpose(1, 0, 2).reshape(qb, -1)
   top, sel = jax.lax.top_k(all_s, k)
-  return top, jnp.take_along_axis(all_p, sel, axis=1)
+  # replicated on every device, so each process of a multi-process mesh holds the whole answer
+  everywhere = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+  return (jax.lax.with_sharding_constraint(top, everywhere),
+          jax.lax.with_sharding_constraint(jnp.take_along_axis(all_p, sel, axis=1), everywhere))
+
+
+def _local(x: jax.Array) -> np.ndarray:
+  """A replicated array's value on this host (also when other processes hold devices of its mesh)."""
+  return np.asarray(x if x.is_fully_addressable else x.addressable_data(0))
 
 
 @jax.jit
@@ -336,8 +346,9 @@ class JaxExact:
   def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Unit queries float32 [Qb, D] -> (scores float32 [Qb, k], positions [Qb, k])."""
     if self._sharded is not None:
-      return jax.device_get(_sharded_search(queries, self._sharded, self._n_valid, k=k, mesh=self.mesh,
-                                            axis=self.axis, recall_target=self.recall_target))
+      s, p = _sharded_search(queries, self._sharded, np.int32(self.n), k=k, mesh=self.mesh, axis=self.axis,
+                             recall_target=self.recall_target)
+      return _local(s), _local(p)
     if self._host_chunks is not None and len(queries) <= SMALL_BATCH:
       return self._numpy_batch(queries, k)
     # Host-side inputs and a single transfer back: at small sizes the per-call dispatch, not the
