@@ -10,7 +10,7 @@
 # (1,800 procedure videos) a small VideoPrism-shaped backbone is first trained on the corpus's YouCook2 training
 # subset (`configs/backbone_rendered.py`: an official-format checkpoint and OUT/backbone/corpus_summary.json, its own
 # retrieval on the held-out subset), the stores are extracted with it (`configs/prepare.py:rendered`) and the methods
-# run their dataset configs unchanged. SEED (default 0) seeds the corpus, the backbone and every method. On your own data,
+# run their dataset configs (VEDJE, GRDR and VideoComp with `:rendered`, their worlds' sizes and schedules). SEED (default 0) seeds the corpus, the backbone and every method. On your own data,
 # drop the variants, point `data.videos` / `data.annotations` at the release files and give the VideoPrism
 # checkpoint (README, "Real data"). Every results.json here says "synthetic": true (rendered pixels), "path": "real".
 set -euo pipefail
@@ -48,8 +48,10 @@ prepare genstate    "$C/genstate/train.json,$C/genstate/test.json"
 # 2. Each method on each of its paper's datasets.
 # GRDR: the store's text width (query intents, dense rerank); its T5 query encoder reads the captions with the store's
 # SentencePiece model
-V=""; T=""; GRDR_FLAGS="--config.model.query_dim=64"   # the rendered backbone's text width (768 for LvT base)
-[ "$SIZE" = smoke ] && V=":smoke" && T=":tiny" && GRDR_FLAGS="--config.model.query_dim=32 --config.model.latent_dim=32 \
+# SIZE=full: VEDJE, GRDR and VideoComp at their `rendered` settings (the worlds' model sizes and schedules: the papers'
+# would take CPU hours); CAST, GenState and the stack at their dataset configs.
+V=""; T=":rendered"; SV=":rendered"; GRDR_FLAGS="--config.model.query_dim=64"   # the rendered backbone's text width (768 for LvT base)
+[ "$SIZE" = smoke ] && V=":smoke" && T=":tiny" && SV=":smoke" && GRDR_FLAGS="--config.model.query_dim=32 --config.model.latent_dim=32 \
   --config.train.view_batch_size=16 --config.train.batch_size=32"
 for d in youcook2 coin crosstask; do
   ann="$C/$d/youcookii_annotations_trainval.json"
@@ -86,7 +88,7 @@ run --config configs/comp_youcook2.py$T --workdir "$R/comp_youcook2" --config.da
     --config.benchmark.lexicon="$C/videocomp/lexicon.json"   # the corpus's verbs for action_replace
 run --config configs/genstate_rendered.py$V --workdir "$R/genstate" --config.data.features="$S/genstate/features" \
     --config.data.metadata="$C/genstate/test.json" --config.data.train_metadata="$C/genstate/train.json"
-run --config configs/stack_youcook2.py$V --workdir "$R/stack_youcook2" --config.data.features="$S/youcook2/features" \
+run --config configs/stack_youcook2.py$SV --workdir "$R/stack_youcook2" --config.data.features="$S/youcook2/features" \
     --config.data.annotations="$C/youcook2/youcookii_annotations_trainval.json" --config.stack.reranker=vedje
 
 # 3. Every model on every benchmark of these runs, and a typed query.

@@ -204,9 +204,12 @@ def test_real_path_script_names_configs_and_keys_that_exist():
   runs = re.findall(r"^\s*(?:run|prepare\(\) \{ run)\s+--config (\S+)(.*)$", text, re.M)
   assert len(runs) >= 12, runs
   specs = []
-  for spec, rest in runs:
-    spec = spec.replace("$PREP", "configs/prepare.py").replace("$V", ":smoke").replace("$T", ":tiny")
-    specs += [(spec.replace("$d", d), rest) for d in ("youcook2", "coin", "crosstask")] if "$d" in spec else [(spec, rest)]
+  for v, t, sv in ((":smoke", ":tiny", ":smoke"), ("", ":rendered", ":rendered")):  # SIZE=smoke, SIZE=full
+    for spec, rest in runs:
+      spec = (spec.replace("$PREP", "configs/prepare.py").replace("$SV", sv).replace("$V", v)
+              .replace("$T", t))
+      specs += ([(spec.replace("$d", d), rest) for d in ("youcook2", "coin", "crosstask")] if "$d" in spec
+                else [(spec, rest)])
   for spec, rest in specs:
     config = load_config(ROOT / spec)
     for key in re.findall(r"--config\.([\w.]+)=", rest + " " + " ".join(re.findall(r'GRDR_FLAGS="([^"]*)"', text))

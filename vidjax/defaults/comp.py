@@ -122,7 +122,7 @@ def get_config(dataset: str, arg: str | None = None) -> ml_collections.ConfigDic
                       hierarchy=("reorder", "partial"), levels=(1, 1))   # its eq. 2 negatives and their levels
   c.finetune = _train(hierarchy=("temp_reorder", "action_replace", "seg_mismatch", "multi"), levels=(1, 1, 1, 2))
   c.eval = ml_collections.ConfigDict(dict(chunk=256))
-  return common.apply_variants(c, arg, {"world": world, "smoke": smoke, "tiny": tiny},
+  return common.apply_variants(c, arg, {"world": world, "smoke": smoke, "tiny": tiny, "rendered": _small},
                                f"configs/comp_{dataset}.py")
 
 
@@ -141,7 +141,8 @@ def world(c: ml_collections.ConfigDict) -> None:
 
 
 def _small(c: ml_collections.ConfigDict) -> None:
-  """The world's model and schedules (see `world`)."""
+  """The world's model and schedules (see `world`); also the `rendered` variant, on the rendered release corpus's
+  store (`launch/real_path.sh OUT full`), where the paper's schedules would take CPU days."""
   c.model = _model(width=64, pool_queries=16, pool_heads=4, pool_mlp=128, embed_dim=64, init="random",
                    text_hidden=64, text_layers=2, text_heads=4, text_mlp=128, max_text_len=32, pool_init="random")
   c.pretrain = _train(batch_size=32, steps=300, lr=1e-3, video_lr=1e-3, weight_decay=1e-4, warmup_steps=50, lam=0.1,

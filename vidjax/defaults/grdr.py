@@ -127,7 +127,8 @@ def get_config(dataset: str, arg: str | None = None) -> ml_collections.ConfigDic
       train_split="train" if dataset == "msrvtt" else "",  # MSR-VTT's JSON marks "train" (an id list replaces it)
       skip_missing=True,      # videos without features are skipped and counted (False: an error)
   ))
-  return common.apply_variants(c, arg, {"world": world, "smoke": smoke, "tiny": tiny, "sweep": sweep},
+  return common.apply_variants(c, arg, {"world": world, "smoke": smoke, "tiny": tiny, "sweep": sweep,
+                                        "rendered": rendered},
                                f"configs/grdr_{dataset}.py")
 
 
@@ -147,6 +148,15 @@ def world(c: ml_collections.ConfigDict) -> None:
   c.model = _model(latent_dim=128, hidden=256, query_dim=128, query_encoder="minilm",
                    t5=_t5(d_model=128, num_heads=4, d_kv=32, d_ff=512, encoder_layers=2, decoder_layers=2),
                    **(dict(num_views=1, num_codes=200) if c.dataset == "lsmdc" else {}))
+
+
+def rendered(c: ml_collections.ConfigDict) -> None:
+  """On the rendered release corpus's store (`launch/real_path.sh OUT full`): Algorithm 1 with the world's small T5
+  over the query text (the paper's T5-small would take CPU hours), in the store's 64-d text space (the rendered
+  backbone's width); the Tables 1-2 rows (dense, TIGER, T2VIndexer), no Table 3 or N_v = 1 extra models."""
+  c.model.update(latent_dim=64, hidden=256, query_dim=64,
+                 t5=_t5(d_model=128, num_heads=4, d_kv=32, d_ff=512, encoder_layers=2, decoder_layers=2))
+  c.eval.update(table3=False, compare_single_view=False)
 
 
 def smoke(c: ml_collections.ConfigDict) -> None:

@@ -62,6 +62,7 @@ def get_config(dataset: str, arg: str | None, *, eval_split: str, identity_rule:
   c.index = common.index_section()  # the dense recall stage's index (recall "dense"): exact by default
   known = cast.known_variants(dataset, variants)
   known["smoke"] = lambda cfg: (cast.smoke(cfg), _smoke(cfg))
+  known["rendered"] = _rendered
   return common.apply_variants(c, arg, known, f"configs/stack_{dataset}.py")
 
 
@@ -77,18 +78,24 @@ def _grdr(variants: str) -> ml_collections.ConfigDict:
   return section
 
 
-def _vedje(tiny: bool = False) -> ml_collections.ConfigDict:
-  """stack.reranker = "vedje": VEDJE (`configs/vedje_*.py`'s paper settings, `tiny` its tiny variant) trained on
+def _vedje(variant: str | None = None) -> ml_collections.ConfigDict:
+  """stack.reranker = "vedje": VEDJE (`configs/vedje_*.py`'s paper settings, or one of its variants) trained on
   the training clips with their step captions as queries, reranking the recall stage's candidates from caches of
   the evaluation clips (written to `<workdir>/features`). Its frames T are the store's (CAST App. A's 8 on YouCook2
   and 4 on COIN, not VEDJE's 16: one store feeds CAST and the reranker)."""
-  v = vedje_defaults.get_config("msrvtt", "tiny" if tiny else None)
+  v = vedje_defaults.get_config("msrvtt", variant)
   return ml_collections.ConfigDict(dict(model=v.model, train=v.train, precision=v.cache.precision,
                                         pair_block=v.eval.pair_block, tokens_kind=v.data.tokens_kind))
 
 
+def _rendered(c: ml_collections.ConfigDict) -> None:
+  """On the rendered release corpus's store (`launch/real_path.sh OUT full`): the VEDJE stage at its `rendered`
+  settings (the world's reranker; the paper's would take CPU hours)."""
+  c.vedje = _vedje("rendered")
+
+
 def _smoke(c: ml_collections.ConfigDict) -> None:
-  c.vedje = _vedje(tiny=True)
+  c.vedje = _vedje("tiny")
   c.grdr = _grdr("smoke")
   c.grdr.model.latent_dim = 32
   c.stack.update(k_recall=50, rerank_k=50, rerank_k_sweep=(20,), latency_queries=8)

@@ -190,6 +190,7 @@ def get_config(dataset: str, arg: str | None = None) -> ml_collections.ConfigDic
   c.diagnostics = True             # dynamics stratification (A.10) and the MaxSim cache probe (A.11)
   c.index = common.index_section()  # stage 1's two indices (videos for T2V, captions for V2T): exact by default
   return common.apply_variants(c, arg, {"world": world, "smoke": smoke, "tiny": tiny, "fast": fast, "all": all_tables,
+                                  "rendered": rendered,
                                   "seeds3": seeds3},
                                f"configs/vedje_{dataset}.py")
 
@@ -244,6 +245,14 @@ def seeds3(c: ml_collections.ConfigDict) -> None:
   """Three seeds (0, 1, 2) of everything the config runs, reported as mean ± std where the paper reports them
   (`<workdir>/seed_<s>/` holds each seed's run; not in CI)."""
   c.seeds = (0, 1, 2)
+
+
+def rendered(c: ml_collections.ConfigDict) -> None:
+  """On the rendered release corpus's store (`launch/real_path.sh OUT full`): the world's reranker and schedule (the
+  paper's would take CPU hours), the main model only, the paper's in-batch VTM candidates (C = 8)."""
+  _small(c)
+  fast(c)
+  c.train.update(vtm_candidates="in_batch", in_batch_negatives=7)
 
 
 def fast(c: ml_collections.ConfigDict) -> None:
