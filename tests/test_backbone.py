@@ -72,7 +72,8 @@ def test_checkpoint_loads_through_the_official_loader_with_the_trained_embedding
   ids, paddings = tokenizer.encode(texts, max_length=vp.TEXT_MAX_LEN)
   stats = json.loads((workdir / "corpus_summary.json").read_text())["train"]
   normalised = (frames.astype(np.float32) / 255 - np.float32(stats["pixel_mean"])) / np.float32(stats["pixel_std"])
-  direct_video, direct_text, _ = model.apply({"params": trained}, normalised, ids, paddings)
+  direct_video, direct_text, _ = jax.jit(lambda p, *a: model.apply({"params": p}, *a))(trained, normalised, ids,
+                                                                                       paddings)
   np.testing.assert_allclose(video, np.asarray(direct_video), atol=1e-5)
   np.testing.assert_allclose(text, np.asarray(direct_text), atol=1e-5)
   # and they are not the random weights a store gets without a checkpoint

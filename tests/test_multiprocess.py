@@ -27,10 +27,19 @@ def _free_port() -> int:
     return s.getsockname()[1]
 
 
+def _base_env() -> dict:
+  """This environment without JAX's and XLA's settings, except the suite's compilation cache and XLA's optimisation
+  level (conftest.py): the processes compile what the one-process runs compiled, the same way."""
+  keep = ("JAX_COMPILATION_CACHE_DIR", "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS")
+  base = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "XLA_")) or k in keep}
+  level = [f for f in os.environ.get("XLA_FLAGS", "").split() if f.startswith("--xla_backend_optimization_level")]
+  return base | ({"XLA_FLAGS": " ".join(level)} if level else {})
+
+
 def _run(config: str, workdir: Path, processes: int, extra=()):
   """Runs `python -m vidjax.main` as `processes` processes; returns their completed processes."""
   port = _free_port()
-  base = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "XLA_"))}
+  base = _base_env()
   procs = []
   for rank in range(processes):
     env = dict(base, JAX_PLATFORMS="cpu", PYTHONPATH=str(REPO))
@@ -134,10 +143,11 @@ def test_two_process_sharded_index_reads_its_own_block_and_equals_one_device(tmp
   np.save(tmp_path / "q.npy", q)
   want_ids, want_scores = DenseIndex(ids, x, chunk=128, query_batch=8).search(q, 9)
   port = _free_port()
-  base = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_", "XLA_"))}
+  base = _base_env()
   procs = [subprocess.Popen(
       [sys.executable, "-c", _INDEX_SCRIPT, str(tmp_path / "store"), str(tmp_path / "q.npy")], cwd=REPO,
-      env=dict(base, JAX_PLATFORMS="cpu", PYTHONPATH=str(REPO), XLA_FLAGS="--xla_force_host_platform_device_count=4",
+      env=dict(base, JAX_PLATFORMS="cpu", PYTHONPATH=str(REPO),
+               XLA_FLAGS=(base.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4").strip(),
                JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}", JAX_NUM_PROCESSES="2", JAX_PROCESS_ID=str(rank)),
       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for rank in range(2)]
   outs = [p.communicate(timeout=300)[0] for p in procs]
