@@ -633,7 +633,7 @@ class DenseIndex:
     scores = np.empty((queries.shape[0], k), np.float32)
     for start, stop, size in query_batches(queries.shape[0], self.query_batch):
       s, p = self._backend.search(pad_rows(queries[start:stop], size), k)
-      if self.backend not in ("jax",):  # the library's and approx_max_k's order among ties is their own
+      if self.backend != "jax":  # the library's and approx_max_k's order among ties is their own
         p = np.where(s > -np.inf, p, len(self))  # a missing result (-1) sorts last
         s, p = _tie_order(np.asarray(s, np.float32), np.asarray(p, np.int64), k)
       scores[start:stop], pos[start:stop] = s[:stop - start], p[:stop - start]
@@ -664,8 +664,12 @@ class DenseIndex:
     meta = {"format": INDEX_FORMAT, "backend": self.backend, "params": self.params, "dim": self.dim, "n": len(self),
             "dtype": self.dtype, "query_batch": self.query_batch, "query_key": self.query_key, "exact": self.exact}
     (tmp / "index.json").write_text(json.dumps(meta, indent=1) + "\n")
-    shutil.rmtree(path, ignore_errors=True)
+    old = path.with_name(path.name + ".old")  # an index already there stays whole until the new one is in place
+    shutil.rmtree(old, ignore_errors=True)
+    if path.exists():
+      os.replace(path, old)
     os.replace(tmp, path)
+    shutil.rmtree(old, ignore_errors=True)
     return path
 
   @classmethod
