@@ -33,11 +33,13 @@ def test_query_clusters_recover_the_facets():
   # GRDR's query-guided views need each video's training queries to reveal its intents:
   # k-means (as many clusters as facets) of one video's queries lands on its facets.
   w = make_polysemous_world(SMALL, seed=0)
+  run = jax.jit(lambda q, start: kmeans(q, start, iters=10))  # one compilation per (queries, clusters) shape
+
   def covered(clusters_of):  # share of facets with a cluster centre within cos 0.7
     hits = []
     for v in w.train[:50]:
       q = w.train_queries[w.train_query_video == v]
-      centres, _ = kmeans(q, kmeans_init(jax.random.PRNGKey(int(v)), q, clusters_of(v)), iters=10)
+      centres, _ = run(q, kmeans_init(jax.random.PRNGKey(int(v)), q, clusters_of(v)))
       c = np.asarray(centres)
       hits.append(np.mean((c @ w.facets[v].T / np.linalg.norm(c, axis=1, keepdims=True)).max(axis=0) > 0.7))
     return np.mean(hits)
