@@ -357,23 +357,25 @@ def test_grdr_model_shapes_and_code_distribution():
   model = GM.build_model(c.model, 128)
   rng = np.random.default_rng(0)
   f, q = jnp.asarray(rng.normal(size=(3, 128)), jnp.float32), jnp.asarray(rng.normal(size=(3, 128)), jnp.float32)
-  params = model.init(jax.random.PRNGKey(0), f, q)["params"]
+  params = jax.jit(model.init)(jax.random.PRNGKey(0), f, q)["params"]  # compiled: op by op costs seconds
   assert params["tokenizer"]["codebook_1"].shape == (16, c.model.latent_dim)
-  mem = model.apply({"params": params}, q, method=GM.GRDR.encode_query)
+  apply = lambda method: jax.jit(lambda p, *a: model.apply({"params": p}, *a, method=method))  # noqa: E731
+  mem = apply(GM.GRDR.encode_query)(params, q)
   assert mem["memory"].shape == (3, c.model.query_tokens, c.model.t5.d_model) and bool(mem["mask"].all())
-  logp = model.apply({"params": params}, mem, jnp.zeros((3, 5, 1), jnp.int32), method=GM.GRDR.code_logp)
+  logp = apply(GM.GRDR.code_logp)(params, mem, jnp.zeros((3, 5, 1), jnp.int32))
   assert logp.shape == (3, 5, 16)
   np.testing.assert_allclose(np.asarray(jax.nn.logsumexp(logp, -1)), 0.0, atol=1e-5)
-  h = model.apply({"params": params}, mem, jnp.asarray([[1], [2], [3]]), method=GM.GRDR.decode)
-  h2 = model.apply({"params": params}, mem, jnp.asarray([[4], [5], [6]]), method=GM.GRDR.decode)
+  decode = apply(GM.GRDR.decode)
+  h = decode(params, mem, jnp.asarray([[1], [2], [3]]))
+  h2 = decode(params, mem, jnp.asarray([[4], [5], [6]]))
   np.testing.assert_allclose(h[:, 0], h2[:, 0], atol=1e-5)  # h_1 does not see c_1
   many = jnp.asarray(rng.normal(size=(64, 128)), jnp.float32)
-  codes = np.asarray(model.apply({"params": params}, many, method=GM.GRDR.video_codes))
+  codes = np.asarray(apply(GM.GRDR.video_codes)(params, many))
   assert codes.shape == (64, c.model.num_views, 2) and codes.dtype == np.int32
   # The codes are eq. 4-5's residual quantization of the views: at each layer the entry of maximum cosine with the
   # residual, recomputed here in NumPy from the tokenizer's views and codebooks (a tokenizer that returns constant or
   # wrong codes fails this), and random views spread over many codes.
-  z = np.asarray(model.apply({"params": params}, many, method=lambda m, x: m.tok.encode(x)))
+  z = np.asarray(apply(lambda m, x: m.tok.encode(x))(params, many))
   books = [np.asarray(params["tokenizer"][f"codebook_{l}"]) for l in range(2)]
   r = z.copy()
   for l, book in enumerate(books):
