@@ -419,10 +419,10 @@ def test_t5_query_encoder_reads_token_ids_and_ignores_padding():
   model = GM.build_model(c.model, 16, vocab_size=50)
   f = jnp.ones((2, 16), jnp.float32)
   ids = jnp.asarray([[5, 7, 9, 0], [3, 0, 0, 0]], jnp.int32)
-  params = model.init(jax.random.PRNGKey(0), f, ids)["params"]
+  params = jax.jit(model.init)(jax.random.PRNGKey(0), f, ids)["params"]  # compiled: op by op costs seconds
   assert params["query_embed"]["embedding"].shape == (50, c.model.t5.d_model) and "query_in" not in params
   prefix = jnp.asarray([[1], [2]], jnp.int32)
-  h = lambda q: model.apply({"params": params}, q, prefix, method=GM.GRDR.retriever_h)  # noqa: E731
+  h = jax.jit(lambda q: model.apply({"params": params}, q, prefix, method=GM.GRDR.retriever_h))
   longer = jnp.concatenate([ids, jnp.zeros((2, 3), jnp.int32)], axis=1)
   np.testing.assert_allclose(h(ids), h(longer), atol=1e-5)
   assert float(jnp.abs(h(ids) - h(ids.at[1, 1].set(4))).max()) > 1e-3
