@@ -548,8 +548,9 @@ def make_recall(model: GRDR, params, features: np.ndarray, ids, ecfg,
   T2VIndexer's) and its generative recall (dense vectors = the features), and the pool's codes [V, N_v, M]."""
   codes = video_codes(model, params, features) if codes is None else codes
   trie = SemanticIdTrie(ids, codes, model.tokenizer.num_codes)
-  recall = GenerativeRecall(trie, _Bound(model, GRDR.encode_query), _Bound(model, GRDR.code_logp), params, width=ecfg.beam_width, limit=ecfg.candidates,
-                            vectors=features, query_key=query_key(model))
+  recall = GenerativeRecall(trie, _Bound(model, GRDR.encode_query), _Bound(model, GRDR.code_logp), params,
+                            width=ecfg.beam_width, limit=ecfg.candidates, vectors=features,
+                            query_key=query_key(model))
   return recall, codes
 
 

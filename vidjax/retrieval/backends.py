@@ -15,8 +15,9 @@ Both are optional extras: `pip install -e .[faiss]` / `pip install -e .[scann]` 
   "IVF1024,PQ32", "HNSW32", ...), with `nprobe` / `efSearch` set through faiss's ParameterSpace. Trained (when the
   factory needs it) on `train_size` rows spread over the corpus, then filled one chunk at a time.
   `blas_threshold` sets `faiss.cvar.distance_compute_blas_threshold` before every search: faiss's own default
-  (20 in older releases, larger in newer ones) decides whether a batch of queries goes through BLAS; measured on
-  100k x 256, a batch of 256 below the threshold took 2.7 s against 0.37 s through BLAS. vidjax sets it to 16
+  (20 in older releases, larger in newer ones) decides whether a batch of queries goes through BLAS; the corpus-scale
+  issue measured a batch of 256 below the threshold at 2.7 s against 0.37 s through BLAS (100k x 256; not re-measured
+  here yet). vidjax sets it to 16
   unless told otherwise, and records it in `params`.
 * `Scann`: ScaNN's tree (k-means partitions), asymmetric hashing of the residuals (anisotropic quantization) and an
   exact re-scoring of the `reorder` best, on dot products of unit vectors. It needs the whole corpus in memory to
@@ -24,6 +25,7 @@ Both are optional extras: `pip install -e .[faiss]` / `pip install -e .[scann]` 
 """
 from __future__ import annotations
 
+import functools
 import math
 from pathlib import Path
 from typing import Callable
@@ -88,8 +90,8 @@ class Faiss:
     out = {"factory": self.factory, "blas_threshold": self.blas_threshold}
     return out | {k: v for k, v in (("nprobe", self.nprobe), ("efSearch", self.efSearch)) if v is not None}
 
-  @property
-  def nbytes(self) -> int:
+  @functools.cached_property
+  def nbytes(self) -> int:  # the index's serialised size (a copy of it: computed once; the index is built by then)
     return int(self._faiss.serialize_index(self.index).nbytes)
 
   def vectors(self, flat: np.ndarray) -> np.ndarray:
