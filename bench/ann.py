@@ -1,13 +1,14 @@
 """Every `DenseIndex` backend in one run: recall@10 against exact search, throughput and latency, build time, memory.
 
     python bench/ann.py [--sizes 100000,1000000] [--dim 256] [--data uniform,clustered] [--queries 256]
-                        [--min-seconds 1] [--plot BENCHMARKS_ann.png] [--backends jax,jax-bf16,approx,faiss,scann]
+                        [--min-seconds 1] [--plot BENCHMARKS_ann.png] [--json rows.json]
+                        [--backends jax,jax-bf16,sharded,approx,faiss,scann]
 
 Per corpus size N and data set (uniform random unit vectors, where no ANN method can work, and clustered ones:
 1,000 Gaussian centres with noise, like the neighbourhoods real embeddings have), every backend and parameter
 setting below is built from the same vectors and asked the same queries (drawn like the corpus). Columns: recall@10
 of its top-10 ids against the exact "jax" index's, queries per second at batch 1 and at batch 256, p50 / p99 latency
-of a batch-1 query, build seconds, stored bytes per item, and the process's peak RSS after the build (it only grows:
+of a batch-1 query, build seconds (once per index: a sweep of search-time params reuses it), stored bytes per item, and the process's peak RSS after the build (it only grows:
 compare each row with the previous one). faiss rows set `distance_compute_blas_threshold` explicitly (16) and say
 so. A plot of recall against batch-256 QPS (ann-benchmarks style) is written with `--plot`.
 
@@ -19,6 +20,7 @@ measured matmul rate).
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import resource
@@ -45,35 +47,34 @@ def data(kind: str, n: int, d: int, rng: np.random.Generator, centres: np.ndarra
   return x / np.linalg.norm(x, axis=1, keepdims=True)
 
 
-def settings(n: int, names: set[str]) -> list[tuple[str, dict]]:
-  """(label, DenseIndex kwargs) of every configuration run at corpus size n."""
+def settings(n: int, names: set[str]) -> list[tuple[str, dict, list[tuple[str, dict]]]]:
+  """(label, DenseIndex kwargs, sweep) of every index built at corpus size n; the sweep's (label suffix, search
+  params) are applied one after the other to the one built index (`DenseIndex.set_search_params`)."""
   nlist = int(4 * math.sqrt(n))
+  one = [("", {})]
   out = []
   if "jax" in names:
-    out.append(("vidjax exact f32", {}))
+    out.append(("vidjax exact f32", {}, one))
   if "jax-bf16" in names:
-    out.append(("vidjax exact bf16", {"dtype": "bfloat16"}))
+    out.append(("vidjax exact bf16", {"dtype": "bfloat16"}, one))
   if "sharded" in names:
-    out.append((f"vidjax sharded exact ({len(jax.devices())} device)",
-                {"mesh": jax.sharding.Mesh(np.array(jax.devices()), ("data",))}))
+    out.append((f"vidjax sharded exact ({len(jax.devices())} device{'s' * (len(jax.devices()) > 1)})",
+                {"mesh": jax.sharding.Mesh(np.array(jax.devices()), ("data",))}, one))
   if "approx" in names:
-    out.append(("approx_max_k 0.95", {"backend": "approx", "params": {"recall_target": 0.95}}))
+    out.append(("approx_max_k 0.95", {"backend": "approx", "params": {"recall_target": 0.95}}, one))
   if "faiss" in names:
-    out.append(("faiss Flat", {"backend": "faiss", "params": {"factory": "Flat"}}))
-    for nprobe in (1, 4, 16, 64):
-      out.append((f"faiss IVF{nlist},Flat nprobe={nprobe}",
-                  {"backend": "faiss", "params": {"factory": f"IVF{nlist},Flat", "nprobe": nprobe}}))
-    for nprobe in (4, 16, 64):
-      out.append((f"faiss IVF{nlist},PQ32 nprobe={nprobe}",
-                  {"backend": "faiss", "params": {"factory": f"IVF{nlist},PQ32", "nprobe": nprobe}}))
-    for ef in (16, 64, 256):
-      out.append((f"faiss HNSW32 efSearch={ef}", {"backend": "faiss", "params": {"factory": "HNSW32", "efSearch": ef}}))
+    out.append(("faiss Flat", {"backend": "faiss", "params": {"factory": "Flat"}}, one))
+    out.append((f"faiss IVF{nlist},Flat", {"backend": "faiss", "params": {"factory": f"IVF{nlist},Flat"}},
+                [(f" nprobe={p}", {"nprobe": p}) for p in (1, 4, 16, 64)]))
+    out.append((f"faiss IVF{nlist},PQ32", {"backend": "faiss", "params": {"factory": f"IVF{nlist},PQ32"}},
+                [(f" nprobe={p}", {"nprobe": p}) for p in (4, 16, 64)]))
+    out.append(("faiss HNSW32", {"backend": "faiss", "params": {"factory": "HNSW32"}},
+                [(f" efSearch={ef}", {"efSearch": ef}) for ef in (16, 64, 256)]))
   if "scann" in names:
     leaves = int(math.sqrt(n))
-    for search in (max(1, leaves // 50), max(1, leaves // 20), max(1, leaves // 5)):
-      out.append((f"ScaNN leaves={leaves} search={search}",
-                  {"backend": "scann", "params": {"num_leaves": leaves, "num_leaves_to_search": search,
-                                                  "reorder": 100}}))
+    out.append((f"ScaNN leaves={leaves}", {"backend": "scann", "params": {"num_leaves": leaves, "reorder": 100}},
+                [(f" search={s}", {"num_leaves_to_search": s})
+                 for s in (max(1, leaves // 50), max(1, leaves // 20), max(1, leaves // 5))]))
   return out
 
 
@@ -105,14 +106,16 @@ def main():
   p.add_argument("--min-seconds", type=float, default=1.0)
   p.add_argument("--backends", default="jax,jax-bf16,sharded,approx,faiss,scann")
   p.add_argument("--plot", default="", help="write the recall vs QPS plot here (PNG)")
+  p.add_argument("--json", default="", help="write every row here (JSON, rewritten after each row)")
   args = p.parse_args()
-  print(f"machine: {machine.describe()} | matmul {machine.matmul_flops_per_s() / 1e9:.0f} GFLOP/s f32 | "
-        f"D={args.dim}, k=10, {args.queries} queries | faiss distance_compute_blas_threshold=16 in every faiss row")
+  header = (f"machine: {machine.describe()} | matmul {machine.matmul_flops_per_s() / 1e9:.0f} GFLOP/s f32 | "
+            f"D={args.dim}, k=10, {args.queries} queries | faiss distance_compute_blas_threshold=16 in every faiss row")
+  print(header)
   head = ("| N | data | index | recall@10 | QPS b=1 | QPS b=256 | p50 ms b=1 | p99 ms b=1 | build s | bytes/item | "
           "peak RSS GB |")
   print(head)
   print("|" + "---|" * (head.count("|") - 1))
-  points = []
+  points, rows = [], []
   for n in (int(s) for s in args.sizes.split(",")):
     for kind in args.data.split(","):
       rng = np.random.default_rng(0)
@@ -121,21 +124,30 @@ def main():
       queries = data(kind, args.queries, args.dim, rng, centres)
       ids = np.char.add("v", np.char.zfill(np.arange(n).astype(str), 9))
       truth = None
-      for label, kw in settings(n, set(args.backends.split(","))):
+      for family, kw, sweep in settings(n, set(args.backends.split(","))):
         t = time.perf_counter()
         index = DenseIndex(ids, corpus, **kw)
         build = time.perf_counter() - t
-        got = index.search(queries, 10)[0]
-        if truth is None:  # the first setting is the exact reference
-          truth = DenseIndex(ids, corpus).search(queries, 10)[0] if kw else got
-        recall = float(np.mean([len(set(a) & set(b)) / 10 for a, b in zip(got, truth)]))
-        qps1, t1 = timed_search(index, queries, 1, args.min_seconds)
-        qps256, _ = timed_search(index, queries, min(256, args.queries), args.min_seconds)
-        row = (f"| {n:,} | {kind} | {label} | {recall:.3f} | {qps1:,.0f} | {qps256:,.0f} | "
-               f"{1e3 * np.percentile(t1, 50):.2f} | {1e3 * np.percentile(t1, 99):.2f} | {build:.1f} | "
-               f"{index.nbytes / n:.0f} | {rss_gb():.1f} |")
-        print(row, flush=True)
-        points.append((n, kind, label, recall, qps256))
+        for suffix, search_params in sweep:
+          label = family + suffix
+          index.set_search_params(**search_params)
+          got = index.search(queries, 10)[0]
+          if truth is None:  # the first setting is the exact reference
+            truth = DenseIndex(ids, corpus).search(queries, 10)[0] if kw else got
+          recall = float(np.mean([len(set(a) & set(b)) / 10 for a, b in zip(got, truth)]))
+          qps1, t1 = timed_search(index, queries, 1, args.min_seconds)
+          qps256, _ = timed_search(index, queries, min(256, args.queries), args.min_seconds)
+          row = (f"| {n:,} | {kind} | {label} | {recall:.3f} | {qps1:,.0f} | {qps256:,.0f} | "
+                 f"{1e3 * np.percentile(t1, 50):.2f} | {1e3 * np.percentile(t1, 99):.2f} | {build:.1f} | "
+                 f"{index.nbytes / n:.0f} | {rss_gb():.1f} |")
+          print(row, flush=True)
+          points.append((n, kind, label, recall, qps256))
+          rows.append({"n": n, "data": kind, "index": label, "recall_at_10": recall, "qps_b1": qps1,
+                       "qps_b256": qps256, "p50_ms_b1": 1e3 * np.percentile(t1, 50),
+                       "p99_ms_b1": 1e3 * np.percentile(t1, 99), "build_s": build, "bytes_per_item": index.nbytes / n,
+                       "peak_rss_gb": rss_gb(), "params": index.params, "machine": header})
+          if args.json:
+            Path(args.json).write_text(json.dumps(rows, indent=1) + "\n")
         del index
   if args.plot:
     import matplotlib  # pylint: disable=g-import-not-at-top

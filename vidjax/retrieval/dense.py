@@ -314,15 +314,32 @@ class JaxExact:
     else:
       self._chunks = [jax.device_put(rows_of(c)) for c in range(num_chunks)]
     bar.close()
-    # Zero-copy NumPy views of the chunks for `_numpy_batch` (float32 storage on a CPU only).
-    cpu = all(d.platform == "cpu" for c in self._chunks for d in c.devices())
-    self._host_chunks = ([np.asarray(c) for c in self._chunks] if self._chunks and cpu and dtype == "float32"
+    # Zero-copy NumPy views of the chunks (or of this host's shards, when it holds them all) for `_numpy_batch`
+    # (float32 storage on a CPU only).
+    if self._sharded is not None:
+      blocks = {s.index[0].start or 0: s.data for s in self._sharded.addressable_shards}  # replicas: one each
+      blocks = [blocks[k] for k in sorted(blocks)] if self._sharded.is_fully_addressable else []
+    else:
+      blocks = self._chunks
+    cpu = all(d.platform == "cpu" for c in blocks for d in c.devices())
+    self._host_chunks = ([np.asarray(c).reshape(-1, dim) for c in blocks] if blocks and cpu and dtype == "float32"
                          and self.exact else None)
     self._offsets = [jax.device_put(np.int32(c * self.chunk)) for c in range(len(self._chunks))]
 
   @property
   def params(self) -> dict:
     return {"chunk": self.chunk} | ({} if self.exact else {"recall_target": self.recall_target})
+
+  @property
+  def SEARCH_PARAMS(self) -> tuple[str, ...]:  # pylint: disable=invalid-name
+    return () if self.exact else ("recall_target",)
+
+  def set_search_params(self, recall_target: float | None = None) -> None:
+    if recall_target is not None:
+      if not 0 < recall_target <= 1:
+        raise ValueError(f"DenseIndex backend 'approx': params recall_target must be in (0, 1], got "
+                         f"{recall_target!r}")
+      self.recall_target = float(recall_target)
 
   @property
   def nbytes(self) -> int:
@@ -345,12 +362,12 @@ class JaxExact:
 
   def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Unit queries float32 [Qb, D] -> (scores float32 [Qb, k], positions [Qb, k])."""
+    if self._host_chunks is not None and len(queries) <= SMALL_BATCH:
+      return self._numpy_batch(queries, k)
     if self._sharded is not None:
       s, p = _sharded_search(queries, self._sharded, np.int32(self.n), k=k, mesh=self.mesh, axis=self.axis,
                              recall_target=self.recall_target)
       return _local(s), _local(p)
-    if self._host_chunks is not None and len(queries) <= SMALL_BATCH:
-      return self._numpy_batch(queries, k)
     # Host-side inputs and a single transfer back: at small sizes the per-call dispatch, not the
     # arithmetic, is the cost.
     q = jax.device_put(queries) if len(self._chunks) > 1 else queries
@@ -576,6 +593,18 @@ class DenseIndex:
   @property
   def chunk(self) -> int | None:
     return getattr(self._backend, "chunk", None) if self.backend in ("jax", "approx") else None
+
+  def set_search_params(self, **params) -> "DenseIndex":
+    """Changes the backend's search-time params in place, without a rebuild, and returns the index: "approx"
+    recall_target, faiss nprobe / efSearch, ScaNN num_leaves_to_search (None: unchanged). `params` and
+    `save` record the new values. Any other name (a build-time one, or the exact "jax" backend) is an error."""
+    allowed = tuple(self._backend.SEARCH_PARAMS)
+    unknown = sorted(set(params) - set(allowed))
+    if unknown:
+      raise ValueError(f"DenseIndex.set_search_params: backend {self.backend!r} has no search-time params "
+                       f"{unknown} (it has {list(allowed)}; the others need a rebuild)")
+    self._backend.set_search_params(**params)
+    return self
 
   @property
   def mesh(self) -> jax.sharding.Mesh | None:
