@@ -120,16 +120,24 @@ mesh = jax.sharding.Mesh(np.array(jax.devices()), ("data",))
 index = DenseIndex.from_store(store, "clip", chunk=128, query_batch=8, mesh=mesh)
 q = np.load(sys.argv[2])
 ids, scores = index.search(q, 9)
+reads = int(sum(rows_read))
+some = index.ids[[0, 1100, 1299]]  # positions held by process 0's, 1's and 1's devices
+vectors = index.vectors(some)  # a collective: every process gets every row
+index.save(sys.argv[3])  # each process writes its own blocks; process 0 commits
+back = DenseIndex.load(sys.argv[3], mesh=mesh)
 print("RESULT " + json.dumps({"process": jax.process_index(), "devices": jax.device_count(),
-                              "local": jax.local_device_count(), "rows_read": int(sum(rows_read)),
-                              "ids": ids.tolist(), "scores": scores.view(np.int32).tolist()}))
+                              "local": jax.local_device_count(), "rows_read": reads,
+                              "ids": ids.tolist(), "scores": scores.view(np.int32).tolist(),
+                              "vectors": vectors.view(np.int32).tolist(),
+                              "reloaded": back.search(q, 9)[0].tolist()}))
 """
 
 
 def test_two_process_sharded_index_reads_its_own_block_and_equals_one_device(tmp_path):
   """DenseIndex over a mesh of 2 processes x 4 CPU devices, built from a feature store: each process reads only
   the chunks of its own devices (about half the corpus, streaming), and both get the single-device answer, ids and
-  float bits (ties across the processes' blocks included)."""
+  float bits (ties across the processes' blocks included); `vectors` gives every process every row, and `save`
+  (each process writes its own blocks) gives an index that reloads on the mesh and on one device."""
   from vidjax.data.features import write_arrays
   from vidjax.retrieval import DenseIndex
   rng = np.random.default_rng(0)
@@ -141,11 +149,13 @@ def test_two_process_sharded_index_reads_its_own_block_and_equals_one_device(tmp
   q = rng.normal(size=(13, 16)).astype(np.float32)
   q[3] = x[10]
   np.save(tmp_path / "q.npy", q)
-  want_ids, want_scores = DenseIndex(ids, x, chunk=128, query_batch=8).search(q, 9)
+  single = DenseIndex(ids, x, chunk=128, query_batch=8)
+  want_ids, want_scores = single.search(q, 9)
   port = _free_port()
   base = _base_env()
   procs = [subprocess.Popen(
-      [sys.executable, "-c", _INDEX_SCRIPT, str(tmp_path / "store"), str(tmp_path / "q.npy")], cwd=REPO,
+      [sys.executable, "-c", _INDEX_SCRIPT, str(tmp_path / "store"), str(tmp_path / "q.npy"),
+       str(tmp_path / "index")], cwd=REPO,
       env=dict(base, JAX_PLATFORMS="cpu", PYTHONPATH=str(REPO),
                XLA_FLAGS=(base.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4").strip(),
                JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}", JAX_NUM_PROCESSES="2", JAX_PROCESS_ID=str(rank)),
@@ -159,5 +169,12 @@ def test_two_process_sharded_index_reads_its_own_block_and_equals_one_device(tmp
   for r in results:
     assert (r["devices"], r["local"]) == (8, 4)
     assert r["ids"] == want_ids.tolist() and r["scores"] == want_scores.view(np.int32).tolist()
+    assert r["reloaded"] == want_ids.tolist()
+    np.testing.assert_array_equal(np.array(r["vectors"], np.int32).view(np.float32),
+                                  single.vectors(single.ids[[0, 1100, 1299]]))
+  # the saved index (both processes' blocks in one file) loads on one device and answers as the single index does
+  saved = DenseIndex.load(tmp_path / "index")
+  assert saved.search(q, 9)[0].tolist() == want_ids.tolist()
+  np.testing.assert_array_equal(saved.vectors(np.array(ids)), single.vectors(np.array(ids)))
   # process 0's devices hold chunks 0-7 (rows 0-1023), process 1's chunks 8-10 (rows 1024-1299) and padding
   assert sorted(r["rows_read"] for r in results) == [n - 1024, 1024]

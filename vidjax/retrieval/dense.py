@@ -36,7 +36,8 @@ How it works:
   devices). `save` writes the stored rows one device block at a time; `load` deals them over any mesh again.
   Multi-process (a pod): the mesh spans every process's devices, each process reads only the chunks of its own
   devices (from arrays or a store, streaming) and every process gets the whole answer (a test runs 2 processes).
-  `save` and `vectors` of a multi-process index are not written yet (each needs every process's rows).
+  `vectors` is then a collective (every process calls it with the same ids and gets every row); `save` writes each
+  process's own blocks into one file, so its directory must be one every process sees (a shared filesystem).
 
 Backends (`backend=`, `params=`; `from_config` reads a config's `index` section): "jax" (the above, exact, the
 default), "approx" (the same chunks, `jax.lax.approx_max_k` per chunk: a saving on TPU only), "faiss" and "scann"
@@ -258,9 +259,11 @@ def _local(x: jax.Array) -> np.ndarray:
   return np.asarray(x if x.is_fully_addressable else x.addressable_data(0))
 
 
-@jax.jit
-def _gather_rows(chunk, rows):
+def _rows(chunk, rows):
   return chunk[rows].astype(jnp.float32)
+
+
+_gather_rows = jax.jit(_rows)
 
 
 class JaxExact:
@@ -311,6 +314,9 @@ class JaxExact:
       sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(axis))
       self._sharded = jax.make_array_from_callback(
           shape, sharding, lambda index: np.stack([rows_of(c) for c in range(*index[0].indices(shape[0]))]))
+      # every process gets the gathered rows (replicated), also the rows of other processes' devices
+      self._gather_sharded = jax.jit(_rows, out_shardings=jax.sharding.NamedSharding(mesh,
+                                                                                   jax.sharding.PartitionSpec()))
     else:
       self._chunks = [jax.device_put(rows_of(c)) for c in range(num_chunks)]
     bar.close()
@@ -350,7 +356,7 @@ class JaxExact:
     """The stored rows at positions `flat [m]` as float32 [m, D]."""
     out = np.empty((flat.size, self.dim), np.float32)
     if self._sharded is not None:
-      out[:] = np.asarray(_gather_rows(self._sharded, (flat // self.chunk, flat % self.chunk)))
+      out[:] = _local(self._gather_sharded(self._sharded, (flat // self.chunk, flat % self.chunk)))
       return out
     which, rows = flat // self.chunk, (flat % self.chunk).astype(np.int32)
     for c in np.unique(which):
@@ -385,9 +391,17 @@ class JaxExact:
     return numpy_top_k(np.ascontiguousarray(scores, np.float32), k)
 
   # -- save / load: the stored rows (storage dtype, no padding) in one .npy, written one chunk or shard at a time
-  def save(self, path: Path) -> None:
+  def create(self, path: Path) -> None:
+    """An empty vectors.npy of the right shape (`save(path, fill_only=True)` then fills this process's blocks)."""
     out = np.lib.format.open_memmap(path / "vectors.npy", mode="w+", dtype=np.uint16 if self.dtype == "bfloat16"
                                     else np.float32, shape=(self.n, self.dim))
+    out.flush()
+    del out
+
+  def save(self, path: Path, fill_only: bool = False) -> None:
+    if not fill_only:
+      self.create(path)
+    out = np.load(path / "vectors.npy", mmap_mode="r+")
     view = out.view(DTYPES[self.dtype])
     blocks = ([(s.index[0].start or 0, s.data) for s in self._sharded.addressable_shards] if self._sharded is not None
               else [(c, chunk[None]) for c, chunk in enumerate(self._chunks)])
@@ -683,22 +697,41 @@ class DenseIndex:
   def save(self, path: str | Path) -> Path:
     """Writes the index to the directory `path` (atomically: a temporary directory renamed into place):
     index.json (format, backend, params, dim, N, dtype), ids.npy and the backend's own files. A sharded index is
-    written one device block at a time."""
+    written one device block at a time; over several processes, each writes its own blocks (call it on every
+    process, with a `path` they all see) and process 0 commits."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    np.save(tmp / "ids.npy", self.ids.astype(str))
-    self._backend.save(tmp)
-    meta = {"format": INDEX_FORMAT, "backend": self.backend, "params": self.params, "dim": self.dim, "n": len(self),
-            "dtype": self.dtype, "query_batch": self.query_batch, "query_key": self.query_key, "exact": self.exact}
-    (tmp / "index.json").write_text(json.dumps(meta, indent=1) + "\n")
-    old = path.with_name(path.name + ".old")  # an index already there stays whole until the new one is in place
-    shutil.rmtree(old, ignore_errors=True)
-    if path.exists():
-      os.replace(path, old)
-    os.replace(tmp, path)
-    shutil.rmtree(old, ignore_errors=True)
+    sharded = getattr(self._backend, "_sharded", None)
+    multi = sharded is not None and not sharded.is_fully_addressable  # other processes hold some of the blocks
+    lead = not multi or jax.process_index() == 0
+    if multi:
+      from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+      sync = multihost_utils.sync_global_devices
+    if lead:
+      shutil.rmtree(tmp, ignore_errors=True)
+      tmp.mkdir(parents=True)
+      np.save(tmp / "ids.npy", self.ids.astype(str))
+      if multi:
+        self._backend.create(tmp)
+    if multi:  # process 0 made the file; each process writes its own blocks into it, then process 0 commits
+      sync(f"DenseIndex.save {path}: created")
+      self._backend.save(tmp, fill_only=True)
+      sync(f"DenseIndex.save {path}: written")
+    else:
+      self._backend.save(tmp)
+    if lead:
+      meta = {"format": INDEX_FORMAT, "backend": self.backend, "params": self.params, "dim": self.dim,
+              "n": len(self), "dtype": self.dtype, "query_batch": self.query_batch, "query_key": self.query_key,
+              "exact": self.exact}
+      (tmp / "index.json").write_text(json.dumps(meta, indent=1) + "\n")
+      old = path.with_name(path.name + ".old")  # an index already there stays whole until the new one is in place
+      shutil.rmtree(old, ignore_errors=True)
+      if path.exists():
+        os.replace(path, old)
+      os.replace(tmp, path)
+      shutil.rmtree(old, ignore_errors=True)
+    if multi:
+      sync(f"DenseIndex.save {path}: committed")
     return path
 
   @classmethod
