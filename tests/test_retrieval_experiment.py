@@ -50,6 +50,16 @@ def test_real_msrvtt_annotations_with_a_store(tmp_path):
   assert results["benchmark"]["queries"] == results["benchmark"]["corpus_videos"] == 1000
   m = results["metrics"]["stage1"]
   assert m["t2v_r10"] > m["t2v_r1"] > 20.0 and m["v2t_r1"] > 20.0
+  # Stage 1 through a library index (`config.index`): faiss's exact Flat index gives stage 1's own T2V R@K (the
+  # random embeddings have no ties), reported beside it with the index it used.
+  pytest.importorskip("faiss", reason="faiss-cpu is an optional extra (pip install vidjax[faiss])")
+  config.index.backend, config.index.params.factory = "faiss", "Flat"
+  through = retrieval.run(config, tmp_path / "run_faiss")
+  assert through["metrics"]["stage1"] == m
+  assert through["metrics"]["stage1_index"] == {f"t2v_r{k}": m[f"t2v_r{k}"] for k in (1, 5, 10)}
+  assert through["index"] == {"backend": "faiss", "dtype": "float32", "exact": True,
+                              "params": {"factory": "Flat", "blas_threshold": 16}}
+  config.index.backend, config.index.params.factory = "jax", None
   # The other way to feed data: the same queries and embeddings through a TFDS dataset (vidjax.tfds).
   from vidjax.tfds.common import prepare
   from vidjax.tfds.retrieval import RetrievalConfig, VidjaxRetrieval

@@ -49,6 +49,10 @@ def get_config(dataset: str, arg: str | None = None) -> ml_collections.ConfigDic
   ))
   c.world = ml_collections.ConfigDict(dataclasses.asdict(MovingObjectWorldConfig()))
   c.eval = ml_collections.ConfigDict(dict(query_chunk=1024, gallery_chunk=4096))
+  # Stage 1 is scored against the whole gallery (R@K, MdR, MnR, exact). Another index here (e.g.
+  # `--config.index.backend=faiss --config.index.params.factory=HNSW32`) also searches the videos through it and
+  # reports its T2V R@1/5/10 beside the exact row, as `metrics.stage1_index`.
+  c.index = common.index_section()
   return common.apply_variants(c, arg, {"smoke": smoke}, f"configs/retrieval_{dataset}.py")
 
 
