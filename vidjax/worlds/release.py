@@ -14,11 +14,18 @@ task have distinct prompts and cover the categories in a seed-drawn order. Every
 that task's steps in order, `frames_per_step` frames each, concatenated into one mp4, with its own variation:
 the board tint, a translation of each step's scene on the grid (one that keeps every relation the prompt
 names) and the pixel noise. Step k of a video is one timed event, [k, k + 1] * frames_per_step / fps
-seconds, whose caption is the step's prompt; a video's paragraph is its prompts in order, each ending with a
-period (`vidjax.data.comp.plain_paragraph`). Tasks give the CVR structure: the videos of one task share its
-task id and step ids (YouCook2 recipe_type; COIN recipe_type + step ids; CrossTask task + step list).
-Note for retrieval: the videos of one task share every caption (they differ only in tint, placement and
-noise), so a caption matches all its task's videos of a split equally well; exact-video R@1 is capped there.
+seconds. Its caption is the step's prompt followed by where this video draws the step's scene, in words
+(`place`: "a second red circle appears next to the blue square in the top left"). A video's paragraph is its
+captions in order, each ending with a period (`vidjax.data.comp.plain_paragraph`). Tasks give the CVR
+structure: the videos of one task share its task id and step ids (YouCook2 recipe_type; COIN recipe_type + step
+ids; CrossTask task + step list); COIN's step labels and CrossTask's step names are the bare prompts (a
+task-level step list, as in those releases), every other format gets the per-video captions.
+Why the place: real captions describe their own video. When every video of a task shared one caption per step,
+a caption matched all of its task's test videos equally well: 40 distinct paragraphs for 600 test videos
+capped exact-video R@1 (VEDJE's rerank could not move it off stage 1's 6.5%), and a backbone trained on shared
+captions learnt nothing that tells one video of a step from another. The place is seen in the pixels and is
+drawn per video and step, so most videos of a task get a paragraph of their own (`manifest.json` counts the
+distinct paragraphs among each split's videos).
 
 Layout (`write_corpus(root)`)::
 
@@ -243,6 +250,7 @@ class ProcedureVideo:
   clip: str
   duration: float
   events: tuple[tuple[float, float, str], ...]  # (start s, end s, prompt) per step
+  places: tuple[str, ...] = ()  # where each step's scene is drawn in this video ("in the top left", ...)
 
   @property
   def key(self) -> tuple[int, int]:
@@ -250,11 +258,19 @@ class ProcedureVideo:
 
   @property
   def prompts(self) -> list[str]:
+    """The task's step prompts (the step labels COIN and CrossTask list; the same in every video of a task)."""
     return [e[2] for e in self.events]
 
   @property
+  def captions(self) -> list[str]:
+    """This video's step captions: each prompt with where the video draws that step ("... in the top left")."""
+    return [f"{prompt} {place}" if place else prompt for prompt, place in zip(self.prompts, self.places or
+                                                                              [""] * len(self.events))]
+
+  @property
   def paragraph(self) -> str:
-    return comp.plain_paragraph(self.prompts)
+    """This video's description: its captions in order."""
+    return comp.plain_paragraph(self.captions)
 
 
 def _rng(seed: int, *keys: int) -> np.random.Generator:
@@ -287,8 +303,9 @@ def make_videos(config: ReleaseCorpusConfig, seed: int) -> list[ProcedureVideo]:
     task = make_task(config, seed, t)
     for v in range(config.videos_per_task):
       events = tuple((k * d, (k + 1) * d, s.prompt) for k, s in enumerate(task.steps))
+      places = tuple(place(scene, config.grid) for scene in _variation(config, seed, task, v)[1])
       out.append(ProcedureVideo(task, v, "test" if config.is_test(v) else "train", f"task{t:04d}_video{v:04d}",
-                                float(config.video_seconds), events))
+                                float(config.video_seconds), events, places))
   return out
 
 
@@ -300,16 +317,35 @@ def _shifted(objects: Sequence[rendered.Obj], rng: np.random.Generator, grid: in
   return tuple(dataclasses.replace(o, keys=tuple((r + dr, c + dc) for r, c in o.keys)) for o in objects)
 
 
+def _variation(config: ReleaseCorpusConfig, seed: int, task: Task, v: int):
+  """Video v of a task: its board tint and each step's scene as this video draws it (shifted on the grid)."""
+  var = _rng(seed, _VARIATION, task.index, v)
+  tint = tuple(int(x) for x in 150 + var.integers(-12, 13, 3))
+  return tint, [_shifted(step.objects, var, config.grid) for step in task.steps]
+
+
+def place(objects: Sequence[rendered.Obj], grid: int) -> str:
+  """Where a scene sits on the board, in words, from the centre of the cells its objects use: "in the top left",
+  "at the bottom", "on the right", "in the middle" (a third of a cell either side of the board's centre line
+  counts as the middle)."""
+  cells = np.array([c for o in objects for c in o.keys], np.float64)
+  mid = (grid - 1) / 2
+  r, c = cells.mean(axis=0) - mid
+  vertical = "top" if r < -1 / 3 else "bottom" if r > 1 / 3 else ""
+  horizontal = "left" if c < -1 / 3 else "right" if c > 1 / 3 else ""
+  if vertical and horizontal:
+    return f"in the {vertical} {horizontal}"
+  return f"at the {vertical}" if vertical else f"on the {horizontal}" if horizontal else "in the middle"
+
+
 def video_frames(config: ReleaseCorpusConfig, seed: int, video: ProcedureVideo) -> np.ndarray:
   """uint8 `[steps * frames_per_step, size, size, 3]`: the task's steps in order with the video's variation."""
   t, v = video.key
-  var = _rng(seed, _VARIATION, t, v)
-  tint = tuple(int(x) for x in 150 + var.integers(-12, 13, 3))
+  tint, scenes = _variation(config, seed, video.task, v)
   cfg = config.step_config()
   parts = []
-  for k, step in enumerate(video.task.steps):
-    clip = rendered.Clip(f"{video.clip}_step{k}", step.prompt, step.category, tint,
-                         _shifted(step.objects, var, config.grid))
+  for k, (step, scene) in enumerate(zip(video.task.steps, scenes)):
+    clip = rendered.Clip(f"{video.clip}_step{k}", step.prompt, step.category, tint, scene)
     parts.append(rendered.render(clip, cfg, _rng(seed, _NOISE, t, v, k)))
   return np.concatenate(parts)
 
@@ -390,7 +426,7 @@ def _write_youcook2(d: Path, videos, ids):
     database[vid] = {"duration": v.duration, "subset": "training" if v.split == "train" else "validation",
                      "recipe_type": recipe, "video_url": f"synthetic://youcook2/{vid}",
                      "annotations": [{"segment": [_num(s), _num(e)], "id": k, "sentence": text}
-                                     for k, (s, e, text) in enumerate(v.events)]}
+                                     for k, ((s, e, _), text) in enumerate(zip(v.events, v.captions))]}
     lists[v.split].append(f"{recipe}/{vid}")
   ann = d / "youcookii_annotations_trainval.json"
   io.atomic_write_json(ann, {"database": database, "note": SYNTHETIC_NOTE})
@@ -449,7 +485,7 @@ def _write_msrvtt(d: Path, videos, ids, seed):
     start = round(float(_id_rng(seed, "msrvtt", v).uniform(0, 300)), 2)
     entries.append({"category": v.task.index % 20, "url": f"synthetic://msrvtt/{vid}", "video_id": vid,
                     "start time": start, "end time": round(start + v.duration, 2), "split": v.split, "id": number})
-    for text in [v.paragraph, *v.prompts]:
+    for text in [v.paragraph, *v.captions]:
       sentences.append({"caption": text, "video_id": vid, "sen_id": len(sentences)})
     (train if v.split == "train" else test).append(vid)
     if v.split == "test":
@@ -475,7 +511,7 @@ def _write_didemo(d: Path, videos, ids, config, seed):
         continue
       vid = ids[v.key]
       rng = _rng(seed, _DATASET, _DATASET_CODE["didemo"], *v.key, 1)
-      for k, (_, _, text) in enumerate(v.events):
+      for k, text in enumerate(v.captions):
         s, e = k * per_step, (k + 1) * per_step - 1
         near = [p for p in ((s - 1, e), (s, e + 1), (s + 1, e), (s, e - 1)) if 0 <= p[0] <= p[1] < chunks]
         fourth = near[rng.integers(len(near))] if rng.random() < 0.5 else (s, e)
@@ -490,7 +526,7 @@ def _write_didemo(d: Path, videos, ids, config, seed):
 def activitynet_records(videos, ids, split: str) -> dict:
   """The ActivityNet Captions entries ({id: {duration, timestamps, sentences}}) of one split."""
   return {ids[v.key]: {"duration": v.duration, "timestamps": [[s, e] for s, e, _ in v.events],
-                       "sentences": v.prompts} for v in videos if v.split == split}
+                       "sentences": v.captions} for v in videos if v.split == split}
 
 
 def _write_activitynet(d: Path, videos, ids):
@@ -506,7 +542,7 @@ def _write_msvd(d: Path, videos, ids):
   for v in sorted(videos, key=lambda v: int(ids[v.key][1][3:])):
     name, vid = ids[v.key]
     mapping.append(f"{name} {vid}")
-    captions += [f"{name} {text}" for text in [v.paragraph, *v.prompts]]
+    captions += [f"{name} {text}" for text in [v.paragraph, *v.captions]]
   _text(d / "youtube_mapping.txt", mapping)
   _text(d / "AllVideoDescriptions.txt", captions)
   return {"annotations": d / "youtube_mapping.txt", "captions": d / "AllVideoDescriptions.txt"}
@@ -588,7 +624,8 @@ def write_corpus(root: str | os.PathLike, config: ReleaseCorpusConfig = SIZES["s
 
   Returns:
     The manifest: {dataset: {"videos": folder, "annotations": ..., ...} with absolute paths as strings,
-    "counts": {dataset: {"train": n, "test": n}}, "seed", "config", "synthetic": True, "note"}.
+    "counts": {dataset: {"train": n, "test": n}}, "distinct_paragraphs": {"train": n, "test": n} (videos with a
+    paragraph of their own, at most), "seed", "config", "synthetic": True, "note"}.
 
   Raises:
     ValueError: unknown datasets, videocomp without activitynet, more videos than MSVD's split holds, or a
@@ -649,8 +686,9 @@ def write_corpus(root: str | os.PathLike, config: ReleaseCorpusConfig = SIZES["s
     n = len(videos)
     test = int(round(0.2 * n))
     all_counts["crosstask"] = {"train": n - test, "test": test, "release_lists": dict(counts)}
-  manifest.update({"counts": all_counts, "seed": seed, "config": dataclasses.asdict(config), "synthetic": True,
-                   "note": SYNTHETIC_NOTE})
+  distinct = {split: len({v.paragraph for v in videos if v.split == split}) for split in ("train", "test")}
+  manifest.update({"counts": all_counts, "distinct_paragraphs": distinct, "seed": seed,
+                   "config": dataclasses.asdict(config), "synthetic": True, "note": SYNTHETIC_NOTE})
   io.atomic_write_json(root / "manifest.json", manifest)
   return manifest
 
