@@ -15,11 +15,10 @@ Both are optional extras: `pip install -e .[faiss]` / `pip install -e .[scann]` 
 * `Faiss`: any `faiss.index_factory` string over inner products ("Flat" = `IndexFlatIP`, exact; "IVF1024,Flat",
   "IVF1024,PQ32", "HNSW32", ...), with `nprobe` / `efSearch` set through faiss's ParameterSpace. Trained (when the
   factory needs it) on `train_size` rows spread over the corpus, then filled one chunk at a time.
-  `blas_threshold` sets `faiss.cvar.distance_compute_blas_threshold` before every search: faiss's own default
-  (20 in older releases, larger in newer ones) decides whether a batch of queries goes through BLAS; the corpus-scale
-  issue measured a batch of 256 below the threshold at 2.7 s against 0.37 s through BLAS (100k x 256; not re-measured
-  here yet). vidjax sets it to 16
-  unless told otherwise, and records it in `params`.
+  `blas_threshold` sets `faiss.cvar.distance_compute_blas_threshold` before every search: below it a batch of queries
+  skips BLAS. faiss 1.15's own default is 128,000 queries, so every realistic batch took the slow path: 100k x 256,
+  batch 256, 3.0 ms a query against 0.26 ms with 16 (BENCHMARKS.md, "Dense stage 1"). vidjax sets it to 16 unless
+  told otherwise, and records it in `params`.
 * `Scann`: ScaNN's tree (k-means partitions), asymmetric hashing of the residuals (anisotropic quantization) and an
   exact re-scoring of the `reorder` best, on dot products of unit vectors. It needs the whole corpus in memory to
   build, and keeps the float32 rows for `vectors` (counted in `nbytes`).
