@@ -2,7 +2,7 @@
 
     python bench/ann.py [--sizes 100000,1000000] [--dim 256] [--data uniform,clustered] [--queries 256]
                         [--min-seconds 1] [--plot BENCHMARKS_ann.png] [--json rows.json]
-                        [--backends jax,jax-bf16,sharded,approx,faiss,scann]
+                        [--backends jax,jax-bf16,sharded,approx,faiss,scann] [--memmap DIR] [--ivf-train 100000]
 
 Per corpus size N and data set (uniform random unit vectors, where no ANN method can work, and clustered ones:
 1,000 Gaussian centres with noise, like the neighbourhoods real embeddings have), every backend and parameter
@@ -14,7 +14,9 @@ so. A plot of recall against batch-256 QPS (ann-benchmarks style) is written wit
 
 The settings: vidjax exact (float32, bfloat16), sharded exact (every local device; one on a CPU), approx_max_k
 (recall_target 0.95; exact on CPU), faiss Flat (exact), IVF-Flat and IVF-PQ over nprobe, HNSW over efSearch, and
-ScaNN over leaves searched. Everything runs in this one process on this one machine (the header names it and its
+ScaNN over leaves searched ("faiss" is faiss-flat, faiss-ivf, faiss-ivfpq and faiss-hnsw: name a subset for the
+corpora where building HNSW takes too long). With `--memmap` each corpus is drawn block by block into a .npy on disk
+and every index streams it from there (10M x 256 float32 is 10 GB: RAM holds it once, not twice). Everything runs in this one process on this one machine (the header names it and its
 measured matmul rate).
 """
 from __future__ import annotations
@@ -47,10 +49,29 @@ def data(kind: str, n: int, d: int, rng: np.random.Generator, centres: np.ndarra
   return x / np.linalg.norm(x, axis=1, keepdims=True)
 
 
-def settings(n: int, names: set[str]) -> list[tuple[str, dict, list[tuple[str, dict]]]]:
+def memmap_data(path: Path, kind: str, n: int, d: int, centres: np.ndarray | None, block: int = 1 << 20) -> np.ndarray:
+  """The corpus as a float32 .npy on disk, drawn block by block (`--memmap`: corpora larger than RAM wants twice);
+  the indexes stream it from there."""
+  if path.exists():
+    out = np.load(path, mmap_mode="r")
+    if out.shape == (n, d):
+      return out
+  out = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(n, d))
+  for b, start in enumerate(range(0, n, block)):
+    out[start:start + block] = data(kind, min(block, n - start), d, np.random.default_rng([1, b]), centres)
+  out.flush()
+  return np.load(path, mmap_mode="r")
+
+
+FAISS = ("faiss-flat", "faiss-ivf", "faiss-ivfpq", "faiss-hnsw")  # "faiss" = all four
+
+
+def settings(n: int, names: set[str], ivf_train: int = 100_000) -> list[tuple[str, dict, list[tuple[str, dict]]]]:
   """(label, DenseIndex kwargs, sweep) of every index built at corpus size n; the sweep's (label suffix, search
   params) are applied one after the other to the one built index (`DenseIndex.set_search_params`)."""
   nlist = int(4 * math.sqrt(n))
+  if "faiss" in names:
+    names = names | set(FAISS)
   one = [("", {})]
   out = []
   if "jax" in names:
@@ -62,12 +83,16 @@ def settings(n: int, names: set[str]) -> list[tuple[str, dict, list[tuple[str, d
                 {"mesh": jax.sharding.Mesh(np.array(jax.devices()), ("data",))}, one))
   if "approx" in names:
     out.append(("approx_max_k 0.95", {"backend": "approx", "params": {"recall_target": 0.95}}, one))
-  if "faiss" in names:
+  ivf = {"train_size": ivf_train}
+  if "faiss-flat" in names:
     out.append(("faiss Flat", {"backend": "faiss", "params": {"factory": "Flat"}}, one))
-    out.append((f"faiss IVF{nlist},Flat", {"backend": "faiss", "params": {"factory": f"IVF{nlist},Flat"}},
+  if "faiss-ivf" in names:
+    out.append((f"faiss IVF{nlist},Flat", {"backend": "faiss", "params": {"factory": f"IVF{nlist},Flat", **ivf}},
                 [(f" nprobe={p}", {"nprobe": p}) for p in (1, 4, 16, 64)]))
-    out.append((f"faiss IVF{nlist},PQ32", {"backend": "faiss", "params": {"factory": f"IVF{nlist},PQ32"}},
+  if "faiss-ivfpq" in names:
+    out.append((f"faiss IVF{nlist},PQ32", {"backend": "faiss", "params": {"factory": f"IVF{nlist},PQ32", **ivf}},
                 [(f" nprobe={p}", {"nprobe": p}) for p in (4, 16, 64)]))
+  if "faiss-hnsw" in names:
     out.append(("faiss HNSW32", {"backend": "faiss", "params": {"factory": "HNSW32"}},
                 [(f" efSearch={ef}", {"efSearch": ef}) for ef in (16, 64, 256)]))
   if "scann" in names:
@@ -107,6 +132,9 @@ def main():
   p.add_argument("--backends", default="jax,jax-bf16,sharded,approx,faiss,scann")
   p.add_argument("--plot", default="", help="write the recall vs QPS plot here (PNG)")
   p.add_argument("--json", default="", help="write every row here (JSON, rewritten after each row)")
+  p.add_argument("--memmap", default="", help="a folder: keep each corpus there as a float32 .npy and stream it "
+                 "(for corpora that do not fit in RAM twice, e.g. 10M x 256 = 10 GB)")
+  p.add_argument("--ivf-train", type=int, default=100_000, help="training rows of the faiss IVF indexes")
   args = p.parse_args()
   header = (f"machine: {machine.describe()} | matmul {machine.matmul_flops_per_s() / 1e9:.0f} GFLOP/s f32 | "
             f"D={args.dim}, k=10, {args.queries} queries | faiss distance_compute_blas_threshold=16 in every faiss row")
@@ -120,11 +148,14 @@ def main():
     for kind in args.data.split(","):
       rng = np.random.default_rng(0)
       centres = rng.normal(size=(1000, args.dim)).astype(np.float32) if kind == "clustered" else None
-      corpus = data(kind, n, args.dim, rng, centres)
+      if args.memmap:
+        corpus = memmap_data(Path(args.memmap) / f"corpus_{kind}_{n}_{args.dim}.npy", kind, n, args.dim, centres)
+      else:
+        corpus = data(kind, n, args.dim, rng, centres)
       queries = data(kind, args.queries, args.dim, rng, centres)
       ids = np.char.add("v", np.char.zfill(np.arange(n).astype(str), 9))
       truth = None
-      for family, kw, sweep in settings(n, set(args.backends.split(","))):
+      for family, kw, sweep in settings(n, set(args.backends.split(",")), args.ivf_train):
         t = time.perf_counter()
         index = DenseIndex(ids, corpus, **kw)
         build = time.perf_counter() - t
