@@ -91,7 +91,7 @@ def test_tiny_vedje_trains_through_the_one_loop_on_the_moving_object_world(tmp_p
   init_fn = lambda rng: V.init_params(model, rng)  # noqa: E731
   dataset = pipeline.loader(pipeline.make_index_batches(len(train_ids), 8, seed=0, batch_fn=batch_fn))
   _, history = train.fit(init_fn=init_fn, loss_fn=loss_fn, optimizer=optax.adamw(1e-3, weight_decay=0.02),
-                         dataset=dataset, num_steps=30, workdir=tmp_path, log_every=10, progress=False)
+                         dataset=dataset, num_steps=16, workdir=tmp_path, log_every=5, progress=False)
   first, last = history[0], history[-1]
   for key in ("train/loss", "train/vtm", "train/vtc", "train/mlm", "train/delta"):
     assert np.isfinite(last[key]), key
