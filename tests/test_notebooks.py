@@ -80,10 +80,7 @@ REAL_STEPS = {"cast_quickstart.ipynb": "cast_youcook2", "genstate_quickstart.ipy
               "vedje_quickstart.ipynb": "vedje_msrvtt", "videocomp_quickstart.ipynb": "comp_activitynet"}
 
 
-# In reverse order: tests/test_real_path.py asks for the same real-path runs in roughly the notebooks' alphabetical
-# order, so when the two files run side by side on two workers, one of them would wait for each run the other
-# computes.
-@pytest.mark.parametrize("path", NOTEBOOKS[::-1], ids=lambda p: p.name)
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebook_runs_top_to_bottom(path, smoke_runs, real_path):
   shared, plot = RUNS[path.name]
   workdir = smoke_runs(shared)[0]
