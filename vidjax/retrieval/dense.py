@@ -391,16 +391,24 @@ class JaxExact:
     return numpy_top_k(np.ascontiguousarray(scores, np.float32), k)
 
   # -- save / load: the stored rows (storage dtype, no padding) in one .npy, written one chunk or shard at a time
+  @property
+  def spans_processes(self) -> bool:
+    """Whether other processes hold some of the blocks (then `save` is `create` on one process, `fill` on all)."""
+    return self._sharded is not None and not self._sharded.is_fully_addressable
+
+  def save(self, path: Path) -> None:
+    self.create(path)
+    self.fill(path)
+
   def create(self, path: Path) -> None:
-    """An empty vectors.npy of the right shape (`save(path, fill_only=True)` then fills this process's blocks)."""
+    """An empty vectors.npy of the right shape."""
     out = np.lib.format.open_memmap(path / "vectors.npy", mode="w+", dtype=np.uint16 if self.dtype == "bfloat16"
                                     else np.float32, shape=(self.n, self.dim))
     out.flush()
     del out
 
-  def save(self, path: Path, fill_only: bool = False) -> None:
-    if not fill_only:
-      self.create(path)
+  def fill(self, path: Path) -> None:
+    """Writes this process's chunks or device blocks into the vectors.npy `create` made."""
     out = np.load(path / "vectors.npy", mmap_mode="r+")
     view = out.view(DTYPES[self.dtype])
     blocks = ([(s.index[0].start or 0, s.data) for s in self._sharded.addressable_shards] if self._sharded is not None
@@ -701,8 +709,7 @@ class DenseIndex:
     process, with a `path` they all see) and process 0 commits."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
-    sharded = getattr(self._backend, "_sharded", None)
-    multi = sharded is not None and not sharded.is_fully_addressable  # other processes hold some of the blocks
+    multi = getattr(self._backend, "spans_processes", False)  # other processes hold some of the blocks
     lead = not multi or jax.process_index() == 0
     if multi:
       from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
@@ -715,7 +722,7 @@ class DenseIndex:
         self._backend.create(tmp)
     if multi:  # process 0 made the file; each process writes its own blocks into it, then process 0 commits
       sync(f"DenseIndex.save {path}: created")
-      self._backend.save(tmp, fill_only=True)
+      self._backend.fill(tmp)
       sync(f"DenseIndex.save {path}: written")
     else:
       self._backend.save(tmp)

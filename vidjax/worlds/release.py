@@ -250,7 +250,7 @@ class ProcedureVideo:
   clip: str
   duration: float
   events: tuple[tuple[float, float, str], ...]  # (start s, end s, prompt) per step
-  places: tuple[str, ...] = ()  # where each step's scene is drawn in this video ("in the top left", ...)
+  places: tuple[str, ...]  # where each step's scene is drawn in this video ("in the top left", ...)
 
   @property
   def key(self) -> tuple[int, int]:
@@ -264,8 +264,7 @@ class ProcedureVideo:
   @property
   def captions(self) -> list[str]:
     """This video's step captions: each prompt with where the video draws that step ("... in the top left")."""
-    return [f"{prompt} {place}" if place else prompt for prompt, place in zip(self.prompts, self.places or
-                                                                              [""] * len(self.events))]
+    return [f"{prompt} {where}" for prompt, where in zip(self.prompts, self.places)]
 
   @property
   def paragraph(self) -> str:
