@@ -201,7 +201,7 @@ def test_real_path_script_names_configs_and_keys_that_exist():
   script = ROOT / "launch" / "real_path.sh"
   assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
   text = script.read_text().replace("\\\n", " ")
-  runs = re.findall(r"^\s*(?:run|prepare\(\) \{ run)\s+--config (\S+)(.*)$", text, re.M)
+  runs = re.findall(r'^\s*(?:prepare\(\) \{ )?run\s+(?:"[^"]*"|\S+)\s+\S+\s+--config (\S+)(.*)$', text, re.M)
   assert len(runs) >= 12, runs
   specs = []
   for v, t, sv in ((":smoke", ":tiny", ":smoke"), ("", ":rendered", ":rendered")):  # SIZE=smoke, SIZE=full
@@ -212,6 +212,7 @@ def test_real_path_script_names_configs_and_keys_that_exist():
                 else [(spec, rest)])
   for spec, rest in specs:
     config = load_config(ROOT / spec)
-    for key in re.findall(r"--config\.([\w.]+)=", rest + " " + " ".join(re.findall(r'GRDR_FLAGS="([^"]*)"', text))
-                          if "grdr" in spec else rest):
+    flags = {"grdr": "GRDR_FLAGS", "genstate": "GS_FLAGS"}  # the variables the script adds to these runs
+    extra = [" ".join(re.findall(rf'{v}="([^"]*)"', text)) for k, v in flags.items() if k in spec]
+    for key in re.findall(r"--config\.([\w.]+)=", " ".join([rest, *extra])):
       get_key(config, key)  # raises on a key the config lacks

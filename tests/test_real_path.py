@@ -211,3 +211,42 @@ def test_grdr_on_a_real_store(real_path):
   assert (run / "models" / "grdr" / "layer2_cotrain").is_dir()
   config = json.loads((run / "config.json").read_text())
   assert config["model"]["query_encoder"] == "t5" and config["train"]["schedule"] == "progressive"
+
+
+def test_real_path_summary_reads_every_line_from_the_runs(real_path, tmp_path, capsys):
+  """`python -m vidjax.real_path OUT` (launch/real_path.sh's last step) on the smoke runs laid out as the script
+  lays them out: each line's value and reference are the runs' own numbers, a run the script did not make is
+  "not run", and a malformed times.tsv is one error naming its line."""
+  from vidjax import real_path as summary_cli  # pylint: disable=g-import-not-at-top
+  out = tmp_path / "out"
+  (out / "runs").mkdir(parents=True)
+  results = {}
+  for step, folder in (("cast_youcook2", "cast_youcook2"), ("vedje_msrvtt", "vedje_msrvtt"),
+                       ("grdr_msrvtt", "grdr_msrvtt"), ("comp_activitynet", "comp_activitynet"),
+                       ("genstate", "genstate"), ("stack_youcook2", "stack_youcook2_vedje")):
+    workdir, results[step] = real_path(step)
+    (out / "runs" / folder).symlink_to(workdir)
+  (out / "times.tsv").write_text("corpus\t3\tsmoke\t0\ncast youcook2\t120\tsmoke\t0\n")
+  summary_cli.main([str(out)])
+  summary = json.loads((out / "summary.json").read_text())
+  assert summary["synthetic"] is True and summary["path"] == "real" and "SYNTHETIC" in capsys.readouterr().out
+  lines = {(line["method"], line["dataset"]): line for line in summary["lines"]}
+  cast = results["cast_youcook2"]["metrics"]
+  assert lines["cast", "youcook2"]["value"] == pytest.approx(cast["cast"]["acc"])
+  assert lines["cast", "youcook2"]["reference"] == pytest.approx(cast["zero_shot"]["acc"] + 10)
+  assert lines["cast", "youcook2"]["holds"] == (cast["cast"]["acc"] >= cast["zero_shot"]["acc"] + 10)
+  assert lines["cast", "coin"]["holds"] is None and lines["stack", "youcook2"]["holds"] is None  # not run
+  grdr = results["grdr_msrvtt"]["metrics"]["inductive"]
+  assert lines["grdr", "msrvtt"]["reference"] == pytest.approx(0.8 * grdr["dense"]["candidate_recall"])
+  assert lines["grdr", "msrvtt"]["value"] == pytest.approx(grdr["grdr"]["candidate_recall"])
+  comp = results["comp_activitynet"]["metrics"]
+  assert lines["videocomp", "activitynet"]["holds"] == (comp["contrastive"]["temp_reorder"]
+                                                        > comp["zero_shot"]["temp_reorder"])
+  vedje, gs = results["vedje_msrvtt"]["metrics"], results["genstate"]["metrics"]
+  assert lines["vedje", "msrvtt"]["value"] == pytest.approx(vedje["vedje"]["t2v_r1"])
+  assert lines["genstate", "genstate"]["reference"] == pytest.approx(gs["zero_shot"]["acc_tri"])
+  assert summary["backbone"] is None and summary["total_minutes"] == pytest.approx(2.05, abs=0.05)
+  assert "| cast youcook2 | 2.0 |" in (out / "summary.md").read_text()
+  (out / "times.tsv").write_text("corpus\tthree\n")
+  with pytest.raises(ValueError, match=r"times.tsv: line 1"):
+    summary_cli.summarize(out)

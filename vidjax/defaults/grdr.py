@@ -159,8 +159,11 @@ def rendered(c: ml_collections.ConfigDict) -> None:
                  t5=_t5(d_model=128, num_heads=4, d_kv=32, d_ff=512, encoder_layers=2, decoder_layers=2))
   c.eval.update(table3=False, compare_single_view=False)
   # the corpus's MSR-VTT test captions are its videos' paragraphs (96-141 pieces of the store's SentencePiece
-  # model): the paragraph length the defaults give DiDeMo and ActivityNet, not the caption one (32)
-  c.model.query_len = 128
+  # model). GRDR reads the first 64, the pieces the rendered backbone's text tower read for the store's text
+  # embeddings (LvT's length), so generative recall and the dense row see the same text; 128 (the paragraph
+  # length the defaults give DiDeMo and ActivityNet) doubled the T5's cost, and the whole real path must run in
+  # under an hour on 2 CPU cores (BENCHMARKS.md, "The whole real path in one go")
+  c.model.query_len = 64
 
 
 def smoke(c: ml_collections.ConfigDict) -> None:
