@@ -90,3 +90,29 @@ def test_bad_backbone_config_gets_one_clear_error(tmp_path):
   config.data.format = "msrvtt"
   with pytest.raises(ValueError, match="data.format"):
     main.run(config, tmp_path / "b")
+  config.data.format, config.train.identity_weight = "youcook2", -1.0
+  with pytest.raises(ValueError, match="train.identity_weight"):
+    main.run(config, tmp_path / "c")
+
+
+def test_identity_partners_are_other_clips_of_the_same_videos_and_repeat_on_resume():
+  """`batch_fn(partners=True)`: the first half of the batch as drawn, the second half another clip of each of its
+  videos (never the clip itself), the same for the same indices (a resumed run); the batch's `video` feeds
+  `losses.instance_infonce` (tested against NumPy in test_losses.py)."""
+  videos = ["a"] * 3 + ["b"] * 2 + ["c"] * 5
+  pairs = B.Pairs(np.arange(10, dtype=np.uint8).reshape(10, 1, 1, 1, 1), np.arange(10, dtype=np.int32),
+                  [str(i) for i in range(10)], np.array(["step"] * 10), videos)
+  fn = B.batch_fn(pairs, np.zeros((10, 2), np.int32), np.zeros((10, 2)), partners=True)
+  for idx in (np.array([0, 3, 5, 9, 1, 2]), np.array([4, 6, 7, 8, 2])):
+    batch = fn(idx)
+    half = (len(idx) + 1) // 2
+    assert list(batch["group"][:half]) == list(idx[:half])
+    for anchor, partner in zip(batch["group"][:half], batch["group"][half:]):
+      assert partner != anchor and videos[partner] == videos[anchor]
+    assert len(batch["group"]) == len(idx) and (fn(idx)["group"] == batch["group"]).all()
+    assert [videos[g] for g in batch["group"]] == [["a", "b", "c"][v] for v in batch["video"]]
+  plain = B.batch_fn(pairs, np.zeros((10, 2), np.int32), np.zeros((10, 2)))(np.array([0, 3, 5]))
+  assert list(plain["group"]) == [0, 3, 5]
+  with pytest.raises(ValueError, match="one clip"):
+    B.batch_fn(B.Pairs(pairs.frames[:4], pairs.text_index[:4], pairs.texts[:4], pairs.kinds[:4], videos[:4]),
+               np.zeros((4, 2), np.int32), np.zeros((4, 2)), partners=True)

@@ -192,6 +192,25 @@ def test_grouped_infonce_matches_numpy():
                     rel=1e-5)
 
 
+def test_instance_infonce_matches_numpy():
+  """The other rows of a row's group are its positives, every other row its candidates, itself neither; a row
+  alone in its group adds 0 to the mean."""
+  rng = np.random.default_rng(4)
+  video = rng.normal(size=(7, 5))
+  groups = np.array([0, 1, 0, 2, 1, 0, 3])
+  v = video / np.linalg.norm(video, axis=1, keepdims=True)
+  logits = v @ v.T / 0.2
+  expected = 0.0
+  for b in range(7):
+    cand = [c for c in range(7) if c != b]
+    pos = [c for c in cand if groups[c] == groups[b]]
+    if pos:
+      expected += (math.log(np.exp(logits[b, cand]).sum()) - math.log(np.exp(logits[b, pos]).sum())) / 7
+  got = losses.instance_infonce(jnp.asarray(video), jnp.asarray(groups), jnp.asarray(0.2))
+  assert float(got) == pytest.approx(expected, rel=1e-5)
+  assert float(losses.instance_infonce(jnp.asarray(video), jnp.arange(7), jnp.asarray(0.2))) == 0.0
+
+
 @pytest.mark.parametrize("seed", [0, 1])
 def test_vtc_loss_matches_numpy(seed):
   rng = np.random.default_rng(seed)

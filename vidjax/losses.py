@@ -479,6 +479,25 @@ def grouped_infonce(video: jax.Array, text: jax.Array, groups: jax.Array, tau: j
   return 0.5 * (multi_positive_softmax(logits, same) + multi_positive_softmax(logits.T, same))
 
 
+def instance_infonce(video: jax.Array, groups: jax.Array, tau: jax.Array) -> jax.Array:
+  """In-batch instance discrimination among video embeddings: each row's positives are the other rows of its
+  group (the other clips of its source video), its negatives every other row; the row itself is left out.
+
+  Args:
+    video: [B, D] (L2-normalised here).
+    groups: int [B], each row's source video; a row alone in its group contributes 0.
+    tau: the temperature.
+
+  Returns:
+    `multi_positive_softmax` over the [B, B] cosine / tau matrix without its diagonal.
+  """
+  _check("groups", groups, video.shape[:1])
+  v = l2_normalize(jnp.asarray(video, jnp.float32))
+  others = ~jnp.eye(v.shape[0], dtype=bool)
+  same = (jnp.asarray(groups)[:, None] == jnp.asarray(groups)[None, :]) & others
+  return multi_positive_softmax(v @ v.T / tau, same, others)
+
+
 def comp_preference_loss(sim_pos: jax.Array, sim_neg: jax.Array, mask: Optional[jax.Array] = None,
                          levels: Optional[Sequence[int]] = None) -> jax.Array:
   """L_pref (eq. 2): the positive above every negative, and each negative above the more disrupted ones.

@@ -36,6 +36,12 @@ def get_config(arg: str | None = None, shared: Path | None = None) -> ml_collect
   c.decode_workers = 2
   c.train = ml_collections.ConfigDict(dict(
       epochs=8, batch_size=64, lr=5e-4, weight_decay=0.05, tau=0.07,
+      # x losses.instance_infonce: a clip's embedding keeps which video it is from (half of each batch is another
+      # clip of the first half's videos). Real VideoPrism embeddings keep a video's scene; the caption term alone
+      # does not ask for it, and without it a step clip's nearest other-step clip of its task came from its own
+      # video 2.9% of the time (chance 2.2%; the tokens: 73%), so CAST's context had nothing to carry. 0.1 keeps
+      # it (97%) at 2.4 points of held-out step R@1; 1.0 kept 99.8% at 8.5 points (BENCHMARKS.md, seed 0).
+      identity_weight=0.1,
       checkpoint_every=200, log_every=20, progress=True))
   c.eval = ml_collections.ConfigDict(dict(batch_size=64))
   c.output = ""              # the checkpoint; '' = <workdir>/backbone.npz

@@ -52,6 +52,9 @@ def validate(config) -> None:
   common.check_positive_int(config, ["num_frames", "resolution", "train.epochs", "train.batch_size",
                                      "eval.batch_size"])
   common.check_positive(config, ["train.lr", "train.tau"])
+  weight = config.train.identity_weight
+  if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not weight >= 0:
+    common.bad_value("train.identity_weight", weight, "a number >= 0")
 
 
 def _skipped(config, skipped: dict[str, str]) -> None:
@@ -94,8 +97,10 @@ def run(config, workdir: str) -> dict:
   ids, paddings = tokenizer.encode(train_pairs.texts, max_length=vp.TEXT_MAX_LEN)
   pixel_mean, pixel_std = B.pixel_stats(train_pairs.frames)
   state = train.fit_epochs(name="backbone", init_fn=B.init_fn(model, config.train.tau),
-                           loss_fn=B.loss_fn(model, pixel_mean=pixel_mean, pixel_std=pixel_std),
-                           num_examples=len(train_pairs), batch_fn=B.batch_fn(train_pairs, ids, paddings),
+                           loss_fn=B.loss_fn(model, pixel_mean=pixel_mean, pixel_std=pixel_std,
+                                             identity_weight=config.train.identity_weight),
+                           num_examples=len(train_pairs),
+                           batch_fn=B.batch_fn(train_pairs, ids, paddings, partners=config.train.identity_weight > 0),
                            tcfg=config.train, seed=config.seed, workdir=workdir / "model",
                            description="backbone (contrastive)")
   params = jax.device_get(state.params)

@@ -132,9 +132,13 @@ def init_fn(model, tau: float) -> Callable[[jax.Array], Any]:
   return fn
 
 
-def loss_fn(model, min_tau: float = 0.01, pixel_mean=(0.0, 0.0, 0.0), pixel_std=(1.0, 1.0, 1.0)):
-  """`(params, batch, rng) -> (loss, aux)`: `losses.grouped_infonce` of the video and text embeddings. Batch:
-  frames uint8 [B, T, R, R, 3], ids int [B, L], paddings [B, L] (1 = pad), group int [B] (the text's index).
+def loss_fn(model, min_tau: float = 0.01, pixel_mean=(0.0, 0.0, 0.0), pixel_std=(1.0, 1.0, 1.0),
+            identity_weight: float = 0.0):
+  """`(params, batch, rng) -> (loss, aux)`: `losses.grouped_infonce` of the video and text embeddings, plus
+  `identity_weight` x `losses.instance_infonce` of the video embeddings over their source videos (the clips of one
+  video are each other's positives: the embedding keeps which video a clip is from, which the caption term alone
+  does not ask for). Batch: frames uint8 [B, T, R, R, 3], ids int [B, L], paddings [B, L] (1 = pad), group int [B]
+  (the text's index), video int [B] (the source video's index).
 
   Frames go in as `(x / 255 - pixel_mean) / pixel_std` (per channel; `pixel_stats` of the training frames):
   the rendered frames are a flat grey board (mean ~0.57, std ~0.07), so in raw [0, 1] units the patch
@@ -147,15 +151,42 @@ def loss_fn(model, min_tau: float = 0.01, pixel_mean=(0.0, 0.0, 0.0), pixel_std=
     frames = (batch["frames"].astype(jnp.float32) / 255.0 - mean) / std
     video, text, _ = model.apply({"params": params["model"]}, frames, batch["ids"], batch["paddings"], train=True)
     tau = jnp.exp(jnp.maximum(params["log_tau"], jnp.log(min_tau)))
-    return losses.grouped_infonce(video, text, batch["group"], tau), {"tau": tau}
+    loss = losses.grouped_infonce(video, text, batch["group"], tau)
+    if not identity_weight:
+      return loss, {"tau": tau}
+    identity = losses.instance_infonce(video, batch["video"], tau)
+    return loss + identity_weight * identity, {"tau": tau, "identity": identity}
   return fn
 
 
-def batch_fn(pairs: Pairs, ids: np.ndarray, paddings: np.ndarray) -> Callable[[np.ndarray], dict]:
-  """Index batch [B] -> the loss's batch; `ids` / `paddings` [len(pairs.texts), L] are the tokenized texts."""
+def batch_fn(pairs: Pairs, ids: np.ndarray, paddings: np.ndarray,
+             partners: bool = False) -> Callable[[np.ndarray], dict]:
+  """Index batch [B] -> the loss's batch; `ids` / `paddings` [len(pairs.texts), L] are the tokenized texts.
+
+  `partners`: the batch's second half is replaced by a partner of each pair of its first half, another clip of the
+  same video drawn at random (seeded by the batch's indices: a resumed run sees the same batches), so that
+  `losses.instance_infonce` has positives in every batch."""
+  video = np.unique(np.asarray(pairs.video_ids), return_inverse=True)[1].astype(np.int32)
+  order = np.argsort(video, kind="stable")
+  starts = np.searchsorted(video[order], np.arange(video.max() + 2))
+  sizes = np.diff(starts)
+  if partners and sizes.min() < 2:
+    raise ValueError(f"backbone: video {pairs.video_ids[order[starts[np.argmin(sizes)]]]!r} has one clip; "
+                     "an identity partner needs two")
+
   def fn(idx):
+    idx = np.asarray(idx)
+    if partners:
+      anchors = idx[:(len(idx) + 1) // 2]
+      rng = np.random.default_rng(idx)
+      v = video[anchors]
+      pick = rng.integers(0, sizes[v] - 1)  # a random other clip of the anchor's video
+      chosen = np.asarray([order[starts[u]:starts[u + 1]][order[starts[u]:starts[u + 1]] != a][p]
+                           for u, a, p in zip(v, anchors, pick)])
+      idx = np.concatenate([anchors, chosen])[:len(idx)]
     text = pairs.text_index[idx]
-    return {"frames": pairs.frames[idx], "ids": ids[text], "paddings": paddings[text], "group": text}
+    return {"frames": pairs.frames[idx], "ids": ids[text], "paddings": paddings[text], "group": text,
+            "video": video[idx]}
   return fn
 
 
