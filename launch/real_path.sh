@@ -76,10 +76,9 @@ fi
 # SIZE=full: VEDJE, GRDR and VideoComp at their `rendered` settings (the worlds' model sizes and schedules: the papers'
 # would take CPU hours); CAST, GenState and the stack at their dataset configs. GRDR: `model.query_dim` is the store's
 # text width (query intents, dense rerank; 64 for the rendered backbone, 768 for LvT base); its T5 query encoder reads
-# the captions with the store's SentencePiece model. GenState: the corpus has 400 training triplets (the rendered
-# world 3,200), so 1,000 steps of 16 triplets (40 epochs) stand for the world's 2,500 (12.5 epochs).
-V=""; T=":rendered"; SV=":rendered"; GRDR_FLAGS="--config.model.query_dim=64"; GS_FLAGS="--config.train.steps=1000"
-[ "$SIZE" = smoke ] && V=":smoke" && T=":tiny" && SV=":smoke" && GS_FLAGS="" && GRDR_FLAGS="--config.model.query_dim=32 \
+# the captions with the store's SentencePiece model.
+V=""; T=":rendered"; SV=":rendered"; GRDR_FLAGS="--config.model.query_dim=64"
+[ "$SIZE" = smoke ] && V=":smoke" && T=":tiny" && SV=":smoke" && GRDR_FLAGS="--config.model.query_dim=32 \
   --config.model.latent_dim=32 --config.train.view_batch_size=16 --config.train.batch_size=32"
 for d in youcook2 coin crosstask; do
   ann="$C/$d/youcookii_annotations_trainval.json"
@@ -104,7 +103,7 @@ run "comp activitynet" "$R/comp_activitynet" --config configs/comp_activitynet.p
     --config.data.release_eval="$C/videocomp/activitynet_comp_test.json" \
     --config.data.release_train="$C/videocomp/activitynet_comp_train.json"
 run genstate "$R/genstate" --config configs/genstate_rendered.py$V --config.data.features="$S/genstate/features" \
-    --config.data.metadata="$C/genstate/test.json" --config.data.train_metadata="$C/genstate/train.json" $GS_FLAGS
+    --config.data.metadata="$C/genstate/test.json" --config.data.train_metadata="$C/genstate/train.json"
 for rr in pair vedje; do  # the stack's line: VEDJE as the rerank stage against the pair reranker
   run "stack youcook2 $rr" "$R/stack_youcook2_$rr" --config configs/stack_youcook2.py$SV \
       --config.data.features="$S/youcook2/features" \

@@ -212,7 +212,7 @@ def test_real_path_script_names_configs_and_keys_that_exist():
                 else [(spec, rest)])
   for spec, rest in specs:
     config = load_config(ROOT / spec)
-    flags = {"grdr": "GRDR_FLAGS", "genstate": "GS_FLAGS"}  # the variables the script adds to these runs
+    flags = {"grdr": "GRDR_FLAGS"}  # the variables the script adds to these runs
     extra = [" ".join(re.findall(rf'{v}="([^"]*)"', text)) for k, v in flags.items() if k in spec]
     for key in re.findall(r"--config\.([\w.]+)=", " ".join([rest, *extra])):
       get_key(config, key)  # raises on a key the config lacks
