@@ -31,6 +31,7 @@ ALLOWED = {
     "tfds": {"data", "io", "checkpoints"},  # TFDS builders (the [tfds] extra) over the data layer
     "main": {"experiments", "sharding"},
     "search": {"methods"},
+    "real_path": {"io"},  # the summary of launch/real_path.sh: reads results.json files, imports no experiment
 }
 
 
