@@ -170,6 +170,8 @@ def batch_fn(pairs: Pairs, ids: np.ndarray, paddings: np.ndarray,
   order = np.argsort(video, kind="stable")
   starts = np.searchsorted(video[order], np.arange(video.max() + 2))
   sizes = np.diff(starts)
+  rank = np.empty_like(order)
+  rank[order] = np.arange(len(order)) - starts[video[order]]  # each pair's position among its video's pairs
   if partners and sizes.min() < 2:
     raise ValueError(f"backbone: video {pairs.video_ids[order[starts[np.argmin(sizes)]]]!r} has one clip; "
                      "an identity partner needs two")
@@ -180,9 +182,8 @@ def batch_fn(pairs: Pairs, ids: np.ndarray, paddings: np.ndarray,
       anchors = idx[:(len(idx) + 1) // 2]
       rng = np.random.default_rng(idx)
       v = video[anchors]
-      pick = rng.integers(0, sizes[v] - 1)  # a random other clip of the anchor's video
-      chosen = np.asarray([order[starts[u]:starts[u + 1]][order[starts[u]:starts[u + 1]] != a][p]
-                           for u, a, p in zip(v, anchors, pick)])
+      pick = rng.integers(0, sizes[v] - 1)  # a random other clip of the anchor's video: skip its own position
+      chosen = order[starts[v] + pick + (pick >= rank[anchors])]
       idx = np.concatenate([anchors, chosen])[:len(idx)]
     text = pairs.text_index[idx]
     return {"frames": pairs.frames[idx], "ids": ids[text], "paddings": paddings[text], "group": text,
