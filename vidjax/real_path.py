@@ -25,12 +25,8 @@ from vidjax import io
 
 
 def _read(path: Path) -> dict | None:
-  try:
-    return json.loads(path.read_text())
-  except FileNotFoundError:
-    return None
-  except json.JSONDecodeError as e:
-    raise ValueError(f"{path}: not valid JSON ({e})") from None
+  """A run's results (None: the run is not there); a malformed file is `io.read_json`'s one clear error."""
+  return io.read_json(path, "results file") if path.exists() else None
 
 
 def _metric(results: dict, path: str, where: Path) -> float:
