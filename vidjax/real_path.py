@@ -18,7 +18,6 @@ run), "seconds": {step: s}, "total_minutes"}.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from vidjax import io
