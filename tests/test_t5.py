@@ -107,3 +107,43 @@ def test_t5_learns_to_copy_a_sequence_in_reverse():
     out = np.concatenate([out, nxt[:, None]], 1)
   acc = np.mean(out[:, 1:] == test[:, ::-1])
   assert acc > 0.9, acc
+
+
+def _fmix32_numpy(x):
+  x = x ^ (x >> np.uint32(16))
+  x = x * np.uint32(0x85EBCA6B)
+  x = x ^ (x >> np.uint32(13))
+  x = x * np.uint32(0xC2B2AE35)
+  return x ^ (x >> np.uint32(16))
+
+
+def test_dropout_mask_is_the_counter_hash_and_drops_at_its_rate_independently():
+  """T5's dropout masks (`ops.dropout_keep_mask`) against a NumPy computation of the same hash, then as statistics."""
+  from vidjax.models.layers import Dropout
+  from vidjax.ops import dropout_keep_mask
+  key, rate, shape = jax.random.key(3), 0.1, (64, 50, 40)
+  keep, keep_prob = dropout_keep_mask(key, shape, rate)
+  s1, s2 = np.asarray(jax.random.bits(key, (2,), jnp.uint32))
+  with np.errstate(over="ignore"):
+    i = np.arange(math.prod(shape), dtype=np.uint32)
+    bits = _fmix32_numpy(_fmix32_numpy(i * np.uint32(0x9E3779B9) + s1) ^ s2)
+  threshold = round(rate * 2 ** 32)
+  np.testing.assert_array_equal(np.asarray(keep), (bits >= threshold).reshape(shape))
+  assert keep_prob == 1 - threshold / 2 ** 32 and abs(keep_prob - 0.9) < 1e-9
+
+  n, drop = keep.size, ~np.asarray(keep).reshape(-1)
+  sd = math.sqrt(rate * (1 - rate) / n)
+  assert abs(drop.mean() - rate) < 5 * sd
+  # neighbours and another key's mask are independent: both dropped at rate^2
+  assert abs(np.mean(drop[1:] & drop[:-1]) - rate ** 2) < 5 * math.sqrt(rate ** 2 / n)
+  other = ~np.asarray(dropout_keep_mask(jax.random.key(4), shape, rate)[0]).reshape(-1)
+  assert abs(np.mean(drop & other) - rate ** 2) < 5 * math.sqrt(rate ** 2 / n)
+
+  x = jnp.ones(shape)
+  y = Dropout(rate).apply({}, x, False, rngs={"dropout": key})
+  y = np.asarray(y).reshape(-1)  # the layer draws its own key from the "dropout" stream: same law, own mask
+  np.testing.assert_allclose(y[y != 0], 1 / keep_prob, rtol=1e-6)
+  assert abs(np.mean(y == 0) - rate) < 5 * sd
+  assert Dropout(rate).apply({}, x, True) is x
+  with pytest.raises(ValueError, match="rate must be in"):
+    dropout_keep_mask(key, shape, 1.0)

@@ -9,7 +9,8 @@ shared codebook, eq. 8, not over words):
   per decoder layer:  y = y + Attn(RMSNorm(y), causal + bias_dec)   (unidirectional bias)
                       y = y + CrossAttn(RMSNorm(y), encoder output)
                       y = y + W_o ReLU(W_i RMSNorm(y))
-  each stack ends with RMSNorm; dropout after every sublayer and on the embeddings.
+  each stack ends with RMSNorm; dropout after every sublayer and on the embeddings (its masks from
+  `ops.dropout_keep_mask`'s counter hash: on a CPU, threefry masks took 70% of a training step).
 
 T5 specifics kept: no biases anywhere; RMSNorm with a scale only (eps 1e-6); attention logits are not
 scaled by 1/sqrt(d_kv) (T5 folds that into the init); the relative-position bias (32 log-spaced
@@ -31,6 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from vidjax.models.layers import Dropout
 from vidjax.ops import check_positive_fields
 
 
@@ -120,7 +122,7 @@ class Attention(nn.Module):
     k = _dense(heads, c, c.d_model, "k")(memory)
     v = _dense(heads, c, c.d_model, "v")(memory)
     logits = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(jnp.float32) + bias
-    weights = nn.Dropout(c.dropout_rate)(jax.nn.softmax(logits, axis=-1), deterministic=deterministic)
+    weights = Dropout(c.dropout_rate)(jax.nn.softmax(logits, axis=-1), deterministic=deterministic)
     out = jnp.einsum("bhqk,bkhd->bqhd", weights.astype(v.dtype), v)
     return _dense(c.d_model, c, c.num_heads * c.d_kv, "o", axis=(-2, -1))(out)
 
@@ -132,7 +134,7 @@ class FeedForward(nn.Module):
   def __call__(self, x, deterministic: bool):
     c = self.config
     h = jax.nn.relu(_dense(c.d_ff, c, c.d_model, "wi")(x))
-    h = nn.Dropout(c.dropout_rate)(h, deterministic=deterministic)
+    h = Dropout(c.dropout_rate)(h, deterministic=deterministic)
     return _dense(c.d_model, c, c.d_ff, "wo")(h)
 
 
@@ -153,7 +155,7 @@ class PositionBias(nn.Module):
 def _sublayer(config: T5Config, name: str, fn, x, deterministic):
   """x + Dropout(fn(RMSNorm(x))): T5's pre-norm residual block."""
   y = fn(RMSNorm(config.layer_norm_eps, config.dtype, name=f"{name}_norm")(x))
-  return x + nn.Dropout(config.dropout_rate)(y, deterministic=deterministic)
+  return x + Dropout(config.dropout_rate)(y, deterministic=deterministic)
 
 
 def _mask_bias(mask):
@@ -168,7 +170,7 @@ class T5Encoder(nn.Module):
   @nn.compact
   def __call__(self, x, mask, deterministic: bool = True):
     c = self.config
-    x = nn.Dropout(c.dropout_rate)(x.astype(jnp.dtype(c.dtype)), deterministic=deterministic)
+    x = Dropout(c.dropout_rate)(x.astype(jnp.dtype(c.dtype)), deterministic=deterministic)
     bias = PositionBias(c, True, name="position_bias")(x.shape[1], x.shape[1]) + _mask_bias(mask[:, None, :])
     for i in range(c.encoder_layers):
       attn = Attention(c, name=f"layer_{i}_attention")
@@ -176,7 +178,7 @@ class T5Encoder(nn.Module):
       ffn = FeedForward(c, name=f"layer_{i}_ffn")
       x = _sublayer(c, f"layer_{i}_ffn", lambda h, f=ffn: f(h, deterministic), x, deterministic)
     x = RMSNorm(c.layer_norm_eps, c.dtype, name="final_norm")(x)
-    return nn.Dropout(c.dropout_rate)(x, deterministic=deterministic)
+    return Dropout(c.dropout_rate)(x, deterministic=deterministic)
 
 
 class T5Decoder(nn.Module):
@@ -187,7 +189,7 @@ class T5Decoder(nn.Module):
   def __call__(self, y, memory, memory_mask, deterministic: bool = True):
     c = self.config
     s = y.shape[1]
-    y = nn.Dropout(c.dropout_rate)(y.astype(jnp.dtype(c.dtype)), deterministic=deterministic)
+    y = Dropout(c.dropout_rate)(y.astype(jnp.dtype(c.dtype)), deterministic=deterministic)
     causal = jnp.asarray(np.tril(np.ones((s, s), bool)))[None]
     self_bias = PositionBias(c, False, name="position_bias")(s, s) + _mask_bias(causal)
     cross_bias = _mask_bias(memory_mask[:, None, :])
@@ -201,7 +203,7 @@ class T5Decoder(nn.Module):
       ffn = FeedForward(c, name=f"layer_{i}_ffn")
       y = _sublayer(c, f"layer_{i}_ffn", lambda h, f=ffn: f(h, deterministic), y, deterministic)
     y = RMSNorm(c.layer_norm_eps, c.dtype, name="final_norm")(y)
-    return nn.Dropout(c.dropout_rate)(y, deterministic=deterministic)
+    return Dropout(c.dropout_rate)(y, deterministic=deterministic)
 
 
 class T5(nn.Module):
