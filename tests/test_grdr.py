@@ -457,3 +457,37 @@ def test_pseudo_query_providers_plug_in_and_bad_ones_get_one_clear_error():
       (Bad(np.where(np.arange(3)[:, None] == 1, np.nan, good), np.zeros(3, int)), "query 1 is not finite")]:
     with pytest.raises(ValueError, match=message):
       GM.checked_queries(provider, world.train, 128)
+
+
+def _state_logp(params, state, prefix):
+  """A model whose next-code scores depend on the query's state and on the prefix (for chunking)."""
+  del params
+  q, w, m = prefix.shape
+  scale = 1.0 + jnp.sum(prefix, axis=-1, keepdims=True).astype(jnp.float32)
+  return jax.nn.log_softmax(state[:, None, :] * scale + 0.1 * m, axis=-1)
+
+
+def test_generative_recall_in_query_chunks_equals_one_pass(monkeypatch):
+  """A beam-state budget smaller than the batch's splits the beam search into chunks of queries (the last padded):
+  the same candidates and scores as one pass, and a bad budget is one clear error."""
+  rng = np.random.default_rng(1)
+  k, videos = 5, 40
+  trie = SemanticIdTrie([f"v{i}" for i in range(videos)], rng.integers(0, k, (videos, 2, 3)), k)
+  queries = rng.normal(size=(7, k)).astype(np.float32)  # the state is the query itself: 20 bytes a query
+  one = GenerativeRecall(trie, lambda p, q: q, _state_logp, None, width=4, limit=6)
+  ids, scores = one.retrieve(queries, k=6)
+  from vidjax.retrieval import generative
+  calls = []
+  counted = lambda *a, **kw: calls.append(kw) or beam_search(*a, **kw)  # noqa: E731
+  monkeypatch.setattr(generative, "beam_search", counted)
+  for budget, passes in ((4 * 20 * 3, 3), (4 * 20, 7)):  # 3 queries a chunk (the last padded), then 1
+    chunked = GenerativeRecall(trie, lambda p, q: q, _state_logp, None, width=4, limit=6, beam_state_bytes=budget)
+    calls.clear()
+    got_ids, got_scores = chunked.retrieve(queries, k=6)
+    assert len(calls) == passes
+    np.testing.assert_array_equal(got_ids, ids)
+    np.testing.assert_allclose(got_scores, scores, rtol=1e-6)
+    assert chunked.queries_seen == 7
+  assert len(set(map(tuple, ids))) > 1  # the queries' states matter
+  with pytest.raises(ValueError, match="beam_state_bytes must be a positive integer"):
+    GenerativeRecall(trie, lambda p, q: q, _state_logp, None, width=4, beam_state_bytes=0)

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from typing import Any, Callable, Optional
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from vidjax.ops import is_positive_int
@@ -33,7 +34,8 @@ class GenerativeRecall:
   """The `vidjax.evaluate.Retriever` protocol over a `SemanticIdTrie` (see the module docstring)."""
 
   def __init__(self, trie: SemanticIdTrie, encode_fn: Callable, logp_fn: Callable, params: Any, *,
-               width: int, limit: Optional[int] = None, vectors: Any = None, query_key: str = "text"):
+               width: int, limit: Optional[int] = None, vectors: Any = None, query_key: str = "text",
+               beam_state_bytes: int = 2 ** 28):
     """
     Args:
       trie: the corpus's semantic IDs.
@@ -45,14 +47,23 @@ class GenerativeRecall:
       vectors: optional [V, D] dense embeddings of the trie's videos (its order), for a reranker
         reading `vectors(ids)` (TwoStage's default batch).
       query_key: the query field `retrieve` reads when given a dict batch (as `DenseIndex`)
+      beam_state_bytes: how large the queries' state may grow once repeated for every beam (a T5's
+        `code_logp` repeats its encoder memory W times, and the cross-attention's keys and values follow
+        it): the beam search runs over chunks of queries that keep `chunk x W x state bytes per query`
+        under this (default 256 MiB), so its memory does not grow with the query batch. At 256 queries,
+        W = 250 and 128 query tokens of width 128 a single pass allocated 26.8 GB. Chunks give the same
+        beams as one pass (the last is padded to the chunk's shape: one compilation).
     """
     if not is_positive_int(width):
       raise ValueError(f"GenerativeRecall: width must be a positive integer, got {width!r}")
     if limit is not None and not is_positive_int(limit):
       raise ValueError(f"GenerativeRecall: limit must be a positive integer or None, got {limit!r}")
+    if not is_positive_int(beam_state_bytes):
+      raise ValueError(f"GenerativeRecall: beam_state_bytes must be a positive integer, got {beam_state_bytes!r}")
     if vectors is not None and np.shape(vectors)[0] != len(trie):
       raise ValueError(f"GenerativeRecall: {np.shape(vectors)[0]} vectors for a trie of {len(trie)} videos")
     self.trie, self.params, self.width, self.limit, self.query_key = trie, params, int(width), limit, query_key
+    self.beam_state_bytes = int(beam_state_bytes)
     self._arrays = trie.arrays()
     self._encode = jax.jit(encode_fn)
     self._logp_fn = logp_fn
@@ -70,8 +81,17 @@ class GenerativeRecall:
     t0 = time.perf_counter()
     state = jax.block_until_ready(self._encode(self.params, queries))
     t1 = time.perf_counter()
-    _, leaves, scores = jax.device_get(beam_search(self._logp_fn, self._arrays, self.params, state,
-                                                   width=self.width, depth=self.trie.depth))
+    arrays = jax.tree_util.tree_leaves(state)
+    n = arrays[0].shape[0]
+    per_query = max(sum(int(a.nbytes) for a in arrays) // max(n, 1), 1)
+    chunk = max(1, min(n, self.beam_state_bytes // (self.width * per_query)))
+    parts = []
+    for start in range(0, n, chunk):
+      rows = jax.tree.map(lambda a, s=start: _padded_rows(a, s, chunk), state)
+      parts.append(jax.device_get(beam_search(self._logp_fn, self._arrays, self.params, rows,
+                                              width=self.width, depth=self.trie.depth))[1:])
+    leaves = np.concatenate([p[0] for p in parts])[:n]
+    scores = np.concatenate([p[1] for p in parts])[:n]
     t2 = time.perf_counter()
     found, found_scores = [], []
     for q in range(leaves.shape[0]):
@@ -114,3 +134,11 @@ class GenerativeRecall:
     """Mean wall time per query of each stage so far."""
     n = max(self.queries_seen, 1)
     return {s: v / n for s, v in self.latency_ms.items()}
+
+
+def _padded_rows(a, start: int, size: int):
+  """Rows start .. start + size of `a` (leading axis), the last row repeated where `a` runs out."""
+  rows = a[start:start + size]
+  if rows.shape[0] == size:
+    return rows
+  return jnp.concatenate([rows, jnp.repeat(rows[-1:], size - rows.shape[0], axis=0)])
