@@ -40,17 +40,14 @@ def t5_grad(batch: int, length: int, rate: float, threefry: bool):
   def loss(p, key):
     return jnp.mean(model.apply(p, ids, mask, dec, deterministic=False, rngs={"dropout": key}) ** 2)
 
-  grad = jax.jit(jax.grad(loss))
-  if threefry:  # flax's own Dropout in place of the project's (the T5 as it was before the counter hash)
-    def patched(p, key):
-      original = t5.Dropout
-      t5.Dropout = nn.Dropout
-      try:
-        return jax.grad(loss)(p, key)
-      finally:
-        t5.Dropout = original
-    grad = jax.jit(patched)
-  return grad, (params, jax.random.key(1))
+  def with_flax_dropout(p, key):  # flax's own Dropout in place of the project's: the T5 before the counter hash
+    original, t5.Dropout = t5.Dropout, nn.Dropout
+    try:
+      return jax.grad(loss)(p, key)
+    finally:
+      t5.Dropout = original
+
+  return jax.jit(with_flax_dropout if threefry else jax.grad(loss)), (params, jax.random.key(1))
 
 
 def main():

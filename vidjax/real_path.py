@@ -7,9 +7,9 @@ It reads the backbone's `corpus_summary.json`, each method's `results.json` unde
 + 10 Acc; VEDJE's rerank >= stage 1 on T2V R@1; GRDR's candidate recall >= 80% of dense's at the same budget;
 VideoComp's contrastive fine-tune > zero-shot on temp-reorder; GenState's trained VidCLIP > the zero-shot of the
 same features on Acc_tri (stricter than the issue's comparator, the pixel-statistics stand-in, which needs a run of
-its own: `configs/genstate_rendered.py`); the stack with VEDJE as its rerank stage >= the stack with the pair reranker on R@1. A
-run that is missing (not in the script's SCOPE, or failed) is listed as such. The corpus's pixels are rendered:
-everything here is SYNTHETIC.
+its own: `configs/genstate_rendered.py`); the stack with VEDJE as its rerank stage >= the stack with the pair
+reranker on R@1. A run that is missing (not in the script's SCOPE, or failed) is listed as such. The corpus's pixels
+are rendered: everything here is SYNTHETIC.
 
 summary.json: {"synthetic": true, "path": "real", "out", "backbone": {"step_t2v_r1", "video_t2v_r1", "chance_step",
 "chance_video"} | null, "lines": [{"method", "dataset", "claim", "value", "reference", "holds"}] (holds null: not
@@ -50,8 +50,7 @@ LINES = (
     ("videocomp", "activitynet", "comp_activitynet", "contrastive fine-tune > zero-shot on temp-reorder",
      "metrics.contrastive.temp_reorder", "metrics.zero_shot.temp_reorder", 1.0, 0.0, True),
     ("genstate", "genstate", "genstate", "trained VidCLIP Acc_tri > the backbone's zero-shot Acc_tri (same triplets)",
-     "metrics.vidclip.acc_tri",
-     "metrics.zero_shot.acc_tri", 1.0, 0.0, True),
+     "metrics.vidclip.acc_tri", "metrics.zero_shot.acc_tri", 1.0, 0.0, True),
 )
 STACK = ("stack", "youcook2", "stack with VEDJE R@1 >= stack with the pair reranker R@1", "metrics.full_stack.r1")
 

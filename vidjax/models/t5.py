@@ -10,7 +10,7 @@ shared codebook, eq. 8, not over words):
                       y = y + CrossAttn(RMSNorm(y), encoder output)
                       y = y + W_o ReLU(W_i RMSNorm(y))
   each stack ends with RMSNorm; dropout after every sublayer and on the embeddings (its masks from
-  `ops.dropout_keep_mask`'s counter hash: on a CPU, threefry masks took 70% of a training step).
+  `ops.dropout_keep_mask`'s counter hash: on a CPU, threefry masks took two thirds of a training step).
 
 T5 specifics kept: no biases anywhere; RMSNorm with a scale only (eps 1e-6); attention logits are not
 scaled by 1/sqrt(d_kv) (T5 folds that into the init); the relative-position bias (32 log-spaced
