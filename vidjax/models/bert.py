@@ -42,6 +42,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from vidjax.models.layers import Dropout
 from vidjax.ops import flatten_dict, l2_normalize, unflatten_dict
 from vidjax.tokenizers.wordpiece import WordPieceTokenizer
 
@@ -140,7 +141,7 @@ class BertEmbeddings(nn.Module):
          + embed(cfg.max_position, "position_embeddings")(positions)
          + embed(cfg.type_vocab_size, "token_type_embeddings")(token_type_ids))
     x = _layer_norm(cfg, "layer_norm")(x)
-    return nn.Dropout(cfg.dropout_rate)(x, deterministic=deterministic)
+    return Dropout(cfg.dropout_rate)(x, deterministic=deterministic)
 
 
 class BertSelfAttention(nn.Module):
@@ -169,7 +170,7 @@ class BertSelfAttention(nn.Module):
     # unnormalized weights equals dropout on the probabilities (the row sums are taken before it).
     weights = jnp.exp(logits - jnp.max(logits, axis=-1, keepdims=True))
     total = jnp.sum(weights, axis=-1, keepdims=True)
-    weights = nn.Dropout(cfg.attention_dropout_rate)(weights, deterministic=deterministic)
+    weights = Dropout(cfg.attention_dropout_rate)(weights, deterministic=deterministic)
     context = jnp.einsum("bhqk,bhkc->bhqc", weights.astype(jnp.dtype(cfg.dtype)), v)
     context = (context.astype(jnp.float32) / total).astype(jnp.dtype(cfg.dtype))
     context = context.transpose(0, 2, 1, 3).reshape(b, s, d)
@@ -184,7 +185,7 @@ class BertLayer(nn.Module):
   def __call__(self, x, mask, deterministic: bool = True):
     """x [B, S, D], mask [B, S] bool -> [B, S, D]."""
     cfg = self.config
-    drop = lambda t: nn.Dropout(cfg.dropout_rate)(t, deterministic=deterministic)
+    drop = lambda t: Dropout(cfg.dropout_rate)(t, deterministic=deterministic)
     a = BertSelfAttention(cfg, name="attention")(x, mask, deterministic)
     x = _layer_norm(cfg, "attention_norm")(x + drop(a))
     y = _dense(cfg.intermediate_size, cfg, "intermediate")(x)

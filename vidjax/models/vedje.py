@@ -76,6 +76,8 @@ import numpy as np
 
 from vidjax.models import bert
 from vidjax.models.bert import BertConfig, BertLayer
+from vidjax.models.layers import Dropout
+from vidjax.ops import dropout_keep_mask
 
 Params = dict[str, Any]
 
@@ -243,11 +245,12 @@ def delta_queries(horizons: Sequence[int], patches: int, dim: int) -> np.ndarray
 def heads_first_attention(query, key, value, bias=None, mask=None, broadcast_dropout=True, dropout_rng=None,
                           dropout_rate=0.0, deterministic=False, dtype=None, precision=None, module=None,
                           force_fp32_for_softmax=False, **unused):
-  """`flax.linen.dot_product_attention`'s computation (same scaling, masking, fp32 softmax, dropout
-  draws) with the heads moved in front of the two products: [..., L, H, c] -> [..., H, L, c].
+  """`flax.linen.dot_product_attention`'s computation (same scaling, masking, fp32 softmax) with the
+  heads moved in front of the two products: [..., L, H, c] -> [..., H, L, c].
 
   XLA:CPU runs the products as batched matmuls that way, about twice as fast for the many small
-  per-frame attentions of the compressor and F_omega. Results equal flax's to float rounding.
+  per-frame attentions of the compressor and F_omega. Without dropout, results equal flax's to
+  float rounding; dropout masks come from `ops.dropout_keep_mask` (same law, cheaper draws).
   """
   del module, force_fp32_for_softmax, unused  # the softmax runs in float32 here always
   dtype = dtype or query.dtype
@@ -260,9 +263,8 @@ def heads_first_attention(query, key, value, bias=None, mask=None, broadcast_dro
     logits = jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
   weights = jax.nn.softmax(logits, axis=-1).astype(dtype)
   if not deterministic and dropout_rate > 0.0:
-    keep_prob = 1.0 - dropout_rate
     shape = weights.shape if not broadcast_dropout else (1,) * (weights.ndim - 2) + weights.shape[-2:]
-    keep = jax.random.bernoulli(dropout_rng, keep_prob, shape)
+    keep, keep_prob = dropout_keep_mask(dropout_rng, shape, dropout_rate)
     weights = weights * (keep / keep_prob).astype(dtype)
   out = jnp.einsum("...hqk,...hkc->...hqc", weights, v, precision=precision)
   return jnp.swapaxes(out, -3, -2)
@@ -285,7 +287,7 @@ class TransformerDecoderLayer(nn.Module):
   @nn.compact
   def __call__(self, x: jax.Array, memory: jax.Array, deterministic: bool = True) -> jax.Array:
     """x [B, Q, d], memory [B, K, d] -> [B, Q, d] (computation dtype)."""
-    drop = lambda t: nn.Dropout(self.dropout_rate)(t, deterministic=deterministic)  # noqa: E731
+    drop = lambda t: Dropout(self.dropout_rate)(t, deterministic=deterministic)  # noqa: E731
     norm = lambda name: nn.LayerNorm(epsilon=self.layer_norm_eps, dtype=self.dtype,  # noqa: E731
                                      param_dtype=jnp.float32, name=name)
     attention = lambda name: nn.MultiHeadDotProductAttention(  # noqa: E731
@@ -378,7 +380,7 @@ class JointEmbeddings(nn.Module):
     self.position_embeddings = embed(cfg.input_len)
     self.token_type_embeddings = embed(cfg.text.type_vocab_size)
     self.layer_norm = nn.LayerNorm(epsilon=cfg.text.layer_norm_eps, dtype=dtype, param_dtype=jnp.float32)
-    self.dropout = nn.Dropout(cfg.text.dropout_rate)
+    self.dropout = Dropout(cfg.text.dropout_rate)
 
   def __call__(self, input_ids: jax.Array, cache: Optional[jax.Array] = None,
                deterministic: bool = True) -> jax.Array:
