@@ -1,12 +1,14 @@
 """Dropout masks on a CPU: `jax.random.bernoulli` (threefry per element) against `ops.dropout_keep_mask` (a counter
-hash), alone and inside the T5 training step GRDR's `rendered` / `world` variants run.
+hash), alone and inside the training steps of the two towers that drop out the most: GRDR's T5 and VEDJE's joint BERT.
 
     python bench/dropout_mask.py [--batch 512] [--length 64] [--iters 5]
 
-Rows: one masking of a [batch, length, 512] float32 tensor (the T5 feed-forward's hidden layer at d_ff 512), then
-one jitted gradient of the T5 (d_model 128, 4 heads, d_ff 512, 2 + 2 layers, 4 decoder positions) with dropout 0.1
-through `flax.linen.Dropout`'s threefry masks, through `models.layers.Dropout` (what `models/t5.py` uses), and
-without dropout. Prints the machine, a float32 matmul rate measured in the same run (the machine's own limit, for
+Rows: one masking of a [batch, length, 512] float32 tensor (the T5 feed-forward's hidden layer at d_ff 512); one
+jitted gradient of the T5 GRDR's `rendered` / `world` variants run (d_model 128, 4 heads, d_ff 512, 2 + 2 layers,
+4 decoder positions) and one of the joint encoder VEDJE's `rendered` variant runs (BERT layers at d_l 64, 4 heads,
+MLP 256, 2 layers; 32 queries x 8 candidates, 64 text + 64 cache tokens), each with dropout 0.1 through
+`flax.linen.Dropout`'s threefry masks, through `models.layers.Dropout` (what `models/t5.py` and `models/bert.py` use),
+and without dropout. Prints the machine, a float32 matmul rate measured in the same run (the machine's own limit, for
 scale: masking is elementwise work, bound by memory and integer ops, not by the matmul rate), then median seconds
 per call and each row's speed-up over its threefry row.
 """
@@ -24,8 +26,19 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from vidjax.models import t5
+from vidjax.models import bert, t5
 from vidjax.ops import dropout_keep_mask
+
+
+def with_flax_dropout(module, fn):
+  """`fn` with `module.Dropout` swapped for flax's own (threefry masks) while it traces: the model before the hash."""
+  def swapped(*args):
+    original, module.Dropout = module.Dropout, nn.Dropout
+    try:
+      return fn(*args)
+    finally:
+      module.Dropout = original
+  return swapped
 
 
 def t5_grad(batch: int, length: int, rate: float, threefry: bool):
@@ -40,14 +53,34 @@ def t5_grad(batch: int, length: int, rate: float, threefry: bool):
   def loss(p, key):
     return jnp.mean(model.apply(p, ids, mask, dec, deterministic=False, rngs={"dropout": key}) ** 2)
 
-  def with_flax_dropout(p, key):  # flax's own Dropout in place of the project's: the T5 before the counter hash
-    original, t5.Dropout = t5.Dropout, nn.Dropout
-    try:
-      return jax.grad(loss)(p, key)
-    finally:
-      t5.Dropout = original
+  grad = jax.grad(loss)
+  return jax.jit(with_flax_dropout(t5, grad) if threefry else grad), (params, jax.random.key(1))
 
-  return jax.jit(with_flax_dropout if threefry else jax.grad(loss)), (params, jax.random.key(1))
+
+class JointLayers(nn.Module):
+  """VEDJE's joint encoder body: `bert.BertLayer`s over the [text; cache] tokens."""
+  config: bert.BertConfig
+
+  @nn.compact
+  def __call__(self, x, mask, deterministic: bool):
+    for i in range(self.config.num_layers):
+      x = bert.BertLayer(self.config, name=f"layer_{i}")(x, mask, deterministic)
+    return x
+
+
+def bert_grad(rate: float, threefry: bool, pairs: int = 32 * 8, tokens: int = 64 + 64):
+  """The jitted gradient of a mean-square loss through VEDJE's `rendered` joint encoder, and its arguments."""
+  config = bert.BertConfig(vocab_size=1000, hidden_size=64, num_layers=2, num_heads=4, intermediate_size=256,
+                           dropout_rate=rate, attention_dropout_rate=rate)
+  model = JointLayers(config)
+  x, mask = jnp.ones((pairs, tokens, 64), jnp.float32), jnp.ones((pairs, tokens), bool)
+  params = model.init(jax.random.key(0), x, mask, True)
+
+  def loss(p, key):
+    return jnp.mean(model.apply(p, x, mask, False, rngs={"dropout": key}) ** 2)
+
+  grad = jax.grad(loss)
+  return jax.jit(with_flax_dropout(bert, grad) if threefry else grad), (params, jax.random.key(1))
 
 
 def main():
@@ -71,18 +104,20 @@ def main():
 
   rows = [("mask, jax.random.bernoulli (threefry)", machine.timed(threefry_mask, key, x, iters=args.iters)),
           ("mask, ops.dropout_keep_mask (counter hash)", machine.timed(hash_mask, key, x, iters=args.iters))]
-  for name, rate, threefry in (("T5 step, flax Dropout (threefry)", 0.1, True),
-                               ("T5 step, layers.Dropout (counter hash)", 0.1, False),
-                               ("T5 step, no dropout", 0.0, False)):
-    fn, fargs = t5_grad(args.batch, args.length, rate, threefry)
-    rows.append((name, machine.timed(fn, *fargs, iters=args.iters)))
+  for model, step in (("T5", lambda rate, threefry: t5_grad(args.batch, args.length, rate, threefry)),
+                      ("VEDJE joint BERT", bert_grad)):
+    for name, rate, threefry in ((f"{model} step, flax Dropout (threefry)", 0.1, True),
+                                 (f"{model} step, layers.Dropout (counter hash)", 0.1, False),
+                                 (f"{model} step, no dropout", 0.0, False)):
+      fn, fargs = step(rate, threefry)
+      rows.append((name, machine.timed(fn, *fargs, iters=args.iters)))
   flops = machine.matmul_flops_per_s()
   print(machine.describe())
   print(f"float32 matmul rate: {flops / 1e9:.1f} GFLOP/s; masks of {shape}, T5 batch {args.batch} x {args.length}")
   print("| what | seconds | vs threefry |")
   print("|---|---:|---:|")
   for i, (name, seconds) in enumerate(rows):
-    base = rows[0][1] if i < 2 else rows[2][1]
+    base = rows[0][1] if i < 2 else rows[2 + 3 * ((i - 2) // 3)][1]
     print(f"| {name} | {seconds:.3f} | {base / seconds:.2f}x |")
 
 
