@@ -215,7 +215,7 @@ SIZES = {
     # and enough for every method's smoke/tiny settings (CAST's batch of 64 training instances, its held-out pools).
     "smoke": ReleaseCorpusConfig(videos_per_task=12),
     # 40 x 24 = 960 procedure videos (640 train / 320 test; 3,840 step clips) + 1,800 GenState clips: sized so that
-    # `launch/real_path.sh OUT full` (render, train the backbone, prepare, every method) runs in about 46 minutes
+    # `launch/real_path.sh OUT full` (render, train the backbone, prepare, every method) runs in about 42 minutes
     # on 2 CPU cores (BENCHMARKS.md, "The whole real path in one go"); 45 videos a task (1,800) took ~2.5 hours.
     "full": ReleaseCorpusConfig(tasks=40, videos_per_task=24, genstate_train=100, genstate_test=50),
 }
