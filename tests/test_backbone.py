@@ -93,16 +93,44 @@ def test_bad_backbone_config_gets_one_clear_error(tmp_path):
   config.data.format, config.train.identity_weight = "youcook2", -1.0
   with pytest.raises(ValueError, match="train.identity_weight"):
     main.run(config, tmp_path / "c")
+  config.train.identity_weight, config.train.identity_positive = 0.1, "frame"
+  with pytest.raises(ValueError, match="train.identity_positive"):
+    main.run(config, tmp_path / "d")
+
+
+def test_clip_partners_are_the_same_clips_shifted_and_repeat_on_resume():
+  """`batch_fn(partners="clip")`: the second half of the batch is the first half's clips again, each rolled by one
+  shift of at most `CLIP_SHIFT` of the frame in height and width (the same for every frame); each clip is its own
+  instance group; the same indices give the same batch."""
+  rng = np.random.default_rng(0)
+  frames = rng.integers(0, 255, size=(6, 2, 32, 32, 3), dtype=np.uint8)
+  pairs = B.Pairs(frames, np.arange(6, dtype=np.int32), [str(i) for i in range(6)], np.array(["step"] * 6),
+                  ["a", "a", "b", "b", "c", "c"])
+  fn = B.batch_fn(pairs, np.zeros((6, 2), np.int32), np.zeros((6, 2)), partners="clip")
+  limit = max(1, round(B.CLIP_SHIFT * 32))
+  for idx in (np.array([5, 0, 3, 1]), np.array([2, 4, 0])):
+    batch = fn(idx)
+    half = (len(idx) + 1) // 2
+    assert list(batch["group"][:half]) == list(idx[:half]) and list(batch["video"]) == list(batch["group"])
+    assert list(batch["group"][half:]) == list(idx[:len(idx) - half])
+    np.testing.assert_array_equal(batch["frames"][:half], frames[idx[:half]])
+    for view, clip in zip(batch["frames"][half:], batch["group"][half:]):
+      found = [(dy, dx) for dy in range(-limit, limit + 1) for dx in range(-limit, limit + 1)
+               if np.array_equal(view, np.roll(frames[clip], (dy, dx), axis=(1, 2)))]
+      assert len(found) == 1, found
+    np.testing.assert_array_equal(fn(idx)["frames"], batch["frames"])
+  with pytest.raises(ValueError, match="partners"):
+    B.batch_fn(pairs, np.zeros((6, 2), np.int32), np.zeros((6, 2)), partners="frame")
 
 
 def test_identity_partners_are_other_clips_of_the_same_videos_and_repeat_on_resume():
-  """`batch_fn(partners=True)`: the first half of the batch as drawn, the second half another clip of each of its
+  """`batch_fn(partners="video")`: the first half of the batch as drawn, the second half another clip of each of its
   videos (never the clip itself), the same for the same indices (a resumed run); the batch's `video` feeds
   `losses.instance_infonce` (tested against NumPy in test_losses.py)."""
   videos = ["a"] * 3 + ["b"] * 2 + ["c"] * 5
   pairs = B.Pairs(np.arange(10, dtype=np.uint8).reshape(10, 1, 1, 1, 1), np.arange(10, dtype=np.int32),
                   [str(i) for i in range(10)], np.array(["step"] * 10), videos)
-  fn = B.batch_fn(pairs, np.zeros((10, 2), np.int32), np.zeros((10, 2)), partners=True)
+  fn = B.batch_fn(pairs, np.zeros((10, 2), np.int32), np.zeros((10, 2)), partners="video")
   for idx in (np.array([0, 3, 5, 9, 1, 2]), np.array([4, 6, 7, 8, 2])):
     batch = fn(idx)
     half = (len(idx) + 1) // 2
@@ -115,4 +143,4 @@ def test_identity_partners_are_other_clips_of_the_same_videos_and_repeat_on_resu
   assert list(plain["group"]) == [0, 3, 5]
   with pytest.raises(ValueError, match="one clip"):
     B.batch_fn(B.Pairs(pairs.frames[:4], pairs.text_index[:4], pairs.texts[:4], pairs.kinds[:4], videos[:4]),
-               np.zeros((4, 2), np.int32), np.zeros((4, 2)), partners=True)
+               np.zeros((4, 2), np.int32), np.zeros((4, 2)), partners="video")

@@ -42,6 +42,10 @@ def get_config(arg: str | None = None, shared: Path | None = None) -> ml_collect
       # video 2.9% of the time (chance 2.2%; the tokens: 73%), so CAST's context had nothing to carry. 0.1 keeps
       # it (97%) at 2.4 points of held-out step R@1; 1.0 kept 99.8% at 8.5 points (BENCHMARKS.md, seed 0).
       identity_weight=0.1,
+      # the instance term's positives: "video" (another clip of the same video: the default above) or "clip" (the
+      # same clip shifted by a few pixels: keeps what tells clips apart without pulling a video's clips together;
+      # BENCHMARKS.md, "The whole real path in one go", GenState)
+      identity_positive="video",
       checkpoint_every=200, log_every=20, progress=True))
   c.eval = ml_collections.ConfigDict(dict(batch_size=64))
   c.output = ""              # the checkpoint; '' = <workdir>/backbone.npz

@@ -55,6 +55,7 @@ def validate(config) -> None:
   weight = config.train.identity_weight
   if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not weight >= 0:
     common.bad_value("train.identity_weight", weight, "a number >= 0")
+  common.check_choice(config, "train.identity_positive", ("video", "clip"))
 
 
 def _skipped(config, skipped: dict[str, str]) -> None:
@@ -100,7 +101,9 @@ def run(config, workdir: str) -> dict:
                            loss_fn=B.loss_fn(model, pixel_mean=pixel_mean, pixel_std=pixel_std,
                                              identity_weight=config.train.identity_weight),
                            num_examples=len(train_pairs),
-                           batch_fn=B.batch_fn(train_pairs, ids, paddings, partners=config.train.identity_weight > 0),
+                           batch_fn=B.batch_fn(train_pairs, ids, paddings,
+                                               partners=config.train.identity_positive if config.train.identity_weight
+                                               else ""),
                            tcfg=config.train, seed=config.seed, workdir=workdir / "model",
                            description="backbone (contrastive)")
   params = jax.device_get(state.params)

@@ -135,10 +135,10 @@ def init_fn(model, tau: float) -> Callable[[jax.Array], Any]:
 def loss_fn(model, min_tau: float = 0.01, pixel_mean=(0.0, 0.0, 0.0), pixel_std=(1.0, 1.0, 1.0),
             identity_weight: float = 0.0):
   """`(params, batch, rng) -> (loss, aux)`: `losses.grouped_infonce` of the video and text embeddings, plus
-  `identity_weight` x `losses.instance_infonce` of the video embeddings over their source videos (the clips of one
-  video are each other's positives: the embedding keeps which video a clip is from, which the caption term alone
-  does not ask for). Batch: frames uint8 [B, T, R, R, 3], ids int [B, L], paddings [B, L] (1 = pad), group int [B]
-  (the text's index), video int [B] (the source video's index).
+  `identity_weight` x `losses.instance_infonce` of the video embeddings over the batch's instance groups (`batch_fn`'s
+  partners: with "video" the clips of one video are each other's positives, so the embedding keeps which video a
+  clip is from, which the caption term alone does not ask for). Batch: frames uint8 [B, T, R, R, 3], ids int [B, L],
+  paddings [B, L] (1 = pad), group int [B] (the text's index), video int [B] (the instance group).
 
   Frames go in as `(x / 255 - pixel_mean) / pixel_std` (per channel; `pixel_stats` of the training frames):
   the rendered frames are a flat grey board (mean ~0.57, std ~0.07), so in raw [0, 1] units the patch
@@ -159,35 +159,57 @@ def loss_fn(model, min_tau: float = 0.01, pixel_mean=(0.0, 0.0, 0.0), pixel_std=
   return fn
 
 
+# `batch_fn(partners="clip")`: a partner view's largest shift, as a fraction of the frame's height and width
+CLIP_SHIFT = 0.0625
+
+
 def batch_fn(pairs: Pairs, ids: np.ndarray, paddings: np.ndarray,
-             partners: bool = False) -> Callable[[np.ndarray], dict]:
+             partners: str = "") -> Callable[[np.ndarray], dict]:
   """Index batch [B] -> the loss's batch; `ids` / `paddings` [len(pairs.texts), L] are the tokenized texts.
 
-  `partners`: the batch's second half is replaced by a partner of each pair of its first half, another clip of the
-  same video drawn at random (seeded by the batch's indices: a resumed run sees the same batches), so that
-  `losses.instance_infonce` has positives in every batch."""
+  `partners` ("" = none): the batch's second half is replaced by a partner of each pair of its first half, so that
+  `losses.instance_infonce` has positives in every batch; the batch's `video` holds the instance groups. "video": the
+  partner is another clip of the same video, drawn at random, and the groups are the source videos. "clip": the
+  partner is the same clip shifted by up to `CLIP_SHIFT` of its height and width (wrapping round; one shift per
+  clip, every frame), and the groups are the clips. Draws are seeded by the batch's indices: a resumed run sees the
+  same batches."""
   video = np.unique(np.asarray(pairs.video_ids), return_inverse=True)[1].astype(np.int32)
   order = np.argsort(video, kind="stable")
   starts = np.searchsorted(video[order], np.arange(video.max() + 2))
   sizes = np.diff(starts)
   rank = np.empty_like(order)
   rank[order] = np.arange(len(order)) - starts[video[order]]  # each pair's position among its video's pairs
-  if partners and sizes.min() < 2:
+  if partners not in ("", "video", "clip"):
+    raise ValueError(f"backbone: partners must be '', 'video' or 'clip', not {partners!r}")
+  if partners == "video" and sizes.min() < 2:
     raise ValueError(f"backbone: video {pairs.video_ids[order[starts[np.argmin(sizes)]]]!r} has one clip; "
                      "an identity partner needs two")
 
   def fn(idx):
     idx = np.asarray(idx)
-    if partners:
-      anchors = idx[:(len(idx) + 1) // 2]
-      rng = np.random.default_rng(idx)
+    if not partners:
+      text = pairs.text_index[idx]
+      return {"frames": pairs.frames[idx], "ids": ids[text], "paddings": paddings[text], "group": text,
+              "video": video[idx]}
+    anchors = idx[:(len(idx) + 1) // 2]
+    rng = np.random.default_rng(idx)
+    if partners == "video":
       v = video[anchors]
       pick = rng.integers(0, sizes[v] - 1)  # a random other clip of the anchor's video: skip its own position
       chosen = order[starts[v] + pick + (pick >= rank[anchors])]
       idx = np.concatenate([anchors, chosen])[:len(idx)]
+      frames, groups = pairs.frames[idx], video[idx]
+    else:
+      chosen = anchors[:len(idx) - len(anchors)]
+      height, width = pairs.frames.shape[2:4]
+      limit = np.array([max(1, round(CLIP_SHIFT * height)), max(1, round(CLIP_SHIFT * width))])
+      shifts = rng.integers(-limit, limit + 1, size=(len(chosen), 2))
+      views = [np.roll(pairs.frames[i], tuple(shift), axis=(1, 2)) for i, shift in zip(chosen, shifts)]
+      frames = np.concatenate([pairs.frames[anchors], np.stack(views) if views else pairs.frames[:0]])
+      idx = np.concatenate([anchors, chosen])
+      groups = idx.astype(np.int32)
     text = pairs.text_index[idx]
-    return {"frames": pairs.frames[idx], "ids": ids[text], "paddings": paddings[text], "group": text,
-            "video": video[idx]}
+    return {"frames": frames, "ids": ids[text], "paddings": paddings[text], "group": text, "video": groups}
   return fn
 
 
