@@ -21,10 +21,10 @@ from collections.abc import Mapping
 from typing import Any, Callable, Optional
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from vidjax.ops import is_positive_int
+from vidjax.retrieval.dense import pad_rows
 from vidjax.retrieval.trie import SemanticIdTrie, beam_search
 
 STAGES = ("encode", "decode", "id_to_video")
@@ -87,7 +87,7 @@ class GenerativeRecall:
     chunk = max(1, min(n, self.beam_state_bytes // (self.width * per_query)))
     parts = []
     for start in range(0, n, chunk):
-      rows = jax.tree.map(lambda a, s=start: _padded_rows(a, s, chunk), state)
+      rows = jax.tree.map(lambda a, s=start: pad_rows(a[s:s + chunk], chunk), state)  # the last chunk padded
       parts.append(jax.device_get(beam_search(self._logp_fn, self._arrays, self.params, rows,
                                               width=self.width, depth=self.trie.depth))[1:])
     leaves = np.concatenate([p[0] for p in parts])[:n]
@@ -135,10 +135,3 @@ class GenerativeRecall:
     n = max(self.queries_seen, 1)
     return {s: v / n for s, v in self.latency_ms.items()}
 
-
-def _padded_rows(a, start: int, size: int):
-  """Rows start .. start + size of `a` (leading axis), the last row repeated where `a` runs out."""
-  rows = a[start:start + size]
-  if rows.shape[0] == size:
-    return rows
-  return jnp.concatenate([rows, jnp.repeat(rows[-1:], size - rows.shape[0], axis=0)])
