@@ -1,8 +1,17 @@
-"""What every benchmark reports besides its own numbers: the machine, and its own limit.
+"""What every benchmark reports besides its own numbers: the machine, and its own limits.
 
-`matmul_flops_per_s` measures a float32 (or, asked for, e.g. bfloat16) matmul on the default device
-in the same process, so each benchmark can state its achieved FLOP/s as a fraction of what this
-machine actually does.
+Each bench states its achieved rate as a fraction of what this device actually does, measured in the same process
+(ARCHITECTURE.md "Accelerators"; issue 49 item 5):
+
+  * `peak_matmul_flops_per_s(dtype)`: a large square matmul in `dtype` (8192^3 on an accelerator, 2048^3 on CPU,
+    where a larger one only takes longer), float32 at the precision the code under test uses (`precision`;
+    on a GPU the default float32 matmul is TF32);
+  * `copy_bytes_per_s()`: a memory copy of a large array (256 MiB on an accelerator, 64 MiB on CPU), counted as the
+    bytes read plus the bytes written: the bandwidth a memory-bound kernel (a search over stored rows) can reach;
+  * `limits_line()`: both, one line, for a table header.
+
+A floor is then `max(flops / peak, bytes / bandwidth)` seconds (`floor_seconds`). `matmul_flops_per_s` (2048^2,
+float32) is kept for the CPU tables already in BENCHMARKS.md.
 """
 from __future__ import annotations
 
@@ -27,6 +36,10 @@ def cpu_model() -> str:
   return platform.processor() or "unknown"
 
 
+def on_accelerator() -> bool:
+  return jax.devices()[0].platform != "cpu"
+
+
 def describe() -> str:
   """One line: devices, host CPU, cores, jax version."""
   dev = jax.devices()[0]
@@ -34,12 +47,45 @@ def describe() -> str:
           f"{os.cpu_count()} cores | jax {jax.__version__}")
 
 
-def matmul_flops_per_s(n: int = 2048, iters: int = 10, dtype: str = "float32") -> float:
+def matmul_flops_per_s(n: int = 2048, iters: int = 10, dtype: str = "float32", precision: str | None = None) -> float:
   """[n, n] @ [n, n] rate on the default device (2 n^3 FLOPs per product), operands and result in
-  `dtype` (default float32; e.g. "bfloat16" for the rate bfloat16 computation can reach)."""
+  `dtype` (default float32; e.g. "bfloat16" for the rate bfloat16 computation can reach); `precision`: the
+  matmul precision ("default", "high", "highest"; None = jax's default, TF32 for float32 on a GPU)."""
   a = jax.random.normal(jax.random.PRNGKey(0), (n, n), jnp.dtype(dtype))
   b = jax.random.normal(jax.random.PRNGKey(1), (n, n), jnp.dtype(dtype))
-  return 2 * n ** 3 / timed(jax.jit(lambda x, y: x @ y), a, b, iters=iters)
+  return 2 * n ** 3 / timed(jax.jit(lambda x, y: jnp.matmul(x, y, precision=precision)), a, b, iters=iters)
+
+
+def peak_matmul_flops_per_s(dtype: str = "bfloat16", precision: str | None = None, n: int | None = None,
+                            iters: int = 10) -> float:
+  """The device's large-matmul rate in `dtype` (8192^3 on an accelerator, 2048^3 on CPU unless `n` is given)."""
+  return matmul_flops_per_s(n or (8192 if on_accelerator() else 2048), iters, dtype, precision)
+
+
+def copy_bytes_per_s(nbytes: int | None = None, iters: int = 10) -> float:
+  """Memory bandwidth of the default device: a jitted copy of an `nbytes` float32 array (256 MiB on an accelerator,
+  64 MiB on CPU), counted as bytes read + bytes written per second."""
+  nbytes = nbytes or ((256 if on_accelerator() else 64) << 20)
+  x = jnp.ones((nbytes // 4,), jnp.float32)
+  # `x * 1 + 0` would be folded away; adding a traced scalar forces a read and a write of every element.
+  return 2 * nbytes / timed(jax.jit(lambda v, s: v + s), x, jnp.float32(1.0), iters=iters)
+
+
+def floor_seconds(flops: float, nbytes: float, peak_flops_per_s: float, bytes_per_s: float) -> float:
+  """The device's floor for work of `flops` FLOPs reading `nbytes` bytes: the larger of the two times."""
+  return max(flops / peak_flops_per_s, nbytes / bytes_per_s)
+
+
+def limits_line(dtypes: tuple[str, ...] = ("bfloat16", "float32")) -> tuple[str, dict[str, float]]:
+  """(one header line, {"matmul_<dtype>": FLOP/s, "copy": bytes/s}): the device's limits measured now; float32
+  at jax's default precision and at "highest" on an accelerator (they differ there)."""
+  limits = {f"matmul_{d}": peak_matmul_flops_per_s(d) for d in dtypes}
+  if on_accelerator() and "float32" in dtypes:
+    limits["matmul_float32_highest"] = peak_matmul_flops_per_s("float32", "highest")
+  limits["copy"] = copy_bytes_per_s()
+  parts = [f"{k.removeprefix('matmul_')} matmul {v / 1e12:.3g} TFLOP/s" for k, v in limits.items() if k != "copy"]
+  parts.append(f"memory copy {limits['copy'] / 1e9:.4g} GB/s")
+  return "device limits (measured now): " + ", ".join(parts), limits
 
 
 def flops_of(compiled) -> float:
