@@ -438,3 +438,93 @@ def test_a_half_deleted_old_step_is_ignored_on_resume_and_cleaned_by_the_next_sa
   assert sorted(p.name for p in ck.iterdir()) == ["10", "8"]  # the next saves removed it with the old steps
   for x, y in zip(jax.tree.leaves(straight), jax.tree.leaves(resumed)):  # resumed from step 6, not 2
     np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+# ----------------------------------------------------------------------------------------------
+# Device-resident inputs (pipeline.Gather) and multi-step calls.
+
+_TABLES = {"x": _XS, "y": _XS @ W_TRUE}
+
+
+def _row_batches(gather=None):
+  """SOURCE's order (as `_index_batches`), each batch as row indices into `_TABLES` (gathered by `gather`)."""
+  def rows(idx):
+    idx = np.asarray(idx, np.int32)
+    return {"x": idx, "y": idx, "idx": idx}
+  return pipeline.make_index_batches(len(SOURCE), BATCH, seed=3,
+                                     batch_fn=gather.host(rows) if gather is not None else rows)
+
+
+def test_gather_apply_equals_the_host_gather_with_padding_rows():
+  rng = np.random.default_rng(0)
+  table = rng.normal(size=(10, 3, 2)).astype(np.float32)
+  tokens = rng.integers(0, 99, size=(6, 4)).astype(np.int32)
+  gather = pipeline.Gather({"t": table, "tok": tokens}, {"a": "t", "b": "t", "ids": "tok"})
+  assert gather.on_device == ["t", "tok"]
+  batch = {"a": rng.integers(-1, 10, size=(5,)).astype(np.int32), "b": np.array([[-1, 0], [9, -1]], np.int32),
+           "ids": np.array([-1, 5, 0], np.int32), "other": np.ones(5, np.float32)}
+  on_device = jax.jit(gather.apply)(gather.device_tables(MESH), batch)
+  on_host = gather.gather_all(batch)
+  for key in batch:
+    np.testing.assert_array_equal(np.asarray(on_device[key]), on_host[key])
+  np.testing.assert_array_equal(on_host["b"][0, 0], np.zeros((3, 2)))  # -1: a zero row
+  np.testing.assert_array_equal(on_host["ids"][1], tokens[5])
+  assert on_host["ids"].dtype == np.int32 and np.all(on_host["ids"][0] == 0)
+  # Over budget: the table stays on the host and `host` gathers its fields there.
+  none = pipeline.Gather({"t": table, "tok": tokens}, {"a": "t", "ids": "tok"}, budget_bytes=0)
+  assert none.on_device == [] and none.device_tables(MESH) == {}
+  small = pipeline.Gather({"t": table, "tok": tokens}, {"a": "t", "ids": "tok"}, budget_bytes=tokens.nbytes + 4)
+  assert small.on_device == ["tok"]  # the tables that fit, in the order given
+  hosted = small.host(lambda idx: {"a": np.asarray(idx, np.int32), "ids": np.asarray(idx, np.int32)})(np.arange(3))
+  np.testing.assert_array_equal(hosted["a"], table[:3])
+  np.testing.assert_array_equal(hosted["ids"], np.arange(3))  # still rows: gathered on the device
+  with pytest.raises(ValueError, match=r"tables \['z'\] that are not given"):
+    pipeline.Gather({"t": table}, {"a": "z"})
+
+
+@pytest.mark.parametrize("budget,steps_per_call", [(None, 1), (0, 1), (None, 3)])
+def test_device_gather_and_multi_step_calls_train_the_same_steps(tmp_path, budget, steps_per_call):
+  """Rows gathered on the device (or, over budget, on the host) and several steps per call (a scan that stops at
+  every log and checkpoint step: calls of 3, 1, 1, 3, ...) train exactly the steps of the plain host-collated loop."""
+  straight, history = _fit(tmp_path / "a", dataset=_index_batches(), log_every=4, checkpoint_every=5)
+  gather = pipeline.Gather(_TABLES, {"x": "x", "y": "y"}, budget_bytes=budget)
+  state, rows_history = _fit(tmp_path / "b", dataset=_row_batches(gather), log_every=4, checkpoint_every=5,
+                             gather=gather, steps_per_call=steps_per_call)
+  for x, y in zip(jax.tree.leaves(straight), jax.tree.leaves(state)):
+    np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-6, atol=1e-7)
+  assert [r["step"] for r in history] == [r["step"] for r in rows_history] == [4, 8, 12]
+  assert [r["train/first_idx"] for r in history] == [r["train/first_idx"] for r in rows_history]
+  np.testing.assert_allclose([r["train/loss"] for r in history], [r["train/loss"] for r in rows_history], rtol=1e-6)
+  per_step = rows_history[0]["train/h2d_bytes_per_step"]
+  assert per_step == (3 * 4 * BATCH if budget is None else 4 * BATCH * (DIM + OUT + 1))  # rows only / the vectors
+  assert rows_history[0]["train/host_ms_per_step"] > 0
+
+
+def test_exact_resume_with_multi_step_calls(tmp_path):
+  gather = pipeline.Gather(_TABLES, {"x": "x", "y": "y"})
+  straight, _ = _fit(tmp_path / "a", dataset=_row_batches(gather), log_every=2, checkpoint_every=5, gather=gather,
+                     steps_per_call=4)
+
+  def crash(params, step):
+    if step == 8:
+      raise RuntimeError("simulated crash")
+    return {}
+
+  with pytest.raises(RuntimeError, match="simulated crash"):
+    _fit(tmp_path / "b", dataset=_row_batches(gather), log_every=2, checkpoint_every=5, gather=gather,
+         steps_per_call=4, eval_fn=crash, eval_every=4)
+  resumed, _ = _fit(tmp_path / "b", dataset=_row_batches(gather), log_every=2, checkpoint_every=5, gather=gather,
+                    steps_per_call=4)
+  for x, y in zip(jax.tree.leaves(straight), jax.tree.leaves(resumed)):
+    np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+  a, b = _jsonl(tmp_path / "a" / "metrics.jsonl"), _jsonl(tmp_path / "b" / "metrics.jsonl")
+  assert [r["train/loss"] for r in a] == [r["train/loss"] for r in b]
+
+
+def test_a_nan_inside_a_multi_step_call_names_its_step(tmp_path):
+  clean = [pipeline.make_batches(SOURCE, BATCH, seed=3)[i] for i in range(10)]
+  poisoned = [dict(b) for b in clean]
+  poisoned[6]["y"] = np.full_like(poisoned[6]["y"], np.nan)  # the batch of step 7, inside the call of steps 6-8
+  with pytest.raises(FloatingPointError, match=r"loss is nan at step 7 "):
+    _fit(tmp_path, dataset=grain.MapDataset.source(poisoned), num_steps=10, log_every=10, checkpoint_every=10,
+         steps_per_call=3)

@@ -112,9 +112,10 @@ def replicated(mesh: Mesh) -> NamedSharding:
   return NamedSharding(mesh, P())
 
 
-def data_sharded(mesh: Mesh) -> NamedSharding:
-  """Sharding that splits the leading (batch) dimension over the `'data'` axis."""
-  return NamedSharding(mesh, P(DATA_AXIS))
+def data_sharded(mesh: Mesh, axis: int = 0) -> NamedSharding:
+  """Sharding that splits the batch dimension (the leading one, or `axis`: 1 for a stack of batches) over
+  `'data'`."""
+  return NamedSharding(mesh, P(*([None] * axis), DATA_AXIS))
 
 
 def process_batch_size(global_batch_size: int) -> int:
@@ -126,27 +127,29 @@ def process_batch_size(global_batch_size: int) -> int:
   return global_batch_size // count
 
 
-def shard_batch(batch: Any, mesh: Mesh) -> Any:
+def shard_batch(batch: Any, mesh: Mesh, axis: int = 0) -> Any:
   """Turns this process's rows of a batch into global arrays split over `'data'`.
 
   Args:
     batch: a pytree (usually a dict) of numpy arrays, each `[B_local, ...]` with the same `B_local`:
       this process's part of the global batch (the whole batch on one host).
+    axis: the batch dimension: 0, or 1 for a stack of batches `[S, B_local, ...]` (`vidjax.train.fit`'s
+      multi-step calls).
 
   Returns:
-    The same pytree of `jax.Array`s, each `[B_local * process_count, ...]`, sharded `P('data')`.
+    The same pytree of `jax.Array`s, each `[B_local * process_count, ...]` (along `axis`), sharded on 'data'.
   """
-  sharding = data_sharded(mesh)
+  sharding = data_sharded(mesh, axis)
   num_shards = mesh.shape[DATA_AXIS]
   leaves, _ = jax.tree_util.tree_flatten_with_path(batch)
   sizes = {}
   for path, leaf in leaves:
     name = jax.tree_util.keystr(path) or "<batch>"
     shape = np.shape(leaf)
-    if not shape:
-      raise ValueError(f"Batch entry {name} is a scalar; every entry needs a leading batch "
-                       "dimension to be split over the 'data' mesh axis.")
-    sizes[name] = shape[0]
+    if len(shape) <= axis:
+      raise ValueError(f"Batch entry {name} is a scalar{f' per step (shape {shape})' if axis else ''}; every entry "
+                       f"needs a batch dimension (axis {axis}) to be split over the 'data' mesh axis.")
+    sizes[name] = shape[axis]
   if len(set(sizes.values())) > 1:
     raise ValueError(f"Batch entries disagree on the batch size (leading dimension): {sizes}.")
   if sizes:

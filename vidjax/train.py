@@ -20,9 +20,13 @@ What the loop does (ARCHITECTURE.md, "train.py"; STYLE.md items 3, 8-10):
 - The train state is a small pytree (`TrainState`: step, params, opt_state). The optimizer is not
   stored in it; it is closed over by `make_train_step`, so the state is pure data that orbax saves.
 - `make_train_step(loss_fn, optimizer)` builds the pure `train_step(state, batch, rng)`; `fit` jits
-  it once with `donate_argnums=0` and explicit shardings from a `('data',)` mesh (batch split along
+  it with `donate_argnums=0` and explicit shardings from a `('data',)` mesh (batch split along
   its leading dimension, state replicated; see `vidjax.sharding`). The per-step rng is
   `fold_in(rng, state.step)`, so randomness depends only on the seed and the step.
+- Inputs live on the device (ARCHITECTURE.md "Accelerators"): with `gather=` (`vidjax.data.pipeline.Gather`) the
+  feature tables within the device budget are put on the device once, a batch carries their row indices and the
+  gather runs inside the jitted step. A call runs `steps_per_call` steps as one `lax.scan` (the platform's default:
+  one on CPU, several on an accelerator); the log records the host's own ms and bytes per step.
 - Checkpoints: an orbax `CheckpointManager` in `<workdir>/checkpoints` holds the train state and the
   data iterator's position in the same step; calling `fit` again on the same workdir resumes
   exactly where the last checkpoint left off (same params, same next batch, same rngs).
@@ -254,6 +258,40 @@ def jit_train_step(train_step: Callable, mesh: jax.sharding.Mesh):
                  out_shardings=(repl, repl), donate_argnums=0)
 
 
+# Optimizer steps per compiled call of `fit` (a `lax.scan` over that many batches) when the caller does not say.
+# On CPU one step per call: dispatch costs little beside a step there, and a scan would compile a second program
+# for the remainder calls (bench/cast_train.py --loop measures both). On an accelerator a small model's step is
+# shorter than the host's per-call work (fetch, transfer, dispatch), so calls carry several steps.
+STEPS_PER_CALL = {"cpu": 1}
+DEFAULT_STEPS_PER_CALL = 8
+
+
+def default_steps_per_call() -> int:
+  return STEPS_PER_CALL.get(jax.devices()[0].platform, DEFAULT_STEPS_PER_CALL)
+
+
+def jit_train_steps(train_step: Callable, mesh: jax.sharding.Mesh, gather: pipeline.Gather | None = None,
+                    num_steps: int = 1):
+  """Jits `num_steps` applications of `train_step` as one program: `steps(state, tables, batches, rng)`.
+
+  `tables`: `gather.device_tables(mesh)` (or `{}`), replicated; each batch's device-side fields are gathered from
+  them inside the program (`pipeline.Gather.apply`). With `num_steps` 1, `batches` is one batch split on 'data' and
+  the metrics are scalars; otherwise every leaf has a leading `[num_steps]` axis (split on 'data' along the next),
+  the steps run as a `lax.scan`, and the metrics come back stacked `[num_steps]`. The state is donated.
+  """
+  def one(state, tables, batch, rng):
+    return train_step(state, gather.apply(tables, batch) if gather is not None else batch, rng)
+
+  repl = sharding_lib.replicated(mesh)
+  if num_steps == 1:
+    fn, batch_sharding = one, sharding_lib.data_sharded(mesh)
+  else:
+    def fn(state, tables, batches, rng):
+      return jax.lax.scan(lambda s, b: one(s, tables, b, rng), state, batches)
+    batch_sharding = sharding_lib.data_sharded(mesh, axis=1)
+  return jax.jit(fn, in_shardings=(repl, repl, batch_sharding, repl), out_shardings=(repl, repl), donate_argnums=0)
+
+
 # ----------------------------------------------------------------------------------------------
 # Metric logs.
 
@@ -365,7 +403,8 @@ def fit(*, init_fn: Callable[[jax.Array], Any], loss_fn: LossFn,
         workdir: str | Path, seed: int = 0, mesh: jax.sharding.Mesh | None = None,
         checkpoint_every: int = 1000, log_every: int = 50, max_to_keep: int = 2,
         eval_fn: EvalFn | None = None, eval_every: int | None = None, progress: bool = True,
-        description: str = "train") -> tuple[TrainState, list[dict[str, Any]]]:
+        description: str = "train", gather: pipeline.Gather | None = None,
+        steps_per_call: int | None = None) -> tuple[TrainState, list[dict[str, Any]]]:
   """Trains for `num_steps` optimizer steps, resuming from `<workdir>/checkpoints` if present.
 
   Args:
@@ -389,17 +428,25 @@ def fit(*, init_fn: Callable[[jax.Array], Any], loss_fn: LossFn,
     eval_every: call `eval_fn` every this many steps and at the last step.
     progress: report progress (process 0 only; `vidjax.progress.bar`).
     description: label of the bar and of error messages.
+    gather: the batch fields gathered on the device from tables put there once (`vidjax.data.pipeline.Gather`);
+      the dataset's batches then carry row indices for them (build it with `gather.host(batch_fn)`).
+    steps_per_call: optimizer steps per compiled call (a `lax.scan` over that many batches; a call stops at a
+      log, eval or checkpoint step, so checkpoints and resumes fall on the same steps); None = the platform's
+      default (`STEPS_PER_CALL`). The steps and their randomness are the same whatever the value.
 
   Returns:
     `(state, history)`: the final `TrainState` and every logged record
     (`{'step': s, 'train/loss': ..., 'train/grad_norm': ..., 'train/examples_per_sec': ...,
-    'eval/...': ...}`), including those logged before a resume.
+    'train/steps_per_sec': ..., 'train/host_ms_per_step': ..., 'train/h2d_bytes_per_step': ..., 'eval/...': ...}`;
+    host ms and bytes: the host's own work per step, fetching batches and handing them to the device), including
+    those logged before a resume.
 
   Raises:
     FloatingPointError: the loss or gradient norm became NaN/Inf; names the first bad step.
   """
   for name, value in (("num_steps", num_steps), ("checkpoint_every", checkpoint_every),
-                      ("log_every", log_every), ("max_to_keep", max_to_keep)):
+                      ("log_every", log_every), ("max_to_keep", max_to_keep),
+                      ("steps_per_call", 1 if steps_per_call is None else steps_per_call)):
     if not isinstance(value, (int, np.integer)) or value < 1:
       raise ValueError(f"fit: {name} must be a positive integer, got {value!r}.")
   if eval_fn is not None and (eval_every is None or eval_every < 1):
@@ -413,7 +460,10 @@ def fit(*, init_fn: Callable[[jax.Array], Any], loss_fn: LossFn,
   init_rng, step_rng = jax.random.split(jax.random.PRNGKey(seed))
   # The user's functions are closed over here, once per call (never static jit arguments).
   make_state = functools.partial(init_state, init_fn, optimizer)
-  train_step = jit_train_step(make_train_step(loss_fn, optimizer), mesh)
+  train_step = make_train_step(loss_fn, optimizer)
+  steps_per_call = default_steps_per_call() if steps_per_call is None else steps_per_call
+  step_fns = {}  # jitted calls by their number of steps (at most two: steps_per_call and a remainder)
+  tables = gather.device_tables(mesh) if gather is not None else {}
   data_iter = _iterate(dataset)
   manager = _checkpoint_manager(workdir, max_to_keep)
   writer = None
@@ -434,12 +484,16 @@ def fit(*, init_fn: Callable[[jax.Array], Any], loss_fn: LossFn,
     writer = MetricWriter(workdir, resume_step=start, enabled=is_main)
 
     pbar = progress_lib.bar(num_steps, description, "step", initial=start, disable=not progress or not is_main)
-    pending: list[tuple[int, dict[str, jax.Array]]] = []  # metrics not yet read back to host
+    # Metrics not yet read back to host: (first step, count, metrics; [count]-stacked when count > 1).
+    pending: list[tuple[int, int, dict[str, jax.Array]]] = []
     interval_start, interval_examples = time.perf_counter(), 0
+    host_seconds, host_bytes, host_steps = 0.0, 0, 0  # the host's own work per step: fetch, stack, transfer
 
     def check_pending() -> list[dict[str, float]]:
-      values = jax.device_get([m for _, m in pending])
-      for (step, _), metrics in zip(pending, values):
+      values = []
+      for (first, count, _), metrics in zip(pending, jax.device_get([m for _, _, m in pending])):
+        values += [metrics] if count == 1 else [{k: v[j] for k, v in metrics.items()} for j in range(count)]
+      for step, metrics in enumerate(values, pending[0][0] if pending else 0):
         for name in CHECKED_METRICS:
           if not np.isfinite(metrics[name]):
             raise FloatingPointError(
@@ -449,18 +503,36 @@ def fit(*, init_fn: Callable[[jax.Array], Any], loss_fn: LossFn,
       pending.clear()
       return values
 
-    for step in range(start + 1, num_steps + 1):
-      try:
-        local_batch = next(data_iter)
-      except StopIteration:
-        raise ValueError(f"{description}: the dataset ran out of batches after {step - 1} "
-                         f"steps; num_steps={num_steps}. Repeat it (num_epochs=None) or train "
-                         "fewer steps.") from None
-      batch = sharding_lib.shard_batch(local_batch, mesh)
-      interval_examples += jax.tree.leaves(batch)[0].shape[0]
-      state, metrics = train_step(state, batch, step_rng)
-      pending.append((step, metrics))
-      pbar.update(1)
+    def steps_until_boundary(step: int) -> int:  # a call never runs past a log, eval or checkpoint step
+      every = [log_every, checkpoint_every] + ([eval_every] if eval_fn is not None else [])
+      return min([num_steps - step] + [e - step % e for e in every])
+
+    step = start
+    while step < num_steps:
+      count = min(steps_per_call, steps_until_boundary(step))
+      host_start = time.perf_counter()
+      local = []
+      for _ in range(count):
+        try:
+          local.append(next(data_iter))
+        except StopIteration:
+          raise ValueError(f"{description}: the dataset ran out of batches after {step + len(local)} "
+                           f"steps; num_steps={num_steps}. Repeat it (num_epochs=None) or train "
+                           "fewer steps.") from None
+      if count == 1:
+        batch = sharding_lib.shard_batch(local[0], mesh)
+      else:
+        batch = sharding_lib.shard_batch(jax.tree.map(lambda *x: np.stack(x), *local), mesh, axis=1)
+      host_seconds += time.perf_counter() - host_start
+      host_bytes += sum(np.asarray(x).nbytes for x in jax.tree.leaves(local))
+      host_steps += count
+      if count not in step_fns:
+        step_fns[count] = jit_train_steps(train_step, mesh, gather, count)
+      state, metrics = step_fns[count](state, tables, batch, step_rng)
+      interval_examples += jax.tree.leaves(batch)[0].shape[count > 1]
+      pending.append((step + 1, count, metrics))
+      step += count
+      pbar.update(count)
       last = step == num_steps
       record = {}
 
@@ -470,9 +542,12 @@ def fit(*, init_fn: Callable[[jax.Array], Any], loss_fn: LossFn,
         record.update({f"train/{k}": float(np.mean([v[k] for v in values])) for k in values[-1]})
         record["train/examples_per_sec"] = interval_examples / max(elapsed, 1e-9)
         record["train/steps_per_sec"] = len(values) / max(elapsed, 1e-9)
+        record["train/host_ms_per_step"] = 1e3 * host_seconds / max(host_steps, 1)
+        record["train/h2d_bytes_per_step"] = host_bytes / max(host_steps, 1)
         pbar.set_postfix(loss=f"{record['train/loss']:.4g}",
                          ex_per_s=f"{record['train/examples_per_sec']:.0f}")
         interval_start, interval_examples = time.perf_counter(), 0
+        host_seconds, host_bytes, host_steps = 0.0, 0, 0
 
       if eval_fn is not None and (step % eval_every == 0 or last):
         record.update(_scalar_dict(eval_fn(state.params, step), "eval/", "eval_fn"))
@@ -501,13 +576,15 @@ def fit(*, init_fn: Callable[[jax.Array], Any], loss_fn: LossFn,
 def fit_epochs(*, name: str, init_fn: Callable[[jax.Array], Any], loss_fn: LossFn, num_examples: int,
                batch_fn: Callable[[np.ndarray], Any], tcfg, seed: int, workdir: str | Path,
                mesh: jax.sharding.Mesh | None = None, optimizer: optax.GradientTransformation | None = None,
-               description: str = "", batch_key: str = "train.batch_size") -> TrainState:
+               description: str = "", batch_key: str = "train.batch_size",
+               gather: pipeline.Gather | None = None) -> TrainState:
   """Trains `tcfg.epochs` epochs of `num_examples // tcfg.batch_size` steps with `fit`.
 
   Batches come from `pipeline.make_index_batches(num_examples, batch_size, seed, batch_fn)`; the
   optimizer defaults to AdamW with `tcfg.lr` and `tcfg.weight_decay`. Resumes from `workdir`.
-  `tcfg` also gives `checkpoint_every`, `log_every` and `progress`; `batch_key` is where the config sets the batch
-  size (what a too-small training set's error names).
+  `tcfg` also gives `checkpoint_every`, `log_every` and `progress` (and `steps_per_call` where it has one);
+  `batch_key` is where the config sets the batch size (what a too-small training set's error names). With `gather`,
+  `batch_fn` returns row indices for its fields, gathered on the device (`fit`).
 
   Returns:
     the final `TrainState` (device arrays; fetch what you need, e.g. `jax.device_get(state.params)`).
@@ -520,10 +597,12 @@ def fit_epochs(*, name: str, init_fn: Callable[[jax.Array], Any], loss_fn: LossF
   state, _ = fit(
       init_fn=init_fn, loss_fn=loss_fn,
       optimizer=optimizer if optimizer is not None else adamw(tcfg.lr, tcfg.weight_decay),
-      dataset=pipeline.loader(pipeline.make_index_batches(num_examples, tcfg.batch_size, seed, batch_fn)),
+      dataset=pipeline.loader(pipeline.make_index_batches(num_examples, tcfg.batch_size, seed,
+                                                          gather.host(batch_fn) if gather is not None else batch_fn)),
       num_steps=num_steps, workdir=workdir, seed=seed, mesh=mesh,
       checkpoint_every=tcfg.checkpoint_every, log_every=min(tcfg.log_every, num_steps),
-      progress=tcfg.progress, description=description or name)
+      progress=tcfg.progress, description=description or name, gather=gather,
+      steps_per_call=tcfg.get("steps_per_call"))
   return state
 
 

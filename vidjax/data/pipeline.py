@@ -11,6 +11,10 @@ Every method trains from the same pieces (ARCHITECTURE.md "Grain pipelines"; STY
   * `make_index_batches(n, ..., batch_fn)`: the same order over example *indices*, each batch built
     by one vectorized `batch_fn(indices)` (no per-example Python work); method-specific collation
     (CVR arrays: `vidjax.data.cvr.CVRTrainSource.collate`) is the `batch_fn`.
+  * `Gather`: batch fields that are rows of tables. A `batch_fn` returns int row indices for them; tables within
+    the device budget are put on the device once and gathered inside the jitted train step, so the host never
+    touches feature vectors per step and a batch crossing to the device is a few int arrays; a table over budget
+    (or streaming from the store) is gathered on the host as before (`Gather.host`).
   * `loader(dataset)`: the Grain `IterDataset` that `vidjax.train.fit` iterates, with vidjax's read
     options (few threads, a short prefetch queue); its iterator position is checkpointed by `fit`.
   * `text_token_batch(tokenizer, texts, max_length)`: fixed-length token id batches for text towers.
@@ -27,6 +31,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import grain
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from vidjax import sharding as sharding_lib
@@ -94,6 +99,11 @@ class FeatureTable:
   def dim(self) -> int:
     return self.item_shape[-1]
 
+  def padded(self) -> np.ndarray | None:
+    """The in-memory rows with a zero row appended (row `len(ids)`, where `gather` sends -1): [N + 1, *item_shape];
+    None for a table that streams from the store."""
+    return self._emb if self.in_memory else None
+
   def __len__(self) -> int:
     return len(self.ids)
 
@@ -123,6 +133,110 @@ class FeatureTable:
       sel = shard == n
       out[real[sel]] = self._store.read_rows(self.kind, self._shards[n], row[sel])
     return out.reshape(rows.shape + self.item_shape)
+
+
+class ArrayTable:
+  """A table over an in-memory array `rows [N, ...]` (any dtype): `gather(rows)` with -1 giving a zero row, as
+  `FeatureTable` does; what `Gather` wraps a plain array in."""
+
+  def __init__(self, rows: np.ndarray):
+    rows = np.asarray(rows)
+    if rows.ndim < 1:
+      raise ValueError(f"ArrayTable: rows need a leading row axis, got shape {rows.shape}")
+    self._padded = np.concatenate([rows, np.zeros((1,) + rows.shape[1:], rows.dtype)])
+    self.in_memory, self.nbytes = True, rows.nbytes
+
+  def __len__(self) -> int:
+    return len(self._padded) - 1
+
+  def padded(self) -> np.ndarray:
+    return self._padded
+
+  def gather(self, rows: np.ndarray) -> np.ndarray:
+    rows = np.asarray(rows)
+    return self._padded[np.where(rows < 0, len(self), rows)]
+
+
+def device_budget_bytes(fraction: float = 0.25) -> int:
+  """Bytes of feature tables a train loop keeps on one device: `fraction` of the device's memory where the backend
+  reports it (GPU, TPU), else `DEFAULT_MEMORY_BUDGET_BYTES` (a CPU's "device" memory is the host's)."""
+  try:
+    stats = jax.local_devices()[0].memory_stats() or {}
+  except Exception:  # pylint: disable=broad-except  (backends without memory_stats raise various errors)
+    stats = {}
+  limit = stats.get("bytes_limit")
+  return int(limit * fraction) if limit else DEFAULT_MEMORY_BUDGET_BYTES
+
+
+class Gather:
+  """Batch fields that are rows of tables, gathered on the device inside the jitted train step.
+
+      gather = pipeline.Gather({"clip": clips, "text": texts},          # FeatureTables or arrays
+                               {"text": "text", "history": "clip", "positive": "clip"})
+      batches = pipeline.make_index_batches(n, batch_size, seed, gather.host(batch_fn))
+      train.fit(..., dataset=pipeline.loader(batches), gather=gather)
+
+  `batch_fn(indices)` returns, for each field in `fields`, int32 row indices `[B, ...]` into that field's table (-1 =
+  a zero row, e.g. padding), beside any other arrays. Tables whose padded size fits `budget_bytes` (together, in the
+  order given) are put on the device once (`device_tables`, replicated over the mesh) and their fields gathered
+  inside the step (`apply`): the host builds int index batches and nothing else crosses per step. The other tables
+  (a `FeatureTable` streaming from the store, or past the budget) are gathered on the host by `host(batch_fn)`, as
+  before. Either way the loss sees the same values: a gather is exact.
+
+  Attributes:
+    tables: {name: table} (`FeatureTable` or `ArrayTable`).
+    fields: {batch key: table name}.
+    on_device: the table names kept on the device.
+  """
+
+  def __init__(self, tables: Mapping[str, Any], fields: Mapping[str, str], budget_bytes: int | None = None):
+    unknown = sorted(set(fields.values()) - set(tables))
+    if unknown:
+      raise ValueError(f"Gather: fields name tables {unknown} that are not given (tables: {sorted(tables)})")
+    self.tables = {name: t if hasattr(t, "padded") else ArrayTable(t) for name, t in tables.items()}
+    self.fields = dict(fields)
+    budget = device_budget_bytes() if budget_bytes is None else budget_bytes
+    self.on_device, used = [], 0
+    for name, table in self.tables.items():
+      if table.in_memory and used + table.nbytes <= budget:
+        self.on_device.append(name)
+        used += table.nbytes
+    self.device_bytes = used
+
+  def host(self, batch_fn: Callable[[np.ndarray], dict]) -> Callable[[np.ndarray], dict]:
+    """`batch_fn` with the host-side tables' fields gathered (rows -> values); the device-side ones stay rows."""
+    host_fields = {k: n for k, n in self.fields.items() if n not in self.on_device}
+    if not host_fields:
+      return batch_fn
+
+    def fn(idx):
+      batch = batch_fn(idx)
+      return {**batch, **{k: self.tables[n].gather(batch[k]) for k, n in host_fields.items()}}
+    return fn
+
+  def gather_all(self, batch: Mapping[str, np.ndarray]) -> dict:
+    """A `batch_fn` batch with every field gathered on the host (e.g. an example for `init`)."""
+    return {**batch, **{k: self.tables[n].gather(batch[k]) for k, n in self.fields.items()}}
+
+  def device_tables(self, mesh: jax.sharding.Mesh) -> dict[str, jax.Array]:
+    """{name: padded table [N + 1, ...]} for the device-side tables, replicated over `mesh` (every process passes
+    its own copy of the same rows)."""
+    sharding = sharding_lib.replicated(mesh)
+    out = {}
+    for name in self.on_device:
+      rows = self.tables[name].padded()
+      out[name] = jax.make_array_from_callback(rows.shape, sharding, lambda index, rows=rows: rows[index])
+    return out
+
+  def apply(self, tables: Mapping[str, jax.Array], batch: Mapping[str, jax.Array]) -> dict:
+    """Inside the jitted step: each device-side field's rows [B, ...] -> values [B, ..., *item_shape] (-1 -> zeros)."""
+    out = dict(batch)
+    for key, name in self.fields.items():
+      if name in tables:
+        table = tables[name]
+        rows = batch[key]
+        out[key] = table.at[jnp.where(rows < 0, table.shape[0] - 1, rows)].get(mode="promise_in_bounds")
+    return out
 
 
 # ----------------------------------------------------------------------------------------------
