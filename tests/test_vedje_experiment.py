@@ -183,8 +183,7 @@ def test_in_batch_scheme_scores_each_query_against_the_other_videos_of_a_batch_o
   vocab = {"[PAD]": 0, "[CLS]": 2, "[SEP]": 3, "[MASK]": 4}
   tokenizer = types.SimpleNamespace(vocab=vocab)
   cfg = types.SimpleNamespace(text=types.SimpleNamespace(vocab_size=50), horizons=(1,))
-  patches_of = lambda rows: np.zeros((len(rows), 4, 2, 3), np.float32)  # noqa: E731
-  batch_fn = VM.make_batch_fn(split, patches_of, negatives, tc, cfg, E.FULL, tokenizer, seed=0)
+  batch_fn = VM.make_batch_fn(split, negatives, tc, cfg, tokenizer, seed=0)
   for seed in range(4):
     idx = np.random.default_rng(seed).permutation(q)[:b]
     batch = batch_fn(idx)
@@ -192,6 +191,9 @@ def test_in_batch_scheme_scores_each_query_against_the_other_videos_of_a_batch_o
     assert cand.shape == (b, b) and (cand[:, 0] == np.arange(b)).all()
     assert all(sorted(row) == list(range(b)) for row in cand.tolist())  # every video of the batch, once
     assert batch["candidate_mask"].min() == 1.0  # distinct videos: every other candidate is a negative
+    # the videos' features travel as rows (gathered on the device): each pair's video, distinct in the batch
+    np.testing.assert_array_equal(batch["patches"], batch["stage1_video"])
+    assert batch["patches"].dtype == np.int32 and len(set(batch["patches"].tolist())) == b
 
 
 def test_step_decay_schedule_is_the_papers():

@@ -98,7 +98,7 @@ import numpy as np
 
 from vidjax import io
 from vidjax.data.features import FeatureStore
-from vidjax.data.pipeline import FeatureTable
+from vidjax.data.pipeline import FeatureTable, Gather
 from vidjax.metrics import NEG_TYPE_CODES
 from vidjax.ops import l2_normalize
 from vidjax.data.annotations.types import Video
@@ -656,11 +656,14 @@ class CVRTrainSource:
 
   Item `i` is a dict of float32 arrays: text [D], history [L, D], history_mask [L], positive [D],
   state_negs [Ks, D], state_mask [Ks], ident_negs [Ki, D], ident_mask [Ki].
+
+  For training, `rows(indices)` gives the same batch with the feature fields as row indices into the clip and text
+  tables (`gather`, a `vidjax.data.pipeline.Gather`: on the device, the vectors are gathered inside the step).
   """
 
   def __init__(self, instances: Sequence[Mapping], clips: FeatureTable, texts: FeatureTable,
                context_len: int, num_state: int = 3, num_identity: int = 3,
-               zero_negatives_in_loss: bool = True):
+               zero_negatives_in_loss: bool = True, device_budget_bytes: int | None = None):
     self.clips, self.texts = clips, texts
     self.zero_in_loss = zero_negatives_in_loss
     self.text = np.array([texts.index[r["target"]] for r in instances], np.int32)
@@ -669,6 +672,9 @@ class CVRTrainSource:
         if instances else np.zeros((0, context_len), np.int32)
     self.state = np.stack([clips.rows(r["state_negatives"], num_state) for r in instances])
     self.ident = np.stack([clips.rows(r["identity_negatives"], num_identity) for r in instances])
+    self.gather = Gather({"clip": clips, "text": texts},
+                         {"text": "text", "history": "clip", "positive": "clip", "state_negs": "clip",
+                          "ident_negs": "clip"}, device_budget_bytes)
 
   def __len__(self) -> int:
     return len(self.text)
@@ -677,26 +683,21 @@ class CVRTrainSource:
     """One example (arrays without a batch dimension)."""
     return {k: v[0] for k, v in self.collate([i]).items()}
 
-  def collate(self, indices: Sequence[int]) -> dict[str, np.ndarray]:
-    """The batch of examples `indices`, gathered at once: `[len(indices), ...]` arrays.
-
-    Use as the `batch_fn` of `vidjax.data.pipeline.make_index_batches`: a batch is then a handful
-    of vectorized gathers instead of per-example Python work.
-    """
+  def rows(self, indices: Sequence[int]) -> dict[str, np.ndarray]:
+    """The batch of examples `indices` with its feature fields as int32 row indices (-1 = a zero vector): text [B]
+    and positive [B] (text / clip rows), history [B, L], state_negs [B, Ks], ident_negs [B, Ki] (clip rows), and the
+    float32 masks. `gather.host(rows)` is the `batch_fn` of `vidjax.train.fit_epochs(..., gather=gather)`."""
     i = np.asarray(indices, np.int64)
     hist, state, ident = self.hist[i], self.state[i], self.ident[i]
     neg_mask = lambda rows: (np.ones(rows.shape, np.float32) if self.zero_in_loss  # noqa: E731
                              else (rows >= 0).astype(np.float32))
-    return {
-        "text": self.texts.gather(self.text[i]),
-        "history": self.clips.gather(hist),
-        "history_mask": (hist >= 0).astype(np.float32),
-        "positive": self.clips.gather(self.pos[i]),
-        "state_negs": self.clips.gather(state),
-        "state_mask": neg_mask(state),
-        "ident_negs": self.clips.gather(ident),
-        "ident_mask": neg_mask(ident),
-    }
+    return {"text": self.text[i], "history": hist, "history_mask": (hist >= 0).astype(np.float32),
+            "positive": self.pos[i], "state_negs": state, "state_mask": neg_mask(state),
+            "ident_negs": ident, "ident_mask": neg_mask(ident)}
+
+  def collate(self, indices: Sequence[int]) -> dict[str, np.ndarray]:
+    """The batch of examples `indices`, gathered on the host: `[len(indices), ...]` arrays."""
+    return self.gather.gather_all(self.rows(indices))
 
 
 def cvr_eval_arrays(records: Sequence[Mapping], clips: FeatureTable, texts: FeatureTable,

@@ -25,6 +25,7 @@ Every trained variant lives in `<workdir>/models/<variant>/` (checkpoints: a kil
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import time
 from pathlib import Path
@@ -33,6 +34,7 @@ from typing import Any
 import jax
 
 from vidjax import checkpoints, evaluate, ops, train
+from vidjax.data import pipeline
 from vidjax.data.features import FeatureStore, STORAGE_DTYPES
 from vidjax.data.retrieval import PROTOCOLS, build_benchmark, read_dataset
 from vidjax.defaults.retrieval import DATASETS as RETRIEVAL_DATASETS
@@ -159,8 +161,10 @@ class Session:
     self.indices = stage1_indices(self.test, config.index)
     self.evaluated: dict[tuple[str, str, int], tuple[dict, dict]] = {}
 
-  def patches_of(self, rows):
-    return self.store.get(self.config.data.tokens_kind, [self.train_split.video_ids[r] for r in rows])
+  @functools.cached_property
+  def patch_table(self) -> pipeline.FeatureTable:
+    """The training videos' patch tokens (in memory within the budget, else streamed from the store)."""
+    return pipeline.FeatureTable(self.store, self.config.data.tokens_kind, self.train_split.video_ids)
 
   def cfg_of(self, variant: Variant) -> V.VedjeConfig:
     return model_config(self.mc, variant, self.visual_dim, self.patches, self.train_split.clip.shape[1],
@@ -170,7 +174,7 @@ class Session:
     if variant.name not in self.trained and self.restore:  # a finished run: its final checkpoint, nothing trains
       self.trained[variant.name] = train.load_params(self.workdir / "models" / variant.name)
     if variant.name not in self.trained:
-      self.trained[variant.name] = train_variant(variant, self.cfg_of(variant), self.train_split, self.patches_of,
+      self.trained[variant.name] = train_variant(variant, self.cfg_of(variant), self.train_split, self.patch_table,
                                                  self.negatives, self.tc, self.mc, self.tokenizer, self.config.seed,
                                                  self.workdir / "models" / variant.name)
     return self.trained[variant.name]

@@ -260,7 +260,7 @@ def train_method(name: str, model, source: cvr.CVRTrainSource, config, workdir: 
   dummy = [jnp.asarray(example[k])[None] for k in ("text", "history", "history_mask")]
   state = train.fit_epochs(
       name=name, init_fn=lambda rng: model.init(rng, *dummy)["params"], loss_fn=make_loss_fn(model, config.train),
-      num_examples=len(source), batch_fn=source.collate, tcfg=config.train, seed=config.seed,
+      num_examples=len(source), batch_fn=source.rows, gather=source.gather, tcfg=config.train, seed=config.seed,
       workdir=Path(workdir) / "train" / name, mesh=mesh, description=f"{config.name}/{name}")
   return jax.device_get(state.params)  # the optimizer state stays on the device
 

@@ -3,7 +3,7 @@ queries and stage-1 neighbourhood batches (with BERT's MLM masking), training th
 cache indexing, the reranked R@K of `TwoStage` in both directions, and the A.10 / A.11 diagnostics.
 
     cfg = model_config(config.model, variant, visual_dim, patches, vtc_dim, vocab_size)
-    params = train_variant(variant, cfg, split, patches_of, negatives, config.train, ...)   # <workdir>/models/<variant>
+    params = train_variant(variant, cfg, split, patches, negatives, config.train, ...)   # <workdir>/models/<variant>
     index_caches(params, cfg, store, cache_store, "tokens", "cache", "bfloat16", video_ids, progress)
     reranked, info = rerank_metrics(VedjeScorer(cfg, params["reranker"]), PairBatches(...), test, k, indices)
 """
@@ -177,12 +177,16 @@ def neighbourhood_rows(split: Split, negatives: np.ndarray, idx: np.ndarray, tc,
   return rows_arr, of_row
 
 
-def make_batch_fn(split: Split, patches_of, negatives: np.ndarray, tc, cfg: V.VedjeConfig, variant: Variant,
-                  tokenizer, seed: int):
+def make_batch_fn(split: Split, negatives: np.ndarray, tc, cfg: V.VedjeConfig, tokenizer, seed: int,
+                  patch_rows: np.ndarray | None = None):
   """index batch -> the `Vedje` training batch: B query-video pairs (stage-1 neighbourhoods or, "in_batch",
   distinct videos, see `neighbourhood_rows`); each query is scored against its positive, the other videos of its
   neighbourhood (its hard negatives) and `in_batch_negatives` other videos of the batch, C = 1 + hard_negatives +
-  in_batch_negatives candidates (topped up with in-batch videos where a neighbourhood is smaller)."""
+  in_batch_negatives candidates (topped up with in-batch videos where a neighbourhood is smaller).
+
+  The videos' features travel as rows, gathered on the device (`train_variant`'s `pipeline.Gather`): `patches`
+  int32 [B], each pair's video's row in the patch-token table (`patch_rows[video]`; the split's video row when
+  None), and `stage1_video` int32 [B], its row of `split.clip`."""
   text_n, clip_n = ops.l2_normalize(split.text), ops.l2_normalize(split.clip)
   special = [tokenizer.vocab[t] for t in ("[PAD]", "[CLS]", "[SEP]")]
   c = 1 + hard_negatives(tc) + tc.in_batch_negatives
@@ -203,20 +207,23 @@ def make_batch_fn(split: Split, patches_of, negatives: np.ndarray, tc, cfg: V.Ve
     ids, attn = split.input_ids[rows], split.attention_mask[rows]
     masked, chosen = mlm_mask(ids, attn, rng, mask_id=tokenizer.vocab["[MASK]"], vocab_size=cfg.text.vocab_size,
                                        special_ids=special, prob=tc.mlm_prob)
-    patches = patches_of(pos)
-    targets, valid = losses.future_delta_targets(patches, cfg.horizons, absolute=variant.absolute_delta)
-    return {"patches": patches, "input_ids": ids, "attention_mask": attn, "mlm_input_ids": masked, "mlm_mask": chosen,
+    return {"patches": (pos if patch_rows is None else patch_rows[pos]).astype(np.int32), "input_ids": ids,
+            "attention_mask": attn, "mlm_input_ids": masked, "mlm_mask": chosen,
             "candidates": cand, "candidate_mask": mask, "positive": np.zeros(b, np.int32),
             "priors": np.einsum("bd,bkd->bk", text_n[rows], clip_n[pos[cand]]).astype(np.float32),
-            "stage1_video": split.clip[pos], "delta_targets": np.asarray(targets),
-            "delta_valid": np.broadcast_to(np.asarray(valid), (b,) + valid.shape)}
+            "stage1_video": pos.astype(np.int32)}
 
   return batch_fn
 
 
-def train_variant(variant: Variant, cfg: V.VedjeConfig, split: Split, patches_of, negatives, tc, mc, tokenizer,
-                  seed: int, workdir: Path) -> Any:
-  """Trains one variant through the one loop; returns its (host) parameter tree."""
+def train_variant(variant: Variant, cfg: V.VedjeConfig, split: Split, patches: pipeline.FeatureTable, negatives, tc,
+                  mc, tokenizer, seed: int, workdir: Path) -> Any:
+  """Trains one variant through the one loop; returns its (host) parameter tree.
+
+  `patches`: the per-frame patch tokens [T, P, d_v] of the split's videos (a `FeatureTable` over the store's tokens
+  kind). The batch's patch tokens and stage-1 video embeddings are gathered on the device from tables put there
+  once (when they fit; a corpus whose tokens stream from the store is gathered on the host), and eq. 4's targets
+  are computed from the gathered patches inside the step."""
   model = V.Vedje(cfg)
   weights = tuple(float(a) * float(b) for a, b in zip(tc.loss_weights, variant.weights))
   bert = checkpoints.load_bert_dir(mc.minilm_dir) if mc.init == "minilm" and not variant.control else None
@@ -226,7 +233,8 @@ def train_variant(variant: Variant, cfg: V.VedjeConfig, split: Split, patches_of
     return V.init_from_minilm(params, bert) if bert is not None else params
 
   def loss_fn(params, batch, rng):
-    batch = {**batch, "delta_valid": batch["delta_valid"][0]}
+    targets, valid = losses.future_delta_targets(batch["patches"], cfg.horizons, absolute=variant.absolute_delta)
+    batch = {**batch, "delta_targets": targets, "delta_valid": valid}
     out = model.apply({"params": params}, batch["patches"], batch["input_ids"], batch["attention_mask"],
                       batch["candidates"], batch["priors"], batch["mlm_input_ids"], deterministic=False,
                       rngs={"dropout": rng})
@@ -235,7 +243,9 @@ def train_variant(variant: Variant, cfg: V.VedjeConfig, split: Split, patches_of
 
   # The loss weights travel with the batch (one row per example, so the batch shards as usual), not as constants
   # of the traced step: every loss ablation of a shape runs the same compiled program.
-  make = make_batch_fn(split, patches_of, negatives, tc, cfg, variant, tokenizer, seed)
+  make = make_batch_fn(split, negatives, tc, cfg, tokenizer, seed, patch_rows=patches.rows(split.video_ids))
+  gather = pipeline.Gather({"patches": patches, "stage1": split.clip},
+                           {"patches": "patches", "stage1_video": "stage1"})
 
   def batch_fn(idx):
     return {**make(idx), "loss_weights": np.tile(np.asarray(weights, np.float32), (len(idx), 1))}
@@ -245,7 +255,7 @@ def train_variant(variant: Variant, cfg: V.VedjeConfig, split: Split, patches_of
                           decay_every=max(steps_per_epoch, 1), decay_rate=tc.epoch_decay)
   state = train.fit_epochs(
       name=f"VEDJE {variant.name}", init_fn=init_fn, loss_fn=loss_fn, num_examples=len(split.query_ids),
-      batch_fn=batch_fn,
+      batch_fn=batch_fn, gather=gather,
       tcfg=tc, seed=seed, workdir=workdir, optimizer=optimizer, description=f"vedje {variant.name}")
   return jax.device_get(state.params)
 
