@@ -21,6 +21,7 @@ import numpy as np
 import optax
 
 from vidjax import losses, ops, train
+from vidjax.data import pipeline
 from vidjax.data.features import FeatureStore
 from vidjax.data.retrieval import build_benchmark, embeddings, read_dataset
 from vidjax.methods import real
@@ -345,8 +346,8 @@ def train_progressive(model: GRDR, params, data: TrainingSet, tcfg, workdir: Pat
       return losses.grdr_loss(out, batch["feature"], layer=layer, align=align, weights=tuple(w[:4]), beta=tcfg.beta,
                               use_cl=w[4], use_hc=w[5])
 
-    def batch_fn(idx, view=view, frozen=frozen):
-      return {"feature": data.features[data.video[idx]], "query": data.queries[idx], "view": view[idx],
+    def batch_fn(idx, view=view, frozen=frozen):  # feature and query as rows, gathered on the device
+      return {"feature": data.video[idx].astype(np.int32), "query": np.asarray(idx, np.int32), "view": view[idx],
               "frozen": frozen[idx], "loss_weights": np.tile(row_weights, (len(idx), 1))}
 
     start = params
@@ -354,9 +355,17 @@ def train_progressive(model: GRDR, params, data: TrainingSet, tcfg, workdir: Pat
     state = train.fit_epochs(
         name=f"grdr {name}", init_fn=lambda _: start, loss_fn=loss_fn, num_examples=len(data.queries),
         batch_fn=batch_fn, tcfg=_epochs(tcfg, epochs), seed=seed + i, workdir=workdir / name,
-        optimizer=phase_optimizer(tcfg, layer, align, m_layers))
+        optimizer=phase_optimizer(tcfg, layer, align, m_layers), gather=_gather(data, feature="features"))
     params = jax.device_get(state.params)
   return params
+
+
+def _gather(data: TrainingSet, feature: str | None = None, query: str | None = "queries") -> pipeline.Gather:
+  """The batch's `feature` (rows of the video features) and `query` (rows of the query vectors) fields, gathered on
+  the device (`pipeline.Gather`); None leaves a field out."""
+  fields = {k: v for k, v in (("feature", feature), ("query", query)) if v is not None}
+  tables = {"features": data.features, "queries": data.queries}
+  return pipeline.Gather({n: tables[n] for n in fields.values()}, fields)
 
 
 def train_retriever(model: GRDR, params, data: TrainingSet, codes: np.ndarray, tcfg, workdir: Path, seed: int,
@@ -376,9 +385,9 @@ def train_retriever(model: GRDR, params, data: TrainingSet, codes: np.ndarray, t
   start = params
   state = train.fit_epochs(
       name="grdr retriever", init_fn=lambda _: start, loss_fn=loss_fn, num_examples=len(data.queries),
-      batch_fn=lambda idx: {"query": data.queries[idx], "codes": codes[idx]},
+      batch_fn=lambda idx: {"query": np.asarray(idx, np.int32), "codes": codes[idx]},
       tcfg=_epochs(tcfg, tcfg.retriever_epochs), seed=seed, workdir=workdir,
-      optimizer=_only(trained, tcfg.retriever_lr, tcfg.weight_decay))
+      optimizer=_only(trained, tcfg.retriever_lr, tcfg.weight_decay), gather=_gather(data))
   return jax.device_get(state.params)
 
 
@@ -436,7 +445,8 @@ def train_tokenizer_first(model: GRDR, params, data: TrainingSet, tcfg, workdir:
   start = params
   state = train.fit_epochs(
       name="grdr views", init_fn=lambda _: start, loss_fn=view_loss, num_examples=len(data.features),
-      batch_fn=lambda idx: {"feature": data.features[idx], "centres": centres[idx], "valid": valid[idx]},
+      batch_fn=lambda idx: {"feature": np.asarray(idx, np.int32), "centres": centres[idx], "valid": valid[idx]},
+      gather=_gather(data, feature="features", query=None),
       tcfg=_epochs(tcfg, tcfg.view_epochs, batch_size=tcfg.view_batch_size),
       seed=seed, workdir=workdir / "views", optimizer=_only("tokenizer/encoder/.*", tcfg.view_lr, tcfg.weight_decay),
       batch_key="train.view_batch_size")
@@ -464,7 +474,7 @@ def train_rqvae(model: GRDR, params, data: TrainingSet, tcfg, workdir: Path, see
   start = params
   state = train.fit_epochs(
       name="grdr rqvae", init_fn=lambda _: start, loss_fn=loss_fn, num_examples=len(data.features),
-      batch_fn=lambda idx: {"feature": data.features[idx]},
+      batch_fn=lambda idx: {"feature": np.asarray(idx, np.int32)}, gather=_gather(data, feature="features", query=None),
       tcfg=_epochs(tcfg, tcfg.view_epochs, batch_size=tcfg.view_batch_size), seed=seed, workdir=workdir / "rqvae",
       optimizer=_only("tokenizer/.*", tcfg.view_lr, tcfg.weight_decay), batch_key="train.view_batch_size")
   params = jax.device_get(state.params)

@@ -146,22 +146,24 @@ def train_reranker(config, workdir: Path, data: cast_method.CVRData, train_video
   train_set = rerank_training_set(corpus, clips, texts, data.instances, rc.candidates, config.stack.query_batch)
   model = PairReranker()
 
-  def batch_fn(indices):
+  def batch_fn(indices):  # text and candidate clips as rows, gathered on the device
     i = np.asarray(indices)
-    return {"text": texts.gather(train_set["text"][i]), "candidates": clips.gather(train_set["candidates"][i]),
+    return {"text": train_set["text"][i].astype(np.int32), "candidates": train_set["candidates"][i].astype(np.int32),
             "prior": train_set["prior"][i], "positive": train_set["positive"][i]}
+
+  gather = pipeline.Gather({"text": texts, "clip": clips}, {"text": "text", "candidates": "clip"})
 
   def loss_fn(params, batch, rng):
     del rng
     scores = model.apply({"params": params}, batch["text"], batch["candidates"], batch["prior"])
     return losses.multi_positive_softmax(scores, batch["positive"], tau=rc.tau), {}
 
-  example = batch_fn([0])
+  example = gather.gather_all(batch_fn([0]))
   state = train.fit_epochs(
       name="rerank", init_fn=lambda rng: model.init(rng, example["text"], example["candidates"], example["prior"])["params"],
       loss_fn=loss_fn, num_examples=len(train_set["text"]), batch_fn=batch_fn, tcfg=rc, seed=config.seed,
       workdir=workdir / "train" / "rerank", mesh=mesh, description=f"{config.name}/rerank",
-      batch_key="rerank.batch_size")
+      batch_key="rerank.batch_size", gather=gather)
   return model, jax.device_get(state.params)
 
 
