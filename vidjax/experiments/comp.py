@@ -34,7 +34,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from vidjax import evaluate, io, metrics, train
-from vidjax.data import comp
+from vidjax.data import comp, pipeline
 from vidjax.data.annotations import read_activitynet_captions, read_youcook2
 from vidjax.data.features import FeatureStore
 from vidjax.defaults.comp import METHODS, METRICS
@@ -109,6 +109,8 @@ class CompData:
       (video id, span, caption) short clips.
     counts: Table-1-shaped counts of the built splits ([] for release files).
     rewriter: joins captions into paragraphs (CompPretrain uses it too).
+    tokens: the features of every row in memory, float32 [V, T, N, D], when they fit the memory budget (training
+      then gathers them on the device: `vidjax.methods.vidclip.train_model`); None: `gather` streams them.
   """
   synthetic: bool
   video_ids: list[str]
@@ -121,6 +123,7 @@ class CompData:
   counts: list[dict]
   rewriter: Any
   path: dict = dataclasses.field(default_factory=lambda: dict(common.WORLD_PATH))  # results.json's path keys
+  tokens: np.ndarray | None = None
 
 
 def _clips(videos: Sequence[comp.EventVideo], drop_global: bool, iou_threshold: float):
@@ -140,7 +143,7 @@ def world_data(config) -> CompData:
   tokens = moving_objects.motion_tokens(world, config.seed, world.config.noise)
   return CompData(True, ids, np.full(len(ids), float(world.config.frames)),
                   lambda vr, fr: tokens[vr, fr], world.config.frames, built["train"][0], built["test"][0],
-                  _clips(splits["train"], False, 1.0), [built["train"][1], built["test"][1]], rewriter)
+                  _clips(splits["train"], False, 1.0), [built["train"][1], built["test"][1]], rewriter, tokens=tokens)
 
 
 def _real_events(config) -> dict[str, list[comp.EventVideo]]:
@@ -194,6 +197,8 @@ def real_data(config, workdir: Path) -> CompData:
                      "per-frame tokens [T, N, D] or per-frame embeddings [T, D]")
 
   item = shape if len(shape) == 3 else (shape[0], 1, shape[1])
+  table = pipeline.FeatureTable(store, d.tokens_kind, ids)
+  tokens = table.padded()[table.rows(ids)].reshape(len(ids), *item) if table.in_memory else None
 
   def gather(vr, fr):  # a row of vr may name several videos (CompPretrain stacks): read each once
     vr, fr = np.asarray(vr), np.asarray(fr)
@@ -206,9 +211,9 @@ def real_data(config, workdir: Path) -> CompData:
 
   clips = _clips(events.get("train", []), b.drop_global, b.iou_threshold) or [
       (t.video_id, t.positive_span, t.positive) for t in built["train"]]
-  return CompData(bool(store.metadata.get("synthetic", False)), ids, np.array([durations[v] for v in ids]), gather,
-                  shape[0], built["train"], built["eval"], clips, counts, comp.TemplateRewriter(),
-                  common.real_path(workdir, store, skipped))
+  return CompData(bool(store.metadata.get("synthetic", False)), ids, np.array([durations[v] for v in ids]),
+                  gather if tokens is None else lambda vr, fr: tokens[vr, fr], shape[0], built["train"], built["eval"],
+                  clips, counts, comp.TemplateRewriter(), common.real_path(workdir, store, skipped), tokens)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -5,7 +5,8 @@ training through the one loop with any of the `losses.COMP_MODES` objectives, an
 VideoComp (`configs/comp_*.py`) and GenState (`configs/genstate_rendered.py`) both train and evaluate VidCLIP
 through this module. An example is a video given as rows into the frozen features (`video_rows [T]`,
 `frame_rows [T]`: a span of one video, or k stacked clips of several) plus its texts; a features object has
-`gather(video_rows [B, T], frame_rows [B, T]) -> float32 [B, T, N, D]`.
+`gather(video_rows [B, T], frame_rows [B, T]) -> float32 [B, T, N, D]` and, when they are in memory, `tokens`
+[V, T, N, D] (training then gathers the frames on the device).
 """
 from __future__ import annotations
 
@@ -105,15 +106,27 @@ def vidclip_setup(mc, visual_dim: int, tokens_per_frame: int):
   return model, tokenizer, fresh
 
 
-def batch_fn_for(data, ex: Examples, tokens: dict[str, np.ndarray]):
+def batch_fn_for(data, ex: Examples, tokens: dict[str, np.ndarray]) -> tuple:
+  """(batch_fn, gather) of VidCLIP training: the texts' token ids (and, when the features are in memory,
+  `data.tokens` [V, T, N, D], the video frames) travel as rows and are gathered on the device (`pipeline.Gather`);
+  features that stream from the store are read on the host by `data.gather`."""
+  frames = getattr(data, "tokens", None)
+  tables = {"text_ids": tokens["input_ids"], "text_mask": tokens["attention_mask"]}
+  fields = {"input_ids": "text_ids", "attention_mask": "text_mask", "neg_ids": "text_ids", "neg_mask": "text_mask"}
+  if frames is not None:
+    per_video = frames.shape[1]
+    tables["frames"] = frames.reshape(-1, *frames.shape[2:])  # [V * T, N, D]: row v * T + t
+    fields["video"] = "frames"
+
   def batch_fn(idx):
     neg = ex.negatives[idx]
-    safe = np.maximum(neg, 0)
-    return {"video": data.gather(ex.video_rows[idx], ex.frame_rows[idx]),
-            "input_ids": tokens["input_ids"][ex.positive[idx]], "attention_mask": tokens["attention_mask"][ex.positive[idx]],
-            "neg_ids": tokens["input_ids"][safe], "neg_mask": tokens["attention_mask"][safe],
+    safe = np.maximum(neg, 0).astype(np.int32)
+    positive = ex.positive[idx].astype(np.int32)
+    video = (ex.video_rows[idx] * per_video + ex.frame_rows[idx]).astype(np.int32) if frames is not None \
+        else data.gather(ex.video_rows[idx], ex.frame_rows[idx])
+    return {"video": video, "input_ids": positive, "attention_mask": positive, "neg_ids": safe, "neg_mask": safe,
             "neg_valid": (neg >= 0).astype(np.float32)}
-  return batch_fn
+  return batch_fn, pipeline.Gather(tables, fields)
 
 
 def optimizer(tc, video_lr: float | None = None) -> optax.GradientTransformation:
@@ -156,7 +169,8 @@ def train_model(name: str, model: V.VidClip, init_fn, ex: Examples, data, tokens
   negs = ex.negatives if mode != "contrastive" else ex.negatives[:, :0]
   ex = dataclasses.replace(ex, negatives=negs)
   weights = losses.comp_mode_weights(mode, tc.lam)
-  batch_fn = batch_fn_for(data, ex, tokens)
+  batch_fn, gather = batch_fn_for(data, ex, tokens)
+  batch_fn = gather.host(batch_fn)
   if mode != "contrastive":
     batch_fn = lambda idx, fn=batch_fn: {**fn(idx), "loss_weights": np.tile(weights, (len(idx), 1))}  # noqa: E731
   if group > 1:
@@ -172,7 +186,7 @@ def train_model(name: str, model: V.VidClip, init_fn, ex: Examples, data, tokens
                        optimizer=optimizer(tc, video_lr),
                        dataset=dataset, num_steps=tc.steps, workdir=workdir / "models" / name, seed=seed,
                        checkpoint_every=tc.checkpoint_every, log_every=min(tc.log_every, tc.steps),
-                       progress=tc.progress, description=f"VidCLIP {name}")
+                       progress=tc.progress, description=f"VidCLIP {name}", gather=gather)
   return jax.device_get(state.params)
 
 
