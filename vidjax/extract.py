@@ -150,31 +150,33 @@ def usable_cores() -> int:
     return os.cpu_count() or 1
 
 
-def _decode_group(path, segments, num_frames, resolution, aspect, threads) -> video_lib.DecodedClips:
-  # Runs in a decoding worker process; the parent logs failures (`warn_if_failed`) so they reach its log.
-  return video_lib.decode_clips(path, segments, num_frames, resolution, aspect, uint8=True, threads=threads, log=False)
-
-
 def _worker_context() -> multiprocessing.context.BaseContext:
   # Not "fork": the parent runs JAX's threads, and a forked copy of a multithreaded process can deadlock. The fork
   # server (Unix) is started once per parent and forks each later pool's workers from a clean process, so only the
   # first pool pays for a fresh interpreter; elsewhere "spawn".
-  method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
-  return multiprocessing.get_context(method)
+  if "forkserver" not in multiprocessing.get_all_start_methods():
+    return multiprocessing.get_context("spawn")
+  context = multiprocessing.get_context("forkserver")
+  context.set_forkserver_preload(["vidjax.data.video"])  # PyAV and NumPy, loaded once in the server (no jax)
+  return context
 
 
-def _decoded_clips(groups, num_frames, resolution, aspect, workers) -> Iterator[tuple[VideoSegment, np.ndarray, np.ndarray]]:
+def decode_ahead(groups, num_frames, resolution, aspect, workers) -> Iterator[tuple[VideoSegment, np.ndarray, np.ndarray]]:
   """Yields (clip, frames [T, H, W, 3] uint8, padded [T]) in the order of `groups`.
 
-  `workers` processes decode whole videos (one group each) ahead of the consumer, at most 2 * workers videos in
-  flight: results are taken in submission order, so the order, and hence the store, does not depend on which
-  worker finishes first. Each worker's decoder gets an equal share of the cores (FFmpeg's frame threads), so the
-  pool does not oversubscribe the host.
+  `groups`: `[(video path, [VideoSegment of that video])]`. `workers` processes decode whole videos (one group
+  each) ahead of the consumer, at most 2 * workers videos in flight; results are taken in submission order, so the
+  order, and hence the store, does not depend on which worker finishes first. Each worker's decoder gets an equal
+  share of the cores (FFmpeg's frame threads), so the pool does not oversubscribe the host.
   """
   workers = max(1, min(workers, len(groups)))
   threads = max(1, usable_cores() // workers)
   depth = 2 * workers
-  with concurrent.futures.ProcessPoolExecutor(max_workers=workers, mp_context=_worker_context()) as pool:
+  # One worker (or one video) needs no process: a thread ahead of the model overlaps the same way (PyAV releases
+  # the GIL while decoding) without a worker's start-up (about a second on a busy 2-core machine).
+  pool = (concurrent.futures.ThreadPoolExecutor(max_workers=1) if workers == 1 else
+          concurrent.futures.ProcessPoolExecutor(max_workers=workers, mp_context=_worker_context()))
+  with pool:
     pending: collections.deque = collections.deque()
     it = iter(groups)
 
@@ -182,8 +184,10 @@ def _decoded_clips(groups, num_frames, resolution, aspect, workers) -> Iterator[
       group = next(it, None)
       if group is not None:
         path, clips = group
-        pending.append((path, clips, pool.submit(_decode_group, path, [c.segment for c in clips], num_frames,
-                                                 resolution, aspect, threads)))
+        # The task is `video.decode_clips` itself, so a worker imports only that light module (not jax); the
+        # parent logs failures (`warn_if_failed`), so they reach its own log.
+        pending.append((path, clips, pool.submit(video_lib.decode_clips, path, [c.segment for c in clips],
+                                                 num_frames, resolution, aspect, True, threads, False)))
     try:
       for _ in range(depth):
         submit()
@@ -286,7 +290,7 @@ def extract_videos(store: FeatureStore, clips: Sequence[VideoSegment], video_fn:
 
   with progress_lib.bar(total, f"extract p{pi}", "clip", disable=not progress, smoothing=0.1) as bar:
     in_flight = None  # (batch, outputs) dispatched but not yet fetched
-    decoded = contextlib.closing(_decoded_clips(todo_groups, num_frames, resolution, aspect, workers))
+    decoded = contextlib.closing(decode_ahead(todo_groups, num_frames, resolution, aspect, workers))
     with decoded as clip_frames:  # closing: an error below stops the decoding workers at once
       for batch in _batches(clip_frames, batch_size):
         frames = np.stack([f for _, f, _ in batch] + [zeros] * (batch_size - len(batch)))
@@ -501,11 +505,14 @@ def random_variables(model, seed: int) -> dict:
 
 
 def build_model(config):
-  """The VideoPrism module `config.model` names (`name`, `fprop_dtype`, `overrides`), without weights."""
+  """The VideoPrism module `config.model` names (`name`, `fprop_dtype`, `overrides`, `attention_impl`), without
+  weights."""
   overrides = dict(config.model.overrides)
   if "pos_emb_shape" in overrides:
     overrides["pos_emb_shape"] = tuple(overrides["pos_emb_shape"])
-  return vp.get_model(config.model.name, fprop_dtype=jnp.dtype(config.model.fprop_dtype), **overrides)
+  impl = config.model.get("attention_impl") or None
+  return vp.get_model(config.model.name, fprop_dtype=jnp.dtype(config.model.fprop_dtype), attention_impl=impl,
+                      **overrides)
 
 
 def load_model(config) -> tuple[Any, Any, dict]:
@@ -519,7 +526,7 @@ def load_model(config) -> tuple[Any, Any, dict]:
   model = build_model(config)
   meta = {"backbone": config.model.name, "model_overrides": {k: list(v) if isinstance(v, tuple) else v
                                                              for k, v in overrides.items()},
-          "fprop_dtype": config.model.fprop_dtype}
+          "fprop_dtype": config.model.fprop_dtype, "attention_impl": config.model.get("attention_impl") or ""}
   if config.model.checkpoint:
     variables = checkpoints.load_videoprism(config.model.checkpoint, model)
     local = "://" not in config.model.checkpoint
