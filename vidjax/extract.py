@@ -157,7 +157,9 @@ def _worker_context() -> multiprocessing.context.BaseContext:
   if "forkserver" not in multiprocessing.get_all_start_methods():
     return multiprocessing.get_context("spawn")
   context = multiprocessing.get_context("forkserver")
-  context.set_forkserver_preload(["vidjax.data.video"])  # PyAV and NumPy, loaded once in the server (no jax)
+  # Loaded once in the server, not in every worker: the main module (Python's default, which a worker would
+  # otherwise import anew, often with jax) and PyAV with the decoder.
+  context.set_forkserver_preload(["__main__", "vidjax.data.video"])
   return context
 
 
