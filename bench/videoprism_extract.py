@@ -145,7 +145,8 @@ def main(argv=None):
     clips = [c for _, g in groups for c in g]
     # Warm-up: starts the fork server and compiles the uint8 -> [0, 1] step, so neither is in the timed rows.
     warm = engine.open_store(tmp / "warm", {"backbone": args.model})
-    engine.extract_videos(warm, [c for _, g in groups[:2] for c in g], fn, num_frames=args.frames, resolution=args.resolution, batch_size=batch,
+    engine.extract_videos(warm, [c for _, g in groups[:2] for c in g], fn, num_frames=args.frames,
+                          resolution=args.resolution, batch_size=batch,
                           kinds=kinds, mesh=mesh, decode_workers=workers, progress=False)
     t = time.perf_counter()
     with contextlib.closing(engine.decode_ahead(groups, args.frames, args.resolution, "squash", workers)) as it:
