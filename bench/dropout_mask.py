@@ -8,9 +8,10 @@ jitted gradient of the T5 GRDR's `rendered` / `world` variants run (d_model 128,
 4 decoder positions) and one of the joint encoder VEDJE's `rendered` variant runs (BERT layers at d_l 64, 4 heads,
 MLP 256, 2 layers; 32 queries x 8 candidates, 64 text + 64 cache tokens), each with dropout 0.1 through
 `flax.linen.Dropout`'s threefry masks, through `models.layers.Dropout` (what `models/t5.py` and `models/bert.py` use),
-and without dropout. Prints the machine, a float32 matmul rate measured in the same run (the machine's own limit, for
-scale: masking is elementwise work, bound by memory and integer ops, not by the matmul rate), then median seconds
-per call and each row's speed-up over its threefry row.
+and without dropout. Prints the device and its limits measured in the same run (`machine.limits_line`: a large
+float32 matmul at jax's default precision and a memory copy), then median seconds per call, each row's speed-up over
+its threefry row and, for the two mask rows (elementwise work, bound by memory and integer ops, not by the matmul
+rate), the bytes read and written per second as a fraction of the measured copy bandwidth.
 """
 from __future__ import annotations
 
@@ -111,14 +112,16 @@ def main():
                                  (f"{model} step, no dropout", 0.0, False)):
       fn, fargs = step(rate, threefry)
       rows.append((name, machine.timed(fn, *fargs, iters=args.iters)))
-  flops = machine.matmul_flops_per_s()
+  line, limits = machine.limits_line(("float32",))
   print(machine.describe())
-  print(f"float32 matmul rate: {flops / 1e9:.1f} GFLOP/s; masks of {shape}, T5 batch {args.batch} x {args.length}")
-  print("| what | seconds | vs threefry |")
-  print("|---|---:|---:|")
+  print(f"{line}; masks of {shape}, T5 batch {args.batch} x {args.length}")
+  print("| what | seconds | vs threefry | GB/s read + written (% of copy) |")
+  print("|---|---:|---:|---:|")
   for i, (name, seconds) in enumerate(rows):
     base = rows[0][1] if i < 2 else rows[2 + 3 * ((i - 2) // 3)][1]
-    print(f"| {name} | {seconds:.3f} | {base / seconds:.2f}x |")
+    rate = 2 * x.nbytes / seconds  # a mask row reads x and writes the masked x
+    bw = f"{rate / 1e9:.1f} ({rate / limits['copy']:.0%})" if i < 2 else ""
+    print(f"| {name} | {seconds:.3f} | {base / seconds:.2f}x | {bw} |")
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@
 
 Random unit embeddings, 2 captions per video on average (so V2T has several relevant queries per
 video), a dual-encoder `CosineScorer`. Prints the wall time of the whole evaluation (both
-directions), the scoring FLOP/s against a float32 matmul measured in the same process, the peak
+directions), the scoring FLOP/s against the device's float32 peak measured in the same process (a large matmul at
+jax's default precision, the precision the scorer's float32 matmuls use: `machine.peaks`), the peak
 resident memory of the process against what the naive protocol would need (a per-query copy of the
 gallery `[Q, N, D]` float32, or the full score matrix `[Q, N]`), and the machine.
 """
@@ -52,13 +53,15 @@ def main():
                                   query_chunk=args.query_chunk, gallery_chunk=args.gallery_chunk)
   seconds = time.perf_counter() - start
   rss = peak_rss_gb()
-  matmul = machine.matmul_flops_per_s()
+  peak = machine.peaks(["float32"])
+  matmul = peak["float32"]
   # Blocks scored: every block once for the counts, plus the blocks holding each query's relevant item.
   qb, gb = -(-q // args.query_chunk), -(-n // args.gallery_chunk)
   flops = 2.0 * d * args.query_chunk * args.gallery_chunk * qb * gb  # counting pass alone (lower bound)
   print(f"machine: {machine.describe()}")
+  print(machine.peaks_line(peak))
   print(f"gallery R@K: {q} queries x {n} videos x {d} dims, blocks {args.query_chunk} x {args.gallery_chunk}")
-  print("| Q | N | D | seconds | scoring GFLOP/s (counting pass) | of f32 matmul | peak RSS GB | "
+  print("| Q | N | D | seconds | scoring GFLOP/s (counting pass) | of f32 peak | peak RSS GB | "
         "inputs GB | naive [Q,N,D] copy GB | [Q,N] scores GB | t2v R@1 | v2t R@1 |")
   print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
   print(f"| {q} | {n} | {d} | {seconds:.1f} | {flops / seconds / 1e9:.1f} | "

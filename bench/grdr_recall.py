@@ -16,7 +16,10 @@ Per size it reports ms/query at batch 1 (median over `--queries` queries after a
 (the jitted beam search, W = `--beam`), ID -> video (de-duplication in beam order, at most
 `--candidates` videos), their sum, and dense; the GR / dense ratio; index bytes per video for both
 (GR: the int16 codes, the trie's tables and the ID -> video map; dense: float32 vectors); the mean
-number of candidates. The GR curve should stay flat (<= 1.2x from the smallest to the largest
+number of candidates; the device's limits measured in the same run (`machine.limits_line`: a large float32
+matmul at jax's default precision and a memory copy) and the dense row's corpus bytes streamed per second as a
+fraction of that copy (a batch-1 query is a matrix-vector product, bound by memory; a corpus that fits the cache
+can exceed 100%). The GR curve should stay flat (<= 1.2x from the smallest to the largest
 corpus) and cross below dense at some size.
 """
 from __future__ import annotations
@@ -117,6 +120,8 @@ def main():
   p.add_argument("--dense-max", type=int, default=1_000_000, help="largest N with a dense column (memory)")
   args = p.parse_args()
   print(f"# GR recall vs dense at batch 1 | {machine.describe()}")
+  line, limits = machine.limits_line(("float32",))
+  print(f"# {line}")
   print(f"# N_v={args.views} M={args.layers} K={args.codes} beam={args.beam} candidates<={args.candidates} "
         f"dense dim={args.dim} float32 top-10 | synthetic IDs and vectors")
   rng = np.random.default_rng(0)
@@ -124,12 +129,14 @@ def main():
   queries = jnp.asarray(rng.standard_normal((args.queries, args.dim)), jnp.float32)
   rows = [bench_size(int(n), args, params, queries) for n in args.sizes.split(",")]
   print("\n| N | GR decode ms | GR ID->video ms | GR total ms | dense ms | GR / dense | GR vs smallest N | "
-        "candidates | bytes/video GR, dense | trie build s |")
-  print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        "candidates | bytes/video GR, dense | trie build s | dense GB/s (% of copy) |")
+  print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
   for r in rows:
+    dense_rate = r["n"] * r["dense_bytes"] / (r["dense"] / 1e3)  # the corpus streamed once per query
     print(f"| {r['n']:,} | {r['decode']:.2f} | {r['map']:.3f} | {r['gr']:.2f} | {r['dense']:.2f} | "
           f"{r['gr'] / r['dense']:.2f}x | {r['gr'] / rows[0]['gr']:.2f}x | {r['candidates']:.0f} | "
-          f"{r['gr_bytes']:.0f}, {r['dense_bytes']:.0f} | {r['build']:.1f} |")
+          f"{r['gr_bytes']:.0f}, {r['dense_bytes']:.0f} | {r['build']:.1f} | "
+          f"{dense_rate / 1e9:.1f} ({dense_rate / limits['copy']:.0%}) |")
   cross = next((r["n"] for r in rows if r["gr"] < r["dense"]), None)
   print(f"\nGR latency {rows[-1]['gr'] / rows[0]['gr']:.2f}x from N={rows[0]['n']:,} to N={rows[-1]['n']:,}; "
         + (f"below dense from N={cross:,}" if cross else "never below dense at these sizes"))

@@ -62,6 +62,19 @@ def peak_matmul_flops_per_s(dtype: str = "bfloat16", precision: str | None = Non
   return matmul_flops_per_s(n or (8192 if on_accelerator() else 2048), iters, dtype, precision)
 
 
+def peaks(dtypes, precision: str | None = None) -> dict[str, float]:
+  """`{dtype: peak_matmul_flops_per_s(dtype, precision)}`, each measured once now (the benches' "% of peak")."""
+  return {d: peak_matmul_flops_per_s(d, precision) for d in dict.fromkeys(dtypes)}
+
+
+def peaks_line(measured: dict[str, float], precision: str | None = None) -> str:
+  """One header line naming the peaks a bench divides by: size, dtype, float32 precision, rate."""
+  n = 8192 if on_accelerator() else 2048
+  rates = ", ".join(f"{d}{' (precision ' + (precision or 'default') + ')' if d == 'float32' else ''} "
+                    f"{r / 1e12:.3g} TFLOP/s" for d, r in measured.items())
+  return f"peak = a {n}^3 matmul in the dtype of the work, measured in this run: {rates}"
+
+
 def copy_bytes_per_s(nbytes: int | None = None, iters: int = 10) -> float:
   """Memory bandwidth of the default device: a jitted copy of an `nbytes` float32 array (256 MiB on an accelerator,
   64 MiB on CPU), counted as bytes read + bytes written per second."""

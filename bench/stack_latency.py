@@ -15,9 +15,10 @@ WEIGHTS AND VECTORS ARE RANDOM (timing only). For every corpus size N it builds,
 and runs `Stack.search` one query at a time (batch 1): one warm-up query (compilation), then `--queries`
 queries, each with its context clips excluded from the results (as the experiment does). Reported: ms per
 query of each stage (the stack's own per-stage timers), queries/s, and for the recall stage its achieved
-FLOP/s (2 N D per query) as a fraction of a float32 matmul measured in the same process (bench/machine.py)
-and the corpus bytes it streams per second (4 N D per query): one query is a matrix-vector product, bound by
-memory bandwidth, not by the matmul rate.
+FLOP/s (2 N D per query) as a fraction of the device's peak (a large matmul in the index's dtype, float32 at jax's
+default precision) and the corpus bytes it streams per second (N D x 4 or 2 bytes per query) as a fraction of a
+memory copy, both measured in the same process (`machine.limits_line`): one query is a matrix-vector product,
+bound by memory bandwidth, not by the matmul rate.
 """
 from __future__ import annotations
 
@@ -92,7 +93,8 @@ def measure(n: int, dim: int, k_recall: int, context: int, queries: int, rate: f
           "build_s": round(build, 1), **{f"ms_{k}": round(v, 3) for k, v in ms.items()},
           "queries_per_s": round(1e3 / ms["total"], 1),
           "recall_matmul_fraction": round(2 * n * dim / (ms["recall"] / 1e3) / rate, 3),
-          "recall_gb_per_s": round(4 * n * dim / (ms["recall"] / 1e3) / 1e9, 2)}
+          "recall_gb_per_s": round((2 if index_section.dtype == "bfloat16" else 4) * n * dim / (ms["recall"] / 1e3) / 1e9,
+                                   2)}
 
 
 def main(argv=None):
@@ -110,22 +112,27 @@ def main(argv=None):
   args = p.parse_args(argv)
   section = index_config(args.index_backend, args.index_dtype, args.index_param)
   print(machine.describe(), flush=True)
-  rate = machine.matmul_flops_per_s()
-  print(f"float32 matmul [2048]^2: {rate / 1e9:.1f} GFLOP/s", flush=True)
+  dtype = "bfloat16" if args.index_dtype == "bfloat16" else "float32"
+  line, limits = machine.limits_line((dtype,))
+  rate = limits[f"matmul_{dtype}"]
+  print(line + f"; peak = the {dtype} matmul", flush=True)
   rows = []
   head = (f"{'clips':>9} {'recall ms':>10} {'rerank ms':>10} {'cast ms':>8} {'total ms':>9} {'q/s':>7} "
-          f"{'recall/matmul':>14} {'recall GB/s':>12}")
+          f"{'recall/peak':>12} {'recall GB/s':>12} {'of copy':>8}")
   print("random weights and vectors (timing only); batch 1, K = %d, context %d; index %s %s %s" % (
       args.k_recall, args.context, section.backend, section.dtype,
       {k: v for k, v in section.params.items() if v is not None}))
   print(head + "\n" + "-" * len(head), flush=True)
   for n in [int(s) for s in args.sizes.split(",")]:
     r = measure(n, args.dim, args.k_recall, args.context, args.queries, rate, section)
+    r["recall_copy_fraction"] = round(r["recall_gb_per_s"] * 1e9 / limits["copy"], 3)
     rows.append(r)
     print(f"{n:>9} {r['ms_recall']:>10.3f} {r['ms_rerank']:>10.3f} {r['ms_cast']:>8.3f} {r['ms_total']:>9.3f} "
-          f"{r['queries_per_s']:>7.1f} {r['recall_matmul_fraction']:>14.1%} {r['recall_gb_per_s']:>12.1f}", flush=True)
+          f"{r['queries_per_s']:>7.1f} {r['recall_matmul_fraction']:>12.1%} {r['recall_gb_per_s']:>12.1f} "
+          f"{r['recall_copy_fraction']:>8.1%}", flush=True)
   if args.json:
-    Path(args.json).write_text(json.dumps({"machine": machine.describe(), "matmul_flops_per_s": rate, "rows": rows},
+    Path(args.json).write_text(json.dumps({"machine": machine.describe(), "limits": limits, "peak_dtype": dtype,
+                                           "rows": rows},
                                           indent=1))
 
 

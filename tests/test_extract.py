@@ -159,6 +159,34 @@ def test_two_processes_write_disjoint_shards_that_merge(clips, tmp_path):
   engine.verify(store, [c.clip_id for c in clips], kinds=("clip", "clip_mean", "tokens"))
 
 
+def test_decoding_workers_keep_order_name_bad_videos_and_match_one_worker(tmp_path, caplog):
+  # Eight short videos of different lengths (so workers finish out of order) and a corrupt one in the middle.
+  rng = np.random.default_rng(1)
+  clips = []
+  for i in range(8):
+    path = tmp_path / f"v{i}.mp4"
+    video.write_video(path, rng.integers(0, 256, (2 + 3 * (i % 3), 18, 18, 3), np.uint8), fps=4)
+    clips += [engine.VideoSegment(f"v{i}#0", str(path), 0.0, 0.5), engine.VideoSegment(f"v{i}", str(path))]
+  (tmp_path / "bad.mp4").write_bytes(b"\x00junk" * 200)
+  clips.insert(4, engine.VideoSegment("bad", str(tmp_path / "bad.mp4")))  # between two videos' clips
+  seen = []
+
+  def fn(x):
+    seen.append(np.asarray(x))
+    return _toy_video_fn(x)
+  with caplog.at_level("WARNING", logger="vidjax.data.video"):
+    store, stats = _run(tmp_path / "many", clips, fn=fn, batch_size=3, decode_workers=3)
+  assert "bad.mp4" in caplog.text and stats.failed_clips == 1 and stats.clips == len(clips)
+  # Batches hold the clips in list order, scaled exactly as decode_video scales them.
+  want = np.stack([video.decode_video(c.video, T, R, c.segment)[0] for c in clips])
+  np.testing.assert_array_equal(np.concatenate(seen)[:len(clips)], want)
+  one, _ = _run(tmp_path / "one", clips, batch_size=3, decode_workers=1)
+  a, b = _snapshot(store), _snapshot(one)
+  for kind in a:
+    assert a[kind][0] == b[kind][0]
+    np.testing.assert_array_equal(a[kind][1], b[kind][1], err_msg=kind)
+
+
 def test_texts_batches_padding_and_resume(tmp_path):
   store = engine.open_store(tmp_path / "s", {"backbone": "toy"})
   captions = {f"c{i}": f"step {i} add salt" for i in range(5)}

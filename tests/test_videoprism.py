@@ -275,6 +275,28 @@ def test_attention_with_logit_cap_and_padding_mask():
   assert np.abs(uncapped - want).max() > 1e-2
 
 
+def test_uncapped_attention_is_jax_dot_product_attention_with_the_official_mask_semantics():
+  # Without a cap, `attend` is jax.nn.dot_product_attention; with padded keys, causal masks and a fully masked row
+  # (a padded query: uniform over all keys in the official code) it must equal the cap-free reference exactly.
+  rng = np.random.default_rng(5)
+  layer = vp.DotProductAttention(num_heads=2, dim_per_head=4, atten_logit_cap=0.0)
+  x = (3.0 * rng.standard_normal((2, 6, 8))).astype(np.float32)
+  params = jax.tree.map(lambda s: rng.standard_normal(s.shape).astype(np.float32),
+                        jax.eval_shape(layer.init, jax.random.PRNGKey(0), x, x, None))
+  pads = np.array([[0, 0, 0, 0, 1, 1], [1, 1, 1, 1, 1, 1]], np.float32)
+  for causal in (False, True):
+    for impl in (None, "xla"):
+      got = vp.DotProductAttention(num_heads=2, dim_per_head=4, implementation=impl).apply(
+          params, x, x, vp.attention_mask(jnp.asarray(pads), causal))
+      want = np_attention(f64(x), f64(x), f64(params["params"]), np_keep(pads, causal), cap=0.0)
+      np.testing.assert_allclose(np.asarray(got), want, atol=2e-4, rtol=1e-4)
+  q = jnp.ones((1, 2, 1, 4))
+  with pytest.raises(ValueError, match="no logit soft-cap"):
+    vp.attend(q, q, q, None, logit_cap=50.0, implementation="cudnn")
+  with pytest.raises(ValueError, match="must be one of"):
+    vp.attend(q, q, q, None, implementation="flash")
+
+
 def test_attention_pool_per_dim_scale():
   rng = np.random.default_rng(2)
   pool = vp.AttentionPool(num_heads=2, hidden_dim=12)

@@ -17,9 +17,12 @@ and writes these kinds (the experiment `vidjax/experiments/extract.py` wires Vid
                             manifest's padded / failed counts are computed from it, so they stay
                             exact across resumed and multi-host runs)
 
-Execution. Clips are grouped by video so each file is decoded once for all its segments; decoding
-runs in a small thread pool ahead of the model. Batches have a fixed shape (the last one is padded
-with black clips whose outputs are dropped) so `video_fn` compiles once, and are split over a
+Execution. Clips are grouped by video so each file is decoded once for all its segments; a pool of
+decoding worker processes (one per usable core by default: PyAV decodes ~900 frames/s per process at
+288 px, a GPU embeds several thousand) decodes up to 2 videos per worker ahead of the model, and the
+results are consumed in submission order, so the store does not depend on worker timing. Batches have
+a fixed shape (the last one is padded with black clips whose outputs are dropped) so `video_fn`
+compiles once; they travel as uint8, are scaled to [0, 1] on the device and are split over a
 `('data',)` mesh of this process's local devices with `NamedSharding(mesh, P('data'))`. The host
 fetches batch i only after batch i+1 was dispatched, so decoding, transfer and compute overlap.
 
@@ -35,9 +38,12 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import contextlib
 import dataclasses
 import functools
 import logging
+import multiprocessing
+import os
 import time
 from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
@@ -136,26 +142,68 @@ def _group_by_video(clips: Sequence[VideoSegment]) -> list[tuple[str, list[Video
   return list(groups.items())
 
 
-def _decoded_clips(groups, num_frames, resolution, aspect, workers) -> Iterator[tuple[VideoSegment, np.ndarray, np.ndarray]]:
-  """Yields (clip, frames [T, H, W, 3] uint8, padded [T]) in order, decoding up to 2*workers videos ahead."""
-  def decode(group):
-    path, clips = group
-    return clips, video_lib.decode_clips(path, [c.segment for c in clips], num_frames, resolution, aspect, uint8=True)
+def usable_cores() -> int:
+  """CPU cores this process may run on (its affinity mask, so a container's CPU limit counts)."""
+  try:
+    return len(os.sched_getaffinity(0))
+  except AttributeError:  # not on Linux
+    return os.cpu_count() or 1
 
-  with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+
+def _worker_context() -> multiprocessing.context.BaseContext:
+  # Not "fork": the parent runs JAX's threads, and a forked copy of a multithreaded process can deadlock. The fork
+  # server (Unix) is started once per parent and forks each later pool's workers from a clean process, so only the
+  # first pool pays for a fresh interpreter; elsewhere "spawn".
+  if "forkserver" not in multiprocessing.get_all_start_methods():
+    return multiprocessing.get_context("spawn")
+  context = multiprocessing.get_context("forkserver")
+  # Loaded once in the server, not in every worker: the main module (Python's default, which a worker would
+  # otherwise import anew, often with jax) and PyAV with the decoder.
+  context.set_forkserver_preload(["__main__", "vidjax.data.video"])
+  return context
+
+
+def decode_ahead(groups, num_frames, resolution, aspect, workers) -> Iterator[tuple[VideoSegment, np.ndarray, np.ndarray]]:
+  """Yields (clip, frames [T, H, W, 3] uint8, padded [T]) in the order of `groups`.
+
+  `groups`: `[(video path, [VideoSegment of that video])]`. `workers` processes decode whole videos (one group
+  each) ahead of the consumer, at most 2 * workers videos in flight; results are taken in submission order, so the
+  order, and hence the store, does not depend on which worker finishes first. Each worker's decoder gets an equal
+  share of the cores (FFmpeg's frame threads), so the pool does not oversubscribe the host.
+  """
+  workers = max(1, min(workers, len(groups)))
+  threads = max(1, usable_cores() // workers)
+  depth = 2 * workers
+  # One worker (or one video) needs no process: a thread ahead of the model overlaps the same way (PyAV releases
+  # the GIL while decoding) without a worker's start-up (about a second on a busy 2-core machine).
+  pool = (concurrent.futures.ThreadPoolExecutor(max_workers=1) if workers == 1 else
+          concurrent.futures.ProcessPoolExecutor(max_workers=workers, mp_context=_worker_context()))
+  with pool:
     pending: collections.deque = collections.deque()
     it = iter(groups)
-    for group in it:
-      pending.append(pool.submit(decode, group))
-      if len(pending) >= 2 * max(1, workers):
-        break
-    while pending:
-      clips, decoded = pending.popleft().result()
-      nxt = next(it, None)
-      if nxt is not None:
-        pending.append(pool.submit(decode, nxt))
-      for j, clip in enumerate(clips):
-        yield clip, decoded.frames[j], decoded.padded[j]
+
+    def submit():
+      group = next(it, None)
+      if group is not None:
+        path, clips = group
+        # The task is `video.decode_clips` itself, so a worker imports only that light module (not jax); the
+        # parent logs failures (`warn_if_failed`), so they reach its own log.
+        pending.append((path, clips, pool.submit(video_lib.decode_clips, path, [c.segment for c in clips],
+                                                 num_frames, resolution, aspect, True, threads, False)))
+    try:
+      for _ in range(depth):
+        submit()
+      while pending:
+        path, clips, future = pending.popleft()
+        decoded = future.result()
+        submit()
+        video_lib.warn_if_failed(path, decoded)
+        for j, clip in enumerate(clips):
+          yield clip, decoded.frames[j], decoded.padded[j]
+    finally:
+      # A consumer that stops early (an error in the model, a killed job) must not wait for queued videos.
+      for _, _, future in pending:
+        future.cancel()
 
 
 def _batches(items: Iterator, batch_size: int) -> Iterator[list]:
@@ -172,7 +220,7 @@ def _batches(items: Iterator, batch_size: int) -> Iterator[list]:
 def extract_videos(store: FeatureStore, clips: Sequence[VideoSegment], video_fn: Callable[[jax.Array], Mapping[str, Any]], *,
                    num_frames: int, resolution: int, batch_size: int, kinds: Sequence[str] = ("clip", "clip_mean"),
                    mesh: jax.sharding.Mesh | None = None, aspect: str = "squash", dtype: str | None = None,
-                   flush_every: int = 256, decode_workers: int = 2, progress: bool = True,
+                   flush_every: int = 256, decode_workers: int | None = None, progress: bool = True,
                    process_index: int | None = None, process_count: int | None = None) -> VideoStats:
   """Embeds every clip not yet in the store and writes `kinds` plus `padded_frames`.
 
@@ -189,7 +237,9 @@ def extract_videos(store: FeatureStore, clips: Sequence[VideoSegment], video_fn:
     dtype: storage dtype "float32" | "bfloat16" (store default when None).
     flush_every: items buffered per kind before a shard is committed (`tokens` flushes at most
       every 64 items to bound host memory).
-    decode_workers: decoding threads.
+    decode_workers: decoding processes (None or 0: one per usable host core, `usable_cores()`). They decode
+      whole videos ahead of the model; PyAV decodes about 900 frames/s per process at 288 px, so a GPU that embeds
+      a few thousand frames/s needs several.
     process_index, process_count: this process's slice of the videos (JAX's values when None).
 
   Returns:
@@ -219,7 +269,13 @@ def extract_videos(store: FeatureStore, clips: Sequence[VideoSegment], video_fn:
                              flush_every=min(flush_every, 64) if k == "tokens" else flush_every) for k in kinds}
   writers[PADDED_KIND] = store.writer(PADDED_KIND, shard_prefix=f"p{pi}", flush_every=flush_every, dtype="float32")
   data_sharding = sharding.data_sharded(mesh)
+  # Frames travel to the device as uint8 (a quarter of float32's bytes, and no host pass over every pixel) and are
+  # scaled there through a 256-entry table, bit for bit as `video.decode_video` scales them (XLA turns a division
+  # by 255 into a multiplication that can differ in the last bit).
+  table = jnp.asarray(np.arange(256, dtype=np.float32) / np.float32(255))
+  to_unit = jax.jit(lambda x: table[x.astype(jnp.int32)], out_shardings=data_sharding)
   zeros = np.zeros((num_frames, resolution, resolution, 3), np.uint8)
+  workers = decode_workers or usable_cores()
   start = time.perf_counter()
 
   def write(batch, outputs):
@@ -236,23 +292,23 @@ def extract_videos(store: FeatureStore, clips: Sequence[VideoSegment], video_fn:
 
   with progress_lib.bar(total, f"extract p{pi}", "clip", disable=not progress, smoothing=0.1) as bar:
     in_flight = None  # (batch, outputs) dispatched but not yet fetched
-    for batch in _batches(_decoded_clips(todo_groups, num_frames, resolution, aspect, decode_workers), batch_size):
-      frames = np.stack([f for _, f, _ in batch] + [zeros] * (batch_size - len(batch)))
-      x = jax.device_put(frames.astype(np.float32) / np.float32(255), data_sharding)  # as decode_video
-      if in_flight is None and stats.clips == 0:
+    decoded = contextlib.closing(decode_ahead(todo_groups, num_frames, resolution, aspect, workers))
+    with decoded as clip_frames:  # closing: an error below stops the decoding workers at once
+      for batch in _batches(clip_frames, batch_size):
+        frames = np.stack([f for _, f, _ in batch] + [zeros] * (batch_size - len(batch)))
+        first = in_flight is None and stats.clips == 0
         t = time.perf_counter()
-        outputs = video_fn(x)  # jit dispatch is asynchronous, so this call times the compile
-        stats.compile_seconds = time.perf_counter() - t
-      else:
-        outputs = video_fn(x)
-      missing = [k for k in kinds if k not in outputs]
-      if missing:
-        raise KeyError(f"video_fn returned {sorted(outputs)} but the extraction asks for kinds {missing}")
-      if in_flight is not None:
-        write(*in_flight)
-      in_flight = (batch, outputs)
-      busy = time.perf_counter() - start - stats.compile_seconds
-      bar.set_postfix(frames_per_s=f"{stats.frames / max(busy, 1e-9):.1f}")
+        outputs = video_fn(to_unit(jax.device_put(frames, data_sharding)))
+        if first:  # jit dispatch is asynchronous, so the first call times the compiles
+          stats.compile_seconds = time.perf_counter() - t
+        missing = [k for k in kinds if k not in outputs]
+        if missing:
+          raise KeyError(f"video_fn returned {sorted(outputs)} but the extraction asks for kinds {missing}")
+        if in_flight is not None:
+          write(*in_flight)
+        in_flight = (batch, outputs)
+        busy = time.perf_counter() - start - stats.compile_seconds
+        bar.set_postfix(frames_per_s=f"{stats.frames / max(busy, 1e-9):.1f}")
     if in_flight is not None:
       write(*in_flight)
     for w in writers.values():
@@ -451,11 +507,14 @@ def random_variables(model, seed: int) -> dict:
 
 
 def build_model(config):
-  """The VideoPrism module `config.model` names (`name`, `fprop_dtype`, `overrides`), without weights."""
+  """The VideoPrism module `config.model` names (`name`, `fprop_dtype`, `overrides`, `attention_impl`), without
+  weights."""
   overrides = dict(config.model.overrides)
   if "pos_emb_shape" in overrides:
     overrides["pos_emb_shape"] = tuple(overrides["pos_emb_shape"])
-  return vp.get_model(config.model.name, fprop_dtype=jnp.dtype(config.model.fprop_dtype), **overrides)
+  impl = config.model.get("attention_impl") or None
+  return vp.get_model(config.model.name, fprop_dtype=jnp.dtype(config.model.fprop_dtype), attention_impl=impl,
+                      **overrides)
 
 
 def load_model(config) -> tuple[Any, Any, dict]:
@@ -469,7 +528,7 @@ def load_model(config) -> tuple[Any, Any, dict]:
   model = build_model(config)
   meta = {"backbone": config.model.name, "model_overrides": {k: list(v) if isinstance(v, tuple) else v
                                                              for k, v in overrides.items()},
-          "fprop_dtype": config.model.fprop_dtype}
+          "fprop_dtype": config.model.fprop_dtype, "attention_impl": config.model.get("attention_impl") or ""}
   if config.model.checkpoint:
     variables = checkpoints.load_videoprism(config.model.checkpoint, model)
     local = "://" not in config.model.checkpoint

@@ -92,7 +92,8 @@ def _to_rgb(frame: av.VideoFrame, resolution: int, aspect: str) -> np.ndarray:
 
 
 def decode_clips(path: str | os.PathLike, segments: Sequence[tuple[float, float] | None], num_frames: int,
-                 resolution: int = 288, aspect: str = "squash", uint8: bool = False) -> DecodedClips:
+                 resolution: int = 288, aspect: str = "squash", uint8: bool = False, threads: int = 0,
+                 log: bool = True) -> DecodedClips:
   """Decodes one video once and samples `num_frames` frames for each segment.
 
   Args:
@@ -101,7 +102,11 @@ def decode_clips(path: str | os.PathLike, segments: Sequence[tuple[float, float]
     num_frames: T frames per segment.
     resolution: output side H = W.
     aspect: "squash" or "center_crop" (see the module docstring).
-    uint8: return raw uint8 [0, 255] (4x less memory; the extractor scales on the fly).
+    uint8: return raw uint8 [0, 255] (4x less memory; the extractor scales on the device).
+    threads: the decoder's threads (0 = FFmpeg's choice, about one per core). Decoding is exact whatever the
+      count; a pool of decoding processes gives each a share of the cores instead.
+    log: log a warning naming the file when it did not decode cleanly (`warn_if_failed`); a decoding worker
+      process passes False and its parent logs, so the message reaches the job's own log.
 
   Returns:
     `DecodedClips` with frames `[S, T, H, W, 3]` and padded `[S, T]`. Never raises for a bad file.
@@ -117,26 +122,37 @@ def decode_clips(path: str | os.PathLike, segments: Sequence[tuple[float, float]
   frames = np.zeros((n_seg, num_frames, resolution, resolution, 3), np.uint8)
   filled = np.zeros((n_seg, num_frames), bool)
   error = None
+  if threads < 0:
+    raise ValueError(f"threads must be >= 0 (0 = FFmpeg's choice), got {threads}")
   try:
-    error = _decode_into(str(path), segments, num_frames, resolution, aspect, frames, filled, allow_seek=True)
+    error = _decode_into(str(path), segments, num_frames, resolution, aspect, frames, filled, allow_seek=True,
+                         threads=threads)
   except Exception as e:  # pylint: disable=broad-except  # a bad file must not stop a long job
     error = f"{type(e).__name__}: {e}"
   if error is None and not filled.all():
     error = "segment extends past the end of the video"
-  if error is not None:
-    _LOG.warning("video %s: %s (%d of %d frames are black padding)", path, error, int((~filled).sum()),
-                    filled.size)
-  out = frames if uint8 else frames.astype(np.float32) / 255.0
-  return DecodedClips(out, ~filled, error)
+  out = DecodedClips(frames if uint8 else frames.astype(np.float32) / 255.0, ~filled, error)
+  if log:
+    warn_if_failed(path, out)
+  return out
 
 
-def _decode_into(path, segments, num_frames, resolution, aspect, frames, filled, allow_seek) -> str | None:
+def warn_if_failed(path: str | os.PathLike, decoded: DecodedClips) -> None:
+  """Logs a warning naming `path`, the reason and the black-frame count when `decoded` has an error."""
+  if decoded.error is not None:
+    _LOG.warning("video %s: %s (%d of %d frames are black padding)", path, decoded.error, decoded.num_padded,
+                 decoded.padded.size)
+
+
+def _decode_into(path, segments, num_frames, resolution, aspect, frames, filled, allow_seek, threads=0) -> str | None:
   """Fills `frames` / `filled` in place; returns an error string when decoding stopped early."""
   with av.open(path) as container:
     if not container.streams.video:
       return "no video stream"
     stream = container.streams.video[0]
     stream.thread_type = "AUTO"
+    if threads:
+      stream.thread_count = threads
     t0 = float(stream.start_time * stream.time_base) if stream.start_time is not None else 0.0
     duration = _stream_duration(container, stream)
     if duration is None and any(s is None for s in segments):
@@ -177,7 +193,8 @@ def _decode_into(path, segments, num_frames, resolution, aspect, frames, filled,
           return "frame without timestamp and no frame rate"
         if seeked and prev is None and ft > first + _TIME_EPS:
           # The seek overshot the first target: decode again from the start (rare, slow path).
-          return _decode_into(path, segments, num_frames, resolution, aspect, frames, filled, allow_seek=False)
+          return _decode_into(path, segments, num_frames, resolution, aspect, frames, filled, allow_seek=False,
+                              threads=threads)
         if prev is not None:
           def prev_frame():
             nonlocal prev_rgb

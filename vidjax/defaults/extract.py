@@ -20,6 +20,9 @@ def default_config() -> ml_collections.ConfigDict:
   c.model.name = "videoprism_lvt_public_v1_base"  # or "pixel_stats" (a STAND-IN, no weights)
   c.model.checkpoint = ""          # official .npz (local or gs://); "" = random init
   c.model.fprop_dtype = "float32"  # or "bfloat16"
+  # jax.nn.dot_product_attention's backend where a layer has no logit cap: '' (JAX's choice) | 'xla' | 'cudnn' (GPU,
+  # bfloat16; every stack of the public models caps its logits, which no fused kernel offers: see videoprism.attend)
+  c.model.attention_impl = ""
   c.model.spm_path = ""            # a local copy of the T5 c4_en model (gs://t5-data/vocabs/cc_en.32000/sentencepiece.model)
   c.model.overrides = ml_collections.ConfigDict()  # constructor fields replacing the named config
 
@@ -37,7 +40,7 @@ def default_config() -> ml_collections.ConfigDict:
   c.aspect = "squash"       # 'squash' (official demo) | 'center_crop'
   c.batch_size = 8          # clips per step (rounded up to a multiple of the local device count)
   c.text_batch_size = 64
-  c.decode_workers = 2
+  c.decode_workers = 0        # decoding processes; 0 = one per usable host core
   c.store = ""              # feature store directory; '' = <workdir>/features
   c.store_dtype = "float32" # 'float32' | 'bfloat16'
   c.save_tokens = False     # also store per-frame patch tokens [T, N, D] (VEDJE); large

@@ -205,18 +205,54 @@ class PerDimScale(_Base):
     return q * (scale * jax.nn.softplus(self._p(rho)))
 
 
+ATTENTION_IMPLS = (None, "xla", "cudnn")
+
+
+def attend(q: Array, k: Array, v: Array, mask: Array | None, logit_cap: float = 0.0,
+           implementation: str | None = None) -> Array:
+  """softmax(cap(q k^T)) v with already-scaled queries: `q` [B, T, h, dh], `k`, `v` [B, S, h, dh] -> [B, T, h, dh].
+
+  Without a cap this is `jax.nn.dot_product_attention` (scale 1): logits in float32, masked entries set to
+  -0.7 * max(float32) by a select, softmax in float32, probabilities cast to `v`'s dtype, so a fully masked row (a
+  padded query) is uniform, as in the official code; `implementation` picks its backend (None: JAX's choice,
+  which is XLA in jax <= 0.11; "cudnn": cuDNN's fused kernel, GPU only, bfloat16 / float16).
+
+  With a cap (every VideoPrism transformer stack: 50 * tanh(l / 50), applied before masking) no fused kernel JAX
+  offers can express it (neither `jax.nn.dot_product_attention` nor cuDNN has a logit soft-cap), so the logits
+  are formed in the activation dtype, capped, cast to float32, masked and normalized explicitly, exactly as the
+  official code does; asking for "cudnn" then is an error rather than a silently different model.
+  """
+  if implementation not in ATTENTION_IMPLS:
+    raise ValueError(f"attention implementation must be one of {ATTENTION_IMPLS}, got {implementation!r}")
+  if logit_cap <= 0.0:
+    return jax.nn.dot_product_attention(q, k, v, mask=mask, scale=1.0, implementation=implementation)
+  if implementation == "cudnn":
+    raise ValueError(f"the cuDNN fused attention has no logit soft-cap, but this layer caps its logits at "
+                     f"{logit_cap}; use implementation None or 'xla', or build the model with atten_logit_cap=0 "
+                     "(a different model from the public checkpoints)")
+  logits = jnp.einsum("btnh,bsnh->bnts", q, k)
+  cap = jnp.asarray(logit_cap, logits.dtype)
+  logits = (cap * jnp.tanh(logits / cap)).astype(jnp.float32)
+  if mask is not None:
+    logits = jnp.where(mask, logits, _large_negative(jnp.float32))
+  probs = jax.nn.softmax(logits, axis=-1).astype(v.dtype)
+  return jnp.einsum("bnts,bsnh->btnh", probs, v)
+
+
 class DotProductAttention(_Base):
   """Multi-head attention with optional tanh logit cap and optional learned per-dim query scale.
 
   Submodules `query`, `key`, `value`, `post` (and `per_dim_scale` if enabled).
   Queries are scaled after their bias (1/sqrt(dh), or PerDimScale); logits are
   capped as cap * tanh(l / cap) before masking, then cast to float32; masked
-  entries are replaced by -0.7 * max(float32); softmax in float32.
+  entries are replaced by -0.7 * max(float32); softmax in float32 (`attend`;
+  `implementation` is its backend).
   """
   num_heads: int = 1
   dim_per_head: int = 0
   atten_logit_cap: float = 0.0
   per_dim_scale: bool = False
+  implementation: str | None = None
 
   @nn.compact
   def __call__(self, q_in: Array, kv_in: Array, mask: Array | None = None) -> Array:
@@ -230,15 +266,7 @@ class DotProductAttention(_Base):
       q = PerDimScale(name="per_dim_scale", dtype=self.dtype, fprop_dtype=self.fprop_dtype)(q)
     else:
       q = q * jnp.asarray(self.dim_per_head ** -0.5, q.dtype)
-    logits = jnp.einsum("btnh,bsnh->bnts", q, k)
-    if self.atten_logit_cap > 0.0:
-      cap = jnp.asarray(self.atten_logit_cap, logits.dtype)
-      logits = cap * jnp.tanh(logits / cap)
-    logits = logits.astype(jnp.float32)
-    if mask is not None:
-      logits = jnp.where(mask, logits, _large_negative(jnp.float32))
-    probs = jax.nn.softmax(logits, axis=-1).astype(v.dtype)
-    context = jnp.einsum("bnts,bsnh->btnh", probs, v)
+    context = attend(q, k, v, mask, self.atten_logit_cap, self.implementation)
     return AttentionProjection(name="post", output_dim=q_in.shape[-1], is_output_projection=True,
                                **proj)(context)
 
@@ -270,6 +298,7 @@ class TransformerLayer(_Base):
   num_heads: int = 1
   mlp_dim: int = 0
   atten_logit_cap: float = 0.0
+  attention_impl: str | None = None  # `attend`'s backend: None (JAX's choice), 'xla' or 'cudnn'
   activation: str = "gelu"
 
   @nn.compact
@@ -278,6 +307,7 @@ class TransformerLayer(_Base):
     u = LayerNorm(name="layer_norm", dtype=self.dtype, fprop_dtype=self.fprop_dtype)(x)
     a = DotProductAttention(name="self_attention", num_heads=self.num_heads,
                             dim_per_head=d // self.num_heads, atten_logit_cap=self.atten_logit_cap,
+                            implementation=self.attention_impl,
                             dtype=self.dtype, fprop_dtype=self.fprop_dtype)(u, u, mask)
     h = x + a
     out = TransformerFeedForward(name="ff_layer", hidden_dim=self.mlp_dim,
@@ -297,6 +327,7 @@ class StackedTransformer(_Base):
   num_heads: int = 1
   mlp_dim: int = 0
   atten_logit_cap: float = 0.0
+  attention_impl: str | None = None  # `attend`'s backend: None (JAX's choice), 'xla' or 'cudnn'
   activation: str = "gelu"
   causal: bool = False
   scan: bool = True
@@ -305,6 +336,7 @@ class StackedTransformer(_Base):
   def __call__(self, x: Array, paddings: Array) -> Array:
     mask = attention_mask(paddings, self.causal)
     kw = dict(num_heads=self.num_heads, mlp_dim=self.mlp_dim, atten_logit_cap=self.atten_logit_cap,
+              attention_impl=self.attention_impl,
               activation=self.activation, dtype=self.dtype, fprop_dtype=self.fprop_dtype)
     if self.scan:
       layers = nn.scan(TransformerLayer, variable_axes={"params": 0}, split_rngs={"params": True},
@@ -322,13 +354,15 @@ class _StackHolder(_Base):
   num_heads: int = 1
   mlp_dim: int = 0
   atten_logit_cap: float = 0.0
+  attention_impl: str | None = None  # `attend`'s backend: None (JAX's choice), 'xla' or 'cudnn'
   scan: bool = True
 
   @nn.compact
   def __call__(self, x: Array, paddings: Array) -> Array:
     return StackedTransformer(name="transformers_stack", num_layers=self.num_layers,
                               num_heads=self.num_heads, mlp_dim=self.mlp_dim,
-                              atten_logit_cap=self.atten_logit_cap, activation="gelu",
+                              atten_logit_cap=self.atten_logit_cap, attention_impl=self.attention_impl,
+                              activation="gelu",
                               causal=False, scan=self.scan, dtype=self.dtype,
                               fprop_dtype=self.fprop_dtype)(x, paddings)
 
@@ -353,6 +387,7 @@ class AttentionPool(_Base):
   """
   num_heads: int = 1
   hidden_dim: int = 0
+  attention_impl: str | None = None
 
   @nn.compact
   def __call__(self, tokens: Array) -> Array:
@@ -361,6 +396,7 @@ class AttentionPool(_Base):
     query = jnp.broadcast_to(self._p(query)[None], (b, 1, d))
     out = DotProductAttention(name="pooling_attention", num_heads=self.num_heads,
                               dim_per_head=self.hidden_dim // self.num_heads, per_dim_scale=True,
+                              implementation=self.attention_impl,
                               dtype=self.dtype, fprop_dtype=self.fprop_dtype)(query, tokens, None)
     return LayerNorm(name="pooling_attention_layer_norm", dtype=self.dtype,
                      fprop_dtype=self.fprop_dtype)(out)
@@ -399,6 +435,7 @@ class FactorizedEncoder(_Base):
   num_heads: int = 12
   mlp_dim: int = 3072
   atten_logit_cap: float = 50.0
+  attention_impl: str | None = None  # `attend`'s backend: None (JAX's choice), 'xla' or 'cudnn'
   norm_policy: str = "pre"
   scan: bool = True
 
@@ -432,7 +469,7 @@ class FactorizedEncoder(_Base):
 
     spatial_paddings = jnp.repeat(frame_paddings.reshape(b * t, 1), n, axis=1)
     stack = dict(num_heads=self.num_heads, mlp_dim=self.mlp_dim,
-                 atten_logit_cap=self.atten_logit_cap, scan=self.scan, **dt)
+                 atten_logit_cap=self.atten_logit_cap, attention_impl=self.attention_impl, scan=self.scan, **dt)
     x = _StackHolder(name="spatial_encoder", num_layers=self.num_spatial_layers, **stack)(
         x, spatial_paddings)
     x = LayerNorm(name="spatial_ln", **dt)(x)
@@ -463,6 +500,7 @@ class TextEncoder(_Base):
   num_heads: int = 12
   mlp_dim: int = 3072
   atten_logit_cap: float = 50.0
+  attention_impl: str | None = None  # `attend`'s backend: None (JAX's choice), 'xla' or 'cudnn'
   enable_causal_atten: bool = True
   scan: bool = True
 
@@ -481,7 +519,8 @@ class TextEncoder(_Base):
     paddings = jnp.concatenate([self._p(paddings), jnp.zeros((b, 1), self.fprop_dtype)], axis=1)
     x = StackedTransformer(name="unimodal_transformer", num_layers=self.num_layers,
                            num_heads=self.num_heads, mlp_dim=self.mlp_dim,
-                           atten_logit_cap=self.atten_logit_cap, activation="relu",
+                           atten_logit_cap=self.atten_logit_cap, attention_impl=self.attention_impl,
+                           activation="relu",
                            causal=self.enable_causal_atten, scan=self.scan, **dt)(x, paddings)
     return LayerNorm(name="unimodal_ln", **dt)(x)
 
@@ -515,6 +554,7 @@ class FactorizedVideoCLIP(_Base):
   model_dim: int = 768
   num_heads: int = 12
   atten_logit_cap: float = 50.0
+  attention_impl: str | None = None  # `attend`'s backend: None (JAX's choice), 'xla' or 'cudnn'
   scan: bool = True
 
   @nn.compact
@@ -532,7 +572,8 @@ class FactorizedVideoCLIP(_Base):
           name="vision_encoder", patch_size=self.patch_size, pos_emb_shape=self.pos_emb_shape,
           model_dim=d, num_spatial_layers=self.num_spatial_layers,
           num_temporal_layers=self.num_temporal_layers, num_heads=self.num_heads,
-          mlp_dim=self.mlp_dim, atten_logit_cap=self.atten_logit_cap, norm_policy="pre",
+          mlp_dim=self.mlp_dim, atten_logit_cap=self.atten_logit_cap, attention_impl=self.attention_impl,
+          norm_policy="pre",
           scan=self.scan, **dt)(frames, frame_paddings=frame_paddings)
       outputs["video_tokens"] = tokens
       outputs["spatial_features"] = enc_out["spatial_features"]
@@ -541,10 +582,11 @@ class FactorizedVideoCLIP(_Base):
         # Full space-time attention over all T*N tokens; frame paddings are not used here.
         x = _StackHolder(name="auxiliary_encoder", num_layers=self.num_auxiliary_layers,
                          num_heads=self.num_heads, mlp_dim=self.mlp_dim,
-                         atten_logit_cap=self.atten_logit_cap, scan=self.scan, **dt)(
+                         atten_logit_cap=self.atten_logit_cap, attention_impl=self.attention_impl,
+                         scan=self.scan, **dt)(
                              x, jnp.zeros(x.shape[:2], x.dtype))
       pooler = AttentionPool(name="contrastive_vision_pooler", num_heads=self.num_heads,
-                             hidden_dim=4 * d, **dt)
+                             hidden_dim=4 * d, attention_impl=self.attention_impl, **dt)
       video_emb = pooler(x)[:, 0]
       if normalize:
         video_emb = l2_normalize(video_emb)
@@ -560,7 +602,7 @@ class FactorizedVideoCLIP(_Base):
                          f"{text_ids.shape}")
       feats = TextEncoder(name="text_encoder", vocabulary_size=self.vocabulary_size, model_dim=d,
                           num_layers=self.num_unimodal_layers, num_heads=self.num_heads,
-                          mlp_dim=4 * d, atten_logit_cap=self.atten_logit_cap,
+                          mlp_dim=4 * d, atten_logit_cap=self.atten_logit_cap, attention_impl=self.attention_impl,
                           enable_causal_atten=self.enable_causal_atten, scan=self.scan, **dt)(
                               text_ids, text_paddings)
       text_emb = feats[:, -1]  # The CLS token, appended last.
