@@ -136,25 +136,27 @@ class FeatureTable:
 
 
 class ArrayTable:
-  """A table over an in-memory array `rows [N, ...]` (any dtype): `gather(rows)` with -1 giving a zero row, as
-  `FeatureTable` does; what `Gather` wraps a plain array in."""
+  """A table over an in-memory array `rows [N, ...]` (any dtype, not copied): `gather(rows)` with -1 giving a zero
+  row, as `FeatureTable` does; what `Gather` wraps a plain array in."""
 
   def __init__(self, rows: np.ndarray):
-    rows = np.asarray(rows)
-    if rows.ndim < 1:
-      raise ValueError(f"ArrayTable: rows need a leading row axis, got shape {rows.shape}")
-    self._padded = np.concatenate([rows, np.zeros((1,) + rows.shape[1:], rows.dtype)])
-    self.in_memory, self.nbytes = True, rows.nbytes
+    self._rows = np.asarray(rows)
+    if self._rows.ndim < 1:
+      raise ValueError(f"ArrayTable: rows need a leading row axis, got shape {self._rows.shape}")
+    self.in_memory, self.nbytes = True, self._rows.nbytes
 
   def __len__(self) -> int:
-    return len(self._padded) - 1
+    return len(self._rows)
 
   def padded(self) -> np.ndarray:
-    return self._padded
+    """The rows themselves (`Gather.apply` gives zeros for -1 without a padding row)."""
+    return self._rows
 
   def gather(self, rows: np.ndarray) -> np.ndarray:
     rows = np.asarray(rows)
-    return self._padded[np.where(rows < 0, len(self), rows)]
+    out = self._rows[np.maximum(rows, 0)]
+    out[rows < 0] = 0
+    return out
 
 
 def device_budget_bytes(fraction: float = 0.25) -> int:
@@ -219,8 +221,8 @@ class Gather:
     return {**batch, **{k: self.tables[n].gather(batch[k]) for k, n in self.fields.items()}}
 
   def device_tables(self, mesh: jax.sharding.Mesh) -> dict[str, jax.Array]:
-    """{name: padded table [N + 1, ...]} for the device-side tables, replicated over `mesh` (every process passes
-    its own copy of the same rows)."""
+    """{name: the table's rows [N (+ 1 zero row for a `FeatureTable`), ...]} for the device-side tables, replicated
+    over `mesh` (every process passes its own copy of the same rows)."""
     sharding = sharding_lib.replicated(mesh)
     out = {}
     for name in self.on_device:
@@ -229,13 +231,13 @@ class Gather:
     return out
 
   def apply(self, tables: Mapping[str, jax.Array], batch: Mapping[str, jax.Array]) -> dict:
-    """Inside the jitted step: each device-side field's rows [B, ...] -> values [B, ..., *item_shape] (-1 -> zeros)."""
+    """Inside the jitted step: each device-side field's rows [B, ...] -> values [B, ..., *item_shape] (-1 -> zeros:
+    sent past the end, where the gather fills zeros)."""
     out = dict(batch)
     for key, name in self.fields.items():
       if name in tables:
-        table = tables[name]
-        rows = batch[key]
-        out[key] = table.at[jnp.where(rows < 0, table.shape[0] - 1, rows)].get(mode="promise_in_bounds")
+        table, rows = tables[name], batch[key]
+        out[key] = table.at[jnp.where(rows < 0, table.shape[0], rows)].get(mode="fill", fill_value=0)
     return out
 
 

@@ -97,13 +97,12 @@ def run(config, workdir: str) -> dict:
 
   ids, paddings = tokenizer.encode(train_pairs.texts, max_length=vp.TEXT_MAX_LEN)
   pixel_mean, pixel_std = B.pixel_stats(train_pairs.frames)
+  batch_fn, gather = B.batch_rows(train_pairs, ids, paddings,
+                                  partners=config.train.identity_positive if config.train.identity_weight else "")
   state = train.fit_epochs(name="backbone", init_fn=B.init_fn(model, config.train.tau),
                            loss_fn=B.loss_fn(model, pixel_mean=pixel_mean, pixel_std=pixel_std,
                                              identity_weight=config.train.identity_weight),
-                           num_examples=len(train_pairs),
-                           batch_fn=B.batch_fn(train_pairs, ids, paddings,
-                                               partners=config.train.identity_positive if config.train.identity_weight
-                                               else ""),
+                           num_examples=len(train_pairs), batch_fn=batch_fn, gather=gather,
                            tcfg=config.train, seed=config.seed, workdir=workdir / "model",
                            description="backbone (contrastive)")
   params = jax.device_get(state.params)

@@ -25,6 +25,7 @@ import numpy as np
 
 from vidjax import extract as engine
 from vidjax import losses, metrics, sharding
+from vidjax.data import pipeline
 from vidjax.data import video as video_lib
 from vidjax.data.annotations.types import Video
 from vidjax.data.comp import plain_paragraph
@@ -138,7 +139,8 @@ def loss_fn(model, min_tau: float = 0.01, pixel_mean=(0.0, 0.0, 0.0), pixel_std=
   `identity_weight` x `losses.instance_infonce` of the video embeddings over the batch's instance groups (`batch_fn`'s
   partners: with "video" the clips of one video are each other's positives, so the embedding keeps which video a
   clip is from, which the caption term alone does not ask for). Batch: frames uint8 [B, T, R, R, 3], ids int [B, L],
-  paddings [B, L] (1 = pad), group int [B] (the text's index), video int [B] (the instance group).
+  paddings [B, L] (1 = pad), group int [B] (the text's index), video int [B] (the instance group), and with "clip"
+  partners shift int [B, 2] (`shift_frames`).
 
   Frames go in as `(x / 255 - pixel_mean) / pixel_std` (per channel; `pixel_stats` of the training frames):
   the rendered frames are a flat grey board (mean ~0.57, std ~0.07), so in raw [0, 1] units the patch
@@ -148,7 +150,8 @@ def loss_fn(model, min_tau: float = 0.01, pixel_mean=(0.0, 0.0, 0.0), pixel_std=
   std = jnp.asarray(pixel_std, jnp.float32)
   def fn(params, batch, rng):
     del rng  # VideoPrism has no dropout
-    frames = (batch["frames"].astype(jnp.float32) / 255.0 - mean) / std
+    frames = shift_frames(batch["frames"], batch["shift"]) if "shift" in batch else batch["frames"]
+    frames = (frames.astype(jnp.float32) / 255.0 - mean) / std
     video, text, _ = model.apply({"params": params["model"]}, frames, batch["ids"], batch["paddings"], train=True)
     tau = jnp.exp(jnp.maximum(params["log_tau"], jnp.log(min_tau)))
     loss = losses.grouped_infonce(video, text, batch["group"], tau)
@@ -163,16 +166,18 @@ def loss_fn(model, min_tau: float = 0.01, pixel_mean=(0.0, 0.0, 0.0), pixel_std=
 CLIP_SHIFT = 0.0625
 
 
-def batch_fn(pairs: Pairs, ids: np.ndarray, paddings: np.ndarray,
-             partners: str = "") -> Callable[[np.ndarray], dict]:
-  """Index batch [B] -> the loss's batch; `ids` / `paddings` [len(pairs.texts), L] are the tokenized texts.
+def batch_rows(pairs: Pairs, ids: np.ndarray, paddings: np.ndarray,
+               partners: str = "") -> tuple[Callable[[np.ndarray], dict], pipeline.Gather]:
+  """(index batch [B] -> the loss's batch with frames and texts as rows, the `pipeline.Gather` of those rows):
+  training gathers the frames (`pairs.frames`) and the tokenized texts (`ids` / `paddings` [len(pairs.texts), L]) on
+  the device. `batch_fn` is the same batch gathered on the host.
 
   `partners` ("" = none): the batch's second half is replaced by a partner of each pair of its first half, so that
   `losses.instance_infonce` has positives in every batch; the batch's `video` holds the instance groups. "video": the
   partner is another clip of the same video, drawn at random, and the groups are the source videos. "clip": the
   partner is the same clip shifted by up to `CLIP_SHIFT` of its height and width (wrapping round; one shift per
-  clip, every frame), and the groups are the clips. Draws are seeded by the batch's indices: a resumed run sees the
-  same batches."""
+  clip, every frame; the batch's `shift` int32 [B, 2], applied by `shift_frames` in the step), and the groups are the
+  clips. Draws are seeded by the batch's indices: a resumed run sees the same batches."""
   video = np.unique(np.asarray(pairs.video_ids), return_inverse=True)[1].astype(np.int32)
   order = np.argsort(video, kind="stable")
   starts = np.searchsorted(video[order], np.arange(video.max() + 2))
@@ -185,12 +190,15 @@ def batch_fn(pairs: Pairs, ids: np.ndarray, paddings: np.ndarray,
     raise ValueError(f"backbone: video {pairs.video_ids[order[starts[np.argmin(sizes)]]]!r} has one clip; "
                      "an identity partner needs two")
 
+  def rows(idx, groups, extra=None):
+    text = pairs.text_index[idx]
+    return {"frames": idx.astype(np.int32), "ids": text, "paddings": text, "group": text, "video": groups,
+            **(extra or {})}
+
   def fn(idx):
     idx = np.asarray(idx)
     if not partners:
-      text = pairs.text_index[idx]
-      return {"frames": pairs.frames[idx], "ids": ids[text], "paddings": paddings[text], "group": text,
-              "video": video[idx]}
+      return rows(idx, video[idx])
     anchors = idx[:(len(idx) + 1) // 2]
     rng = np.random.default_rng(idx)
     if partners == "video":
@@ -198,19 +206,38 @@ def batch_fn(pairs: Pairs, ids: np.ndarray, paddings: np.ndarray,
       pick = rng.integers(0, sizes[v] - 1)  # a random other clip of the anchor's video: skip its own position
       chosen = order[starts[v] + pick + (pick >= rank[anchors])]
       idx = np.concatenate([anchors, chosen])[:len(idx)]
-      frames, groups = pairs.frames[idx], video[idx]
-    else:
-      chosen = anchors[:len(idx) - len(anchors)]
-      height, width = pairs.frames.shape[2:4]
-      limit = np.array([max(1, round(CLIP_SHIFT * height)), max(1, round(CLIP_SHIFT * width))])
-      shifts = rng.integers(-limit, limit + 1, size=(len(chosen), 2))
-      views = [np.roll(pairs.frames[i], tuple(shift), axis=(1, 2)) for i, shift in zip(chosen, shifts)]
-      frames = np.concatenate([pairs.frames[anchors], np.stack(views) if views else pairs.frames[:0]])
-      idx = np.concatenate([anchors, chosen])
-      groups = idx.astype(np.int32)
-    text = pairs.text_index[idx]
-    return {"frames": frames, "ids": ids[text], "paddings": paddings[text], "group": text, "video": groups}
-  return fn
+      return rows(idx, video[idx])
+    chosen = anchors[:len(idx) - len(anchors)]
+    height, width = pairs.frames.shape[2:4]
+    limit = np.array([max(1, round(CLIP_SHIFT * height)), max(1, round(CLIP_SHIFT * width))])
+    shifts = rng.integers(-limit, limit + 1, size=(len(chosen), 2))
+    idx = np.concatenate([anchors, chosen])
+    shift = np.concatenate([np.zeros((len(anchors), 2), np.int64), shifts]).astype(np.int32)
+    return rows(idx, idx.astype(np.int32), {"shift": shift})
+
+  gather = pipeline.Gather({"frames": pairs.frames, "ids": ids, "paddings": paddings},
+                           {"frames": "frames", "ids": "ids", "paddings": "paddings"})
+  return fn, gather
+
+
+def shift_frames(frames: jax.Array, shift: jax.Array) -> jax.Array:
+  """Each clip of `frames` [B, T, H, W, C] rolled by its `shift` [B, 2] (rows, columns), wrapping round, every
+  frame alike (`batch_rows(partners="clip")`)."""
+  return jax.vmap(lambda f, s: jnp.roll(f, (s[0], s[1]), axis=(1, 2)))(frames, shift)
+
+
+def batch_fn(pairs: Pairs, ids: np.ndarray, paddings: np.ndarray,
+             partners: str = "") -> Callable[[np.ndarray], dict]:
+  """Index batch [B] -> the loss's batch gathered on the host (frames, ids, paddings as arrays; a "clip" partner's
+  frames already shifted): what training's device-side gather and `shift_frames` give the loss (`batch_rows`)."""
+  fn, gather = batch_rows(pairs, ids, paddings, partners)
+
+  def host(idx):
+    batch = gather.gather_all(fn(idx))
+    if "shift" in batch:
+      batch["frames"] = np.asarray(shift_frames(batch["frames"], batch.pop("shift")))
+    return batch
+  return host
 
 
 def _padded_batches(n: int, batch_size: int):
