@@ -170,9 +170,10 @@ class Session:
     if variant.name not in self.trained and self.restore:  # a finished run: its final checkpoint, nothing trains
       self.trained[variant.name] = train.load_params(self.workdir / "models" / variant.name)
     if variant.name not in self.trained:
-      self.trained[variant.name] = train_variant(variant, self.cfg_of(variant), self.train_split, self.patches_of,
-                                                 self.negatives, self.tc, self.mc, self.tokenizer, self.config.seed,
-                                                 self.workdir / "models" / variant.name)
+      with common.precision(self.config, "train"):
+        self.trained[variant.name] = train_variant(variant, self.cfg_of(variant), self.train_split, self.patches_of,
+                                                   self.negatives, self.tc, self.mc, self.tokenizer,
+                                                   self.config.seed, self.workdir / "models" / variant.name)
     return self.trained[variant.name]
 
   def kind_of(self, variant: Variant, precision: str) -> str:
@@ -225,6 +226,7 @@ def suite(config, workdir: str | Path) -> tuple[list[evaluate.Model], list[evalu
                               (test.query_ids, test.video_ids, test.query_video), sess.synthetic)])
 
 
+@common.precision_policy
 def run(config, workdir: str | Path) -> dict:
   """Trains VEDJE (and its ablations), indexes the caches, reranks; returns (and writes) the results."""
   workdir = common.start_run(config, workdir, validate, RESUMABLE)
