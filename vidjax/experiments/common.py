@@ -183,11 +183,18 @@ def check_data_source(config, has_data: bool, where: str) -> None:
 # Results and plots.
 
 
+def with_precision_record(config, keys: Mapping) -> dict:
+  """results.json `keys` whose real-path `provenance` (when there is one) also records `precision_record`."""
+  keys = dict(keys)
+  if isinstance(keys.get("provenance"), Mapping):
+    keys["provenance"] = {**keys["provenance"], "precision": precision_record(config)}
+  return keys
+
+
 def results_dict(config, *, dataset: str, synthetic: bool, metrics: Mapping, **extra) -> dict:
   """The results contract: {"experiment", "dataset", "synthetic", "config", "metrics", ...extra}; a real-path
   `provenance` also records the precision the run used (`precision_record`)."""
-  if isinstance(extra.get("provenance"), Mapping):
-    extra["provenance"] = {**extra["provenance"], "precision": precision_record(config)}
+  extra = with_precision_record(config, extra)
   return {"experiment": config.get("name") or config.experiment, "dataset": dataset, "synthetic": bool(synthetic), "metrics": dict(metrics),
           **extra, "config": json.loads(config.to_json_best_effort())}
 

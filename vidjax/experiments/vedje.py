@@ -246,7 +246,8 @@ def run(config, workdir: str | Path) -> dict:
   dataset = config.dataset + (" (synthetic moving-object world)" if synthetic_world else
                               " (synthetic rendered videos)" if synthetic else "")
   results = {
-      "experiment": config.name, "dataset": dataset, "synthetic": synthetic, **sess.path,
+      "experiment": config.name, "dataset": dataset, "synthetic": synthetic,
+      **common.with_precision_record(config, sess.path),
       "metrics": {"stage1": stage1, "vedje": main_metrics},
       "stage1_over_candidates": main_info["stage1"],
       "latency_ms_per_query": main_info["latency_ms"],
