@@ -148,3 +148,16 @@ def test_a_workdir_from_before_the_policy_resumes(tmp_path):
   (tmp_path / "config.json").write_text(json.dumps(saved))
   with pytest.raises(ValueError, match=r"changed: train\.lr"):
     common.check_workdir(config, tmp_path)
+
+
+@pytest.fixture(scope="module")
+def precision_at_setup():
+  return jax.config.jax_default_matmul_precision
+
+
+@pytest.mark.highest_precision
+def test_the_mark_covers_the_test_and_its_fixtures_setup(precision_at_setup):
+  """`@pytest.mark.highest_precision` (tests/conftest.py): the test body and the fixtures it sets up run at
+  "highest", so a module-scoped reference computed in a fixture is as exact as the test."""
+  assert precision_at_setup == "highest" and jax.config.jax_default_matmul_precision == "highest"
+  assert asked(_MATMUL.lower(_X, _X).as_text()) == "HIGHEST"
