@@ -141,8 +141,9 @@ def precision_section() -> ml_collections.ConfigDict:
       that made it. Fast extraction is `model.fprop_dtype="bfloat16"` (bf16 matmuls, where this setting is moot).
     eval="highest": scores decide ranks and ties; evaluation is a small share of a run's matmuls and should not
       move with the backend (TF32 reorders near-tied candidates).
-  On a CPU every setting computes full float32 (XLA:CPU has no reduced-precision float32 matmul), so CPU numbers
-  do not depend on this section.
+  On a CPU every setting computes full float32 (XLA:CPU has no reduced-precision float32 matmul): bench/precision.py
+  gives bit-identical CAST losses and VideoPrism embeddings at all three, and step times equal within noise, so
+  CPU numbers do not depend on this section. Inside a run the config wins over JAX_DEFAULT_MATMUL_PRECISION.
   """
   return ml_collections.ConfigDict(dict(PRECISION_DEFAULTS))
 
