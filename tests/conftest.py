@@ -72,6 +72,34 @@ def vedje_tiny():
                        vtc_dim=16, prior_hidden=8, horizons=(1, 2))
 
 
+# ----------------------------------------------------------------------------------------------
+# Precision. A test that compares with a NumPy implementation or an official reference says so with
+# `@pytest.mark.highest_precision` (or a module's `pytestmark = pytest.mark.highest_precision`): it then runs, its
+# fixtures' setup included, under `jax.default_matmul_precision("highest")`. On a GPU float32 matmuls are TF32 by
+# default (relative error ~1e-3) and on a TPU one bfloat16 pass; on a CPU every precision is full float32, so the
+# mark changes no number there. An experiment run inside a marked test still follows its config's `precision`
+# (its contexts are inner ones). Bit-for-bit claims of the suite (a resumed run, a re-run store or a reloaded model
+# equals the first) compare one program with itself on one device: they hold on any backend whose kernels are
+# deterministic; XLA's are, except scatter-adds with atomics on a GPU (an embedding's gradient), which
+# `XLA_FLAGS=--xla_gpu_deterministic_ops=true` makes deterministic. Sharded = single device is checked on fake CPU
+# devices (test_sharding.py, the dense index's tests), where it holds on every machine.
+
+
+def pytest_configure(config):
+  config.addinivalue_line("markers", "highest_precision: run the test (and its fixtures' setup) under "
+                          "jax.default_matmul_precision('highest'): it compares with a NumPy or official reference")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):  # pylint: disable=unused-argument
+  if item.get_closest_marker("highest_precision") is None:
+    yield
+    return
+  import jax  # pylint: disable=g-import-not-at-top
+  with jax.default_matmul_precision("highest"):
+    yield
+
+
 @pytest.fixture(scope="session")
 def vedje_tiny_params():
   """The tiny compressor and reranker trees (F_omega is only shape-checked), one compiled init per worker."""

@@ -48,6 +48,7 @@ def test_backbone_run_writes_the_checkpoint_and_the_corpus_summary(backbone_run)
   assert "configs/prepare.py:rendered" in summary["prepare"]
 
 
+@pytest.mark.highest_precision  # compared with another computation at 1e-5
 def test_checkpoint_loads_through_the_official_loader_with_the_trained_embeddings(backbone_run):
   """The `.npz` holds exactly the official key layout for this shape (the loader checks every key and shape), and the
   extraction's own functions on it (frames in [0, 1]) give what the trained parameters give applied directly to the

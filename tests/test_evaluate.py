@@ -5,6 +5,10 @@ import pytest
 from vidjax import evaluate
 from vidjax import metrics
 
+# The evaluators' scores and ranks are compared with NumPy brute force, ties included: they hold at full float32
+# only, which a GPU (TF32 by default) or a TPU (one bf16 pass) computes when asked (tests/conftest.py).
+pytestmark = pytest.mark.highest_precision
+
 
 def _np_gallery_ranks(S, relevant):
   """Brute force over the full score matrix S [Q, N] (the definition in gallery_ranks)."""

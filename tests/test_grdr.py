@@ -16,6 +16,10 @@ from vidjax.methods import grdr as GM
 from vidjax.worlds.polysemous import WorldQueries
 from vidjax.retrieval import Stack, Stage, GenerativeRecall, SemanticIdTrie, TwoStage, beam_search
 
+# The phase losses, k-means codebooks and query encoder are compared with NumPy / each other: they hold at full
+# float32 only, which a GPU (TF32 by default) or a TPU (one bf16 pass) computes when asked (tests/conftest.py).
+pytestmark = pytest.mark.highest_precision
+
 
 def _unit(x):
   return x / np.linalg.norm(x, axis=-1, keepdims=True)

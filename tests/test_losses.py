@@ -9,6 +9,10 @@ import pytest
 
 from vidjax import losses
 
+# Every loss is compared with explicit NumPy loops: they hold at full float32 only, which a GPU (TF32 by default) or
+# a TPU (one bf16 pass) computes when asked (tests/conftest.py).
+pytestmark = pytest.mark.highest_precision
+
 B, KS, KI, D = 5, 3, 4, 8
 
 

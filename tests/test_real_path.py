@@ -33,6 +33,7 @@ def _method(real_path, step: str, store: str) -> dict:
   assert results["path"] == "real" and results["synthetic"] is True
   assert results["provenance"] == prepared["provenance"] and results["provenance"]["random_init"] is True
   assert results["provenance"]["fingerprint"] == FeatureStore(results["provenance"]["store"]).fingerprint()
+  assert set(results["provenance"]["precision"]) == {"train", "extract", "eval", "platform", "device_kind"}
   return results
 
 
@@ -181,6 +182,9 @@ def test_genstate_trains_on_the_users_triplets_and_evaluate_all_reads_them(real_
       results["metrics"]["vidclip"]["acc_tri"]
 
 
+# A typed query's text embedding is compared with the store's (extracted at precision.extract, "highest"); the
+# index's encoder runs outside any experiment, at JAX's default precision unless asked.
+@pytest.mark.highest_precision
 def test_stack_and_a_typed_query(real_path, capsys):
   results = _method(real_path, "stack_youcook2", "prep_youcook2")
   run, _ = real_path("stack_youcook2")

@@ -4,6 +4,10 @@ import pytest
 
 from vidjax.retrieval import DenseIndex, Stack, Stage, TwoStage
 
+# Every stage is compared with a brute-force NumPy computation: they hold at full float32 only, which a GPU (TF32 by
+# default) or a TPU (one bf16 pass) computes when asked (tests/conftest.py).
+pytestmark = pytest.mark.highest_precision
+
 
 def _unit(x):
   return x / np.linalg.norm(x, axis=-1, keepdims=True)

@@ -14,6 +14,10 @@ from vidjax import sharding
 from vidjax import train
 from vidjax.data import pipeline
 
+# AdamW and the train step are compared with NumPy: they hold at full float32 only, which a GPU (TF32 by default) or
+# a TPU (one bf16 pass) computes when asked (tests/conftest.py).
+pytestmark = pytest.mark.highest_precision
+
 DIM, OUT, NUM_EXAMPLES, BATCH = 4, 2, 48, 8
 _RS = np.random.RandomState(0)
 W_TRUE = _RS.randn(DIM, OUT).astype(np.float32)

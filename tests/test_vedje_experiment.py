@@ -103,6 +103,7 @@ def test_cache_bytes_on_disk_are_exact(tmp_path, tokens, fmt, expected):
   assert np.array_equal(store.get("cache", ["b"])[0], ops.quantize_dequantize(cache[1], fmt))
 
 
+@pytest.mark.highest_precision  # structures compared with each other at 1e-5
 def test_cache_structures_see_what_they_should():
   base = dict(frames=4, tokens_per_frame=2, patches=3, visual_dim=8,
               text=BertConfig(hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32),

@@ -79,6 +79,7 @@ def test_text_tower_starts_from_the_real_minilm():
     V.init_text_from(jax.eval_shape(lambda: V.init_params(V.VidClip(tiny()), jax.random.PRNGKey(0))), pretrained)
 
 
+@pytest.mark.highest_precision  # compared with another computation at 1e-5
 def test_text_tower_starts_from_an_lvt_checkpoint_and_computes_the_lvt_text_embedding():
   from vidjax.models import videoprism
   lvt = videoprism.FactorizedVideoCLIP(patch_size=2, pos_emb_shape=(2, 2, 2), num_spatial_layers=1, num_temporal_layers=1,
@@ -160,6 +161,7 @@ def _layer_norm(x):
   return (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-6)  # flax's epsilon
 
 
+@pytest.mark.highest_precision  # compared with another computation at 1e-5
 def test_a_mean_initialised_pooler_is_mean_pooling_and_its_query_projection_learns():
   model = V.VidClip(tiny(pool_init="mean"))
   params = V.init_params(model, jax.random.PRNGKey(3), tokens_per_frame=3)

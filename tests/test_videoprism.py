@@ -17,6 +17,10 @@ from vidjax import checkpoints
 from vidjax.ops import flatten_dict, unflatten_dict
 from vidjax.models import videoprism as vp
 
+# Every model test compares with the float64 NumPy reference (or scanned with unrolled layers): they hold at full
+# float32 only, which a GPU (TF32 by default) or a TPU (one bf16 pass) computes when asked (tests/conftest.py).
+pytestmark = pytest.mark.highest_precision
+
 SPEC = "/work/shared/refs/videoprism_param_spec.json"
 
 TINY_ENC = dict(patch_size=2, pos_emb_shape=(4, 3, 3), model_dim=8, num_spatial_layers=2,

@@ -22,6 +22,7 @@ def get_config(arg: str | None = None, shared: Path | None = None) -> ml_collect
   c = ml_collections.ConfigDict()
   c.experiment = "backbone"
   c.seed = 0
+  c.precision = common.precision_section()  # matmul precision per phase (README "Precision")
   c.model = extract.default_config().model  # the extraction's model section: what configs/prepare.py will load
   c.resolution = 0
   extract.rendered_model(c, shared)

@@ -7,6 +7,9 @@ A config file's `get_config(arg)` builds the paper's defaults and then applies t
 
 An experiment's `validate(config)` uses the `check_*` helpers: each raises one `ValueError` that names the key,
 the value and what was expected, before any work.
+
+`precision_section()` is the one matmul-precision policy every config carries (`config.precision`); the experiments
+apply it through `vidjax.experiments.common.precision` / `precision_policy`.
 """
 from __future__ import annotations
 
@@ -110,3 +113,47 @@ def check_fraction(config, key: str) -> None:
   value = get_key(config, key)
   if isinstance(value, bool) or not (isinstance(value, (int, float)) and 0.0 < value < 1.0):
     bad_value(key, value, "a fraction in (0, 1)")
+
+
+# ----------------------------------------------------------------------------------------------
+# Precision: how float32 matmuls and convolutions are computed, per phase of a run.
+
+# JAX's matmul precisions (`jax.default_matmul_precision`), fastest first. What each computes for float32 operands:
+#   "default": CPU full float32 | GPU (Ampere and later) TF32, 10-bit mantissa inputs | TPU one bfloat16 pass
+#   "high":    CPU full float32 | GPU TF32 (as "default")                             | TPU three bfloat16 passes
+#   "highest": CPU full float32 | GPU full float32                                    | TPU six bfloat16 passes (~f32)
+# bfloat16 operands (a model's `compute_dtype` / `fprop_dtype` = "bfloat16") run one bf16 pass at any setting.
+PRECISIONS = ("default", "high", "highest")
+# The phases of a run: training (every `vidjax.train` loop), extraction (a video backbone's forward passes into a
+# feature store) and evaluation (everything else a run traces: scoring, ranking, search, ensemble selection).
+PRECISION_DEFAULTS = {"train": "default", "extract": "highest", "eval": "highest"}
+
+
+def precision_section() -> ml_collections.ConfigDict:
+  """`config.precision`: the matmul precision of each phase of a run, one of `PRECISIONS` each.
+
+  Defaults (README "Precision"):
+    train="default": TF32 on a GPU, one bfloat16 pass on a TPU. A train step's rounding (relative error ~1e-3 per
+      product) is far below SGD's own noise, and full float32 costs the step its tensor cores: an H100 does
+      ~495 dense TFLOP/s in TF32 against ~67 in float32 (7x). Set "highest" to train bit-comparably with a CPU run.
+    extract="highest": a feature store is written once and read by every method; at full float32 the features
+      equal the official VideoPrism's (3e-7 on CPU) on any backend, so a store does not depend on the machine
+      that made it. Fast extraction is `model.fprop_dtype="bfloat16"` (bf16 matmuls, where this setting is moot).
+    eval="highest": scores decide ranks and ties; evaluation is a small share of a run's matmuls and should not
+      move with the backend (TF32 reorders near-tied candidates).
+  On a CPU every setting computes full float32 (XLA:CPU has no reduced-precision float32 matmul): bench/precision.py
+  gives bit-identical CAST losses and VideoPrism embeddings at all three, and step times equal within noise, so
+  CPU numbers do not depend on this section. Inside a run the config wins over JAX_DEFAULT_MATMUL_PRECISION.
+  """
+  return ml_collections.ConfigDict(dict(PRECISION_DEFAULTS))
+
+
+def check_precision(config) -> None:
+  """`config.precision` holds one of `PRECISIONS` per phase; else the one clear error naming the key."""
+  if "precision" not in config or not isinstance(config.precision, ml_collections.ConfigDict):
+    bad_value("precision", config.get("precision"), "a section {train, extract, eval} "
+              "(vidjax.defaults.common.precision_section())")
+  for phase in PRECISION_DEFAULTS:
+    if phase not in config.precision:
+      bad_value(f"precision.{phase}", None, f"one of {PRECISIONS}")
+    check_choice(config, f"precision.{phase}", PRECISIONS)

@@ -23,6 +23,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.experiment = "evaluate_all"
   c.name = "evaluate_all"
   c.seed = 0        # the seed of every run trained from `runs` (their worlds and models)
+  c.precision = common.precision_section()  # matmul precision per phase (README "Precision")
   c.workdirs = ()   # finished runs to compare; empty: train `runs` first
   c.runs = RUNS
   return common.apply_variants(c, arg, {"smoke": smoke}, "configs/evaluate_all.py")

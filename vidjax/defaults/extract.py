@@ -9,12 +9,15 @@ from pathlib import Path
 
 import ml_collections
 
+from vidjax.defaults import common
+
 
 def default_config() -> ml_collections.ConfigDict:
   """The extraction defaults (VideoPrism LvT base, the paper's frame counts and resolution)."""
   c = ml_collections.ConfigDict()
   c.experiment = "extract_videoprism"
   c.seed = 0
+  c.precision = common.precision_section()  # matmul precision per phase (README "Precision")
 
   c.model = ml_collections.ConfigDict()
   c.model.name = "videoprism_lvt_public_v1_base"  # or "pixel_stats" (a STAND-IN, no weights)

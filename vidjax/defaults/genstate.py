@@ -40,6 +40,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.experiment = "genstate"
   c.name = "genstate_rendered"
   c.seed = 0
+  c.precision = common.precision_section()  # matmul precision per phase (README "Precision")
   # A user's own benchmark: a GenState metadata file (vidjax.data.genstate) + a feature store holding `video_kind`
   # for every video id and `text_kind` for every query id (e.g. VideoPrism LvT `clip` and `text`): zero-shot only.
   c.data = ml_collections.ConfigDict(dict(

@@ -66,6 +66,7 @@ def _skipped(config, skipped: dict[str, str]) -> None:
     print(f"skipping {len(skipped)} videos without a decodable file: {', '.join(list(skipped)[:5])}", flush=True)
 
 
+@common.precision_policy
 def run(config, workdir: str) -> dict:
   """Trains the backbone, writes the checkpoint and the corpus summary; returns (and writes) the results."""
   workdir = common.start_run(config, workdir, validate, RESUMABLE)
@@ -99,19 +100,21 @@ def run(config, workdir: str) -> dict:
   pixel_mean, pixel_std = B.pixel_stats(train_pairs.frames)
   batch_fn, gather = B.batch_rows(train_pairs, ids, paddings,
                                   partners=config.train.identity_positive if config.train.identity_weight else "")
-  state = train.fit_epochs(name="backbone", init_fn=B.init_fn(model, config.train.tau),
-                           loss_fn=B.loss_fn(model, pixel_mean=pixel_mean, pixel_std=pixel_std,
-                                             identity_weight=config.train.identity_weight),
-                           num_examples=len(train_pairs), batch_fn=batch_fn, gather=gather,
-                           tcfg=config.train, seed=config.seed, workdir=workdir / "model",
-                           description="backbone (contrastive)")
+  with common.precision(config, "train"):
+    state = train.fit_epochs(name="backbone", init_fn=B.init_fn(model, config.train.tau),
+                             loss_fn=B.loss_fn(model, pixel_mean=pixel_mean, pixel_std=pixel_std,
+                                               identity_weight=config.train.identity_weight),
+                             num_examples=len(train_pairs), batch_fn=batch_fn, gather=gather,
+                             tcfg=config.train, seed=config.seed, workdir=workdir / "model",
+                             description="backbone (contrastive)")
   params = jax.device_get(state.params)
   path = Path(config.output or workdir / "backbone.npz").absolute()
   if common.is_writer():
     checkpoints.save_npz({"params": B.fold_pixel_norm(params["model"], pixel_mean, pixel_std)}, path)
   common.barrier("backbone checkpoint written")
 
-  # Read back through the loader a store's extraction uses: the summary is what `configs/prepare.py` will see.
+  # Read back through the loader a store's extraction uses, at extraction's precision: the summary is what
+  # `configs/prepare.py` will see.
   trained = copy.deepcopy(config)
   trained.model.checkpoint = str(path)
   random_init = copy.deepcopy(config)
@@ -119,7 +122,8 @@ def run(config, workdir: str) -> dict:
   retrieval = {}
   for name, cfg in (("trained", trained), ("random_init", random_init)):
     m, variables, _ = engine.load_model(cfg)
-    video, text = B.embed(m, variables, tokenizer, test_pairs.frames, test_pairs.texts, config.eval.batch_size)
+    with common.precision(config, "extract"):
+      video, text = B.embed(m, variables, tokenizer, test_pairs.frames, test_pairs.texts, config.eval.batch_size)
     retrieval[name] = B.retrieval_summary(video, text, test_pairs)
 
   overrides = {k: list(v) if isinstance(v, tuple) else v for k, v in config.model.overrides.items()}

@@ -110,6 +110,7 @@ def suite(config, workdir: str | Path) -> tuple[list[evaluate.Model], list[evalu
           [evaluate.Benchmark(f"CVR ({config.dataset})", "cvr", space, bench, data.synthetic)])
 
 
+@common.precision_policy
 def run(config, workdir: str | Path) -> dict:
   """Runs the whole CAST experiment; returns (and writes) the results dict."""
   workdir = common.start_run(config, workdir, validate, RESUMABLE)
@@ -124,7 +125,8 @@ def run(config, workdir: str | Path) -> dict:
       "zero_shot": cast_scorers.ZeroShotScorer(),
       "late_fusion_heuristic": cast_scorers.LateFusionHeuristicScorer(config.model.late_fusion_alpha),
   }
-  params = {name: train_method(name, model, source, config, workdir, mesh) for name, model in models.items()}
+  with common.precision(config, "train"):
+    params = {name: train_method(name, model, source, config, workdir, mesh) for name, model in models.items()}
   late = models["late_fusion_learned"]
   scorers["late_fusion_learned"] = cast_scorers.LateFusionLearnedScorer(
       lambda p, *args: late.apply({"params": p}, *args, method="score"), params["late_fusion_learned"])
@@ -167,7 +169,8 @@ def run(config, workdir: str | Path) -> dict:
     else:
       src = cvr.CVRTrainSource(data.instances, clips, texts, length, tcfg.num_state_negatives,
                                tcfg.num_identity_negatives, tcfg.zero_negatives_in_loss)
-      p = train_method(f"cast_L{length}", models["cast"], src, config, workdir, mesh)
+      with common.precision(config, "train"):
+        p = train_method(f"cast_L{length}", models["cast"], src, config, workdir, mesh)
       scorer, _ = ensemble(models["cast"], p, cvr.truncate_context(heldout, length), config)
       short = cvr.truncate_context(bench, length)
       sweep_scores = evaluate.score_pools(scorer, {k: v for k, v in short.items()

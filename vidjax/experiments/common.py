@@ -3,6 +3,8 @@
 An experiment module (`vidjax/experiments/<kind>.py`) reads as validate -> data -> fit -> evaluate -> write; it
 calls
 
+  @precision_policy                      on `run`: the run traces at `config.precision.eval`; its training
+  precision(config, "train" | "extract")   and extraction calls run inside these contexts (README "Precision")
   start_run(config, workdir, validate)   one clear error per bad config value (the `check_*` helpers of
                                          `vidjax.defaults.common`), then the workdir, refusing one made by a
                                          different config (`RESUMABLE` says what may change between runs)
@@ -13,21 +15,25 @@ calls
 
 `results.json` always holds `{"experiment", "dataset", "synthetic", "config", "metrics": {method: {metric:
 value}}}`, recalls and accuracies in percent; synthetic results say so in the file, in the printed tables and
-in plot titles.
+in plot titles. The config carries the precision policy; on the real path `provenance.precision` also records it
+with the platform and device it ran on.
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 import importlib.util
 import json
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
+import jax
 import jax.numpy as jnp
 
 from vidjax import io
 from vidjax.sharding import barrier, is_writer, on_writer  # noqa: F401  (the experiments' multi-host helpers)
 from vidjax.defaults.common import (bad_value, check_choice, check_fraction, check_index, check_positive,  # noqa: F401
-                                    check_positive_int, get_key)
+                                    check_positive_int, check_precision, get_key)
 from vidjax.ops import is_positive_int  # noqa: F401  (re-exported for the experiments' checks)
 from vidjax.methods.real import (SKIP_FILE, WORLD_PATH, check_store, present_videos,  # noqa: F401  (re-exported)
                                  real_path, store_benchmark)
@@ -38,6 +44,7 @@ REQUIRED_KEYS = ("experiment", "dataset", "synthetic", "path", "skipped_videos",
 # run re-evaluates without retraining); an experiment adds what else its own files do not depend on.
 RESUMABLE_LEAVES = ("progress", "log_every", "checkpoint_every")
 RESUMABLE_SECTIONS = ("eval",)
+RESUMABLE_KEYS = ("precision.eval",)  # evaluation's precision, by the same rule as `eval.*`
 
 
 def load_config(spec: str | Path):
@@ -67,6 +74,44 @@ def compute_dtype(config, key: str) -> Any:
 
 
 # ----------------------------------------------------------------------------------------------
+# Precision: `config.precision` (vidjax.defaults.common.precision_section) applied where each phase is traced.
+
+
+def precision(config, phase: str) -> contextlib.AbstractContextManager:
+  """The context every computation of `phase` ("train" | "extract" | "eval") is traced in:
+  `jax.default_matmul_precision(config.precision.<phase>)`.
+
+  A jitted function's cache key includes this setting, so a function traced in training and called again in
+  evaluation is traced again at evaluation's precision; an explicit `precision=` on an op (e.g. the dense index's
+  float32 search) still wins. A bad value is one clear error naming the key, before anything is traced."""
+  check_precision(config)
+  if phase not in config.precision:
+    raise ValueError(f"unknown precision phase {phase!r} (known: {', '.join(config.precision)})")
+  return jax.default_matmul_precision(config.precision[phase])
+
+
+def precision_policy(run: Callable[..., Any]) -> Callable[..., Any]:
+  """Decorates an experiment's `run(config, workdir)`: all of it runs at `config.precision.eval`, and the run
+  wraps its training calls in `precision(config, "train")` and its backbone extraction in
+  `precision(config, "extract")` (inner contexts win). So notebooks and tests that call `run` directly get the
+  same precision as `python -m vidjax.main`."""
+  @functools.wraps(run)
+  def run_at_policy(config, workdir, *args, **kwargs):
+    with precision(config, "eval"):
+      return run(config, workdir, *args, **kwargs)
+  run_at_policy.precision_policy = True  # what tests/test_precision.py checks of every experiment
+  return run_at_policy
+
+
+def precision_record(config) -> dict[str, str]:
+  """What results.json's `provenance.precision` says ran: each phase's setting, and the platform and device
+  kind it ran on (on "cpu" every setting is full float32)."""
+  check_precision(config)
+  return {**{k: str(v) for k, v in config.precision.items()}, "platform": jax.default_backend(),
+          "device_kind": jax.devices()[0].device_kind}
+
+
+# ----------------------------------------------------------------------------------------------
 # Workdir and processes.
 
 
@@ -84,6 +129,7 @@ def start_run(config, workdir: str | Path, validate, resumable: Iterable[str] = 
   `resumable`: the experiment's own keys, besides the `RESUMABLE_*` rule, that its files do not depend on."""
   if isinstance(config.get("seed"), bool) or not isinstance(config.get("seed"), int) or config.seed < 0:
     bad_value("seed", config.get("seed"), "a non-negative integer (it seeds every random choice of the run)")
+  check_precision(config)
   validate(config)
   workdir = Path(workdir)
   workdir.mkdir(parents=True, exist_ok=True)
@@ -95,7 +141,7 @@ def is_resumable(key: str, extra: Iterable[str] = ()) -> bool:
   """Whether the dotted config `key` may change between runs in one workdir (see `RESUMABLE_LEAVES`)."""
   parts = key.split(".")
   return (parts[-1] in RESUMABLE_LEAVES or parts[0] in RESUMABLE_SECTIONS
-          or any(key == e or key.startswith(e + ".") for e in extra))
+          or any(key == e or key.startswith(e + ".") for e in (*RESUMABLE_KEYS, *extra)))
 
 
 def check_workdir(config, workdir: str | Path, resumable: Iterable[str] = ()) -> None:
@@ -109,8 +155,12 @@ def check_workdir(config, workdir: str | Path, resumable: Iterable[str] = ()) ->
   path = Path(workdir) / "config.json"
   current = json.loads(config.to_json_best_effort())
   if path.exists():
-    old, new = _flat(io.read_json(path)), _flat(current)
-    changed = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k) and not is_resumable(k, resumable))
+    saved = io.read_json(path)
+    old, new = _flat(saved), _flat(current)
+    # A workdir made before the precision policy ran at JAX's default precision; it resumes under the policy.
+    predates = () if "precision" in saved else ("precision",)
+    changed = sorted(k for k in old.keys() | new.keys()
+                     if old.get(k) != new.get(k) and not is_resumable(k, (*resumable, *predates)))
     if changed:
       raise ValueError(f"workdir {workdir} was made by a different config (changed: {', '.join(changed[:8])}); "
                        "use a new --workdir (its features, benchmark files and checkpoints belong to that config)")
@@ -133,8 +183,18 @@ def check_data_source(config, has_data: bool, where: str) -> None:
 # Results and plots.
 
 
+def with_precision_record(config, keys: Mapping) -> dict:
+  """results.json `keys` whose real-path `provenance` (when there is one) also records `precision_record`."""
+  keys = dict(keys)
+  if isinstance(keys.get("provenance"), Mapping):
+    keys["provenance"] = {**keys["provenance"], "precision": precision_record(config)}
+  return keys
+
+
 def results_dict(config, *, dataset: str, synthetic: bool, metrics: Mapping, **extra) -> dict:
-  """The results contract: {"experiment", "dataset", "synthetic", "config", "metrics", ...extra}."""
+  """The results contract: {"experiment", "dataset", "synthetic", "config", "metrics", ...extra}; a real-path
+  `provenance` also records the precision the run used (`precision_record`)."""
+  extra = with_precision_record(config, extra)
   return {"experiment": config.get("name") or config.experiment, "dataset": dataset, "synthetic": bool(synthetic), "metrics": dict(metrics),
           **extra, "config": json.loads(config.to_json_best_effort())}
 

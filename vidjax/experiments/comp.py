@@ -376,12 +376,14 @@ def trained(config, workdir: Path, restore: bool = False) -> Trained:
     names = [*pre, *(method for method, _, _ in FINETUNES)]
     return Trained(data, model, {n: train.load_params(workdir / "models" / n) for n in names}, es, eval_texts,
                    eval_tokens, tokenizer, fine)
-  for name, ex in pre.items():
-    params[name] = train_model(name, model, fresh, ex, data, tokens, ptc, "contrastive" if name == "base" else "comploss",
-                               config.seed, workdir, video_lr=ptc.video_lr)
-  for method, mode, start in FINETUNES:
-    params[method] = train_model(method, model, lambda rng, s=start: params[s], fine, data, tokens, ftc, mode,
-                                 config.seed, workdir, video_lr=ftc.video_lr)
+  with common.precision(config, "train"):
+    for name, ex in pre.items():
+      params[name] = train_model(name, model, fresh, ex, data, tokens, ptc,
+                                 "contrastive" if name == "base" else "comploss", config.seed, workdir,
+                                 video_lr=ptc.video_lr)
+    for method, mode, start in FINETUNES:
+      params[method] = train_model(method, model, lambda rng, s=start: params[s], fine, data, tokens, ftc, mode,
+                                   config.seed, workdir, video_lr=ftc.video_lr)
   return Trained(data, model, params, es, eval_texts, eval_tokens, tokenizer, fine)
 
 
@@ -409,6 +411,7 @@ def suite(config, workdir: str | Path) -> tuple[list[evaluate.Model], list[evalu
                   evaluate.Benchmark(f"R@K ({config.name})", "gallery", space, gallery, t.data.synthetic)]
 
 
+@common.precision_policy
 def run(config, workdir: str | Path) -> dict:
   workdir = common.start_run(config, workdir, validate, RESUMABLE)
   t = trained(config, workdir)

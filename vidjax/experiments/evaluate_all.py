@@ -132,6 +132,7 @@ def paths(dirs) -> dict:
           "skipped_videos": {"count": sum(r.get("skipped_videos", {}).get("count", 0) for r in runs), "file": ""}}
 
 
+@common.precision_policy
 def run(config, workdir: str | Path) -> dict:
   workdir = common.start_run(config, workdir, validate)
   dirs = [Path(d) for d in config.workdirs] or train_runs(config.runs, workdir / "runs", config.seed)

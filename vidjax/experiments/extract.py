@@ -170,12 +170,14 @@ def build_clips(data) -> tuple[list[engine.VideoSegment], dict[str, str], dict[s
 
 # ----------------------------------------------------------------------------- run
 
+@common.precision_policy
 def run(config, workdir: str) -> dict:
   """Extracts features for `config.data` into `config.store`; writes and returns `results.json`'s dict."""
   workdir = Path(workdir)
   clips, captions, info = build_clips(config.data)
   store_root = config.store or str(workdir / "features")
-  metrics, meta = extract_into(config, store_root, clips, captions, _dataset_name(config), info["missing_videos"])
+  with common.precision(config, "extract"):
+    metrics, meta = extract_into(config, store_root, clips, captions, _dataset_name(config), info["missing_videos"])
   results = common.results_dict(
       config, dataset=_dataset_name(config), synthetic=False, random_init=meta["random_init"], store=str(store_root),
       path="real", skipped_videos={"count": info["missing_videos"], "file": ""}, metrics={"extract": metrics})

@@ -131,18 +131,20 @@ def extract(config, world: rendered.RenderedWorld, store_root: Path, prompts: Ma
                                          "dataset": "rendered_genstate (SYNTHETIC)"})
   mesh = engine.local_mesh()
   clips = [engine.VideoSegment(c.clip_id, str(world.path(c.clip_id))) for c in world.all_clips()]
-  stats = engine.extract_videos(store, clips, engine.make_video_fn(model, variables, mesh, kinds),
-                                num_frames=wc.frames, resolution=wc.size, batch_size=config.extract.batch_size,
-                                kinds=kinds, mesh=mesh, dtype=config.extract.store_dtype,
-                                decode_workers=config.extract.decode_workers, progress=config.progress)
+  with common.precision(config, "extract"):
+    stats = engine.extract_videos(store, clips, engine.make_video_fn(model, variables, mesh, kinds),
+                                  num_frames=wc.frames, resolution=wc.size, batch_size=config.extract.batch_size,
+                                  kinds=kinds, mesh=mesh, dtype=config.extract.store_dtype,
+                                  decode_workers=config.extract.decode_workers, progress=config.progress)
   if lvt:
     from vidjax.tokenizers.sentencepiece import SentencePieceTokenizer  # pylint: disable=g-import-not-at-top
     if not config.extract.model.spm_path:
       common.bad_value("extract.model.spm_path", "", "the LvT SentencePiece model (the prompts go through its text tower)")
     tok = SentencePieceTokenizer(config.extract.model.spm_path)
-    engine.extract_texts(store, dict(prompts), engine.make_text_fn(model, variables, tok, mesh),
-                         batch_size=config.extract.text_batch_size, dtype=config.extract.store_dtype,
-                         progress=config.progress)
+    with common.precision(config, "extract"):
+      engine.extract_texts(store, dict(prompts), engine.make_text_fn(model, variables, tok, mesh),
+                           batch_size=config.extract.text_batch_size, dtype=config.extract.store_dtype,
+                           progress=config.progress)
   report = engine.finalize(store)
   engine.verify(store, [c.clip_id for c in clips], list(prompts) if lvt else [], kinds)
   return store, lvt, {"clips": len(clips), "clips_written": stats.clips, "clips_skipped": stats.skipped,
@@ -313,9 +315,12 @@ def fit_vidclip(config, workdir: Path, store: FeatureStore, ids: list[str], item
                         np.array([[texts(n) for n in negs] + [-1] * (width - len(negs)) for _, _, negs in items],
                                  np.int64).reshape(len(items), width))
   tokens = texts.tokens(tokenizer, mc.max_text_len)
-  params = (train.load_params(workdir / "models" / "vidclip") if restore else
-            vidclip.train_model("vidclip", model, fresh, ex, feats, tokens, tc, tc.mode, config.seed, workdir,
-                                group=group))
+  if restore:
+    params = train.load_params(workdir / "models" / "vidclip")
+  else:
+    with common.precision(config, "train"):
+      params = vidclip.train_model("vidclip", model, fresh, ex, feats, tokens, tc, tc.mode, config.seed, workdir,
+                                   group=group)
   enc = vidclip.Encoder(model, feats, config.eval.chunk)
 
   def videos(vs):
@@ -423,6 +428,7 @@ def user_suite(config, workdir: Path) -> tuple[list[evaluate.Model], list[evalua
                                      ([t.query for t in test], clips, np.array([row[t.main] for t in test])), synthetic)]
 
 
+@common.precision_policy
 def run(config, workdir: str | Path) -> dict:
   workdir = common.start_run(config, workdir, validate, RESUMABLE)
   if config.data.metadata:

@@ -193,7 +193,8 @@ def trained_row(config, workdir: Path, world, recipe: Recipe, name: str, train: 
     sets[recipe.num_views] = training_set(config, world, recipe.num_views, queries)
   data = sets[recipe.num_views]
   if train:
-    params = train_grdr(model, data, config.train, workdir / "models" / name, config.seed, recipe)
+    with common.precision(config, "train"):
+      params = train_grdr(model, data, config.train, workdir / "models" / name, config.seed, recipe)
   else:
     params = load_trained(config.train, model.tokenizer.num_layers, workdir / "models" / name, recipe)
   return model, params, id_coder(model, params, recipe, data.features, config.train, config.seed)
@@ -264,6 +265,7 @@ def sweep_rows(config, workdir: Path, world, pools, trained: dict) -> dict:
   return out
 
 
+@common.precision_policy
 def run(config, workdir) -> dict:
   workdir = common.start_run(config, workdir, validate, RESUMABLE)
   world = world_of(config, workdir)

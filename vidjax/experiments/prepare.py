@@ -96,6 +96,7 @@ def validate(config) -> None:
   common.check_positive_int(config, ["batch_size", "text_batch_size", "resolution"])
 
 
+@common.precision_policy
 def run(config, workdir: str) -> dict:
   """Prepares `config.dataset`'s store at `config.store` (default `<workdir>/features`); writes results.json."""
   workdir = common.start_run(config, workdir, validate)
@@ -108,8 +109,9 @@ def run(config, workdir: str) -> dict:
     raise ValueError(f"none of the {len(wanted.segments)} videos the annotations name has a file under "
                      f"{config.data.videos} (e.g. {list(wanted.segments)[:3]}); files are found by video id")
   store_root = config.store or str(workdir / "features")
-  metrics, meta = extract_into(config, store_root, clips, wanted.texts, config.dataset, len(skipped),
-                               num_frames=frames(config))
+  with common.precision(config, "extract"):
+    metrics, meta = extract_into(config, store_root, clips, wanted.texts, config.dataset, len(skipped),
+                                 num_frames=frames(config))
   synthetic = real.is_rendered(config.data.videos)
   store = FeatureStore(store_root)
   clip_ids = [c.clip_id for c in clips]

@@ -91,6 +91,7 @@ def twin_check(world, bench: RetrievalBenchmark, scores: np.ndarray) -> dict:
   return out
 
 
+@common.precision_policy
 def run(config, workdir: str | Path) -> dict:
   """Runs stage-1 retrieval; returns (and writes) the results dict."""
   workdir = common.start_run(config, workdir, validate, RESUMABLE)

@@ -136,6 +136,7 @@ def plot(results: dict, path: Path, title: str, synthetic: bool) -> Path:
   return common.save_figure(fig, path)
 
 
+@common.precision_policy
 def run(config, workdir: str | Path) -> dict:
   """Trains (or restores) CAST and the reranker, evaluates the stacks, writes results.json and the index."""
   workdir = common.start_run(config, workdir, validate, RESUMABLE)
@@ -143,7 +144,8 @@ def run(config, workdir: str | Path) -> dict:
   data, _, texts, bench, heldout, source = cast.setup(config, workdir)
   mesh = sharding.make_mesh()
   model = cast.build_models(config, texts.dim)["cast"]
-  cast_params = cast.train_method("cast", model, source, config, workdir, mesh)
+  with common.precision(config, "train"):
+    cast_params = cast.train_method("cast", model, source, config, workdir, mesh)
   cast_scorer, _ = cast.ensemble(model, cast_params, heldout, config)
   train_videos, eval_videos = split_videos(data)
   corpus = Corpus(eval_videos)
@@ -154,14 +156,16 @@ def run(config, workdir: str | Path) -> dict:
     rerank = vedje_stage(config, workdir, data, train_videos, corpus.ids, [caption[r["target"]] for r in data.benchmark])
     queries["row"] = np.arange(len(data.benchmark))  # each query's caption row in the VEDJE stage's table
   else:
-    rerank_parts = train_reranker(config, workdir, data, train_videos, texts, mesh)
+    with common.precision(config, "train"):
+      rerank_parts = train_reranker(config, workdir, data, train_videos, texts, mesh)
     rerank = Stage("rerank", PairScorer(*rerank_parts), config.stack.rerank_k)
 
   clips = table(data, config, config.data.clip_kind, corpus.ids)
   vectors = clips.gather(np.arange(len(corpus.ids)))
   grdr_parts = None
   if config.stack.recall == "grdr":
-    grdr_parts = train_grdr(config, workdir, data, Corpus(train_videos))
+    with common.precision(config, "train"):
+      grdr_parts = train_grdr(config, workdir, data, Corpus(train_videos))
     # k_recall + L: room for the context clips the stack drops
     recall = grdr_recall(*grdr_parts, vectors, corpus.ids, config.stack.k_recall + config.model.context_len)
   else:

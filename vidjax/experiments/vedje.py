@@ -174,9 +174,10 @@ class Session:
     if variant.name not in self.trained and self.restore:  # a finished run: its final checkpoint, nothing trains
       self.trained[variant.name] = train.load_params(self.workdir / "models" / variant.name)
     if variant.name not in self.trained:
-      self.trained[variant.name] = train_variant(variant, self.cfg_of(variant), self.train_split, self.patch_table,
-                                                 self.negatives, self.tc, self.mc, self.tokenizer, self.config.seed,
-                                                 self.workdir / "models" / variant.name)
+      with common.precision(self.config, "train"):
+        self.trained[variant.name] = train_variant(variant, self.cfg_of(variant), self.train_split, self.patch_table,
+                                                   self.negatives, self.tc, self.mc, self.tokenizer,
+                                                   self.config.seed, self.workdir / "models" / variant.name)
     return self.trained[variant.name]
 
   def kind_of(self, variant: Variant, precision: str) -> str:
@@ -229,6 +230,7 @@ def suite(config, workdir: str | Path) -> tuple[list[evaluate.Model], list[evalu
                               (test.query_ids, test.video_ids, test.query_video), sess.synthetic)])
 
 
+@common.precision_policy
 def run(config, workdir: str | Path) -> dict:
   """Trains VEDJE (and its ablations), indexes the caches, reranks; returns (and writes) the results."""
   workdir = common.start_run(config, workdir, validate, RESUMABLE)
@@ -248,7 +250,8 @@ def run(config, workdir: str | Path) -> dict:
   dataset = config.dataset + (" (synthetic moving-object world)" if synthetic_world else
                               " (synthetic rendered videos)" if synthetic else "")
   results = {
-      "experiment": config.name, "dataset": dataset, "synthetic": synthetic, **sess.path,
+      "experiment": config.name, "dataset": dataset, "synthetic": synthetic,
+      **common.with_precision_record(config, sess.path),
       "metrics": {"stage1": stage1, "vedje": main_metrics},
       "stage1_over_candidates": main_info["stage1"],
       "latency_ms_per_query": main_info["latency_ms"],

@@ -126,8 +126,9 @@ def vedje_stage(config, workdir: Path, data: cast_method.CVRData, train_videos, 
                       store.get(config.data.text_kind, ids), ids, store.get(config.data.clip_kind, ids))
   negatives = vedje.stage1_negatives(split, vc.train)
   cfg = vedje.model_config(mc, FULL, visual_dim, patches, split.clip.shape[1], len(tokenizer.vocab))
-  params = vedje.train_variant(FULL, cfg, split, pipeline.FeatureTable(store, vc.tokens_kind, ids),
-                               negatives, vc.train, mc, tokenizer, config.seed, workdir / "train" / "vedje")
+  with jax.default_matmul_precision(config.precision.train):  # config.precision's training phase
+    params = vedje.train_variant(FULL, cfg, split, pipeline.FeatureTable(store, vc.tokens_kind, ids),
+                                 negatives, vc.train, mc, tokenizer, config.seed, workdir / "train" / "vedje")
   caches = FeatureStore.create(workdir / "features")
   vedje.index_caches(params, cfg, store, caches, vc.tokens_kind, "cache", vc.precision, list(corpus_ids),
                      vc.train.progress)
