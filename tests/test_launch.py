@@ -216,3 +216,47 @@ def test_real_path_script_names_configs_and_keys_that_exist():
     extra = [" ".join(re.findall(rf'{v}="([^"]*)"', text)) for k, v in flags.items() if k in spec]
     for key in re.findall(r"--config\.([\w.]+)=", " ".join([rest, *extra])):
       get_key(config, key)  # raises on a key the config lacks
+
+
+GPU_CHECK = ROOT / "launch" / "gpu_check.sh"
+
+
+def test_gpu_check_runs_every_step_and_writes_its_table(tmp_path):
+  """launch/gpu_check.sh (a session lent a GPU runs it; CI has none): with a stub interpreter that records its
+  arguments, `run` goes through every step, writes one table row per step into $OUT/gpu_check.md and every step's
+  output into gpu_check.log, and an unknown step or subcommand is one error."""
+  py = tmp_path / "py"
+  py.write_text('#!/bin/sh\nprintf "%s\\n" "$*" >> "$PY_LOG"\necho "table of $*"\n')
+  py.chmod(0o755)
+  out = tmp_path / "out"
+  env = {**os.environ, "PYTHON": str(py), "OUT": str(out), "PY_LOG": str(tmp_path / "calls")}
+  proc = subprocess.run(["bash", str(GPU_CHECK), "run"], cwd=ROOT, env=env, capture_output=True, text=True,
+                        timeout=60)
+  assert proc.returncode == 0, proc.stderr
+  table = (out / "gpu_check.md").read_text()
+  steps = ["main", "ann", "tests", "cast", "extract", "vedje", "precision"]
+  for name in steps:
+    assert f"| {name} | ok |" in table, table
+  calls = (tmp_path / "calls").read_text()
+  for expected in ("-m vidjax.main --config configs/cast_coin.py", "bench/ann.py --n 10000000 --dim 256",
+                   "-m pytest", "-m not minilm", "bench/cast_train.py --loop", "bench/videoprism_extract.py --paper",
+                   "bench/vedje_rerank.py", "bench/precision.py"):
+    assert expected in calls, calls
+  assert "table of bench/precision.py" in (out / "gpu_check.log").read_text()
+  bad = subprocess.run(["bash", str(GPU_CHECK), "run"], cwd=ROOT, env={**env, "GPU_CHECK_STEPS": "bogus"},
+                       capture_output=True, text=True, timeout=60)
+  assert bad.returncode == 2 and "unknown step bogus" in bad.stderr
+  bad = subprocess.run(["bash", str(GPU_CHECK), "nonsense"], cwd=ROOT, env=env, capture_output=True, text=True)
+  assert bad.returncode == 2 and "usage" in bad.stderr
+
+
+def test_gpu_check_passes_only_flags_its_benches_and_tests_know():
+  """Every `bench/X.py --flag` and test file the script names exists (the script runs on a device, not in CI)."""
+  import re  # pylint: disable=g-import-not-at-top
+  text = GPU_CHECK.read_text().replace("\\\n", " ")
+  for bench, args in re.findall(r'(bench/\w+\.py)((?:\s+--[\w-]+(?:\s+[^\s-][^\s]*)?)*)', text):
+    source = (ROOT / bench).read_text()
+    for flag in re.findall(r"(--[\w-]+)", args):
+      assert f'"{flag}"' in source, (bench, flag)
+  for test_file in re.findall(r"(tests/test_\w+\.py)", text):
+    assert (ROOT / test_file).is_file(), test_file

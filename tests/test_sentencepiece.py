@@ -3,6 +3,8 @@
 Uses the real test model of the official VideoPrism repository (vocab 1000, bos 1,
 eos 2, unk 0, no pad id; "blah" -> [80, 180, 60]).
 """
+from pathlib import Path
+
 import numpy as np
 import pytest
 import sentencepiece
@@ -11,7 +13,7 @@ from vidjax.models import videoprism as vp
 from vidjax.tokenizers import SentencePieceTokenizer
 from vidjax.tokenizers import sentencepiece as vsp
 
-TEST_SPM = "/work/shared/data/videoprism_assets/test_spm.model"
+TEST_SPM = str(Path(__file__).resolve().parents[2] / "shared" / "data" / "videoprism_assets" / "test_spm.model")
 
 
 @pytest.fixture(scope="module")

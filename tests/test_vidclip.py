@@ -61,6 +61,7 @@ def test_bad_inputs_and_config(model_and_params):
     tiny(pool_queries=0)
 
 
+@pytest.mark.minilm
 def test_text_tower_starts_from_the_real_minilm():
   folder = checkpoints.default_minilm_dir()
   pretrained = checkpoints.load_bert_safetensors(folder / "model.safetensors",

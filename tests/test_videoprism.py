@@ -7,6 +7,7 @@ a layout mistake in either shows up as a mismatch.
 import functools
 import hashlib
 import json
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -21,7 +22,7 @@ from vidjax.models import videoprism as vp
 # float32 only, which a GPU (TF32 by default) or a TPU (one bf16 pass) computes when asked (tests/conftest.py).
 pytestmark = pytest.mark.highest_precision
 
-SPEC = "/work/shared/refs/videoprism_param_spec.json"
+SPEC = str(Path(__file__).resolve().parents[2] / "shared" / "refs" / "videoprism_param_spec.json")  # ../shared
 
 TINY_ENC = dict(patch_size=2, pos_emb_shape=(4, 3, 3), model_dim=8, num_spatial_layers=2,
                 num_temporal_layers=2, num_heads=2, mlp_dim=12, atten_logit_cap=2.0, scan=True)

@@ -116,6 +116,7 @@ def run(config, workdir: str | Path) -> dict:
   workdir = common.start_run(config, workdir, validate, RESUMABLE)
   start = time.time()
   data, clips, texts, bench, heldout, source = setup(config, workdir)
+  seconds = {"data": time.time() - start, "train": 0.0}  # host stages vs the training loops (BENCHMARKS "On one GPU")
   L, tcfg = config.model.context_len, config.train
   mesh = sharding.make_mesh()
   models = build_models(config, clips.dim)
@@ -125,8 +126,10 @@ def run(config, workdir: str | Path) -> dict:
       "zero_shot": cast_scorers.ZeroShotScorer(),
       "late_fusion_heuristic": cast_scorers.LateFusionHeuristicScorer(config.model.late_fusion_alpha),
   }
+  clock = time.time()
   with common.precision(config, "train"):
     params = {name: train_method(name, model, source, config, workdir, mesh) for name, model in models.items()}
+  seconds["train"] += time.time() - clock
   late = models["late_fusion_learned"]
   scorers["late_fusion_learned"] = cast_scorers.LateFusionLearnedScorer(
       lambda p, *args: late.apply({"params": p}, *args, method="score"), params["late_fusion_learned"])
@@ -169,8 +172,10 @@ def run(config, workdir: str | Path) -> dict:
     else:
       src = cvr.CVRTrainSource(data.instances, clips, texts, length, tcfg.num_state_negatives,
                                tcfg.num_identity_negatives, tcfg.zero_negatives_in_loss)
+      clock = time.time()
       with common.precision(config, "train"):
         p = train_method(f"cast_L{length}", models["cast"], src, config, workdir, mesh)
+      seconds["train"] += time.time() - clock
       scorer, _ = ensemble(models["cast"], p, cvr.truncate_context(heldout, length), config)
       short = cvr.truncate_context(bench, length)
       sweep_scores = evaluate.score_pools(scorer, {k: v for k, v in short.items()
@@ -193,7 +198,10 @@ def run(config, workdir: str | Path) -> dict:
       benchmark_stats=data.stats,
       features={k: data.features.get(k) for k in ("backbone", "checkpoint_hash", "random_init")},
       **result_path(config, workdir, data),
-      seconds=round(time.time() - start, 1))
+      seconds=round(time.time() - start, 1),
+      stage_seconds={**{k: round(v, 1) for k, v in seconds.items()},
+                     "evaluate": round(time.time() - start - sum(seconds.values()), 1)})
+  print("stages (s): " + ", ".join(f"{k} {v}" for k, v in results["stage_seconds"].items()), flush=True)
   fair_rows = {f"{n} ({rule})": m for rule, rows in (("C only", fair["prediction_only"]),
                                                        ("ensemble", fair["same_ensemble"]))
                for n, m in rows.items()}
