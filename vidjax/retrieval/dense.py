@@ -81,17 +81,23 @@ INDEX_FORMAT = 1  # of `DenseIndex.save`
 #   * one step over all of a device's rows, when the [Qb, N] float32 scores are at most `SCORE_BUDGET` elements
 #     (small query batches: a single matrix-vector-like product, no loop);
 #   * else a `lax.scan` over its chunks of `DEFAULT_CHUNK` rows, merging each chunk's top-k into the running best.
-# CPU: measured on this project's 2-core Xeon VM (AVX-512, no AMX), 100k x 256 random unit rows, median process CPU
-# time of one search (the machine was shared, so wall time was noise): at batch 256, scanned chunks of 1,024 / 4,096 /
-# 8,192 / 16,384 rows took 227 / 157 / 173 / 190 ms with float32 storage and 288 / 206 / - / 262 ms with bfloat16
-# ("upcast"); one step over all rows was faster up to ~16 queries and even at 64 (batch 1: 7.8 ms against 16.6 for
-# the scan and 11 for the NumPy BLAS path the index had before; batch 4: 21 against 32 for NumPy; batch 64: 62
-# against 59 for the scan). XLA:CPU copies each scanned chunk out of the stored array before its matmul (the
-# dynamic slice): one extra pass over the rows, which the one-step plan does not pay.
-DEFAULT_CHUNK = {"cpu": {"float32": 4096, "bfloat16": 4096},
+# CPU: measured on this project's 2-core Xeon VM (AVX-512, no AMX), 100k x 256 random unit rows, k = 10, one search
+# program at a time (medians of 6-8 calls, the machine shared but lightly loaded): at batch 256, scanned chunks of
+# 2,048 / 4,096 / 8,192 / 16,384 rows took 195 / 152 / 148 / 179 ms with float32 storage (the per-chunk dispatch
+# loop the index had before: 146-150 ms at its 14,336-row chunks) and 205 ms at 4,096 / 202 ms at 8,192 rows with
+# bfloat16 ("upcast"); one step over all rows beat the scan at batch 16 (19.8 against 30.6 ms) and lost at 64 (62
+# against 52), hence a budget of 2^22 scores; at batch 1 it took 8 ms where the NumPy BLAS path the index had before
+# took 56. XLA:CPU copies each scanned chunk out of the stored array before its matmul (the dynamic slice), one
+# extra pass over the rows that the one-step plan does not pay.
+# GPU and TPU: NOT measured in the session that chose them (it had no device): large chunks, so a 10M-row corpus is
+# ~10 steps of one large matmul each (a PyTorch peer on an H200 scanned 2M-row chunks), and a budget of 2^28 scores
+# (1 GiB of float32: batch 256 x 1M rows) under which a batch is one step (batch 1 at 10M rows: 40 MB of scores).
+# Whether XLA:GPU also copies each scanned chunk (see CPU) is not known here. launch/gpu_check.sh measures them
+# (bench/ann.py --chunk).
+DEFAULT_CHUNK = {"cpu": {"float32": 8192, "bfloat16": 8192},
                  "gpu": {"float32": 1 << 20, "bfloat16": 1 << 20},
                  "tpu": {"float32": 1 << 19, "bfloat16": 1 << 19}}
-SCORE_BUDGET = {"cpu": 1 << 23, "gpu": 1 << 28, "tpu": 1 << 27}
+SCORE_BUDGET = {"cpu": 1 << 22, "gpu": 1 << 28, "tpu": 1 << 27}
 DEFAULT_QUERY_BATCH = 256
 # Chunk lengths are multiples of this many rows (see `_build`).
 _ROW_ALIGN = 128
@@ -111,10 +117,11 @@ def _plan(platform: str, qb: int, n: int) -> tuple[bool, str]:
   against `n` corpus rows: one step when the [qb, n] scores fit `SCORE_BUDGET`.
 
   Accelerators: one bfloat16 matmul (the query rounded to bfloat16, float32 accumulation: the native tensor-core /
-  MXU product). CPU, measured (100k x 256, CPU time): one step over the whole bfloat16 block takes the three-term
-  split (batch 1: 9.4 ms; converting the block would write a float32 copy of the corpus: 110 ms); a scan over
-  cache-sized chunks converts each to float32 (batch 256: 206 ms; one bfloat16 matmul 289 ms, the split 635 ms:
-  XLA:CPU's bfloat16 matmul is slower than its float32 one). Both give float32 scores of the bfloat16 rows.
+  MXU product). CPU, measured (100k x 256, 4,096-row chunks, the machine loaded, process CPU time): one step over the
+  whole bfloat16 block takes the three-term split (batch 1: 9.4 ms; converting the block would write a float32 copy
+  of the corpus: 110 ms); a scan over cache-sized chunks converts each to float32 (batch 256: 206 ms; one bfloat16
+  matmul 289 ms, the split 635 ms: XLA:CPU's bfloat16 matmul is slower than its float32 one). Both give float32
+  scores of the bfloat16 rows.
   """
   whole = qb * n <= SCORE_BUDGET[platform]
   if platform != "cpu":
