@@ -1,23 +1,38 @@
-"""Every `DenseIndex` backend in one run: recall@10 against exact search, throughput and latency, build time, memory.
+"""Every `DenseIndex` backend in one run: recall@10 against exact search, throughput and latency, build time, memory,
+the device's floor and a PyTorch peer on the same device.
 
-    python bench/ann.py [--sizes 100000,1000000] [--dim 256] [--data uniform,clustered] [--queries 256]
-                        [--min-seconds 1] [--plot BENCHMARKS_ann.png] [--json rows.json]
-                        [--backends jax,jax-bf16,sharded,approx,faiss,scann] [--memmap DIR] [--ivf-train 100000]
+    python bench/ann.py [--sizes 100000,1000000 | --n 10000000] [--dim 256] [--data uniform,clustered]
+                        [--queries 256] [--batch 256] [--min-seconds 1] [--chunk N] [--plot BENCHMARKS_ann.png]
+                        [--json rows.json] [--backends jax,jax-bf16,sharded,approx,faiss,scann,torch]
+                        [--memmap DIR] [--ivf-train 100000]
 
 Per corpus size N and data set (uniform random unit vectors, where no ANN method can work, and clustered ones:
 1,000 Gaussian centres with noise, like the neighbourhoods real embeddings have), every backend and parameter
 setting below is built from the same vectors and asked the same queries (drawn like the corpus). Columns: recall@10
-of its top-10 ids against the exact "jax" index's, queries per second at batch 1 and at batch 256, p50 / p99 latency
-of a batch-1 query, build seconds (once per index: a sweep of search-time params reuses it), stored bytes per item, and the process's peak RSS after the build (it only grows:
-compare each row with the previous one). faiss rows set `distance_compute_blas_threshold` explicitly (16) and say
-so. A plot of recall against batch-256 QPS (ann-benchmarks style) is written with `--plot`.
+of its top-10 ids against the exact "jax" index's, queries per second at batch 1 and at batch `--batch` (256), p50 /
+p99 latency of a batch-1 query, build seconds (once per index: a sweep of search-time params reuses it), stored bytes
+per item, and the process's peak RSS after the build (it only grows: compare each row with the previous one). faiss
+rows set `distance_compute_blas_threshold` explicitly (16) and say so. A plot of recall against batch-256 QPS
+(ann-benchmarks style) is written with `--plot`.
+
+The floor (exact rows): the device's limits are measured in the same run (bench/machine.py `limits_line`: a large
+matmul per dtype, float32 at HIGHEST on an accelerator, and a memory copy); an exact search of a batch reads the
+stored rows once (N D bytes per item) and does 2 B N D FLOPs, so its floor is `machine.floor_seconds` of those, and
+"x floor" is the measured time over it. The PyTorch peer ("torch", only when torch is importable, never a
+dependency; rows say n/a otherwise): the same stored rows as a torch tensor on the same device (float32 and
+bfloat16), `torch.matmul` of a query batch with each chunk of `--torch-chunk` rows (2M), `torch.topk` per chunk and a
+merge of the running best; float32 without TF32, bfloat16 scores upcast to float32 before the top-k. Its row gives
+its recall and q/s and "vidjax / torch": the q/s ratio of the vidjax exact index with the same storage dtype.
 
 The settings: vidjax exact (float32, bfloat16), sharded exact (every local device; one on a CPU), approx_max_k
 (recall_target 0.95; exact on CPU), faiss Flat (exact), IVF-Flat and IVF-PQ over nprobe, HNSW over efSearch, and
 ScaNN over leaves searched ("faiss" is faiss-flat, faiss-ivf, faiss-ivfpq and faiss-hnsw: name a subset for the
 corpora where building HNSW takes too long). With `--memmap` each corpus is drawn block by block into a .npy on disk
-and every index streams it from there (10M x 256 float32 is 10 GB: RAM holds it once, not twice). Everything runs in this one process on this one machine (the header names it and its
-measured matmul rate).
+and every index streams it from there (10M x 256 float32 is 10 GB: RAM holds it once, not twice). Everything runs in
+this one process on this one machine (the header names it and its measured limits).
+
+On a GPU, the 10M rows of issue 49 (launch/gpu_check.sh): `python bench/ann.py --n 10000000 --dim 256 --data
+clustered --backends jax,jax-bf16,torch --min-seconds 0.5`.
 """
 from __future__ import annotations
 
@@ -32,6 +47,8 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # faiss's spinning OpenMP threads starve XLA and BLAS otherwise
+# JAX takes 75% of a GPU's memory at start-up by default, which would leave the torch peer none.
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -42,12 +59,18 @@ import machine  # noqa: E402  (bench/machine.py)
 from vidjax.retrieval.dense import DenseIndex  # noqa: E402
 
 
-def data(kind: str, n: int, d: int, rng: np.random.Generator, centres: np.ndarray | None = None) -> np.ndarray:
-  if kind == "uniform":
-    x = rng.normal(size=(n, d)).astype(np.float32)
-  else:
-    x = centres[rng.integers(0, len(centres), n)] + 0.35 * rng.normal(size=(n, d)).astype(np.float32)
-  return x / np.linalg.norm(x, axis=1, keepdims=True)
+def data(kind: str, n: int, d: int, rng: np.random.Generator, centres: np.ndarray | None = None,
+         block: int = 1 << 18) -> np.ndarray:
+  """float32 [n, d] unit vectors, drawn in float32 blocks (10M x 256 in seconds, no float64 copy)."""
+  x = np.empty((n, d), np.float32)
+  for s in range(0, n, block):
+    b = x[s:s + block]
+    rng.standard_normal(b.shape, dtype=np.float32, out=b)
+    if kind != "uniform":
+      b *= 0.35
+      b += centres[rng.integers(0, len(centres), len(b))]
+    b /= np.linalg.norm(b, axis=1, keepdims=True)
+  return x
 
 
 def memmap_data(path: Path, kind: str, n: int, d: int, centres: np.ndarray | None, block: int = 1 << 20) -> np.ndarray:
@@ -104,12 +127,54 @@ def settings(n: int, names: set[str], ivf_train: int = 100_000) -> list[tuple[st
   return out
 
 
+class TorchPeer:
+  """The PyTorch peer of an exact index: unit rows `[N, D]` as one torch tensor on `device` in `dtype`; a search is
+  `torch.matmul` of the query batch with each chunk of `chunk` rows, `torch.topk` per chunk, and a merge (`cat` +
+  `topk`) into the running best."""
+
+  def __init__(self, torch, corpus: np.ndarray, dtype: str, device: str, chunk: int):
+    self.torch, self.device, self.chunk = torch, device, chunk
+    self.dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dtype]
+    if device == "cuda":  # float32 at full precision, as vidjax's HIGHEST (torch's default for matmul, stated here)
+      torch.backends.cuda.matmul.allow_tf32 = False
+    block = 1 << 20  # host to device a block at a time: no second host copy in the storage dtype
+    self.rows = torch.empty(corpus.shape, dtype=self.dtype, device=device)
+    for s in range(0, len(corpus), block):
+      self.rows[s:s + block] = torch.from_numpy(np.ascontiguousarray(corpus[s:s + block])).to(device, self.dtype)
+    self.nbytes = self.rows.element_size() * self.rows.nelement()
+
+  def search(self, queries: np.ndarray, k: int) -> np.ndarray:
+    """[Q, D] -> top-k positions int64 [Q, k] (on the host, so the timing includes the device's work)."""
+    torch = self.torch
+    with torch.inference_mode():
+      q = torch.from_numpy(queries).to(self.device)
+      q = (q / q.norm(dim=1, keepdim=True)).to(self.dtype)
+      best_s = best_i = None
+      for start in range(0, self.rows.shape[0], self.chunk):
+        s = torch.matmul(q, self.rows[start:start + self.chunk].T).float()
+        top_s, top_i = torch.topk(s, min(k, s.shape[1]), dim=1)
+        top_i = top_i + start
+        if best_s is not None:
+          top_s, sel = torch.topk(torch.cat([best_s, top_s], 1), k, dim=1)
+          top_i = torch.gather(torch.cat([best_i, top_i], 1), 1, sel)
+        best_s, best_i = top_s, top_i
+      return best_i.cpu().numpy()
+
+
+def torch_device(torch) -> str | None:
+  """The torch device that is JAX's default device's kind ("cuda", "cpu"), None where torch has none (a TPU)."""
+  platform = jax.devices()[0].platform
+  if platform == "gpu":
+    return "cuda" if torch.cuda.is_available() else None
+  return "cpu" if platform == "cpu" else None
+
+
 def rss_gb() -> float:
   return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20
 
 
-def timed_search(index: DenseIndex, queries: np.ndarray, batch: int, min_seconds: float) -> tuple[float, list[float]]:
-  """(queries per second at this batch size, per-call seconds)."""
+def timed_search(index, queries: np.ndarray, batch: int, min_seconds: float) -> tuple[float, list[float]]:
+  """(queries per second at this batch size, per-call seconds) of `index.search(queries, 10)`."""
   index.search(queries[:batch], 10)  # warm-up / compile
   times, done, start = [], 0, time.perf_counter()
   while time.perf_counter() - start < min_seconds or len(times) < 5:
@@ -123,29 +188,69 @@ def timed_search(index: DenseIndex, queries: np.ndarray, batch: int, min_seconds
   return batch * len(times) / sum(times), times
 
 
+def floor_ms(n: int, d: int, itemsize: int, batch: int, dtype: str, limits: dict) -> float:
+  """The device's floor for one exact search of `batch` queries over n x d stored rows (bench/machine.py)."""
+  peak = limits["matmul_bfloat16"] if dtype == "bfloat16" else limits.get("matmul_float32_highest",
+                                                                          limits["matmul_float32"])
+  return 1e3 * machine.floor_seconds(2.0 * batch * n * d, float(n) * d * itemsize, peak, limits["copy"])
+
+
 def main():
   p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--sizes", default="100000,1000000")
+  p.add_argument("--n", type=int, default=0, help="one corpus size (overrides --sizes), e.g. 10000000")
   p.add_argument("--dim", type=int, default=256)
   p.add_argument("--data", default="uniform,clustered")
   p.add_argument("--queries", type=int, default=256)
+  p.add_argument("--batch", type=int, default=256, help="the large query batch (the other is 1)")
   p.add_argument("--min-seconds", type=float, default=1.0)
-  p.add_argument("--backends", default="jax,jax-bf16,sharded,approx,faiss,scann")
+  p.add_argument("--chunk", type=int, default=None, help="DenseIndex chunk of the JAX indexes (default: per platform, "
+                 "vidjax.retrieval.dense.DEFAULT_CHUNK)")
+  p.add_argument("--torch-chunk", type=int, default=1 << 21, help="rows per torch.matmul of the PyTorch peer")
+  p.add_argument("--backends", default="jax,jax-bf16,sharded,approx,faiss,scann,torch")
   p.add_argument("--plot", default="", help="write the recall vs QPS plot here (PNG)")
   p.add_argument("--json", default="", help="write every row here (JSON, rewritten after each row)")
   p.add_argument("--memmap", default="", help="a folder: keep each corpus there as a float32 .npy and stream it "
                  "(for corpora that do not fit in RAM twice, e.g. 10M x 256 = 10 GB)")
   p.add_argument("--ivf-train", type=int, default=100_000, help="training rows of the faiss IVF indexes")
   args = p.parse_args()
-  header = (f"machine: {machine.describe()} | matmul {machine.matmul_flops_per_s() / 1e9:.0f} GFLOP/s f32 | "
-            f"D={args.dim}, k=10, {args.queries} queries | faiss distance_compute_blas_threshold=16 in every faiss row")
+  names = set(args.backends.split(","))
+  batch = min(args.batch, args.queries)
+  torch = None
+  if "torch" in names:
+    try:
+      import torch  # noqa: F811  pylint: disable=g-import-not-at-top
+    except ImportError:
+      torch = None
+  tdev = torch_device(torch) if torch is not None else None
+  limits_text, limits = machine.limits_line()
+  header = (f"machine: {machine.describe()} | {limits_text} | D={args.dim}, k=10, {args.queries} queries, batches 1 "
+            f"and {batch} | DenseIndex chunk {args.chunk or 'default'} | faiss distance_compute_blas_threshold=16 in "
+            f"every faiss row | torch: " + (f"{torch.__version__} on {tdev}, chunks of {args.torch_chunk:,} rows"
+                                          if tdev else "n/a (not installed)" if torch is None else
+                                          "n/a (no torch device for this platform)"))
   print(header)
-  head = ("| N | data | index | recall@10 | QPS b=1 | QPS b=256 | p50 ms b=1 | p99 ms b=1 | build s | bytes/item | "
-          "peak RSS GB |")
+  head = (f"| N | data | index | recall@10 | QPS b=1 | QPS b={batch} | p50 ms b=1 | p99 ms b=1 | build s | "
+          f"bytes/item | peak RSS GB | floor ms b=1 | floor ms b={batch} | x floor b=1 | x floor b={batch} | "
+          f"vidjax / torch b=1 | vidjax / torch b={batch} |")
   print(head)
   print("|" + "---|" * (head.count("|") - 1))
   points, rows = [], []
-  for n in (int(s) for s in args.sizes.split(",")):
+
+  def emit(row: dict) -> None:
+    cell = lambda v, f: "-" if v is None else ("n/a" if v == "n/a" else format(v, f))  # noqa: E731
+    print(f"| {row['n']:,} | {row['data']} | {row['index']} | {cell(row['recall_at_10'], '.3f')} | "
+          f"{cell(row['qps_b1'], ',.0f')} | {cell(row['qps_b'], ',.0f')} | {cell(row['p50_ms_b1'], '.2f')} | "
+          f"{cell(row['p99_ms_b1'], '.2f')} | {cell(row['build_s'], '.1f')} | {cell(row['bytes_per_item'], '.0f')} | "
+          f"{rss_gb():.1f} | {cell(row['floor_ms_b1'], '.3g')} | {cell(row['floor_ms_b'], '.3g')} | "
+          f"{cell(row['x_floor_b1'], '.1f')} | {cell(row['x_floor_b'], '.1f')} | {cell(row['vs_torch_b1'], '.2f')} | "
+          f"{cell(row['vs_torch_b'], '.2f')} |", flush=True)
+    rows.append(row | {"batch": batch, "peak_rss_gb": rss_gb(), "machine": header, "limits": limits})
+    if args.json:
+      Path(args.json).write_text(json.dumps(rows, indent=1) + "\n")
+
+  sizes = [args.n] if args.n else [int(s) for s in args.sizes.split(",")]
+  for n in sizes:
     for kind in args.data.split(","):
       rng = np.random.default_rng(0)
       centres = rng.normal(size=(1000, args.dim)).astype(np.float32) if kind == "clustered" else None
@@ -155,12 +260,15 @@ def main():
         corpus = data(kind, n, args.dim, rng, centres)
       queries = data(kind, args.queries, args.dim, rng, centres)
       ids = np.char.add("v", np.char.zfill(np.arange(n).astype(str), 9))
-      plan = settings(n, set(args.backends.split(",")), args.ivf_train)
+      plan = settings(n, names, args.ivf_train)
       truth = None
       if plan and plan[0][1]:  # no plain exact index first: the reference, before any other index holds memory
-        truth = DenseIndex(ids, corpus).search(queries, 10)[0]
+        truth = DenseIndex(ids, corpus, chunk=args.chunk).search(queries, 10)[0]
         gc.collect()
+      exact_qps = {}  # storage dtype -> (QPS b=1, QPS b=batch) of the vidjax exact single-device index
       for family, kw, sweep in plan:
+        if kw.get("backend", "jax") in ("jax", "approx"):
+          kw = {"chunk": args.chunk, **kw}
         t = time.perf_counter()
         index = DenseIndex(ids, corpus, **kw)
         build = time.perf_counter() - t
@@ -172,20 +280,51 @@ def main():
             truth = got
           recall = float(np.mean([len(set(a) & set(b)) / 10 for a, b in zip(got, truth)]))
           qps1, t1 = timed_search(index, queries, 1, args.min_seconds)
-          qps256, _ = timed_search(index, queries, min(256, args.queries), args.min_seconds)
-          row = (f"| {n:,} | {kind} | {label} | {recall:.3f} | {qps1:,.0f} | {qps256:,.0f} | "
-                 f"{1e3 * np.percentile(t1, 50):.2f} | {1e3 * np.percentile(t1, 99):.2f} | {build:.1f} | "
-                 f"{index.nbytes / n:.0f} | {rss_gb():.1f} |")
-          print(row, flush=True)
-          points.append((n, kind, label, recall, qps256))
-          rows.append({"n": n, "data": kind, "index": label, "recall_at_10": recall, "qps_b1": qps1,
-                       "qps_b256": qps256, "p50_ms_b1": 1e3 * np.percentile(t1, 50),
-                       "p99_ms_b1": 1e3 * np.percentile(t1, 99), "build_s": build, "bytes_per_item": index.nbytes / n,
-                       "peak_rss_gb": rss_gb(), "params": index.params, "machine": header})
-          if args.json:
-            Path(args.json).write_text(json.dumps(rows, indent=1) + "\n")
+          qpsb, tb = timed_search(index, queries, batch, args.min_seconds)
+          floor = {}
+          if index.exact and index.backend in ("jax", "faiss"):
+            dtype = index.dtype if index.backend == "jax" else "float32"
+            itemsize = 2 if dtype == "bfloat16" else 4
+            floor = {b: floor_ms(n, args.dim, itemsize, b, dtype, limits) for b in (1, batch)}
+            if family.startswith("vidjax exact"):
+              exact_qps[dtype] = (qps1, qpsb)
+          med = lambda ts: 1e3 * float(np.median(ts))  # noqa: E731
+          emit({"n": n, "data": kind, "index": label, "recall_at_10": recall, "qps_b1": qps1, "qps_b": qpsb,
+                "p50_ms_b1": 1e3 * np.percentile(t1, 50), "p99_ms_b1": 1e3 * np.percentile(t1, 99), "build_s": build,
+                "bytes_per_item": index.nbytes / n, "params": index.params,
+                "floor_ms_b1": floor.get(1), "floor_ms_b": floor.get(batch),
+                "x_floor_b1": med(t1) / floor[1] if floor else None,
+                "x_floor_b": med(tb) / floor[batch] if floor else None, "vs_torch_b1": None, "vs_torch_b": None})
+          points.append((n, kind, label, recall, qpsb))
         del index
         gc.collect()  # the index's device buffers now, not at the next cyclic collection (10M: 10 GB each)
+      if "torch" in names:
+        for dtype in [d for d in ("float32", "bfloat16") if d in exact_qps] or ["float32"]:
+          label = f"torch matmul+topk {'f32' if dtype == 'float32' else 'bf16'}"
+          if tdev is None:
+            emit({"n": n, "data": kind, "index": label + " (n/a)", **{key: "n/a" for key in (
+                "recall_at_10", "qps_b1", "qps_b", "p50_ms_b1", "p99_ms_b1", "build_s", "bytes_per_item",
+                "floor_ms_b1", "floor_ms_b", "x_floor_b1", "x_floor_b", "vs_torch_b1", "vs_torch_b")}})
+            continue
+          t = time.perf_counter()
+          peer = TorchPeer(torch, corpus, dtype, tdev, args.torch_chunk)
+          build = time.perf_counter() - t
+          got = peer.search(queries, 10)
+          recall = float(np.mean([len(set(a) & set(b)) / 10 for a, b in zip(ids[got], truth)]))
+          qps1, t1 = timed_search(peer, queries, 1, args.min_seconds)
+          qpsb, tb = timed_search(peer, queries, batch, args.min_seconds)
+          floor = {b: floor_ms(n, args.dim, 2 if dtype == "bfloat16" else 4, b, dtype, limits) for b in (1, batch)}
+          mine = exact_qps.get(dtype)
+          emit({"n": n, "data": kind, "index": label, "recall_at_10": recall, "qps_b1": qps1, "qps_b": qpsb,
+                "p50_ms_b1": 1e3 * np.percentile(t1, 50), "p99_ms_b1": 1e3 * np.percentile(t1, 99), "build_s": build,
+                "bytes_per_item": peer.nbytes / n, "floor_ms_b1": floor[1], "floor_ms_b": floor[batch],
+                "x_floor_b1": 1e3 * float(np.median(t1)) / floor[1],
+                "x_floor_b": 1e3 * float(np.median(tb)) / floor[batch],
+                "vs_torch_b1": mine[0] / qps1 if mine else None, "vs_torch_b": mine[1] / qpsb if mine else None})
+          del peer
+          gc.collect()
+          if tdev == "cuda":
+            torch.cuda.empty_cache()
   if args.plot:
     import matplotlib  # pylint: disable=g-import-not-at-top
     matplotlib.use("Agg")
@@ -199,7 +338,7 @@ def main():
         pts = [(r, q) for label, r, q in mine if family(label) == fam]
         ax.plot([q for _, q in pts], [r for r, _ in pts], "o-", label=fam)
       ax.set_xscale("log")
-      ax.set_xlabel("queries / s (batch 256)")
+      ax.set_xlabel(f"queries / s (batch {batch})")
       ax.set_ylabel("recall@10")
       ax.set_title(f"N={n:,}, {kind}", fontsize=9)
       ax.legend(fontsize=7)

@@ -135,7 +135,7 @@ def main():
   p.add_argument("--min-seconds", type=float, default=1.0, help="time each cell at least this long")
   p.add_argument("--min-repeats", type=int, default=3, help="at least this many timed calls")
   p.add_argument("--max-repeats", type=int, default=20, help="and at most this many")
-  p.add_argument("--chunk", type=int, default=None, help="default: dense.DEFAULT_CHUNK[dtype]")
+  p.add_argument("--chunk", type=int, default=None, help="default: dense.default_chunk(dtype), per platform")
   p.add_argument("--query-batch", type=int, default=dense.DEFAULT_QUERY_BATCH)
   p.add_argument("--no-faiss", action="store_true", help="leave faiss out even when importable")
   args = p.parse_args()
@@ -147,7 +147,8 @@ def main():
   faiss_line = (f"faiss {faiss.__version__} ({faiss.omp_get_max_threads()} OpenMP threads, "
                 f"distance_compute_blas_threshold={args.blas_threshold}, "
                 f"OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']})" if use_faiss else "faiss: not used")
-  print(f"{faiss_line} | DenseIndex chunk={args.chunk or dense.DEFAULT_CHUNK} query_batch={args.query_batch} | "
+  chunk = args.chunk or dense.DEFAULT_CHUNK[dense.platform_of()]
+  print(f"{faiss_line} | DenseIndex chunk={chunk} query_batch={args.query_batch} | "
         f"k={args.k}, D={args.dim} | per cell: {args.min_repeats}-{args.max_repeats} timed calls, "
         f"at least {args.min_seconds}s")
   rows = []

@@ -11,18 +11,23 @@ reference that approximate or generative recall (GRDR) is measured against.
 How it works:
 
 * The corpus is L2-normalised (`vidjax.ops.l2_normalize`), sorted by id and stored on the default
-  device as equal chunks `[chunk, D]` (the last one zero-padded), in float32 or bfloat16.
-  Building it streams one chunk at a time, so the index never holds a second copy of the corpus.
-* A search runs one jit-compiled step per chunk: scores `[Qb, chunk]` (float32, also with
-  bfloat16 storage: see `_scores`), the chunk's top K (`_top_k_by_blocks`, equal to
-  `lax.top_k`), merged with the running `[Qb, K]` best. The step compiles once per (query
-  batch, chunk, D, storage dtype, K).
+  device as one array of equal chunks `[num_chunks, chunk, D]` (the last chunk zero-padded), in float32 or
+  bfloat16. Building it streams one chunk at a time into that array (updated in place), so the index never holds a
+  second copy of the corpus.
+* A search is one compiled program per query batch (`_search`), on every platform: either one step over all rows
+  (small query batches, whose `[Qb, N]` scores fit `SCORE_BUDGET`) or a `lax.scan` over the chunks; each step
+  scores `[Qb, rows]` (float32, also with bfloat16 storage: see `_scores`), keeps its top K (`_top_k_by_blocks`,
+  equal to `lax.top_k`) and merges them with the running `[Qb, K]` best. Chunk sizes, the budget and the bfloat16
+  scoring are chosen per platform (`DEFAULT_CHUNK`, `SCORE_BUDGET`, `_plan`): cache-sized chunks on a CPU (measured),
+  ~1M-row chunks on GPU and TPU. The program compiles once per (query batch, chunk count, chunk, D, storage dtype,
+  K, plan).
+* Precision: float32 storage is scored at `Precision.HIGHEST` (never TF32 on a GPU), so scores are float32 dot
+  products on every backend. bfloat16 storage: on GPU and TPU one bfloat16 matmul with float32 accumulation (the query
+  rounded to bfloat16: scores within 2^-9 of the float32 query's, `bf16_queries_rounded`); on a CPU, float32 scores
+  of the bfloat16 rows (the measured fastest there).
 * Queries go in batches of `query_batch` rows; a remainder (or a query set smaller than one
   batch) is padded to the next power of two, so single queries do not pay for 256 and there are
   at most log2(query_batch) + 1 query shapes.
-* Up to `SMALL_BATCH` queries against a float32 corpus on a CPU skip XLA: a BLAS matrix-vector
-  product per chunk (zero-copy views of the same buffers) and an exact NumPy top-k with the same tie
-  rule (`numpy_top_k`); XLA's fixed per-call cost dominated single-query search below 100k vectors.
 * Ties: equal scores rank the smaller id first. Corpus positions are id order, `lax.top_k`
   returns the lower index first among equal values (its documented contract), and every merge
   puts the running best (earlier chunks, smaller positions) before the new chunk's. `top_k`
@@ -30,10 +35,12 @@ How it works:
 
 * Sharded (`mesh=`, `axis=`): the chunks are dealt to the devices along one mesh axis in position order, whole
   chunks each (the last device's tail is zero padding), each device's block read from the source when it is placed
-  (`jax.make_array_from_callback`). A search is one `shard_map` (`_sharded_search`): every device merges its own
-  chunks with the single-device step, adding its row offset, then the devices' [Q, K] are gathered in position order
-  and one `top_k` keeps the best K, so the answer is the single-device one bit for bit (tests on 8 simulated CPU
-  devices). `save` writes the stored rows one device block at a time; `load` deals them over any mesh again.
+  (`jax.make_array_from_callback`). A search is one `shard_map` (`_sharded_search`): every device runs the
+  single-device program on its own chunks (`_scan_chunks`, the same plan, decided by N), adding its row offset, then
+  the devices' [Q, K] are gathered in position order and one `top_k` keeps the best K, so the answer is the
+  single-device one bit for bit (tested on 8 simulated CPU devices; in the one-step plan a device's product has fewer
+  rows than the single device's, which on CPU gives the same bits and on an accelerator is not tested). `save`
+  writes the stored rows one chunk at a time; `load` deals them over any mesh again.
   Multi-process (a pod): the mesh spans every process's devices, each process reads only the chunks of its own
   devices (from arrays or a store, streaming) and every process gets the whole answer (a test runs 2 processes).
   `vectors` is then a collective (every process calls it with the same ids and gets every row); `save` writes each
@@ -69,16 +76,33 @@ from vidjax.ops import l2_normalize
 DTYPES = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16}
 BACKENDS = ("jax", "approx", "faiss", "scann")  # = vidjax.defaults.common.INDEX_BACKENDS (the configs' choices)
 INDEX_FORMAT = 1  # of `DenseIndex.save`
-# Defaults tuned on CPU (2-core Xeon VMs, bench/dense_index.py, batch 256): float32 chunks of 16384
-# rows with blocks of 64 (`_block`) were 10-15% faster than 8192 with blocks of 32 at 10k-100k;
-# bfloat16 storage scores 3 x 256 query rows per chunk (see `_scores`) and runs 2x slower at 16384
-# rows (the [768, chunk] float32 product no longer stays in cache), so its chunks are 4096 rows.
-DEFAULT_CHUNK = {"float32": 16384, "bfloat16": 4096}
+# Per platform (`platform_of`: the platform of the devices holding the index). A search is one compiled program per
+# query batch (`_search`, `_sharded_search`) that takes the stored chunks in one of two shapes (`_plan`):
+#   * one step over all of a device's rows, when the [Qb, N] float32 scores are at most `SCORE_BUDGET` elements
+#     (small query batches: a single matrix-vector-like product, no loop);
+#   * else a `lax.scan` over its chunks of `DEFAULT_CHUNK` rows, merging each chunk's top-k into the running best.
+# CPU: measured on this project's 2-core Xeon VM (AVX-512, no AMX), 100k x 256 random unit rows, k = 10, one search
+# program at a time (medians of 6-8 calls, the machine shared but lightly loaded): at batch 256, scanned chunks of
+# 2,048 / 4,096 / 8,192 / 16,384 rows took 195 / 152 / 148 / 179 ms with float32 storage (the per-chunk dispatch
+# loop the index had before: 146-150 ms at its 14,336-row chunks) and 205 ms at 4,096 / 202 ms at 8,192 rows with
+# bfloat16 ("upcast"); one step over all rows beat the scan at batch 16 (19.8 against 30.6 ms) and lost at 64 (62
+# against 52), hence a budget of 2^22 scores; at batch 1 it took 8 ms where the NumPy BLAS path the index had before
+# took 56. XLA:CPU copies each scanned chunk out of the stored array before its matmul (the dynamic slice), one
+# extra pass over the rows that the one-step plan does not pay.
+# GPU and TPU: NOT measured in the session that chose them (it had no device): large chunks, so a 10M-row corpus is
+# ~10 steps of one large matmul each (a PyTorch peer on an H200 scanned 2M-row chunks), and a budget of 2^28 scores
+# (1 GiB of float32: batch 256 x 1M rows) under which a batch is one step (batch 1 at 10M rows: 40 MB of scores).
+# Whether XLA:GPU also copies each scanned chunk (see CPU) is not known here. launch/gpu_check.sh measures them
+# (bench/ann.py --chunk).
+DEFAULT_CHUNK = {"cpu": {"float32": 8192, "bfloat16": 8192},
+                 "gpu": {"float32": 1 << 20, "bfloat16": 1 << 20},
+                 "tpu": {"float32": 1 << 19, "bfloat16": 1 << 19}}
+SCORE_BUDGET = {"cpu": 1 << 22, "gpu": 1 << 28, "tpu": 1 << 27}
 DEFAULT_QUERY_BATCH = 256
 # Chunk lengths are multiples of this many rows (see `_build`).
 _ROW_ALIGN = 128
-# The two-level top-k of one chunk (`_top_k_by_blocks`): chunks of at most `_FULL_TOP_K` positions
-# take `lax.top_k` directly; longer ones are cut into blocks of `_block(chunk)` positions. Measured
+# The two-level top-k of one step (`_top_k_by_blocks`): rows of at most `_FULL_TOP_K` positions
+# take `lax.top_k` directly; longer ones are cut into blocks of `_block(rows)` positions. Measured
 # on CPU (bench/dense_index.py, batch 256): `lax.top_k` costs ~2.5 us per row at 1024 positions,
 # blocks of 32 were best for 4096-8192-row chunks and 64 for 16384.
 _FULL_TOP_K = 2048
@@ -86,28 +110,42 @@ _FULL_TOP_K = 2048
 
 def _block(c: int) -> int:
   return 32 if c <= 8192 else 64
-# Query batches up to this size on a CPU with float32 storage take the NumPy path (`_numpy_batch`):
-# XLA's CPU matrix-vector product has a fixed cost of ~80 µs per call, BLAS gemv does not.
-SMALL_BATCH = 4
 
 
-def numpy_top_k(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-  """Exact top-k of each row of `scores [Q, N]`, equal scores by smaller position first.
+def _plan(platform: str, qb: int, n: int) -> tuple[bool, str]:
+  """(one step over all of a device's rows?, how a bfloat16 chunk is scored: `_scores`) for a batch of `qb` queries
+  against `n` corpus rows: one step when the [qb, n] scores fit `SCORE_BUDGET`.
 
-  Returns (scores float32 [Q, k], positions int64 [Q, k]), best first.
+  Accelerators: one bfloat16 matmul (the query rounded to bfloat16, float32 accumulation: the native tensor-core /
+  MXU product). CPU, measured (100k x 256, 4,096-row chunks, the machine loaded, process CPU time): one step over the
+  whole bfloat16 block takes the three-term split (batch 1: 9.4 ms; converting the block would write a float32 copy
+  of the corpus: 110 ms); a scan over cache-sized chunks converts each to float32 (batch 256: 206 ms; one bfloat16
+  matmul 289 ms, the split 635 ms: XLA:CPU's bfloat16 matmul is slower than its float32 one). Both give float32
+  scores of the bfloat16 rows.
   """
-  q, n = scores.shape
-  part = np.argpartition(-scores, k - 1, axis=1)[:, :k] if k < n else np.tile(np.arange(n), (q, 1))
-  kth = np.min(np.take_along_axis(scores, part, axis=1), axis=1, keepdims=True)
-  out_s = np.empty((q, k), np.float32)
-  out_p = np.empty((q, k), np.int64)
-  for i in range(q):  # the k-th score may tie with positions argpartition left out: take them in order
-    above = np.flatnonzero(scores[i] > kth[i])
-    tied = np.flatnonzero(scores[i] == kth[i])[:k - above.size]
-    pos = np.concatenate([above, tied])
-    order = np.lexsort((pos, -scores[i, pos]))
-    out_p[i], out_s[i] = pos[order], scores[i, pos[order]]
-  return out_s, out_p
+  whole = qb * n <= SCORE_BUDGET[platform]
+  if platform != "cpu":
+    return whole, "bf16"
+  return whole, "split3" if whole else "upcast"
+
+
+def bf16_queries_rounded(platform: str | None = None) -> bool:
+  """Whether a bfloat16 index on `platform` (default: the default device's) scores with the query rounded to
+  bfloat16 (accelerators: scores within 2^-9 of the float32 query's) rather than exactly (CPU): the precision a
+  comparison with a NumPy reference has to allow for."""
+  return (platform or platform_of()) != "cpu"
+
+
+def platform_of(mesh: jax.sharding.Mesh | None = None) -> str:
+  """"cpu", "gpu" or "tpu": the platform of `mesh`'s devices, else of the default device (any other platform
+  is treated as an accelerator: "gpu")."""
+  platform = (mesh.devices.flat[0] if mesh is not None else jax.devices()[0]).platform
+  return platform if platform in DEFAULT_CHUNK else "gpu"
+
+
+def default_chunk(dtype: str, platform: str | None = None) -> int:
+  """Corpus rows per chunk on `platform` (default: the default device's) for storage `dtype`."""
+  return DEFAULT_CHUNK[platform or platform_of()][dtype]
 
 
 def query_batches(n: int, batch: int) -> Iterator[tuple[int, int, int]]:
@@ -132,26 +170,33 @@ def pad_rows(x: np.ndarray, size: int) -> np.ndarray:
 _CONTRACT_D = (((1,), (1,)), ((), ()))
 
 
-def _scores(queries: jax.Array, chunk: jax.Array) -> jax.Array:
+def _scores(queries: jax.Array, chunk: jax.Array, bf16_scoring: str = "bf16") -> jax.Array:
   """float32 unit queries [Qb, D] x corpus chunk [C, D] -> float32 cosine scores [Qb, C].
 
-  float32 storage: one float32 matmul at HIGHEST precision (no TF32 / bf16 passes on
-  accelerators). bfloat16 storage: the query is split exactly into three bfloat16 terms
-  (hi + mid + lo carry all 24 significand bits), so each product with a bfloat16 corpus value
-  is exact and the three bfloat16 matmuls accumulate in float32: float32 scores of the
-  bfloat16-rounded corpus, from the native bfloat16 matmul (AMX / tensor cores / MXU) and
-  without materialising a float32 copy of the chunk.
+  float32 storage: one float32 matmul at HIGHEST precision (never TF32 or bfloat16 passes: on a GPU the default
+  float32 matmul is TF32, whose ~1e-4 error reorders near-ties). bfloat16 storage (`_plan` chooses):
+    "bf16": one bfloat16 matmul of the query rounded to bfloat16, accumulated in float32: scores within
+      2^-9 (|q| |x| = 1) of the float32 query's, at the device's bfloat16 rate and bytes;
+    "split3": the query split exactly into three bfloat16 terms (hi + mid + lo carry all 24 significand bits), so
+      each product with a bfloat16 corpus value is exact: float32 scores of the bfloat16-rounded corpus from three
+      bfloat16 matmuls, without a float32 copy of the chunk;
+    "upcast": the chunk converted to float32, one float32 matmul (the same scores as "split3" up to summation
+      order).
   """
   if chunk.dtype == jnp.float32:
     return jax.lax.dot_general(queries, chunk, _CONTRACT_D, precision=jax.lax.Precision.HIGHEST,
+                               preferred_element_type=jnp.float32)
+  if bf16_scoring == "bf16":
+    return jax.lax.dot_general(queries.astype(jnp.bfloat16), chunk, _CONTRACT_D, preferred_element_type=jnp.float32)
+  if bf16_scoring == "upcast":
+    return jax.lax.dot_general(queries, chunk.astype(jnp.float32), _CONTRACT_D, precision=jax.lax.Precision.HIGHEST,
                                preferred_element_type=jnp.float32)
   hi = queries.astype(jnp.bfloat16)
   rest = queries - hi.astype(jnp.float32)
   mid = rest.astype(jnp.bfloat16)
   lo = (rest - mid.astype(jnp.float32)).astype(jnp.bfloat16)
   qb = queries.shape[0]
-  s = jax.lax.dot_general(jnp.concatenate([hi, mid, lo]), chunk.astype(jnp.bfloat16), _CONTRACT_D,
-                          preferred_element_type=jnp.float32)
+  s = jax.lax.dot_general(jnp.concatenate([hi, mid, lo]), chunk, _CONTRACT_D, preferred_element_type=jnp.float32)
   return (s[:qb] + s[qb:2 * qb]) + s[2 * qb:]
 
 
@@ -178,7 +223,8 @@ def _top_k_by_blocks(scores: jax.Array, k: int) -> tuple[jax.Array, jax.Array]:
   return top_s, jnp.take_along_axis(cand_pos, sel, axis=1)
 
 
-def _merge(queries, chunk, offset, n_valid, best_scores, best_pos, *, k: int, recall_target: float | None = None):
+def _merge(queries, chunk, offset, n_valid, best_scores, best_pos, *, k: int, recall_target: float | None = None,
+           bf16_scoring: str = "bf16"):
   """One corpus chunk merged into the running top-k.
 
   Args:
@@ -188,11 +234,12 @@ def _merge(queries, chunk, offset, n_valid, best_scores, best_pos, *, k: int, re
     best_scores, best_pos: [Qb, k] running best, earlier chunks (all positions < offset).
     recall_target: None = the chunk's exact top-k; a fraction: `jax.lax.approx_max_k` at that expected recall (the
       "approx" backend: a real saving on TPU only; on CPU and GPU JAX computes it as an exact sort).
+    bf16_scoring: how a bfloat16 chunk is scored (`_scores`).
 
   Returns:
     the new (best_scores float32 [Qb, k], best_pos int32 [Qb, k]), best first, ties by position.
   """
-  scores = _scores(queries, chunk)
+  scores = _scores(queries, chunk, bf16_scoring)
   pos = offset + jnp.arange(chunk.shape[0], dtype=jnp.int32)
   # top_k's total order puts -0.0 below +0.0; equal scores must tie, so canonicalise zeros.
   scores = jnp.where(pos[None, :] < n_valid, jnp.where(scores == 0, 0.0, scores), -jnp.inf)
@@ -207,13 +254,54 @@ def _merge(queries, chunk, offset, n_valid, best_scores, best_pos, *, k: int, re
   return new_s, jnp.take_along_axis(all_p, sel, axis=1)
 
 
-_merge_chunk = jax.jit(_merge, static_argnames=("k", "recall_target"))
+def _scan_chunks(queries, block, first, n_valid, init, *, k: int, recall_target: float | None, whole: bool,
+                 bf16_scoring: str):
+  """The running top-k over consecutive chunks, inside one compiled program.
+
+  Args:
+    queries: float32 [Qb, D], unit norm.
+    block: [L, C, D] chunks; chunk j holds corpus positions (first + j) * C ..
+    first: int32 scalar, the corpus chunk number of block[0].
+    n_valid: int32 scalar, the corpus size N (positions >= N are padding).
+    init: the running best before the first chunk, (float32 [Qb, k] of -inf, int32 [Qb, k] of -1).
+    whole: one step over all L * C rows (the block reshaped, no copy); else one `lax.scan` step per chunk.
+
+  Returns (scores float32 [Qb, k], positions int32 [Qb, k]), best first, equal scores by smaller position.
+  """
+  num, c, d = block.shape
+  if whole:
+    return _merge(queries, block.reshape(num * c, d), (first * c).astype(jnp.int32), n_valid, *init, k=k,
+                  recall_target=recall_target, bf16_scoring=bf16_scoring)
+
+  def body(best, inputs):
+    j, chunk = inputs
+    offset = ((first + j) * c).astype(jnp.int32)
+    return _merge(queries, chunk, offset, n_valid, *best, k=k, recall_target=recall_target,
+                  bf16_scoring=bf16_scoring), None
+
+  best, _ = jax.lax.scan(body, init, (jnp.arange(num, dtype=jnp.int32), block))
+  return best
 
 
-@functools.partial(jax.jit, static_argnames=("k", "mesh", "axis", "recall_target"))
+def _init(qb: int, k: int) -> tuple[jax.Array, jax.Array]:
+  return jnp.full((qb, k), -jnp.inf, jnp.float32), jnp.full((qb, k), -1, jnp.int32)
+
+
+_STATIC = ("k", "recall_target", "whole", "bf16_scoring")
+
+
+@functools.partial(jax.jit, static_argnames=_STATIC)
+def _search(queries, chunks, n_valid, *, k: int, recall_target: float | None = None, whole: bool = False,
+            bf16_scoring: str = "bf16"):
+  """Top-k of unit queries float32 [Qb, D] over the chunks [L, C, D] of one device: one program."""
+  return _scan_chunks(queries, chunks, jnp.int32(0), n_valid, _init(queries.shape[0], k), k=k,
+                      recall_target=recall_target, whole=whole, bf16_scoring=bf16_scoring)
+
+
+@functools.partial(jax.jit, static_argnames=_STATIC + ("mesh", "axis"))
 def _sharded_search(queries, chunks, n_valid, *, k: int, mesh: jax.sharding.Mesh, axis: str,
-                    recall_target: float | None = None):
-  """Exact top-k over a corpus split along `axis` of `mesh`.
+                    recall_target: float | None = None, whole: bool = False, bf16_scoring: str = "bf16"):
+  """Top-k over a corpus split along `axis` of `mesh`.
 
   Args:
     queries: float32 [Qb, D], unit norm (replicated).
@@ -221,24 +309,16 @@ def _sharded_search(queries, chunks, n_valid, *, k: int, mesh: jax.sharding.Mesh
       positions d * L * C .. (d + 1) * L * C - 1 (zero padding past n_valid).
     n_valid: int32 scalar, the corpus size N.
 
-  Each device merges its L chunks one after another (`_merge`, the single-device step, so every row's score is the
-  same float); the S shards' [Qb, k] results are gathered in shard order, i.e. position order, and one `top_k`
-  keeps the best k: ties still rank the smaller position first. Returns (scores float32 [Qb, k], positions int32).
+  Each device runs the single-device program on its L chunks (`_scan_chunks`, so every row's score is the same
+  float); the S shards' [Qb, k] results are gathered in shard order, i.e. position order, and one `top_k` keeps the
+  best k: ties still rank the smaller position first. Returns (scores float32 [Qb, k], positions int32).
   """
   num_local = chunks.shape[0] // mesh.shape[axis]
 
   def local(q, block):  # block [L, C, D]
-    first = jax.lax.axis_index(axis) * num_local
-    c = block.shape[1]
-
-    def body(best, inputs):
-      j, chunk = inputs
-      return _merge(q, chunk, ((first + j) * c).astype(jnp.int32), n_valid, *best, k=k,
-                    recall_target=recall_target), None
-
-    init = jax.lax.pcast((jnp.full((q.shape[0], k), -jnp.inf, jnp.float32), jnp.full((q.shape[0], k), -1, jnp.int32)),
-                         (axis,), to="varying")  # the carry varies over the devices, as the chunks do
-    (s, p), _ = jax.lax.scan(body, init, (jnp.arange(num_local), block))
+    init = jax.lax.pcast(_init(q.shape[0], k), (axis,), to="varying")  # the carry varies over the devices
+    s, p = _scan_chunks(q, block, (jax.lax.axis_index(axis) * num_local).astype(jnp.int32), n_valid, init, k=k,
+                        recall_target=recall_target, whole=whole, bf16_scoring=bf16_scoring)
     return s[None], p[None]
 
   spec = jax.sharding.PartitionSpec(axis)
@@ -254,13 +334,23 @@ def _sharded_search(queries, chunks, n_valid, *, k: int, mesh: jax.sharding.Mesh
           jax.lax.with_sharding_constraint(jnp.take_along_axis(all_p, sel, axis=1), everywhere))
 
 
+# A single-device build reads and places at least this many rows at a time (fewer, larger host reads and copies).
+_BUILD_ROWS = 1 << 16
+
+
+@functools.partial(jax.jit, donate_argnums=0)
+def _put_chunks(chunks, rows, c):
+  """chunks [L, C, D] with chunks c .. c + g replaced by rows [g, C, D], in place (the old buffer is donated)."""
+  return jax.lax.dynamic_update_slice_in_dim(chunks, rows, c, axis=0)
+
+
 def _local(x: jax.Array) -> np.ndarray:
   """A replicated array's value on this host (also when other processes hold devices of its mesh)."""
   return np.asarray(x if x.is_fully_addressable else x.addressable_data(0))
 
 
-def _rows(chunk, rows):
-  return chunk[rows].astype(jnp.float32)
+def _rows(chunks, rows):
+  return chunks[rows].astype(jnp.float32)
 
 
 _gather_rows = jax.jit(_rows)
@@ -271,8 +361,8 @@ class JaxExact:
   `jax.lax.approx_max_k` per chunk at `recall_target` (worth it on TPU only: on CPU and GPU JAX computes it as an
   exact sort, so there it costs what "jax" does and returns the exact answer).
 
-  Built from `read(sorted positions) -> float32 [m, D]` unit rows; stores them in `dtype` as equal chunks on the
-  default device, or dealt over the devices along `axis` of `mesh`.
+  Built from `read(sorted positions) -> float32 [m, D]` unit rows; stores them in `dtype` as one array of equal
+  chunks [L, C, D] on the default device, or dealt over the devices along `axis` of `mesh`.
   """
 
   def __init__(self, n: int, dim: int, read, *, dtype: str = "float32", chunk: int | None = None,
@@ -284,7 +374,8 @@ class JaxExact:
       raise ValueError(f"DenseIndex backend 'approx': params recall_target must be in (0, 1], got {recall_target!r}")
     if mesh is not None and axis not in mesh.axis_names:
       raise ValueError(f"DenseIndex: a mesh needs an axis of the mesh {mesh.axis_names}, got axis {axis!r}")
-    chunk = DEFAULT_CHUNK[dtype] if chunk is None else chunk
+    self.platform = platform_of(mesh)
+    chunk = default_chunk(dtype, self.platform) if chunk is None else chunk
     if not isinstance(chunk, (int, np.integer)) or isinstance(chunk, bool) or chunk < 1:
       raise ValueError(f"DenseIndex chunk must be a positive integer, got {chunk!r}")
     self.n, self.dim, self.dtype, self.recall_target = n, dim, dtype, recall_target
@@ -294,9 +385,8 @@ class JaxExact:
     # the padding of the last one stays small: N=10,000 with chunk 8192 is 2 x 5120 rows, not 2 x 8192.
     align = min(_ROW_ALIGN, chunk)
     self.chunk = int(min(chunk, align * math.ceil(math.ceil(n / math.ceil(n / chunk)) / align)))
-    self.mesh, self.axis, self._sharded = mesh, axis, None
-    self._chunks: list[jax.Array] = []
-    self._n_valid = jax.device_put(np.int32(n))
+    self.mesh, self.axis = mesh, axis
+    self._n_valid = np.int32(n)
     num_chunks = math.ceil(n / self.chunk)
     bar = progress_lib.bar(num_chunks, "DenseIndex build", unit="chunk", disable=not progress)
 
@@ -312,25 +402,23 @@ class JaxExact:
       per_device = math.ceil(num_chunks / mesh.shape[axis])
       shape = (per_device * mesh.shape[axis], self.chunk, dim)
       sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(axis))
-      self._sharded = jax.make_array_from_callback(
+      self._stored = jax.make_array_from_callback(
           shape, sharding, lambda index: np.stack([rows_of(c) for c in range(*index[0].indices(shape[0]))]))
       # every process gets the gathered rows (replicated), also the rows of other processes' devices
-      self._gather_sharded = jax.jit(_rows, out_shardings=jax.sharding.NamedSharding(mesh,
-                                                                                   jax.sharding.PartitionSpec()))
-    else:
-      self._chunks = [jax.device_put(rows_of(c)) for c in range(num_chunks)]
+      self._gather = jax.jit(_rows, out_shardings=jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()))
+    else:  # one device array, filled in place a few chunks (>= _BUILD_ROWS rows) at a time
+      self._stored = jnp.zeros((num_chunks, self.chunk, dim), DTYPES[dtype])
+      group = max(1, _BUILD_ROWS // self.chunk)
+      for c in range(0, num_chunks, group):
+        rows = np.stack([rows_of(i) for i in range(c, min(c + group, num_chunks))])
+        self._stored = _put_chunks(self._stored, jax.device_put(rows), np.int32(c))
+      self._gather = _gather_rows
     bar.close()
-    # Zero-copy NumPy views of the chunks (or of this host's shards, when it holds them all) for `_numpy_batch`
-    # (float32 storage on a CPU only).
-    if self._sharded is not None:
-      blocks = {s.index[0].start or 0: s.data for s in self._sharded.addressable_shards}  # replicas: one each
-      blocks = [blocks[k] for k in sorted(blocks)] if self._sharded.is_fully_addressable else []
-    else:
-      blocks = self._chunks
-    cpu = all(d.platform == "cpu" for c in blocks for d in c.devices())
-    self._host_chunks = ([np.asarray(c).reshape(-1, dim) for c in blocks] if blocks and cpu and dtype == "float32"
-                         and self.exact else None)
-    self._offsets = [jax.device_put(np.int32(c * self.chunk)) for c in range(len(self._chunks))]
+    # On a CPU, zero-copy NumPy views of this host's blocks (when it holds them all), for `vectors`.
+    blocks = {sh.index[0].start or 0: sh.data for sh in self._stored.addressable_shards}  # replicas: one each
+    cpu = all(d.platform == "cpu" for d in self._stored.sharding.device_set)
+    self._host_blocks = ([np.asarray(blocks[b]).reshape(-1, dim) for b in sorted(blocks)]
+                         if cpu and self._stored.is_fully_addressable else None)
 
   @property
   def params(self) -> dict:
@@ -350,51 +438,35 @@ class JaxExact:
   @property
   def nbytes(self) -> int:
     """Bytes of the stored vectors (with the last chunk's padding)."""
-    return self._sharded.nbytes if self._sharded is not None else sum(c.nbytes for c in self._chunks)
+    return self._stored.nbytes
 
   def vectors(self, flat: np.ndarray) -> np.ndarray:
     """The stored rows at positions `flat [m]` as float32 [m, D]."""
-    out = np.empty((flat.size, self.dim), np.float32)
-    if self._sharded is not None:
-      out[:] = _local(self._gather_sharded(self._sharded, (flat // self.chunk, flat % self.chunk)))
+    if self._host_blocks is not None:  # a CPU: read the host views (a jitted gather compiles once per row count)
+      per_block = len(self._host_blocks[0])
+      out = np.empty((flat.size, self.dim), np.float32)
+      for b in np.unique(flat // per_block):
+        sel = np.flatnonzero(flat // per_block == b)
+        out[sel] = self._host_blocks[b][flat[sel] % per_block]
       return out
-    which, rows = flat // self.chunk, (flat % self.chunk).astype(np.int32)
-    for c in np.unique(which):
-      sel = np.flatnonzero(which == c)
-      # CPU float32: read the zero-copy host view (a jitted gather compiles once per row count).
-      out[sel] = (self._host_chunks[c][rows[sel]] if self._host_chunks is not None
-                  else np.asarray(_gather_rows(self._chunks[c], rows[sel])))
-    return out
+    which, rows = (flat // self.chunk).astype(np.int32), (flat % self.chunk).astype(np.int32)
+    return np.array(_local(self._gather(self._stored, (which, rows))), np.float32)
 
   def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Unit queries float32 [Qb, D] -> (scores float32 [Qb, k], positions [Qb, k])."""
-    if self._host_chunks is not None and len(queries) <= SMALL_BATCH:
-      return self._numpy_batch(queries, k)
-    if self._sharded is not None:
-      s, p = _sharded_search(queries, self._sharded, np.int32(self.n), k=k, mesh=self.mesh, axis=self.axis,
-                             recall_target=self.recall_target)
+    """Unit queries float32 [Qb, D] -> (scores float32 [Qb, k], positions [Qb, k]): one compiled program."""
+    # Decided by N, not by a device's rows, so a sharded index takes the single-device index's plan: same bits.
+    whole, scoring = _plan(self.platform, len(queries), self.n)
+    kw = dict(k=k, recall_target=self.recall_target, whole=whole, bf16_scoring=scoring)
+    if self.mesh is not None:
+      s, p = _sharded_search(queries, self._stored, self._n_valid, mesh=self.mesh, axis=self.axis, **kw)
       return _local(s), _local(p)
-    # Host-side inputs and a single transfer back: at small sizes the per-call dispatch, not the
-    # arithmetic, is the cost.
-    q = jax.device_put(queries) if len(self._chunks) > 1 else queries
-    best = (np.full((len(queries), k), -np.inf, np.float32), np.full((len(queries), k), -1, np.int32))
-    for chunk, offset in zip(self._chunks, self._offsets):
-      best = _merge_chunk(q, chunk, offset, self._n_valid, *best, k=k, recall_target=self.recall_target)
-    return jax.device_get(best)
+    return jax.device_get(_search(queries, self._stored, self._n_valid, **kw))
 
-  def _numpy_batch(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Few queries against a float32 corpus on the CPU: BLAS matrix-vector products, exact top-k."""
-    chunks = self._host_chunks
-    scores = (chunks[0] @ queries.T if len(chunks) == 1
-              else np.concatenate([c @ queries.T for c in chunks], axis=0))[:self.n].T
-    scores = np.where(scores == 0, np.float32(0), scores)  # -0.0 and +0.0 are one score
-    return numpy_top_k(np.ascontiguousarray(scores, np.float32), k)
-
-  # -- save / load: the stored rows (storage dtype, no padding) in one .npy, written one chunk or shard at a time
+  # -- save / load: the stored rows (storage dtype, no padding) in one .npy, written one chunk at a time
   @property
   def spans_processes(self) -> bool:
     """Whether other processes hold some of the blocks (then `save` is `create` on one process, `fill` on all)."""
-    return self._sharded is not None and not self._sharded.is_fully_addressable
+    return not self._stored.is_fully_addressable
 
   def save(self, path: Path) -> None:
     self.create(path)
@@ -408,17 +480,20 @@ class JaxExact:
     del out
 
   def fill(self, path: Path) -> None:
-    """Writes this process's chunks or device blocks into the vectors.npy `create` made."""
+    """Writes this process's chunks (its device blocks, one chunk at a time) into the vectors.npy `create` made."""
     out = np.load(path / "vectors.npy", mmap_mode="r+")
     view = out.view(DTYPES[self.dtype])
-    blocks = ([(s.index[0].start or 0, s.data) for s in self._sharded.addressable_shards] if self._sharded is not None
-              else [(c, chunk[None]) for c, chunk in enumerate(self._chunks)])
-    for first, block in blocks:  # [L, chunk, D] from chunk `first` on
-      rows = np.asarray(block).reshape(-1, self.dim)
-      start = first * self.chunk
-      stop = min(start + len(rows), self.n)
-      if stop > start:
-        view[start:stop] = rows[:stop - start]
+    done = set()
+    for shard in self._stored.addressable_shards:  # [L, chunk, D] from chunk `first` on
+      first = shard.index[0].start or 0
+      if first in done:  # a replica
+        continue
+      done.add(first)
+      for j in range(shard.data.shape[0]):
+        start = (first + j) * self.chunk
+        stop = min(start + self.chunk, self.n)
+        if stop > start:
+          view[start:stop] = np.asarray(shard.data[j])[:stop - start]
     out.flush()
     del out
 
@@ -451,7 +526,7 @@ class DenseIndex:
     backend: "jax" | "approx" | "faiss" | "scann".
     params: the backend's parameters as built (JSON-able; what `save` records).
     exact: whether a search is exact top-k.
-    chunk: corpus rows per search step of the JAX backends (None for the library ones).
+    chunk: corpus rows per scan step of the JAX backends (None for the library ones).
     query_batch: queries per search step.
   """
 
@@ -466,9 +541,9 @@ class DenseIndex:
       embeddings: [N, D] float array (any float dtype, a memory map is fine: it is read one
         chunk at a time). Rows are L2-normalised here; zero rows stay zero (they score 0).
       dtype: storage dtype of the JAX backends, "float32" or "bfloat16" (the unit vectors rounded to bfloat16).
-      chunk: at most this many corpus rows per search step; default `DEFAULT_CHUNK[dtype]`. The
-        corpus is cut into ceil(N / chunk) equal chunks (multiples of 128 rows), so a corpus
-        smaller than one chunk is one chunk of its own size.
+      chunk: at most this many corpus rows per scan step; default `default_chunk(dtype)` (per platform:
+        `DEFAULT_CHUNK`). The corpus is cut into ceil(N / chunk) equal chunks (multiples of 128 rows), so a corpus
+        smaller than one chunk is one chunk of its own size. Small query batches take all rows in one step.
       query_batch: queries per search step.
       backend: "jax" (exact, the default), "approx" (`jax.lax.approx_max_k`), "faiss" or "scann" (optional
         extras: `vidjax.retrieval.backends`).
