@@ -6,7 +6,8 @@ DIR is `<workdir>/index` of a `configs/stack_<dataset>.py` run (`vidjax.methods.
 corpus, the query encoder and the stages named in its manifest. The query goes through recall -> rerank, and
 through CAST consistency when `--context` names the clips the user has already seen (oldest first; they are
 never returned). Prints the ranked clips with each stage's score and the time each stage took, or one JSON
-object with `--json`. Every bad input (index directory, query, context clip, --k) is one line on stderr and
+object with `--json`. It computes at the evaluation phase's default precision ("highest": full float32 matmuls on a
+GPU too, README "Precision"), so its ranks do not move with the backend. Every bad input (index directory, query, context clip, --k) is one line on stderr and
 exit status 2.
 """
 from __future__ import annotations
@@ -15,6 +16,7 @@ import argparse
 import json
 import sys
 
+from vidjax.defaults.common import PRECISION_DEFAULTS
 from vidjax.methods.stack import StackIndex
 
 
@@ -59,8 +61,10 @@ def render(out: dict) -> str:
 
 def main(argv=None) -> int:
   args = parse(argv)
+  import jax  # pylint: disable=g-import-not-at-top
   try:
-    out = search(args)
+    with jax.default_matmul_precision(PRECISION_DEFAULTS["eval"]):
+      out = search(args)
   except (ValueError, FileNotFoundError, KeyError) as e:
     print(f"vidjax.search: {e}", file=sys.stderr)
     return 2
