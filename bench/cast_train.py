@@ -39,7 +39,9 @@ from vidjax import losses, train
 from vidjax.models import cast as cast_models
 
 
-def bench_train_step(batch: int, dim: int, context: int, dtype, steps: int) -> dict:
+def cast_step(batch: int, dim: int, context: int = 5, dtype=jnp.float32):
+  """(jitted donated step, fresh-state function, batch on the device): CAST's real train step
+  (`vidjax.train.make_train_step`: Table-10 model, type-aware loss eq. 6-9, AdamW) on random unit vectors."""
   model = cast_models.CAST(dim, dtype=dtype)
   rng = np.random.default_rng(0)
   unit = lambda *s: (lambda x: x / np.linalg.norm(x, axis=-1, keepdims=True))(rng.normal(size=s)).astype(np.float32)  # noqa: E731
@@ -56,11 +58,17 @@ def bench_train_step(batch: int, dim: int, context: int, dtype, steps: int) -> d
 
   optimizer = train.adamw(1e-4, 1e-3)
   params = model.init(jax.random.PRNGKey(0), data["text"][:1], data["history"][:1], data["history_mask"][:1])["params"]
-  state = train.TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=optimizer.init(params))
-  step_fn = jax.jit(train.make_train_step(loss_fn, optimizer), donate_argnums=0)
-  batch_dev = jax.device_put(data)
+
+  def fresh():  # a new copy each time: the step donates (deletes) the state it is given
+    own = jax.tree.map(jnp.array, params)
+    return train.TrainState(step=jnp.zeros((), jnp.int32), params=own, opt_state=optimizer.init(own))
+  return jax.jit(train.make_train_step(loss_fn, optimizer), donate_argnums=0), fresh, jax.device_put(data)
+
+
+def bench_train_step(batch: int, dim: int, context: int, dtype, steps: int) -> dict:
+  step_fn, fresh, batch_dev = cast_step(batch, dim, context, dtype)
   key = jax.random.PRNGKey(1)
-  state, sec, flops = machine.time_train_step(step_fn, state, batch_dev, key, steps)
+  state, sec, flops = machine.time_train_step(step_fn, fresh(), batch_dev, key, steps)
   leaves = jax.tree_util.tree_leaves(state.params) + jax.tree_util.tree_leaves(state.opt_state)
   assert all(x.dtype != jnp.bfloat16 for x in leaves if hasattr(x, "dtype")), "params must stay float32"
   return {"step_ms": 1e3 * sec, "examples_per_s": batch / sec, "flops_per_step": flops, "flops_per_s": flops / sec}

@@ -20,39 +20,15 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import machine  # bench/machine.py
+from cast_train import cast_step  # bench/cast_train.py
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from vidjax import extract as engine
-from vidjax import losses, train
 from vidjax.defaults.common import PRECISIONS
-from vidjax.models import cast as cast_models
 from vidjax.models import videoprism as vp
-
-
-def cast_step(batch: int, dim: int, context: int = 5):
-  """(jitted step, fresh state fn, batch on device): CAST's real train step (`vidjax.train.make_train_step`)."""
-  model = cast_models.CAST(dim)
-  rng = np.random.default_rng(0)
-  unit = lambda *s: (lambda x: x / np.linalg.norm(x, axis=-1, keepdims=True))(rng.normal(size=s)).astype(np.float32)  # noqa: E731
-  data = jax.device_put({
-      "text": unit(batch, dim), "history": unit(batch, context, dim), "history_mask": np.ones((batch, context), np.float32),
-      "positive": unit(batch, dim), "state_negs": unit(batch, 3, dim), "state_mask": np.ones((batch, 3), np.float32),
-      "ident_negs": unit(batch, 3, dim), "ident_mask": np.ones((batch, 3), np.float32)})
-
-  def loss_fn(params, b, key):
-    v_hat = model.apply({"params": params}, b["text"], b["history"], b["history_mask"], deterministic=False,
-                        rngs={"dropout": key})
-    return losses.cast_loss(v_hat, b["positive"], b["state_negs"], b["state_mask"], b["ident_negs"], b["ident_mask"])
-
-  optimizer = train.adamw(1e-4, 1e-3)
-  params = model.init(jax.random.PRNGKey(0), data["text"][:1], data["history"][:1], data["history_mask"][:1])["params"]
-
-  def fresh():
-    return train.TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=optimizer.init(params))
-  return jax.jit(train.make_train_step(loss_fn, optimizer)), fresh, data
 
 
 def main(argv=None):
