@@ -29,6 +29,22 @@ def asked(lowered_text: str) -> str:
   return dots[0].split("precision = [")[1].split(",")[0]
 
 
+@pytest.fixture(autouse=True)
+def accelerator_rules(monkeypatch):
+  """These tests check the plumbing, so the contexts are entered as on a GPU or TPU; on a CPU `precision` enters
+  none (`common.precision_applies`: every setting computes full float32 there)."""
+  monkeypatch.setattr(common, "precision_applies", lambda: True)
+
+
+def test_on_a_cpu_no_context_is_entered(monkeypatch):
+  monkeypatch.setattr(common, "precision_applies", _REAL_APPLIES)
+  with common.precision(config_with(train="default", eval="highest"), "eval"):
+    assert jax.config.jax_default_matmul_precision == (None if jax.default_backend() == "cpu" else "highest")
+
+
+_REAL_APPLIES = common.precision_applies
+
+
 def config_with(**phases):
   c = load_config(ROOT / "configs/cast_coin.py:smoke")
   c.precision.update(phases)
@@ -159,5 +175,6 @@ def precision_at_setup():
 def test_the_mark_covers_the_test_and_its_fixtures_setup(precision_at_setup):
   """`@pytest.mark.highest_precision` (tests/conftest.py): the test body and the fixtures it sets up run at
   "highest", so a module-scoped reference computed in a fixture is as exact as the test."""
-  assert precision_at_setup == "highest" and jax.config.jax_default_matmul_precision == "highest"
-  assert asked(_MATMUL.lower(_X, _X).as_text()) == "HIGHEST"
+  want = "highest" if _REAL_APPLIES() else None  # on a CPU the mark enters no context (conftest)
+  assert precision_at_setup == want and jax.config.jax_default_matmul_precision == want
+  assert asked(_MATMUL.lower(_X, _X).as_text()) == (want or "default").upper()

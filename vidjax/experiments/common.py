@@ -77,9 +77,17 @@ def compute_dtype(config, key: str) -> Any:
 # Precision: `config.precision` (vidjax.defaults.common.precision_section) applied where each phase is traced.
 
 
+def precision_applies() -> bool:
+  """Whether a matmul precision setting can change what this backend computes: not on a CPU, where XLA computes
+  every float32 matmul in full float32 whatever is asked (bench/precision.py: bit-identical at all three). There
+  `precision` enters no context: a context would only make every jitted and eager program compile once more per
+  setting (the CAST experiment's tests: 20% more CPU time), for the same numbers."""
+  return jax.default_backend() != "cpu"
+
+
 def precision(config, phase: str) -> contextlib.AbstractContextManager:
   """The context every computation of `phase` ("train" | "extract" | "eval") is traced in:
-  `jax.default_matmul_precision(config.precision.<phase>)`.
+  `jax.default_matmul_precision(config.precision.<phase>)` where the setting can matter (`precision_applies`).
 
   A jitted function's cache key includes this setting, so a function traced in training and called again in
   evaluation is traced again at evaluation's precision; an explicit `precision=` on an op (e.g. the dense index's
@@ -87,6 +95,8 @@ def precision(config, phase: str) -> contextlib.AbstractContextManager:
   check_precision(config)
   if phase not in config.precision:
     raise ValueError(f"unknown precision phase {phase!r} (known: {', '.join(config.precision)})")
+  if not precision_applies():
+    return contextlib.nullcontext()
   return jax.default_matmul_precision(config.precision[phase])
 
 
