@@ -226,14 +226,18 @@ def test_a_killed_writers_temporary_files_are_cleaned_like_its_orphan_arrays(tmp
   with store.writer("clip") as w:
     w.add("a", np.ones(3, np.float32))
   kdir = tmp_path / "clip"
-  left = [kdir / ".p0-00001.ids.json.k2j4x9.tmp", kdir / ".p0-00001.npy.abc123.tmp", kdir / "p1-00000.npy"]
-  for f in left:
+  left = [kdir / ".p0-00001.ids.json.k2j4x9.tmp", kdir / ".p0-00001.npy.abc123.tmp", kdir / "p0-00003.npy"]
+  others = [kdir / ".p0-x-00000.npy.abc123.tmp", kdir / "p1-00000.npy"]  # another prefix's: its writer cleans them
+  for f in left + others:
     f.write_bytes(b"half")
   assert FeatureStore(tmp_path).ids("clip") == ["a"]  # readers never see them
-  with store.writer("clip") as w:  # the next writer of the kind removes them
+  with store.writer("clip") as w:  # the next writer of the prefix removes them
     w.add("b", np.full(3, 2.0, np.float32))
-  assert sorted(p.name for p in kdir.iterdir()) == ["p0-00000.ids.json", "p0-00000.npy", "p0-00001.ids.json",
-                                                    "p0-00001.npy"]
+  assert sorted(p.name for p in kdir.iterdir()) == sorted(
+      ["p0-00000.ids.json", "p0-00000.npy", "p0-00001.ids.json", "p0-00001.npy"] + [f.name for f in others])
+  store.writer("clip", shard_prefix="p1")
+  store.writer("clip", shard_prefix="p0-x")
+  assert not any(f.exists() for f in others)
   (tmp_path / ".manifest.json.zz81.tmp").write_text("{")
   store.update_metadata({"x": 1})
   assert not (tmp_path / ".manifest.json.zz81.tmp").exists() and FeatureStore(tmp_path).metadata == {"x": 1}

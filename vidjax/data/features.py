@@ -39,6 +39,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import sys
 import zipfile
 from pathlib import Path
@@ -543,16 +544,23 @@ class ShardWriter:
     self.written = 0
 
   def _clean(self) -> None:
-    """Removes what a killed writer left (call under the kind's lock, so no live writer's files are in flight): a
-    shard is committed by its id list, written last, so an array file without one is an orphan no reader sees, and
-    a `.<name>.*.tmp` file is a write that never finished. A shard is on disk whole or not at all."""
+    """Removes what a killed writer of this prefix left (call under the kind's lock, so no live writer's files are
+    in flight): a shard is committed by its id list, written last, so an array file without one is an orphan no
+    reader sees, and a `.<shard>.npy.*.tmp` / `.<shard>.ids.json.*.tmp` file is a write that never finished. A
+    shard is on disk whole or not at all. Other prefixes' files are left to their writers (on a file system whose
+    locks do not reach other hosts, each host writes its own prefix)."""
     kdir = self.store.root / self.kind
     if not kdir.is_dir():
       return
+    mine = re.compile(rf"{re.escape(self.prefix)}-\d{{5,}}")
     for f in sorted(kdir.iterdir()):
-      if f.name.startswith(".") and f.name.endswith(".tmp"):
-        f.unlink(missing_ok=True)
-      elif f.suffix == ".npy" and not (kdir / (f.name[:-len(".npy")] + _IDS_SUFFIX)).exists():
+      name = f.name
+      if name.startswith(".") and name.endswith(".tmp"):
+        shard = re.sub(r"\.(npy|ids\.json)\.[^.]*\.tmp$", "", name[1:])
+        if shard != name[1:] and mine.fullmatch(shard):
+          f.unlink(missing_ok=True)
+      elif name.endswith(".npy") and mine.fullmatch(name[:-len(".npy")]) and \
+          not (kdir / (name[:-len(".npy")] + _IDS_SUFFIX)).exists():
         f.unlink(missing_ok=True)
 
   def __enter__(self):
