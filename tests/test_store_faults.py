@@ -24,12 +24,13 @@ import sys, time
 from pathlib import Path
 import numpy as np
 from vidjax.data import features
-root, tag, base, ready, go = sys.argv[1], sys.argv[2], int(sys.argv[3]), Path(sys.argv[4]), Path(sys.argv[5])
+root, tag, base, prefix = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[6]
+ready, go = Path(sys.argv[4]), Path(sys.argv[5])
 store = features.FeatureStore(root)
 ready.touch()
 while not go.exists():
   time.sleep(0.002)
-with store.writer("clip", flush_every=7) as w:
+with store.writer("clip", shard_prefix=prefix, flush_every=7) as w:
   for i in range(300):
     w.add(f"{tag}{i:03d}", np.full(8, base + i, np.float32))
     if i % 30 == 0:
@@ -43,14 +44,16 @@ def _expected(item_id: str) -> float:
   return {"a": 0, "b": 1000}[item_id[0]] + int(item_id[1:])
 
 
-def test_two_processes_writing_one_kind_with_one_prefix_keep_every_id_and_readers_see_whole_shards(tmp_path):
+@pytest.mark.parametrize("prefixes", [("p0", "p0"), ("p0", "p1")])
+def test_two_processes_writing_one_kind_keep_every_id_and_readers_see_whole_shards(tmp_path, prefixes):
   root = tmp_path / "store"
   FeatureStore.create(root, {"backbone": "test"})
   go = tmp_path / "go"
   env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
   procs = [subprocess.Popen([sys.executable, "-c", _WRITER, str(root), tag, str(base), str(tmp_path / f"ready-{tag}"),
-                             str(go)], env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-           for tag, base in (("a", 0), ("b", 1000))]
+                             str(go), prefix], env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+           for (tag, base), prefix in zip((("a", 0), ("b", 1000)), prefixes)]
   try:
     deadline = time.time() + 120
     while not all((tmp_path / f"ready-{t}").exists() for t in "ab"):
@@ -77,6 +80,48 @@ def test_two_processes_writing_one_kind_with_one_prefix_keep_every_id_and_reader
   report = store.verify()["clip"]
   assert report["items"] == 610 and report["shape"] == [8]
   assert not [p.name for p in (root / "clip").iterdir() if p.name.endswith(".tmp")]
+
+
+# A writer killed (SIGKILL) in the middle of writing a shard, holding the kind's lock.
+_KILLED = r"""
+import sys, time
+from pathlib import Path
+import numpy as np
+from vidjax.data import features
+root, ready = sys.argv[1], Path(sys.argv[2])
+def stuck_save(f, array, allow_pickle=False):
+  f.write(b"\x93NUMPY half an array")
+  f.flush()
+  ready.touch()
+  time.sleep(600)
+np.save = stuck_save
+with features.FeatureStore(root).writer("clip") as w:
+  w.add("k", np.ones(4))
+"""
+
+
+def test_a_writer_killed_mid_shard_holds_no_lock_and_leaves_nothing_the_next_writer_does_not_clean(tmp_path):
+  store = FeatureStore.create(tmp_path, {})
+  with store.writer("clip") as w:
+    w.add("a", np.zeros(4))
+  env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+  proc = subprocess.Popen([sys.executable, "-c", _KILLED, str(tmp_path), str(tmp_path / "ready")], env=env, cwd=REPO,
+                          stderr=subprocess.PIPE, text=True)
+  try:
+    deadline = time.time() + 120
+    while not (tmp_path / "ready").exists():
+      assert time.time() < deadline and proc.poll() is None, proc.communicate()
+      time.sleep(0.01)
+    assert FeatureStore(tmp_path).ids("clip") == ["a"]  # a reader does not wait for the writer's lock
+  finally:
+    proc.kill()
+    proc.communicate()
+  assert [p.name for p in (tmp_path / "clip").glob(".p0-00001.npy.*.tmp")]  # what kill -9 left
+  with store.writer("clip") as w:  # the lock died with the process: this writer goes on and cleans up
+    w.add("k", np.ones(4))
+  assert sorted(p.name for p in (tmp_path / "clip").iterdir()) == [
+      "p0-00000.ids.json", "p0-00000.npy", "p0-00001.ids.json", "p0-00001.npy"]
+  assert FeatureStore(tmp_path).verify()["clip"]["items"] == 2
 
 
 def test_an_id_another_writer_committed_meanwhile_is_skipped_when_equal_and_refused_when_not(tmp_path):
