@@ -302,6 +302,9 @@ def _write_bad_npy(path, kind):
     np.save(path, np.array(["u", "v"]))
   elif kind == "garbage":
     path.write_bytes(b"not an array at all")
+  elif kind == "npz":
+    np.savez(path.with_suffix(".npz"), x=np.ones((2, 3)))
+    path.with_suffix(".npz").rename(path)
 
 
 @pytest.mark.parametrize("kind, message", [
@@ -311,6 +314,7 @@ def _write_bad_npy(path, kind):
     ("complex", r"array file .*a.npy holds complex64 values \(the imaginary part would be dropped\)"),
     ("strings", r"array file .*a.npy holds <U1 values"),
     ("garbage", r"array file .*a.npy cannot be read"),
+    ("npz", r"array file .*a.npy is an .npz archive, not an .npy array"),
 ])
 def test_import_of_an_unreadable_array_names_the_file_in_python_and_at_the_command_line(tmp_path, capsys, kind,
                                                                                         message):

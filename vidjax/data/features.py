@@ -701,6 +701,7 @@ def _load_array(array_path: Path, array_key: str | None) -> np.ndarray:
     raise ValueError(f"array file {array_path} cannot be read ({e}); is it truncated, not an .npy / .npz file, or "
                      "an array of Python objects (never loaded)?") from None
   if not isinstance(array, np.ndarray):
+    array.close()
     raise ValueError(f"array file {array_path} is an .npz archive, not an .npy array: name it .npz (and pass "
                      "array_key / --key when it holds several arrays)")
   if array.ndim == 0:
