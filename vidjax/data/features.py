@@ -8,14 +8,20 @@ Layout of one store (one directory per backbone)::
     <root>/manifest.json                  metadata: backbone, checkpoint hash, frames, resolution, dtype, ...
     <root>/<kind>/<shard>.npy             array [n, ...] (bfloat16 / float8_e4m3 as their uint16 / uint8 bit
                                           patterns; float4_e2m1 as two codes a byte, [n, ceil(items / 2)])
-    <root>/<kind>/<shard>.ids.json        {"ids": [n ids], "dtype": one of STORAGE_DTYPES, "shape": [...]}
+    <root>/<kind>/<shard>.ids.json        {"ids": [n ids], "dtype": one of STORAGE_DTYPES, "shape": [...],
+                                           "sha256": hash of the array's rows}
+    <root>/.locks/                        one lock file per kind (and the manifest) that writers hold
 
 A *kind* is one family of arrays with one per-item shape, e.g. ``clip`` ([D] clip embeddings),
 ``text`` ([D] caption embeddings), ``tokens`` ([T, N, D] per-frame patch tokens). A shard is
 committed by writing its ``.ids.json`` last (both files atomically), so a shard without ids is
 invisible and a killed writer loses only its unflushed buffer. Shards written by different
 processes (``shard_prefix``) live side by side; reading merges them by their id files, and
-`FeatureStore.merge_manifest` records the merged shard list for multi-host runs.
+`FeatureStore.merge_manifest` records the merged shard list for multi-host runs. Any number of processes may
+write one kind at once, with the same prefix or not: a writer holds the kind's lock (``fcntl.flock``, released
+when a process dies) while it chooses a shard name and commits the shard. Every file is checked against what it
+claims when it is opened (an id list's ids, dtype and shape against its array; every shard of a kind against the
+first), and a mismatch names the file.
 
 Interface (all a consumer needs)::
 
@@ -29,9 +35,13 @@ Interface (all a consumer needs)::
 """
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import os
+import re
 import sys
+import zipfile
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -41,8 +51,14 @@ import numpy as np
 from vidjax import io
 from vidjax.ops import pack_fp4, quantize_dequantize, unpack_fp4
 
+try:
+  import fcntl  # pylint: disable=g-import-not-at-top
+except ImportError:  # not POSIX
+  fcntl = None
+
 MANIFEST = "manifest.json"
 _IDS_SUFFIX = ".ids.json"
+_LOCKS = ".locks"
 
 
 class MissingFeatureError(KeyError):
@@ -105,6 +121,61 @@ def check_finite(array: np.ndarray, ids: Sequence[str], where: str) -> None:
                                 "re-extract them (or drop them from the annotations)")
 
 
+def _check_name(name: str, what: str) -> str:
+  """`name` when it is a plain file name for a kind or shard prefix; else one clear error (a kind is a folder of
+  the store: "../x" would write outside it, "" into its root, ".x" among its hidden files)."""
+  if (not isinstance(name, str) or not name or name.startswith(".") or "\x00" in name
+      or any(sep and sep in name for sep in ("/", "\\", os.sep, os.altsep))):
+    raise ValueError(f"{what} must be a plain name (not empty, not starting with '.', no '/' or '\\'), got {name!r}")
+  return name
+
+
+# What each storage dtype's rows are on disk: (numpy kind, item size).
+_ON_DISK = {"float32": ("f", 4), "bfloat16": ("u", 2), "float8_e4m3": ("u", 1), "float4_e2m1": ("u", 1)}
+
+
+def _stored_shape(dtype: str, shape: Sequence[int]) -> tuple[int, ...]:
+  """Per-row shape on disk of items of `shape` stored as `dtype` (fp4: two codes a byte, rows of even length)."""
+  if dtype == "float4_e2m1":
+    size = int(np.prod(shape))
+    return ((size + size % 2) // 2,)
+  return tuple(shape)
+
+
+def _row_chunks(array: np.ndarray, budget: int = 64 << 20) -> Iterable[slice]:
+  """Row ranges of `array` of about `budget` bytes each (bounded memory over a large memory-mapped shard)."""
+  step = max(1, budget // max(1, array[:1].nbytes))
+  for start in range(0, array.shape[0], step):
+    yield slice(start, start + step)
+
+
+def _digest(array: np.ndarray) -> str:
+  """SHA-256 of an array's rows in C order: what a shard's id list records of the rows it was written with."""
+  h = hashlib.sha256()
+  for rows in _row_chunks(array):
+    h.update(np.ascontiguousarray(array[rows]).tobytes())
+  return h.hexdigest()
+
+
+@contextlib.contextmanager
+def _locked(root: Path, name: str):
+  """An exclusive lock on `<root>/.locks/<name>` (fcntl.flock: released when the process dies, even by kill -9).
+
+  Every writer of a kind holds its lock while it cleans what a killed writer left, chooses a shard name and
+  commits the shard, so writers in several processes (same or different `shard_prefix`) never take one name.
+  Readers need no lock: a shard appears whole (its id list is renamed into place last) or not at all.
+  """
+  folder = root / _LOCKS
+  folder.mkdir(exist_ok=True)
+  fd = os.open(folder / name, os.O_RDWR | os.O_CREAT, 0o666)
+  try:
+    if fcntl is not None:  # POSIX; elsewhere writers of one kind must not run at once
+      fcntl.flock(fd, fcntl.LOCK_EX)
+    yield
+  finally:
+    os.close(fd)
+
+
 class FeatureStore:
   """Random-access store of arrays keyed by (kind, id); see the module docstring for the layout."""
 
@@ -115,9 +186,11 @@ class FeatureStore:
       raise FileNotFoundError(
           f"no feature store at {self.root} (missing {MANIFEST}); create one with "
           "FeatureStore.create(...), vidjax.data.features.import_arrays(...) or the extract_videoprism config")
-    self.metadata = io.read_json(manifest, "feature store manifest")
+    self.metadata = _read_manifest(self.root)
     self._index: dict[str, dict[str, tuple[str, int]]] = {}
-    self._shards: dict[tuple[str, str], tuple[np.ndarray, str]] = {}
+    self._metas: dict[tuple[str, str], tuple[list[str], str, tuple[int, ...] | None, str | None]] = {}
+    self._decl: dict[str, tuple[str, tuple[int, ...], str]] = {}  # kind -> (dtype, item shape, which file said so)
+    self._shards: dict[tuple[str, str], tuple[np.ndarray, str, tuple[int, ...]]] = {}
 
   # -- creation --------------------------------------------------------------------------------
   @classmethod
@@ -125,46 +198,121 @@ class FeatureStore:
     """Creates (or reopens, when `exist_ok`) a store with `metadata` written to its manifest."""
     root = Path(root)
     manifest = root / MANIFEST
-    if manifest.exists():
-      if not exist_ok:
-        raise FileExistsError(f"feature store already exists at {root}")
-      store = cls(root)
-      if metadata:
-        store.update_metadata(metadata)
-      return store
-    io.atomic_write_json(manifest, dict(metadata or {}))
-    return cls(root)
+    created = False
+    if not manifest.exists():
+      root.mkdir(parents=True, exist_ok=True)
+      with _locked(root, "manifest"):  # two processes creating one store: one writes, the other merges
+        if not manifest.exists():
+          io.atomic_write_json(manifest, dict(metadata or {}))
+          created = True
+    if not created and not exist_ok:
+      raise FileExistsError(f"feature store already exists at {root}")
+    store = cls(root)
+    if not created and metadata:
+      store.update_metadata(metadata)
+    return store
 
   def update_metadata(self, metadata: dict) -> None:
-    """Merges `metadata` into the manifest (atomic)."""
-    self.metadata.update(metadata)
-    io.atomic_write_json(self.root / MANIFEST, self.metadata)
+    """Merges `metadata` into the manifest as it is on disk now (atomic, under the manifest's lock, so that two
+    processes updating one store keep each other's keys)."""
+    with _locked(self.root, "manifest"):
+      for tmp in self.root.glob(f".{MANIFEST}.*.tmp"):  # what a killed update left
+        tmp.unlink(missing_ok=True)
+      current = _read_manifest(self.root)
+      current.update(metadata)
+      io.atomic_write_json(self.root / MANIFEST, current)
+    self.metadata.clear()
+    self.metadata.update(current)
 
   # -- reading ---------------------------------------------------------------------------------
   def kinds(self) -> list[str]:
-    return sorted(p.name for p in self.root.iterdir() if p.is_dir() and any(p.glob("*" + _IDS_SUFFIX)))
+    return sorted(p.name for p in self.root.iterdir()
+                  if p.is_dir() and not p.name.startswith(".") and any(p.glob("*" + _IDS_SUFFIX)))
 
-  def _kind_index(self, kind: str) -> dict[str, tuple[str, int]]:
-    if kind not in self._index:
-      index: dict[str, tuple[str, int]] = {}
-      kdir = self.root / kind
+  def _read_meta(self, kind: str, shard: str) -> tuple[list[str], str, tuple[int, ...] | None, str | None]:
+    """A shard's id list, checked: (ids, storage dtype, declared item shape or None, sha256 of its rows or None)."""
+    path = self.root / kind / (shard + _IDS_SUFFIX)
+    meta = io.read_json(path, "feature shard id list")
+
+    def corrupt(what):
+      return ValueError(f"feature store {self.root}: shard {kind}/{shard}: its id list {path.name} {what}; the shard "
+                        "is corrupt (re-extract into a new store)")
+
+    if not isinstance(meta, dict) or not isinstance(meta.get("ids"), list):
+      raise corrupt("has no 'ids' list")
+    ids = meta["ids"]
+    for n, item_id in enumerate(ids):
+      if not isinstance(item_id, str) or not item_id:
+        raise corrupt(f"holds id #{n} = {item_id!r} ({type(item_id).__name__}); ids are non-empty strings")
+    if len(set(ids)) != len(ids):
+      seen: set[str] = set()
+      twice = [i for i in ids if i in seen or seen.add(i)]
+      raise corrupt(f"names {_ids_shown(sorted(set(twice)))} more than once")
+    dtype = meta.get("dtype", "float32")
+    if dtype not in STORAGE_DTYPES:
+      raise corrupt(f"declares dtype {dtype!r} (expected one of {STORAGE_DTYPES})")
+    shape = meta.get("shape")
+    if shape is not None:
+      if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0
+                                                for d in shape):
+        raise corrupt(f"declares shape {shape!r} (expected a list of sizes)")
+      shape = tuple(shape)
+    elif dtype == "float4_e2m1":
+      raise corrupt("declares no item shape (float4_e2m1 rows cannot be read without one)")
+    digest = meta.get("sha256")
+    if digest is not None and not isinstance(digest, str):
+      raise corrupt(f"declares sha256 {digest!r} (expected a hex string)")
+    return ids, dtype, shape, digest
+
+  def _declare(self, kind: str, dtype: str, shape: tuple[int, ...], source: str) -> None:
+    """Records what `source` says `kind` holds; one kind holds one item shape and one storage dtype."""
+    first = self._decl.setdefault(kind, (dtype, tuple(shape), source))
+    if first[:2] != (dtype, tuple(shape)):
+      raise ValueError(
+          f"feature store {self.root}: kind {kind!r} mixes items: {source} holds {dtype} items of shape "
+          f"{list(shape)} but {first[2]} holds {first[0]} items of shape {list(first[1])}; a kind holds one shape "
+          "and one dtype (write the odd items as another kind, or into a new store)")
+
+  def _forget(self, kind: str) -> None:
+    self._index.pop(kind, None)
+    self._decl.pop(kind, None)
+    for cache in (self._metas, self._shards):
+      for key in [k for k in cache if k[0] == kind]:
+        del cache[key]
+
+  def _sync(self, kind: str) -> dict[str, tuple[str, int]]:
+    """Adds the shards of `kind` committed since its index was read (by this or another process)."""
+    index = self._index.setdefault(kind, {})
+    kdir = self.root / kind
+    try:
       for ids_file in sorted(kdir.glob("*" + _IDS_SUFFIX)) if kdir.is_dir() else []:
         shard = ids_file.name[: -len(_IDS_SUFFIX)]
-        meta = io.read_json(ids_file, "feature shard id list")
-        if not isinstance(meta, dict) or not isinstance(meta.get("ids"), list):
-          raise ValueError(f"feature store {self.root}: shard {kind}/{shard}: its id list {ids_file.name} has no "
-                           "'ids' list; the shard is corrupt (re-extract into a new store)")
-        for row, item_id in enumerate(meta["ids"]):
+        if (kind, shard) in self._metas:
+          continue
+        ids, dtype, shape, digest = self._read_meta(kind, shard)
+        for item_id in ids:
           if item_id in index:
             raise ValueError(f"feature store {self.root}: id {item_id!r} of kind {kind!r} is in two shards "
                              f"({index[item_id][0]} and {shard})")
+        for row, item_id in enumerate(ids):
           index[item_id] = (shard, row)
-      self._index[kind] = index
+        self._metas[(kind, shard)] = (ids, dtype, shape, digest)
+    except BaseException:
+      self._forget(kind)  # never keep half an index
+      raise
+    return index
+
+  def _kind_index(self, kind: str) -> dict[str, tuple[str, int]]:
+    if kind not in self._index:
+      _check_name(kind, "feature kind")
+      self._sync(kind)
     return self._index[kind]
 
   def refresh(self) -> None:
     """Forgets cached indices (call after another process wrote shards)."""
     self._index.clear()
+    self._metas.clear()
+    self._decl.clear()
     self._shards.clear()
 
   def ids(self, kind: str) -> list[str]:
@@ -179,25 +327,35 @@ class FeatureStore:
 
   def _shard(self, kind: str, shard: str) -> tuple[np.ndarray, str, tuple[int, ...]]:
     """(memory-mapped on-disk array, storage dtype, per-item shape as read back). A shard is checked once, when
-    first opened: its values must be finite (`NonFiniteFeatureError` names the store, kind and ids)."""
+    first opened, against its id list (row count, dtype, shape), against the kind's other shards (one shape and
+    dtype), and for finite values (`NonFiniteFeatureError` names the store, kind and ids)."""
     key = (kind, shard)
     if key not in self._shards:
+      self._kind_index(kind)
+      if key not in self._metas:
+        self._sync(kind)
+      ids, dtype, declared, _ = self._metas[key]
       where = f"feature store {self.root}: shard {kind}/{shard}"
-      meta = io.read_json(self.root / kind / (shard + _IDS_SUFFIX), "feature shard id list")
-      if not isinstance(meta, dict) or not isinstance(meta.get("ids"), list):
-        raise ValueError(f"{where}: its id list {shard + _IDS_SUFFIX} has no 'ids' list; the shard is corrupt "
-                         "(re-extract into a new store)")
       try:
         array = np.load(self.root / kind / (shard + ".npy"), mmap_mode="r")
       except (OSError, ValueError, EOFError) as e:
         raise ValueError(f"{where}: the array file {shard}.npy cannot be read ({e}); the shard is corrupt or "
                          "truncated (re-extract into a new store)") from None
-      if array.ndim < 1 or array.shape[0] != len(meta["ids"]):
-        raise ValueError(f"{where}: {len(meta['ids'])} ids but an array of shape {array.shape}; the shard is corrupt "
+      if array.ndim < 1 or array.shape[0] != len(ids):
+        raise ValueError(f"{where}: {len(ids)} ids but an array of shape {array.shape}; the shard is corrupt "
                          "(re-extract into a new store)")
-      dtype, shape = meta.get("dtype", "float32"), tuple(meta.get("shape", array.shape[1:]))
-      for start in range(0, array.shape[0], 4096):  # bounded memory on a large memory-mapped shard
-        check_finite(_from_storage(array[start:start + 4096], dtype, shape), meta["ids"][start:start + 4096],
+      if (array.dtype.kind, array.dtype.itemsize) != _ON_DISK[dtype] or not array.dtype.isnative:
+        raise ValueError(f"{where}: {shard}.npy holds {array.dtype} values but its id list {shard}{_IDS_SUFFIX} "
+                         f"declares {dtype} (stored as {np.dtype(_ON_DISK[dtype][0] + str(_ON_DISK[dtype][1]))}); "
+                         "the shard is corrupt (re-extract into a new store)")
+      shape = declared if declared is not None else tuple(array.shape[1:])
+      if tuple(array.shape[1:]) != _stored_shape(dtype, shape):
+        raise ValueError(f"{where}: {shard}.npy has rows of shape {list(array.shape[1:])} but its id list "
+                         f"{shard}{_IDS_SUFFIX} declares {dtype} items of shape {list(shape)}; the shard is corrupt "
+                         "(re-extract into a new store)")
+      self._declare(kind, dtype, shape, f"shard {kind}/{shard}")
+      for rows in _row_chunks(array):
+        check_finite(_from_storage(array[rows], dtype, shape), ids[rows],
                      f"feature store {self.root}, kind {kind!r} (shard {shard})")
       self._shards[key] = (array, dtype, shape)
     return self._shards[key]
@@ -240,7 +398,7 @@ class FeatureStore:
     return _from_storage(array[np.asarray(rows)], dtype, shape)
 
   def item_shape(self, kind: str) -> tuple[int, ...]:
-    """Per-item shape of `kind` (from its first shard)."""
+    """Per-item shape of `kind` (every shard of a kind has it: a shard that differs is refused when opened)."""
     index = self._kind_index(kind)
     if not index:
       raise MissingFeatureError(f"feature store {self.root} has no {kind!r} features")
@@ -248,10 +406,18 @@ class FeatureStore:
     return self._shard(kind, shard)[2]
 
   def storage_dtype(self, kind: str) -> str:
-    """Storage dtype of `kind` (one of STORAGE_DTYPES, from its first shard)."""
+    """Storage dtype of `kind` (one of STORAGE_DTYPES, the same in every shard)."""
     self.item_shape(kind)  # a clear error when the kind is absent
     shard, _ = next(iter(self._kind_index(kind).values()))
     return self._shard(kind, shard)[1]
+
+  def _signature(self, kind: str) -> tuple[str, tuple[int, ...], str] | None:
+    """(storage dtype, item shape, the file that says so) of `kind`, or None while it holds nothing."""
+    if not self._kind_index(kind):
+      return None
+    if kind not in self._decl:
+      self.item_shape(kind)  # a shard without a declared shape: its array says
+    return self._decl[kind]
 
   def get_one(self, kind: str, item_id: str) -> np.ndarray:
     return self.get(kind, [item_id])[0]
@@ -260,7 +426,6 @@ class FeatureStore:
     """A hash of what the store holds: every kind's committed shards (name, size, modification time) and the
     manifest. Writing, rewriting or re-extracting any shard changes it (what a dataset built from the store
     records, to refuse a stale build)."""
-    import hashlib  # pylint: disable=g-import-not-at-top
     h = hashlib.sha256()
     for kind in self.kinds():
       for f in sorted((self.root / kind).iterdir()):
@@ -307,33 +472,48 @@ class FeatureStore:
     return counts
 
   def verify(self) -> dict:
-    """Checks every shard: ids match rows, shapes agree within a kind, values finite.
+    """Checks every shard: ids match rows, shapes and dtypes agree with the id list and within a kind, the rows
+    are the ones the id list was written with (its sha256), values finite.
 
     Returns `{kind: {"items": n, "shape": [...], "shards": k}}`; raises ValueError naming the first problem.
     """
     self.refresh()
     report = {}
     for kind in self.kinds():
+      index = self._kind_index(kind)
       shapes = set()
-      n_shards = 0
-      for ids_file in sorted((self.root / kind).glob("*" + _IDS_SUFFIX)):
-        shard = ids_file.name[: -len(_IDS_SUFFIX)]
+      shards = sorted(s for k, s in self._metas if k == kind)
+      for shard in shards:
         npy = self.root / kind / (shard + ".npy")
         if not npy.exists():
           raise ValueError(f"feature store {self.root}: shard {kind}/{shard} has ids but no array file {npy.name}")
         array, dtype, shape = self._shard(kind, shard)
-        n_ids = len(io.read_json(ids_file)["ids"])
-        if array.shape[0] != n_ids:
-          raise ValueError(f"feature store {self.root}: shard {kind}/{shard} has {n_ids} ids but {array.shape[0]} rows")
+        digest = self._metas[(kind, shard)][3]
+        if digest is not None and _digest(array) != digest:
+          raise ValueError(f"feature store {self.root}: shard {kind}/{shard}: {npy.name} does not hold the rows its "
+                           f"id list {shard}{_IDS_SUFFIX} was written with (their sha256 differs); the shard is "
+                           "corrupt (re-extract into a new store)")
         if not np.all(np.isfinite(_from_storage(array, dtype, shape))):
           raise ValueError(f"feature store {self.root}: shard {kind}/{shard} contains NaN or Inf")
         shapes.add(shape)
-        n_shards += 1
       if len(shapes) > 1:
         raise ValueError(f"feature store {self.root}: kind {kind!r} mixes item shapes {sorted(shapes)}")
-      report[kind] = {"items": len(self._kind_index(kind)), "shape": list(shapes.pop()) if shapes else [],
-                      "shards": n_shards}
+      report[kind] = {"items": len(index), "shape": list(shapes.pop()) if shapes else [], "shards": len(shards)}
     return report
+
+
+def _read_manifest(root: Path) -> dict:
+  path = root / MANIFEST
+  metadata = io.read_json(path, "feature store manifest")
+  if not isinstance(metadata, dict):
+    raise ValueError(f"feature store manifest {path} holds a JSON {type(metadata).__name__}, expected an object "
+                     "(the store's metadata: backbone, dtype, ...); the manifest is corrupt")
+  return metadata
+
+
+def _quantized(array: np.ndarray, dtype: str) -> np.ndarray:
+  """`array` as it reads back after storage as `dtype`."""
+  return _from_storage(_to_storage(array[None], dtype), dtype, array.shape)[0]
 
 
 class ShardWriter:
@@ -341,25 +521,47 @@ class ShardWriter:
 
   An id already in the store is skipped when its values are the ones stored (so re-running a killed job resumes
   where it stopped) and refused with `StaleFeatureError` when they differ: a store never keeps old values silently
-  (write changed features into a new store). Non-finite values are refused (`NonFiniteFeatureError`).
+  (write changed features into a new store). Non-finite values are refused (`NonFiniteFeatureError`), and so are
+  values that are not real numbers and items whose shape or dtype differ from the kind's.
+  Writers in several processes may write one kind at once (with the same or different prefixes): each flush holds
+  the kind's lock, and an id another writer committed meanwhile is skipped (same values) or refused (others).
   Use as a context manager; leaving the block flushes the remainder.
   """
 
   def __init__(self, store: FeatureStore, kind: str, shard_prefix: str, flush_every: int, dtype: str):
-    if "/" in shard_prefix or not shard_prefix:
-      raise ValueError(f"shard_prefix must be a plain non-empty name, got {shard_prefix!r}")
+    _check_name(kind, "feature kind")
+    _check_name(shard_prefix, "shard_prefix")
     self.store, self.kind, self.prefix, self.flush_every, self.dtype = store, kind, shard_prefix, flush_every, dtype
     _to_storage(np.zeros(1), dtype)  # validates dtype early
-    # A shard is committed by its id list, written last: an array file without one is what a killed writer
-    # left (no reader sees it). Remove such orphans, so that a shard is on disk whole or not at all.
-    kdir = store.root / kind
-    for npy in sorted(kdir.glob(f"{shard_prefix}-*.npy")) if kdir.is_dir() else []:
-      if not (kdir / (npy.name[:-len(".npy")] + _IDS_SUFFIX)).exists():
-        npy.unlink()
+    try:
+      with _locked(store.root, "kind-" + kind):
+        self._clean()
+    except OSError:  # a store this process cannot write: the first flush says so, naming the file
+      pass
     self._ids: list[str] = []
     self._arrays: list[np.ndarray] = []
     self._pending: set[str] = set()
     self.written = 0
+
+  def _clean(self) -> None:
+    """Removes what a killed writer of this prefix left (call under the kind's lock, so no live writer's files are
+    in flight): a shard is committed by its id list, written last, so an array file without one is an orphan no
+    reader sees, and a `.<shard>.npy.*.tmp` / `.<shard>.ids.json.*.tmp` file is a write that never finished. A
+    shard is on disk whole or not at all. Other prefixes' files are left to their writers (on a file system whose
+    locks do not reach other hosts, each host writes its own prefix)."""
+    kdir = self.store.root / self.kind
+    if not kdir.is_dir():
+      return
+    mine = re.compile(rf"{re.escape(self.prefix)}-\d{{5,}}")
+    for f in sorted(kdir.iterdir()):
+      name = f.name
+      if name.startswith(".") and name.endswith(".tmp"):
+        shard = re.sub(r"\.(npy|ids\.json)\.[^.]*\.tmp$", "", name[1:])
+        if shard != name[1:] and mine.fullmatch(shard):
+          f.unlink(missing_ok=True)
+      elif name.endswith(".npy") and mine.fullmatch(name[:-len(".npy")]) and \
+          not (kdir / (name[:-len(".npy")] + _IDS_SUFFIX)).exists():
+        f.unlink(missing_ok=True)
 
   def __enter__(self):
     return self
@@ -368,26 +570,43 @@ class ShardWriter:
     if exc_type is None:
       self.flush()
 
+  def _where(self) -> str:
+    return f"feature store {self.store.root}, kind {self.kind!r}"
+
+  def _refuse_if_differs(self, item_id: str, old: np.ndarray, new: np.ndarray) -> None:
+    if old.shape != new.shape or not np.array_equal(old, new):
+      raise StaleFeatureError(f"{self._where()}: id {item_id!r} is already stored with other values; a store does "
+                              "not keep two versions of an item: write the changed features into a new store (or "
+                              "delete the old kind first)")
+
+  def _check_kind(self, shape: tuple[int, ...]) -> None:
+    """Refuses items of another shape or storage dtype than the kind already holds."""
+    sig = self.store._signature(self.kind)
+    if sig is not None and sig[:2] != (self.dtype, tuple(shape)):
+      raise ValueError(f"{self._where()}: this writer stores {self.dtype} items of shape {list(shape)} but the kind "
+                       f"holds {sig[0]} items of shape {list(sig[1])} ({sig[2]}); a kind holds one shape and one "
+                       "dtype: write these as another kind, or into a new store")
+
   def add(self, item_id: str, array: np.ndarray) -> bool:
     """Queues one item; returns False (and does nothing) if the id is already stored or queued with these values."""
     item_id = str(item_id)
     array = np.asarray(array)
-    where = f"feature store {self.store.root}, kind {self.kind!r}"
-    check_finite(array[None], [item_id], where)
+    if array.dtype.kind not in "biuf":
+      why = " (storing them would drop the imaginary part)" if array.dtype.kind == "c" else ""
+      raise ValueError(f"{self._where()}: id {item_id!r}: features must be real numbers, got an array of dtype "
+                       f"{array.dtype}{why}")
+    check_finite(array[None], [item_id], self._where())
     if item_id in self._pending or self.store.has(self.kind, item_id):
       if item_id in self._pending:
-        old = _from_storage(_to_storage(self._arrays[self._ids.index(item_id)][None], self.dtype), self.dtype,
-                            self._arrays[0].shape)[0]
+        old = _quantized(self._arrays[self._ids.index(item_id)], self.dtype)
       else:
         old = self.store.get_one(self.kind, item_id)
-      new = _from_storage(_to_storage(array[None], self.dtype), self.dtype, array.shape)[0]
-      if old.shape != new.shape or not np.array_equal(old, new):
-        raise StaleFeatureError(f"{where}: id {item_id!r} is already stored with other values; a store does not "
-                                "keep two versions of an item: write the changed features into a new store (or "
-                                "delete the old kind first)")
+      self._refuse_if_differs(item_id, old, _quantized(array, self.dtype))
       return False
     if self._arrays and array.shape != self._arrays[0].shape:
       raise ValueError(f"feature {self.kind}/{item_id}: shape {array.shape} differs from {self._arrays[0].shape}")
+    if not self._arrays:
+      self._check_kind(array.shape)
     self._ids.append(item_id)
     self._arrays.append(array)
     self._pending.add(item_id)
@@ -408,26 +627,89 @@ class ShardWriter:
       return
     kdir = self.store.root / self.kind
     kdir.mkdir(parents=True, exist_ok=True)
-    shard = self._next_shard_name()
-    stacked = np.stack(self._arrays)
-    io.atomic_save_npy(kdir / (shard + ".npy"), _to_storage(stacked, self.dtype))
-    io.atomic_write_json(kdir / (shard + _IDS_SUFFIX),
-                         {"ids": self._ids, "dtype": self.dtype, "shape": list(stacked.shape[1:])}, indent=None)
-    index = self.store._kind_index(self.kind)
-    for row, item_id in enumerate(self._ids):
-      index[item_id] = (shard, row)
-    self.written += len(self._ids)
+    with _locked(self.store.root, "kind-" + self.kind):
+      self._clean()
+      self.store._sync(self.kind)  # shards other writers committed since this one started
+      keep = []
+      for n, item_id in enumerate(self._ids):
+        if self.store.has(self.kind, item_id):  # another writer committed it meanwhile
+          self._refuse_if_differs(item_id, self.store.get_one(self.kind, item_id),
+                                  _quantized(self._arrays[n], self.dtype))
+        else:
+          keep.append(n)
+      if keep:
+        ids = [self._ids[n] for n in keep]
+        stacked = np.stack([self._arrays[n] for n in keep])
+        self._check_kind(stacked.shape[1:])
+        stored = _to_storage(stacked, self.dtype)
+        shard = self._next_shard_name()
+        npy = kdir / (shard + ".npy")
+        io.atomic_save_npy(npy, stored)
+        try:
+          io.atomic_write_json(kdir / (shard + _IDS_SUFFIX), {"ids": ids, "dtype": self.dtype,
+                                                               "shape": list(stacked.shape[1:]),
+                                                               "sha256": _digest(stored)}, indent=None)
+        except BaseException:
+          npy.unlink(missing_ok=True)  # not committed: leave no orphan behind
+          raise
+        self.store._sync(self.kind)  # reads the new shard into the index
+        self.written += len(ids)
     self._ids, self._arrays, self._pending = [], [], set()
 
 
 def _read_id_list(path: Path) -> list[str]:
+  """One id a line (`.txt`, UTF-8; a leading byte order mark is ignored) or a JSON list of strings."""
+  if not path.exists():
+    raise FileNotFoundError(f"id list not found: {path}")
   if path.suffix == ".json":
     ids = io.read_json(path, "id list")
     if not isinstance(ids, list):
-      raise ValueError(f"id list {path} must be a JSON list of strings")
-    return [str(i) for i in ids]
-  with open(path, encoding="utf-8") as f:
-    return [line.strip() for line in f if line.strip()]
+      raise ValueError(f"id list {path} must be a JSON list of strings, got a JSON {type(ids).__name__}")
+    for n, item_id in enumerate(ids):
+      if not isinstance(item_id, str) or not item_id:
+        raise ValueError(f"id list {path}: entry #{n} is {item_id!r} ({type(item_id).__name__}); ids are non-empty "
+                         "strings (write \"0\", not 0)")
+    return ids
+  try:
+    text = path.read_bytes().decode("utf-8-sig")
+  except UnicodeDecodeError as e:
+    raise ValueError(f"id list {path} is not UTF-8 text ({e.reason} at byte {e.start}); save it as UTF-8") from None
+  return [line.strip() for line in text.replace("\r\n", "\n").replace("\r", "\n").split("\n") if line.strip()]
+
+
+def _load_array(array_path: Path, array_key: str | None) -> np.ndarray:
+  """The array of an `.npy`, or one array of an `.npz`, checked: one row per item, real numbers."""
+  try:
+    if array_path.suffix == ".npz":
+      with np.load(array_path, allow_pickle=False) as z:
+        keys = list(z.keys())
+        if array_key is None:
+          if len(keys) != 1:
+            raise ValueError(f"{array_path} holds arrays {keys}; pass array_key to choose one")
+          array_key = keys[0]
+        if array_key not in keys:
+          raise KeyError(f"{array_path} has no array {array_key!r} (it has {keys})")
+        array = z[array_key]
+    else:
+      array = np.load(array_path, allow_pickle=False)
+  except (OSError, EOFError, zipfile.BadZipFile) as e:
+    raise ValueError(f"array file {array_path} cannot be read ({e}); is it truncated, or not an .npy / .npz "
+                     "file?") from None
+  except ValueError as e:
+    if str(array_path) in str(e):
+      raise
+    raise ValueError(f"array file {array_path} cannot be read ({e}); is it truncated, not an .npy / .npz file, or "
+                     "an array of Python objects (never loaded)?") from None
+  if not isinstance(array, np.ndarray):
+    array.close()
+    raise ValueError(f"array file {array_path} is an .npz archive, not an .npy array: name it .npz (and pass "
+                     "array_key / --key when it holds several arrays)")
+  if array.ndim == 0:
+    raise ValueError(f"array file {array_path} holds a single value (a 0-d array); expected one row per id, [N, ...]")
+  if array.dtype.kind not in "biuf":
+    why = " (the imaginary part would be dropped)" if array.dtype.kind == "c" else ""
+    raise ValueError(f"array file {array_path} holds {array.dtype} values{why}; a feature store keeps real numbers")
+  return array
 
 
 def import_arrays(root: str | os.PathLike, kind: str, array_path: str | os.PathLike,
@@ -440,28 +722,22 @@ def import_arrays(root: str | os.PathLike, kind: str, array_path: str | os.PathL
     kind: e.g. "clip" or "text".
     array_path: `.npy` file `[N, ...]`, or `.npz` file (then `array_key` picks the array; defaults to
       its only array).
-    ids: a `.txt` (one id a line) or `.json` (list) file, or an iterable of N ids.
+    ids: a `.txt` (one id a line) or `.json` (list of strings) file, or an iterable of N ids.
   """
+  _check_name(kind, "feature kind")
   array_path = Path(array_path)
   if not array_path.exists():
     raise FileNotFoundError(f"array file not found: {array_path}")
-  if array_path.suffix == ".npz":
-    with np.load(array_path, allow_pickle=False) as z:
-      keys = list(z.keys())
-      if array_key is None:
-        if len(keys) != 1:
-          raise ValueError(f"{array_path} holds arrays {keys}; pass array_key to choose one")
-        array_key = keys[0]
-      if array_key not in keys:
-        raise KeyError(f"{array_path} has no array {array_key!r} (it has {keys})")
-      array = z[array_key]
-  else:
-    array = np.load(array_path, allow_pickle=False)
-  id_list = _read_id_list(Path(ids)) if isinstance(ids, (str, os.PathLike)) else [str(i) for i in ids]
+  array = _load_array(array_path, array_key)
+  from_file = isinstance(ids, (str, os.PathLike))
+  id_list = _read_id_list(Path(ids)) if from_file else [str(i) for i in ids]
+  source = f"the id list {ids}" if from_file else "the id list"
   if len(id_list) != array.shape[0]:
-    raise ValueError(f"{array_path} has {array.shape[0]} rows but the id list has {len(id_list)} ids")
+    raise ValueError(f"{array_path} has {array.shape[0]} rows but {source} has {len(id_list)} ids")
   if len(set(id_list)) != len(id_list):
-    raise ValueError(f"id list for {array_path} contains duplicate ids")
+    seen: set[str] = set()
+    twice = sorted({i for i in id_list if i in seen or seen.add(i)})
+    raise ValueError(f"{source} for {array_path} names {len(twice)} ids more than once: {_ids_shown(twice)}")
   store = FeatureStore.create(root, metadata or {"source": str(array_path)})
   with store.writer(kind, shard_prefix="import", flush_every=max(1, len(id_list)), dtype=dtype) as w:
     for item_id, row in zip(id_list, array):
@@ -507,7 +783,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
       print(json.dumps(FeatureStore(args.store).verify(), indent=1, sort_keys=True))
   except (OSError, ValueError, KeyError) as e:
-    print(f"feature store error: {e}", file=sys.stderr)
+    message = e.args[0] if isinstance(e, KeyError) and type(e).__str__ is KeyError.__str__ and e.args else e
+    print(f"feature store error: {message}", file=sys.stderr)
     return 1
   return 0
 
