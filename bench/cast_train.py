@@ -13,8 +13,8 @@ step, and the host's own ms and host-to-device bytes per step (`fit`'s log).
 
 Times the real jitted train step of `vidjax.train` (CAST forward + type-aware loss + AdamW update;
 parameters and optimizer state stay float32 in both modes) and reports examples/s, the achieved
-FLOP/s (XLA's cost analysis of the compiled step) and its ratio to a float32 matmul rate measured in
-the same run on the same device. Prints a table with the machine it ran on.
+FLOP/s (XLA's cost analysis of the compiled step) and its ratio to a large matmul in the same dtype measured in
+the same run on the same device (`machine.peaks`: 2048^3 on CPU, 8192^3 on an accelerator). Prints a table with the machine it ran on.
 
 Peer column: when `torch` is importable (never a vidjax dependency; `pip install torch` by hand for
 this), the same Table-10 model, type-aware loss and AdamW are timed as a plain PyTorch eager step on
@@ -204,16 +204,16 @@ def main():
       print(f"{label:<30}{r['steps_per_s']:>9.1f}{r['loop_ms']:>9.2f}{r['step_ms']:>9.2f}{r['busy']:>7.0%}"
             f"{r['host_ms']:>9.2f}{r['h2d_kb']:>14.1f}")
     return
-  peak = machine.matmul_flops_per_s()
+  peak = machine.peaks(("float32", "bfloat16"))
   print(f"machine: {machine.describe()}")
-  print(f"float32 matmul rate (2048^3, same run): {peak / 1e9:.1f} GFLOP/s")
+  print(machine.peaks_line(peak))
   print(f"CAST train step, batch {args.batch}, d {args.dim}, L {args.context}")
   print(f"{'compute':<10}{'step ms':>10}{'examples/s':>13}{'GFLOP/step':>12}{'GFLOP/s':>10}{'of matmul':>11}")
   rows = {}
   for name, dtype in (("float32", jnp.float32), ("bfloat16", jnp.bfloat16)):
     r = rows[name] = bench_train_step(args.batch, args.dim, args.context, dtype, args.steps)
     print(f"{name:<10}{r['step_ms']:>10.2f}{r['examples_per_s']:>13.0f}{r['flops_per_step'] / 1e9:>12.3f}"
-          f"{r['flops_per_s'] / 1e9:>10.1f}{r['flops_per_s'] / peak:>10.1%}")
+          f"{r['flops_per_s'] / 1e9:>10.1f}{r['flops_per_s'] / peak[name]:>10.1%}")
   peer = bench_torch_step(args.batch, args.dim, args.context, args.steps)
   if peer is None:
     print("peer: torch is not importable; install it by hand (`pip install torch`) for the PyTorch column")

@@ -10,8 +10,8 @@ bfloat16 storage, `faiss.IndexFlatIP` (when faiss is importable; '-' otherwise) 
 (`queries @ corpus.T`, `argpartition`, sort of the k best). Each measurement is one warm-up
 call (compiles) and then repeated calls on fresh query batches until `--min-seconds` (within
 `--min-repeats` .. `--max-repeats` calls); the median is reported as ms/query and queries/s.
-Also: the achieved FLOP/s (2 N D per query) as a fraction of a float32 matmul measured in the
-same process (bench/machine.py; bfloat16 storage can pass 100%: its matmuls run in bfloat16),
+Also: the achieved FLOP/s (2 N D per query) as a fraction of a large matmul in the storage's dtype measured in the
+same process (bench/machine.py `peaks`: float32 at "highest", the precision the float32 index asks for; bfloat16),
 the vidjax/faiss throughput ratio, the stored bytes per video (vectors, with the last chunk's
 padding), and the fraction of vidjax float32's top-k ids equal to faiss's (else NumPy's) on the
 last timed batch.
@@ -81,7 +81,7 @@ HEAD = ("| N | batch | vidjax f32 q/s (ms/q) | vidjax bf16 q/s (ms/q) | faiss fl
         "bytes/video f32, bf16 | ids = faiss |")
 
 
-def bench_size(n: int, args, matmul: float, use_faiss: bool) -> list[str]:
+def bench_size(n: int, args, matmul: dict, use_faiss: bool) -> list[str]:
   """The table rows of one corpus size (every index of it is freed on return)."""
   d, k = args.dim, args.k
   rng = np.random.default_rng(0)
@@ -114,8 +114,8 @@ def bench_size(n: int, args, matmul: float, use_faiss: bool) -> list[str]:
     cell = lambda m: f"{1 / res[m]:,.0f} ({1e3 * res[m]:.3f})" if m in res else "-"  # noqa: E731
     ratio = lambda m: f"{res['faiss'] / res[m]:.2f}x" if "faiss" in res else "-"  # noqa: E731
     rows.append(f"| {n:,} | {b} | {cell('f32')} | {cell('bf16')} | {cell('faiss')} | {cell('numpy')} | "
-                f"{ratio('f32')} | {ratio('bf16')} | {100 * flops / res['f32'] / matmul:.1f}% | "
-                f"{100 * flops / res['bf16'] / matmul:.1f}% | "
+                f"{ratio('f32')} | {ratio('bf16')} | {100 * flops / res['f32'] / matmul['float32']:.1f}% | "
+                f"{100 * flops / res['bf16'] / matmul['bfloat16']:.1f}% | "
                 f"{built['float32'].nbytes / n:.0f}, {built['bfloat16'].nbytes / n:.0f} | "
                 f"{100 * res['agree']:.1f}%{'' if use_faiss else ' (NumPy)'} |")
     print(rows[-1], flush=True)
@@ -141,9 +141,10 @@ def main():
   args = p.parse_args()
   use_faiss = faiss is not None and not args.no_faiss
 
-  matmul = machine.matmul_flops_per_s()
+  matmul = {"float32": machine.peak_matmul_flops_per_s("float32", "highest"),
+            "bfloat16": machine.peak_matmul_flops_per_s("bfloat16")}
   print(f"machine: {machine.describe()}")
-  print(f"f32 matmul (2048^3, this process): {matmul / 1e9:.0f} GFLOP/s")
+  print(machine.peaks_line(matmul, "highest"))
   faiss_line = (f"faiss {faiss.__version__} ({faiss.omp_get_max_threads()} OpenMP threads, "
                 f"distance_compute_blas_threshold={args.blas_threshold}, "
                 f"OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']})" if use_faiss else "faiss: not used")
