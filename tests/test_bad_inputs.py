@@ -282,7 +282,8 @@ def test_a_workdir_that_is_a_file_is_one_clear_error(tmp_path):
       common.start_run(config, workdir, lambda c: None)
 
 
-def test_a_full_disk_while_checkpointing_is_one_error_and_leaves_nothing_half_written(tmp_path, monkeypatch):
+@pytest.mark.parametrize("wrapped", [False, True])  # orbax / tensorstore may wrap the OSError in their own types
+def test_a_full_disk_while_checkpointing_is_one_error_and_leaves_nothing_half_written(tmp_path, monkeypatch, wrapped):
   """Training on a full disk used to end in a 239-line orbax trace and leave `checkpoints/N.orbax-checkpoint-tmp`."""
   import errno  # pylint: disable=g-import-not-at-top
   import jax  # pylint: disable=g-import-not-at-top
@@ -302,7 +303,10 @@ def test_a_full_disk_while_checkpointing_is_one_error_and_leaves_nothing_half_wr
 
   def full_disk(self, step, *args, **kwargs):
     (Path(self.directory) / f"{step}.orbax-checkpoint-tmp-1234").mkdir(parents=True, exist_ok=True)  # orbax's
-    raise ValueError("tensorstore write failed") from OSError(errno.ENOSPC, "No space left on device")
+    full = OSError(errno.ENOSPC, "No space left on device")
+    if wrapped:
+      raise ValueError("tensorstore write failed") from full
+    raise full
 
   monkeypatch.setattr(ocp.CheckpointManager, "save", full_disk)
   with pytest.raises(OSError, match=r"no space left on device while writing checkpoint step 2 to .*checkpoints") as err:
