@@ -2,6 +2,7 @@
 import functools
 import json
 from pathlib import Path
+import re
 
 import pytest
 
@@ -242,3 +243,25 @@ def test_split_by_video_properties():
   assert again == (rest, picked)  # independent of input order
   with pytest.raises(ValueError, match="fraction must be in"):
     types.split_by_video(videos, 1.5, seed=0)
+
+
+def test_a_release_file_of_another_format_gives_a_short_message():
+  """A file of the wrong release format used to be named key by key (12,085 characters for YouCook2 read as
+  ActivityNet): the message says which format it looks like, its first keys and how many there are."""
+  anet = SHARED / "activitynet_captions" / "val_1.json"
+  with pytest.raises(ValueError) as err:
+    annotations.read_youcook2(anet)
+  text = str(err.value)
+  assert len(text) < 600, len(text)
+  assert "top level: missing key 'database'" in text and "looks like an ActivityNet Captions file" in text
+  assert re.search(r"\d{4} keys, first \['v_", text), text
+  assert "\n" not in text
+
+
+def test_long_values_in_messages_are_cut(tmp_path):
+  path = tmp_path / "yc2.json"
+  path.write_text(json.dumps({"database": {"v": {"subset": "training", "recipe_type": "1",
+                                                "annotations": "x" * 5000}}}))
+  with pytest.raises(ValueError, match=r"'annotations' must be list, got str 'xxx.*\.\.\. \(5002 characters\)") as err:
+    annotations.read_youcook2(path)
+  assert len(str(err.value)) < 400

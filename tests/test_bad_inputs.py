@@ -1,5 +1,6 @@
 """Inputs that used to give silently wrong results now give one clear error naming the file/store and key/id."""
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -187,3 +188,134 @@ def test_a_workdir_trained_on_other_features_is_refused_before_any_checkpoint_is
   other = write_arrays(tmp_path / "other", {"clip": (ids, np.ones((2, 8), np.float32))}, {"backbone": "lvt_large"})
   with pytest.raises(ValueError, match=r"backbone 'lvt_base' -> 'lvt_large'"):
     check_store(tmp_path / "run", other, ["clip"])
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _msrvtt_run(tmp_path, clip=None):
+  """A tiny MSR-VTT 1k-A-layout test file and a store of its clip / text embeddings; the retrieval config on them."""
+  from vidjax.experiments.common import load_config  # pylint: disable=g-import-not-at-top
+  csv = tmp_path / "test.csv"
+  csv.write_text("key,vid_key,video_id,sentence\n" + "".join(
+      f"ret{i},msr{i},video{i},a caption of video {i} with object {i % 3}\n" for i in range(8)))
+  data = annotations.read_msrvtt(csv)
+  rng = np.random.default_rng(0)
+  video = rng.normal(size=(8, 6)).astype(np.float32) if clip is None else clip
+  text = rng.normal(size=(8, 6)).astype(np.float32)
+  write_arrays(tmp_path / "store", {"clip": (data.video_ids(), video),
+                                    "text": ([c.caption_id for c in data.captions], text)}, {"backbone": "test"})
+  config = load_config(ROOT / "configs/retrieval_msrvtt.py")
+  config.data.update(annotations=str(csv), features=str(tmp_path / "store"))
+  return config
+
+
+def test_a_failed_run_does_not_poison_its_workdir(tmp_path):
+  """config.json used to be recorded before the inputs were checked: after a run that failed on a bad value or a
+  missing annotation file, the corrected rerun was refused as "made by a different config"."""
+  from vidjax.experiments import retrieval  # pylint: disable=g-import-not-at-top
+  config = _msrvtt_run(tmp_path)
+  good = config.data.annotations
+  run = tmp_path / "run"
+  config.data.annotations = str(tmp_path / "missing.csv")
+  with pytest.raises(FileNotFoundError, match=r"config.data.annotations: no such file or folder: .*missing.csv"):
+    retrieval.run(config, run)
+  assert not run.exists()  # checked before the workdir is made
+  # A file that exists but is not what it claims fails after the record: the record binds nothing while the
+  # workdir holds nothing else.
+  (tmp_path / "bad.csv").write_text("key,vid_key,video_id,sentence\nret0,msr0\n")
+  config.data.annotations = str(tmp_path / "bad.csv")
+  with pytest.raises(ValueError, match="bad.csv"):
+    retrieval.run(config, run)
+  assert sorted(p.name for p in run.iterdir()) == ["config.pending.json"]
+  config.data.annotations = good
+  results = retrieval.run(config, run)  # the corrected rerun goes ahead
+  assert results["benchmark"]["queries"] == 8 and (run / "config.json").is_file()
+  assert not (run / "config.pending.json").exists()
+  config.seed = 3  # a finished run's record still refuses a different config
+  with pytest.raises(ValueError, match=r"made by a different config \(changed: seed\)"):
+    retrieval.run(config, run)
+
+
+def test_a_killed_runs_record_binds_once_it_wrote_files(tmp_path):
+  from vidjax.experiments import common  # pylint: disable=g-import-not-at-top
+  config = _msrvtt_run(tmp_path)
+  run = common.start_run(config, tmp_path / "run", lambda c: None)
+  (run / "checkpoints").mkdir()
+  (run / "checkpoints" / "x").write_text("state")  # a run killed after it wrote something
+  config.seed = 5
+  with pytest.raises(ValueError, match=r"made by a different config \(changed: seed\)"):
+    common.start_run(config, run, lambda c: None)
+  config.seed = 0
+  common.start_run(config, run, lambda c: None)  # the same config resumes
+
+
+def test_a_store_without_a_kind_names_it_and_prepare_before_anything_is_written(tmp_path):
+  from vidjax.experiments import retrieval  # pylint: disable=g-import-not-at-top
+  config = _msrvtt_run(tmp_path)
+  config.data.text_kind = "text_lvt"
+  with pytest.raises(ValueError, match=r"feature store .*store has no kind \['text_lvt'\] \(config.data.text_kind: "
+                                       r"the query texts' embeddings; it has \['clip', 'text'\]\).*configs/prepare.py"):
+    retrieval.run(config, tmp_path / "run")
+  assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("clip,message", [
+    (np.zeros((8, 6), np.float32), "all 8 corpus video vectors are zero"),
+    (np.ones((8, 6), np.float32), "all 8 corpus video vectors are the same vector"),
+])
+def test_features_that_rank_nothing_are_refused(tmp_path, clip, message):
+  """A store whose clip vectors are all zero used to run retrieval to exit 0 (R@1 0, R@5 100) without a warning."""
+  from vidjax.experiments import retrieval  # pylint: disable=g-import-not-at-top
+  config = _msrvtt_run(tmp_path, clip=clip)
+  with pytest.raises(ValueError, match=rf"feature store .*store kind 'clip': {message}"):
+    retrieval.run(config, tmp_path / "run")
+  assert not (tmp_path / "run" / "results.json").exists()
+
+
+def test_a_workdir_that_is_a_file_is_one_clear_error(tmp_path):
+  from vidjax.experiments import common  # pylint: disable=g-import-not-at-top
+  (tmp_path / "f").write_text("x")
+  config = _msrvtt_run(tmp_path)
+  for workdir in (tmp_path / "f", tmp_path / "f" / "run"):
+    with pytest.raises(FileExistsError, match=rf"--workdir {workdir}: {tmp_path / 'f'} is a file, not a folder"):
+      common.start_run(config, workdir, lambda c: None)
+
+
+@pytest.mark.parametrize("wrapped", [False, True])  # orbax / tensorstore may wrap the OSError in their own types
+def test_a_full_disk_while_checkpointing_is_one_error_and_leaves_nothing_half_written(tmp_path, monkeypatch, wrapped):
+  """Training on a full disk used to end in a 239-line orbax trace and leave `checkpoints/N.orbax-checkpoint-tmp`."""
+  import errno  # pylint: disable=g-import-not-at-top
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
+  from vidjax import sharding, train  # pylint: disable=g-import-not-at-top
+  from vidjax.data import pipeline  # pylint: disable=g-import-not-at-top
+  source = [{"x": np.full(2, i, np.float32)} for i in range(16)]
+
+  def fit():
+    return train.fit(init_fn=lambda rng: {"w": jnp.zeros(2)},
+                     loss_fn=lambda p, b, rng: (jnp.mean((b["x"] - p["w"]) ** 2), {}),
+                     optimizer=train.adamw(0.1, 0.0), dataset=pipeline.make_batches(source, 4, seed=0), num_steps=4,
+                     workdir=tmp_path, checkpoint_every=2, log_every=2, progress=False, mesh=sharding.make_mesh(1))
+
+  real_save = ocp.CheckpointManager.save
+
+  def full_disk(self, step, *args, **kwargs):
+    (Path(self.directory) / f"{step}.orbax-checkpoint-tmp-1234").mkdir(parents=True, exist_ok=True)  # orbax's
+    full = OSError(errno.ENOSPC, "No space left on device")
+    if wrapped:
+      raise ValueError("tensorstore write failed") from full
+    raise full
+
+  monkeypatch.setattr(ocp.CheckpointManager, "save", full_disk)
+  with pytest.raises(OSError, match=r"no space left on device while writing checkpoint step 2 to .*checkpoints") as err:
+    fit()
+  assert err.value.errno == errno.ENOSPC
+  assert not list((tmp_path / "checkpoints").glob("*.orbax-checkpoint-tmp*"))
+  # A process killed mid-save leaves the half-written step: the next run removes it and trains.
+  (tmp_path / "checkpoints" / "2.orbax-checkpoint-tmp-99").mkdir()
+  monkeypatch.setattr(ocp.CheckpointManager, "save", real_save)
+  state, _ = fit()
+  assert int(jax.device_get(state.step)) == 4
+  assert not list((tmp_path / "checkpoints").glob("*.orbax-checkpoint-tmp*"))

@@ -1,5 +1,7 @@
 """Every config loads, carries the paper's settings, and rejects unknown keys and bad values."""
+import itertools
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -141,3 +143,148 @@ def test_seeds_run_each_seed_and_report_mean_and_std(tmp_path):
     config.seeds = (1, 1)
   with pytest.raises(ValueError, match="seeds=.* is invalid"):
     common.run_seeds(fake_run, config, tmp_path)
+
+
+def _variants(name):
+  """The variant names `configs/<name>` knows (from its one error for an unknown one)."""
+  with pytest.raises(ValueError, match="unknown variant") as err:
+    load(name, "no_such_variant")
+  known = re.search(r"\(known: (.*)\)$", str(err.value)).group(1)
+  return [] if known == "none" else known.split(", ")
+
+
+def _load_or_error(name, arg):
+  try:
+    return load(name, arg).to_dict()
+  except ValueError as e:
+    return str(e)
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_variants_mean_the_same_in_any_order(name):
+  """`smoke,world` used to undo `smoke` (VEDJE: 750 steps, an hour) while `world,smoke` gave smoke: the variants of
+  every config now give the same config (or the same error, for two that exclude each other) in any order."""
+  names = _variants(name)
+  groups = list(itertools.combinations(names, 2)) + ([tuple(names)] if len(names) > 2 else [])
+  for group in groups:
+    results = {",".join(order): _load_or_error(name, ",".join(order)) for order in itertools.permutations(group)}
+    first = next(iter(results.values()))
+    assert all(r == first for r in results.values()), (name, group)
+
+
+@pytest.mark.parametrize("name", ["vedje_msrvtt.py", "comp_activitynet.py", "grdr_msrvtt.py"])
+def test_smoke_wins_over_world_in_either_order(name):
+  smoke = load(name, "smoke").to_dict()
+  assert load(name, "smoke,world").to_dict() == smoke == load(name, "world,smoke").to_dict()
+  if name == "vedje_msrvtt.py":
+    assert smoke["train"]["epochs"] == 1 and smoke["model"]["hidden_size"] == 32
+
+
+def test_shrinking_variants_apply_last():
+  assert load("cast_coin.py", "smoke,clip").train.epochs == load("cast_coin.py", "clip,smoke").train.epochs == 2
+  stack = load("stack_coin.py", "smoke,rendered")
+  assert stack.to_dict() == load("stack_coin.py", "rendered,smoke").to_dict() and stack.vedje.model.hidden_size == 32
+
+
+def test_contradicting_variants_are_one_error():
+  for name, pair in (("vedje_msrvtt.py", "fast,all"), ("vedje_msrvtt.py", "rendered,smoke"),
+                     ("prepare.py", "rendered,smoke"), ("grdr_msrvtt.py", "world,rendered")):
+    with pytest.raises(ValueError, match=r"variants '\w+' and '\w+' exclude each other"):
+      load(name, pair)
+
+
+def _range_leaves(config):
+  """(key, out-of-range value) for every leaf `check_ranges` covers."""
+  from vidjax.defaults import common as defaults  # pylint: disable=g-import-not-at-top
+  out = []
+  for key, value in defaults._leaves(config):  # pylint: disable=protected-access
+    name = key.rpartition(".")[2]
+    for matches, ok, _ in defaults.RANGES:
+      if matches(name) and value is not None:
+        out.append((key, next(v for v in (2.0, -1.0, 0.0, float("nan")) if not ok(v) or v != v)))
+  return out
+
+
+@pytest.mark.parametrize("name", CONFIGS)
+def test_every_rate_probability_and_fraction_is_range_checked(name):
+  """`--config.model.dropout_rate=2.0` used to train and exit 0: every rate, probability, fraction (and learning
+  rate, temperature, weight decay) of every config is checked before any work, one error naming the key."""
+  from vidjax.defaults import common as defaults  # pylint: disable=g-import-not-at-top
+  config = load(name, "smoke")
+  defaults.check_ranges(config)  # the defaults themselves are in range
+  defaults.check_heads(config)
+  for key, bad in _range_leaves(config):
+    changed = load(name, "smoke")
+    section, _, leaf = key.rpartition(".")
+    with changed.unlocked():
+      (defaults.get_key(changed, section) if section else changed)[leaf] = bad
+    with pytest.raises(ValueError, match=rf"config\.{re.escape(key)}={re.escape(repr(bad))} is invalid"):
+      defaults.check_ranges(changed)
+
+
+def test_a_bad_rate_or_head_count_stops_before_the_workdir_is_made(tmp_path):
+  from vidjax.experiments import cast as cast_experiment, common, vedje  # pylint: disable=g-import-not-at-top
+  config = load("vedje_msrvtt.py", "smoke")
+  config.model.dropout_rate = 2.0
+  with pytest.raises(ValueError, match=r"config.model.dropout_rate=2.0 is invalid: expected a dropout rate in \[0, 1\)"):
+    vedje.run(config, tmp_path / "a")
+  config = load("vedje_msrvtt.py", "smoke")
+  config.model.num_heads = 3  # hidden_size 32: used to fail inside JAX tracing after 69 files were written
+  with pytest.raises(ValueError, match=r"config.model.num_heads=3 is invalid: .*dividing model.hidden_size=32"):
+    vedje.run(config, tmp_path / "b")
+  config = load("comp_activitynet.py", "smoke")
+  config.model.pool_heads = 3
+  with pytest.raises(ValueError, match=r"config.model.pool_heads=3 is invalid: .*model.width=32"):
+    common.start_run(config, tmp_path / "c", lambda c: None)
+  config = load("cast_coin.py", "smoke")
+  config.model.num_heads = 3  # CAST's heads split the world's 32 dimensions: 3 silently dropped 2 of them
+  with pytest.raises(ValueError, match=r"config.model.num_heads=3 is invalid: .*dividing world.dim=32"):
+    cast_experiment.run(config, tmp_path / "d")
+  assert not any((tmp_path / d).exists() for d in "abcd")
+
+
+def _cli(*args, env=None, timeout=180):
+  return subprocess.run([sys.executable, "-m", "vidjax.main", *args], cwd=ROOT, capture_output=True, text=True,
+                        env=dict(os.environ, JAX_PLATFORMS="cpu", **(env or {})), timeout=timeout)
+
+
+def test_cli_errors_about_input_are_one_line(tmp_path):
+  """Config, input and workdir errors the project raises print one line and exit 2 (they used to print 9-16-frame
+  tracebacks, a 12-frame one for a missing --config file, FileExistsError from os.mkdir for a --workdir file);
+  VIDJAX_DEBUG=1 (or --debug) shows the traceback."""
+  (tmp_path / "file").write_text("x")
+  cases = [
+      (["--config", "configs/nope.py:smoke", "--workdir", str(tmp_path / "a")],
+       "vidjax: error: --config configs/nope.py: no such config file"),
+      (["--config", "configs/retrieval_msrvtt.py:bogus", "--workdir", str(tmp_path / "a")],
+       "vidjax: configs/retrieval_msrvtt.py: unknown variant 'bogus' (known: smoke)"),
+      (["--config", "configs/retrieval_msrvtt.py:smoke", "--workdir", str(tmp_path / "file")],
+       f"vidjax: error: --workdir {tmp_path / 'file'}: {tmp_path / 'file'} is a file, not a folder"),
+      (["--config", "configs/vedje_msrvtt.py:smoke", "--config.model.dropout_rate=2.0", "--workdir",
+        str(tmp_path / "b")], "vidjax: error: config.model.dropout_rate=2.0 is invalid: expected a dropout rate"),
+      (["--config", "configs/retrieval_msrvtt.py", "--config.data.features=" + str(tmp_path / "no_store"),
+        "--config.data.annotations=x.csv", "--workdir", str(tmp_path / "c")],
+       "vidjax: error: config.data.annotations: no such file or folder: x.csv"),
+  ]
+  for args, line in cases:
+    proc = _cli(*args)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith(line), (args, proc.stderr[-3000:])
+  assert not any((tmp_path / d).exists() for d in "abc")
+  debug = _cli(*cases[3][0], env={"VIDJAX_DEBUG": "1"})
+  assert debug.returncode != 0 and "Traceback (most recent call last)" in debug.stderr
+  assert "config.model.dropout_rate=2.0 is invalid" in debug.stderr
+
+
+def test_cli_helpers():
+  from vidjax import main  # pylint: disable=g-import-not-at-top
+  assert main._config_file(["--config", "a.py:smoke", "--workdir", "w"]) == "a.py"  # pylint: disable=protected-access
+  assert main._config_file(["--config=b.py", "--config.x=1"]) == "b.py"  # pylint: disable=protected-access
+  assert main._config_file(["--workdir", "w"]) is None  # pylint: disable=protected-access
+  import errno  # pylint: disable=g-import-not-at-top
+  assert "no space left" in main.user_error(OSError(errno.ENOSPC, "No space left on device", "/d/x")).lower()
+  try:
+    import numpy as np_  # pylint: disable=g-import-not-at-top
+    np_.ones(2) + np_.ones(3)
+  except ValueError as e:  # a library's own error: a bug's traceback, not a one-line user error
+    assert main.user_error(e) is None

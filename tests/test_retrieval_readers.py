@@ -417,3 +417,25 @@ def test_missing_files_are_file_not_found(tmp_path):
       getattr(annotations, reader)(tmp_path / "nope.json")
   with pytest.raises(FileNotFoundError, match="nope.csv"):
     annotations.read_msrvtt(tmp_path / "nope.csv")
+
+
+def test_msvd_refuses_the_mapping_as_its_captions(tmp_path):
+  """`read_msvd(map_file, map_file)` used to read every video's caption as its own vid<N> id."""
+  mapping = FIXTURES / "msvd_youtube_mapping.txt"
+  with pytest.raises(ValueError, match=r"msvd_youtube_mapping.txt: file: the caption file is the clip mapping"):
+    annotations.read_msvd(mapping, mapping)
+  copy = tmp_path / "captions.txt"
+  copy.write_text(mapping.read_text())  # a copy under another name: every "caption" is its clip's vid<N>
+  with pytest.raises(ValueError, match=r"captions.txt: file: every line is '<clip name> vid<N>', the clip mapping"):
+    annotations.read_msvd(mapping, copy)
+
+
+def test_activitynet_reader_on_a_youcook2_file_says_what_it_is():
+  """It used to fail with a 12,085-character message listing every key of the YouCook2 file's "database"."""
+  yc2 = SHARED / "youcook2" / "youcookii_annotations_trainval.json"
+  with pytest.raises(ValueError) as err:
+    annotations.read_activitynet_captions(yc2)
+  text = str(err.value)
+  assert len(text) < 500, len(text)
+  assert "top level: expected a JSON object mapping video ids to" in text
+  assert "found a JSON object of ['database']; it looks like a YouCook2 / COIN release file" in text

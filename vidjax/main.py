@@ -5,11 +5,19 @@
 Reads an ml_collections config file (locked: an unknown `--config.<key>` is an error), initializes
 multi-host JAX when the environment asks for it, logs hosts and devices and calls the experiment's
 `run(config, workdir)`. Everything else is importable, so notebooks and tests call `run` directly.
+
+Errors about the user's input (a bad flag, config value or variant, a missing config file or input, a file where
+the workdir should be, a malformed annotation file, a full disk) print one line, `vidjax: ...`, on stderr and exit
+with status 2; `--debug` (or `VIDJAX_DEBUG=1`) shows the traceback. Anything else keeps its traceback (`entry`).
 """
 from __future__ import annotations
 
+import errno
+import os
+from pathlib import Path
 import re
 import sys
+from typing import Sequence
 
 from absl import app, flags, logging
 import jax
@@ -43,10 +51,12 @@ EXPERIMENTS = {
     "stack": stack_experiment.run,
     "vedje": vedje_experiment.run,
 }
+DEBUG_ENV = "VIDJAX_DEBUG"  # set to 1: an error shows its traceback (as --debug does)
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Path to a config file, e.g. configs/cast_coin.py:smoke.",
                                           lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for results, checkpoints and logs.")
+_DEBUG = flags.DEFINE_bool("debug", False, f"Show the full traceback of an error (also: {DEBUG_ENV}=1).")
 
 
 def run(config, workdir: str):
@@ -75,16 +85,94 @@ def main(argv):
   run(_CONFIG.value, _WORKDIR.value)
 
 
-def entry():
-  # absl prints a flag error with its own traceback, and ml_collections raises a chained AttributeError for an
-  # unknown --config.<key> (its "did you mean" hint inside): either should read as one line.
+def _debug(argv: Sequence[str]) -> bool:
+  """--debug (read from argv too: an error may come before absl has parsed it) or VIDJAX_DEBUG=1."""
+  return os.environ.get(DEBUG_ENV, "") not in ("", "0", "false", "False") or any(
+      a in ("--debug", "-debug", "--debug=true", "--debug=True", "--debug=1") for a in argv)
+
+
+def _config_file(argv: Sequence[str]) -> str | None:
+  """The file part of --config (`--config X[:variants]` or `--config=X[:variants]`), None when not given."""
+  for i, a in enumerate(argv):
+    if a in ("--config", "-config") and i + 1 < len(argv):
+      return argv[i + 1].split(":", 1)[0]
+    if a.startswith(("--config=", "-config=")):
+      return a.split("=", 1)[1].split(":", 1)[0]
+  return None
+
+
+def _raised_by_vidjax(error: BaseException) -> bool:
+  """Whether the innermost frame of `error`'s traceback is vidjax's own code (a package module or a config file),
+  i.e. a check the project makes, not a library failing inside."""
+  tb = error.__traceback__
+  if tb is None:
+    return False
+  while tb.tb_next is not None:
+    tb = tb.tb_next
+  name = tb.tb_frame.f_globals.get("__name__", "")
+  return name == "vidjax" or name.startswith(("vidjax.", "vidjax_config_")) or name == "config_config"
+
+
+def user_error(error: BaseException) -> str | None:
+  """The one line to print for an error about the user's input, None for anything else (a bug: its traceback).
+
+  User input: a `ValueError` / `KeyError` / `OSError` (file not found, a file in the way, ...) or
+  `FloatingPointError` that vidjax's own checks raise (`_raised_by_vidjax`), and a full disk wherever it is found."""
+  if isinstance(error, OSError) and error.errno == errno.ENOSPC:
+    text = str(error)  # e.g. "[Errno 28] No space left on device: '<path>'"
+    return text if "no space left" in text.lower() else f"no space left on device: {text}"
+  if not isinstance(error, (ValueError, KeyError, OSError, FloatingPointError)) or not _raised_by_vidjax(error):
+    return None
+  text = error.args[0] if isinstance(error, KeyError) and error.args else error
+  return " ".join(str(text).split("\n")).strip() or type(error).__name__
+
+
+def _fail(message: str) -> None:
+  print(f"vidjax: error: {message}", file=sys.stderr, flush=True)
+  sys.exit(2)
+
+
+def _flag_error_line(error: Exception) -> str:
+  """A flag error as one line. ml_collections passes a config file's ValueError (an unknown variant) on with the
+  whole traceback in its text: its last line is the message."""
+  text = str(error)
+  if "Error whilst parsing config file" in text:
+    last = [line for line in text.splitlines() if line.strip()][-1]
+    text = re.sub(r"^\w+(Error|Exception): ", "", last.strip())
+  return " ".join(text.split("\n"))
+
+
+def _parse_flags(argv: list[str]) -> list[str]:
+  """absl's flag parsing, with a flag error as one line and exit status 2 (absl prints it under a usage banner)."""
   try:
-    app.run(main)
-  except flags.Error as e:  # pragma: no cover - exercised through the CLI test
-    print(f"vidjax: {e}", file=sys.stderr)
+    return flags.FLAGS(argv)
+  except flags.Error as e:
+    if _debug(argv[1:]):
+      raise
+    print(f"vidjax: {_flag_error_line(e)}", file=sys.stderr, flush=True)
     sys.exit(2)
+
+
+def entry():
+  """`python -m vidjax.main`: every error about the user's input (a bad flag or config value, a missing or
+  malformed file, a full disk) is one line on stderr, `vidjax: ...`, and exit status 2; `--debug` or
+  `VIDJAX_DEBUG=1` shows the traceback instead. Anything else (a bug) keeps its traceback."""
+  argv = sys.argv[1:]
+  debug = _debug(argv)
+  path = _config_file(argv)
+  if path is not None and not debug and not Path(path).is_file():
+    _fail(f"--config {path}: no such config file" + (" (it is a folder)" if Path(path).is_dir() else ""))
+  try:
+    app.run(main, flags_parser=_parse_flags)
   except (AttributeError, KeyError) as e:
+    # ml_collections raises a chained AttributeError for an unknown --config.<key> (its "did you mean" hint
+    # inside): one line naming the key.
     if _PARSED:
+      message = None if debug else user_error(e)
+      if message is None:
+        raise
+      _fail(message)
+    if debug:
       raise
     text = str(e.args[0] if e.args else e)
     key = re.search(r"([A-Za-z0-9_]+)", text.replace("\\", ""))
@@ -92,6 +180,11 @@ def entry():
     print(f"vidjax: unknown config key {key.group(1) if key else text!r}" + (f"; {hint.group(1)}" if hint else ""),
           file=sys.stderr)
     sys.exit(2)
+  except Exception as e:  # pylint: disable=broad-except
+    message = None if debug else user_error(e)
+    if message is None:
+      raise
+    _fail(message)
 
 
 if __name__ == "__main__":

@@ -38,6 +38,9 @@ What the loop does (ARCHITECTURE.md, "train.py"; STYLE.md items 3, 8-10):
 - A checkpoint that does not restore (a truncated array file, a garbage iterator state) is reported and
   removed, and the run resumes from the newest one that does (orbax keeps `max_to_keep`).
 - `metrics.jsonl` is flushed and fsynced at every checkpoint, so what a checkpoint covers is on disk.
+- A full disk while a checkpoint is written stops the run with one `OSError` (ENOSPC) naming the checkpoint folder
+  and "no space left"; the step orbax was writing (`<step>.orbax-checkpoint-tmp*`) is removed then, and by the
+  next run if the process died first, which resumes from the newest complete checkpoint.
 
 Mixed precision is a model concern: Flax modules compute in `dtype=jnp.bfloat16` with float32
 params, so gradients and optimizer state stay float32 and nothing here changes.
@@ -56,11 +59,14 @@ param tree inside `fit`.) Large frozen backbones should stay out of the train st
 """
 from __future__ import annotations
 
+import contextlib
+import errno
 import functools
 import json
 import logging
 import os
 import re
+import shutil
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
@@ -371,7 +377,53 @@ def _scalar_dict(metrics: Mapping[str, Any], prefix: str, where: str) -> dict[st
 
 def _checkpoint_manager(workdir: Path, max_to_keep: int) -> ocp.CheckpointManager:
   options = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, create=True)
-  return ocp.CheckpointManager((workdir / "checkpoints").absolute(), options=options)
+  directory = (workdir / "checkpoints").absolute()
+  _remove_partial_checkpoints(directory)
+  return ocp.CheckpointManager(directory, options=options)
+
+
+# ----------------------------------------------------------------------------------------------
+# A full disk while a checkpoint is written: one message, nothing half-written left behind.
+
+PARTIAL_CHECKPOINT = "*.orbax-checkpoint-tmp*"  # a step orbax was still writing (it renames it when complete)
+
+
+def _remove_partial_checkpoints(directory: Path) -> None:
+  """Removes the steps orbax left half-written (a full disk, a killed process): never restored, only taking space.
+  Process 0, before the manager opens the folder (or when a save has just failed)."""
+  if jax.process_index() != 0 or not directory.is_dir():
+    return
+  for path in directory.glob(PARTIAL_CHECKPOINT):
+    if path.is_dir():
+      shutil.rmtree(path, ignore_errors=True)
+    else:
+      path.unlink(missing_ok=True)
+
+
+def _is_disk_full(error: BaseException | None) -> bool:
+  """Whether `error` or what caused it is a full disk (orbax and tensorstore wrap the OSError in their own types)."""
+  seen = set()
+  while error is not None and id(error) not in seen:
+    seen.add(id(error))
+    if (isinstance(error, OSError) and error.errno == errno.ENOSPC) or "no space left on device" in str(error).lower():
+      return True
+    error = error.__cause__ or error.__context__
+  return False
+
+
+@contextlib.contextmanager
+def _checkpoint_disk_guard(directory: Path, step: int | None = None):
+  """Turns a full disk while writing a checkpoint into one `OSError(ENOSPC)` naming the folder (instead of orbax's
+  trace of hundreds of lines) and removes the half-written step; any other error passes through unchanged."""
+  try:
+    yield
+  except Exception as e:  # pylint: disable=broad-except  (orbax / tensorstore raise many types)
+    if not _is_disk_full(e):
+      raise
+    _remove_partial_checkpoints(Path(directory))
+    what = f"checkpoint step {step}" if step is not None else "a checkpoint"
+    raise OSError(errno.ENOSPC, f"no space left on device while writing {what} to {directory}: free some space "
+                  "and rerun the same command (it resumes from the newest complete checkpoint)") from e
 
 
 def _restore_latest_good(manager: ocp.CheckpointManager, abstract: TrainState, data_iter, description: str):
@@ -559,13 +611,15 @@ def fit(*, init_fn: Callable[[jax.Array], Any], loss_fn: LossFn,
         check_pending()  # never checkpoint a state that has gone non-finite
         # The iterator state is written synchronously (grain's handler is not async), so it is
         # the position after exactly `step` batches even though the arrays are written async.
-        manager.save(step, args=ocp.args.Composite(
-            state=ocp.args.StandardSave(state), data=grain.checkpoint.CheckpointSave(data_iter)))
+        with _checkpoint_disk_guard(manager.directory, step):
+          manager.save(step, args=ocp.args.Composite(
+              state=ocp.args.StandardSave(state), data=grain.checkpoint.CheckpointSave(data_iter)))
         writer.sync()
     return state, writer.history
   finally:
     # Finish writing the checkpoints already started, whatever stopped the loop.
-    manager.wait_until_finished()
+    with _checkpoint_disk_guard(manager.directory):
+      manager.wait_until_finished()
     manager.close()
     if pbar is not None:
       pbar.close()

@@ -90,8 +90,9 @@ def smoke(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
 
 def known_variants(dataset: str, extra: dict | None = None) -> dict:
   """The variants of `configs/cast_<dataset>.py`: `smoke` (seconds on a CPU, for tests), `clip` (the paper's
-  CLIP-feature epochs) and any dataset-specific ones in `extra` ({name: function(config) -> None})."""
-  return {"smoke": smoke, "clip": lambda cfg: cfg.train.update(epochs=EPOCHS["clip"][dataset]), **(extra or {})}
+  CLIP-feature epochs) and any dataset-specific ones in `extra` ({name: function(config) -> None}), in the order
+  they apply whatever their order in `arg` (`common.apply_variants`): `smoke` last, so `smoke,clip` is smoke-sized."""
+  return {"clip": lambda cfg: cfg.train.update(epochs=EPOCHS["clip"][dataset]), **(extra or {}), "smoke": smoke}
 
 
 def get_config(dataset: str, arg: str | None, *, eval_split: str, identity_rule: str,

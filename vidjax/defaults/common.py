@@ -1,12 +1,15 @@
 """What every config shares (jax-free): the one variant parser and the config-value checks.
 
 A config file's `get_config(arg)` builds the paper's defaults and then applies the comma-separated variants of
-`arg` in order (big_vision style: `configs/vedje_msrvtt.py:world,fast`):
+`arg` (big_vision style: `configs/vedje_msrvtt.py:world,fast`) in the order the config declares them, so their
+order in `arg` does not matter:
 
     return common.apply_variants(c, arg, {"world": world, "smoke": smoke}, "configs/vedje_<dataset>.py")
 
 An experiment's `validate(config)` uses the `check_*` helpers: each raises one `ValueError` that names the key,
-the value and what was expected, before any work.
+the value and what was expected, before any work. `check_ranges` and `check_heads` apply to every config (every
+run calls them first, `vidjax.experiments.common.start_run`): rates, probabilities and fractions in their ranges
+wherever they sit, and attention heads that divide their width.
 
 `precision_section()` is the one matmul-precision policy every config carries (`config.precision`); the experiments
 apply it through `vidjax.experiments.common.precision` / `precision_policy`.
@@ -34,10 +37,23 @@ def parse_variants(arg: str | None, known: Iterable[str], where: str) -> list[st
 
 
 def apply_variants(config: ml_collections.ConfigDict, arg: str | None, variants: Mapping[str, Variant],
-                   where: str) -> ml_collections.ConfigDict:
-  """Applies each variant of `arg` to `config` in order (each a function that edits the config); returns it."""
-  for name in parse_variants(arg, variants, where):
-    variants[name](config)
+                   where: str, exclusive: Iterable[Iterable[str]] = ()) -> ml_collections.ConfigDict:
+  """Applies the variants named in `arg` to `config` (each a function that edits the config); returns it.
+
+  They are applied in the order `variants` declares them, whatever their order in `arg`: a config declares first
+  what says where the data and the model's size come from (`world`, `rendered`, `clip`), then what shrinks it
+  (`smoke`, `tiny`), then what picks the tables (`fast`, `all`, `sweep`, `seeds3`). So `smoke,world` and
+  `world,smoke` are the same config (`smoke`), and the same names always give the same config. Two variants that
+  contradict each other (each group of `exclusive`, e.g. `fast` and `all`) are one clear error, in any order.
+  """
+  chosen = set(parse_variants(arg, variants, where))
+  for group in exclusive:
+    clash = [name for name in group if name in chosen]
+    if len(clash) > 1:
+      raise ValueError(f"{where}: variants {' and '.join(map(repr, clash))} exclude each other; use one of them")
+  for name, variant in variants.items():
+    if name in chosen:
+      variant(config)
   return config
 
 
@@ -113,6 +129,77 @@ def check_fraction(config, key: str) -> None:
   value = get_key(config, key)
   if isinstance(value, bool) or not (isinstance(value, (int, float)) and 0.0 < value < 1.0):
     bad_value(key, value, "a fraction in (0, 1)")
+
+
+def _leaves(config, prefix: str = ""):
+  """(dotted key, value) of every leaf of `config`, sections included (a world's, the stack's method sections)."""
+  for name, value in config.items():
+    if isinstance(value, (ml_collections.ConfigDict, Mapping)):
+      yield from _leaves(value, f"{prefix}{name}.")
+    else:
+      yield f"{prefix}{name}", value
+
+
+def _sections(config, prefix: str = ""):
+  """(dotted key, section) of `config` and every section under it."""
+  yield prefix.rstrip("."), config
+  for name, value in config.items():
+    if isinstance(value, (ml_collections.ConfigDict, Mapping)):
+      yield from _sections(value, f"{prefix}{name}.")
+
+
+def _in(low: float, high: float, low_open: bool = False, high_open: bool = False) -> Callable[[float], bool]:
+  return lambda v: (v > low if low_open else v >= low) and (v < high if high_open else v <= high)
+
+
+# What a config value's name says about its range, wherever it sits (model, train, a world section, the stack's
+# nested method sections): (does the leaf name match, is the value in range, what was expected). A dropout rate of
+# 2.0, a probability of -0.1 or a fraction of 1.5 would otherwise train and report numbers.
+RANGES: tuple[tuple[Callable[[str], bool], Callable[[float], bool], str], ...] = (
+    (lambda n: n == "dropout_rate" or n.endswith("_dropout_rate") or n.endswith("_dropout"),
+     _in(0.0, 1.0, high_open=True), "a dropout rate in [0, 1)"),
+    (lambda n: n == "prob" or n.endswith("_prob"), _in(0.0, 1.0), "a probability in [0, 1]"),
+    (lambda n: n.endswith("_fraction"), _in(0.0, 1.0, True, True), "a fraction in (0, 1)"),
+    (lambda n: n in ("iou_threshold", "min_overlap"), _in(0.0, 1.0), "a fraction in [0, 1]"),
+    (lambda n: n in ("recall_target", "epoch_decay"), _in(0.0, 1.0, low_open=True), "a number in (0, 1]"),
+    (lambda n: n == "lr" or n.endswith("_lr") or n == "tau" or n.startswith("tau_") or n.endswith("_temperature"),
+     _in(0.0, np.inf, True, True), "a positive finite number"),
+    (lambda n: n == "weight_decay" or n.endswith("_weight") or n == "lam" or n.startswith("lambda_") or n == "beta",
+     _in(0.0, np.inf, high_open=True), "a non-negative finite number"),
+)
+
+
+def check_ranges(config) -> None:
+  """Every leaf whose name `RANGES` knows holds a number in its range; else one clear error naming the key.
+  None (a backend parameter left at the library's default) is not checked."""
+  for key, value in _leaves(config):
+    name = key.rpartition(".")[2]
+    for matches, ok, expected in RANGES:
+      if not matches(name) or value is None:
+        continue
+      number = isinstance(value, (int, float, np.number)) and not isinstance(value, (bool, np.bool_))
+      if not number or not np.isfinite(value) or not ok(float(value)):
+        bad_value(key, value, expected)
+
+
+# Attention layers split a width into heads: (heads key, width key) of one section (VEDJE's joint encoder,
+# compressor and F_omega; VidCLIP's pooler and text tower; a VideoPrism `model.overrides`).
+HEAD_WIDTHS = (("num_heads", "hidden_size"), ("compressor_heads", "hidden_size"), ("predictor_heads", "hidden_size"),
+               ("pool_heads", "width"), ("text_heads", "text_hidden"), ("num_heads", "model_dim"))
+
+
+def check_heads(config) -> None:
+  """In every section holding both keys of a `HEAD_WIDTHS` pair, the heads are a positive integer dividing the
+  width: one clear error naming the key before any work (a width that does not split fails inside JAX tracing,
+  after the run has written its files, or silently drops dimensions)."""
+  for where, section in _sections(config):
+    for heads, width in HEAD_WIDTHS:
+      if heads in section and width in section:
+        key = f"{where}.{heads}" if where else heads
+        h, w = section[heads], section[width]
+        if not is_positive_int(h) or (is_positive_int(w) and w % h):
+          bad_value(key, h, f"a positive integer dividing {where + '.' if where else ''}{width}={w} (each head "
+                    "takes an equal share of the width)")
 
 
 # ----------------------------------------------------------------------------------------------

@@ -123,8 +123,10 @@ def get_config(dataset: str, arg: str | None = None) -> ml_collections.ConfigDic
                       hierarchy=("reorder", "partial"), levels=(1, 1))   # its eq. 2 negatives and their levels
   c.finetune = _train(hierarchy=("temp_reorder", "action_replace", "seg_mismatch", "multi"), levels=(1, 1, 1, 2))
   c.eval = ml_collections.ConfigDict(dict(chunk=256))
-  return common.apply_variants(c, arg, {"world": world, "smoke": smoke, "tiny": tiny, "rendered": rendered},
-                               f"configs/comp_{dataset}.py")
+  # Declared in the order they apply, whatever their order in `arg` (`common.apply_variants`); `rendered` runs on the
+  # rendered corpus's store, which the embedded world (`world`, and `smoke`, which implies it) replaces.
+  return common.apply_variants(c, arg, {"world": world, "rendered": rendered, "smoke": smoke, "tiny": tiny},
+                               f"configs/comp_{dataset}.py", exclusive=(("world", "rendered"), ("smoke", "rendered")))
 
 
 def world(c: ml_collections.ConfigDict) -> None:

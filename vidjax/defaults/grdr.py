@@ -128,9 +128,11 @@ def get_config(dataset: str, arg: str | None = None) -> ml_collections.ConfigDic
       train_split="train" if dataset == "msrvtt" else "",  # MSR-VTT's JSON marks "train" (an id list replaces it)
       skip_missing=True,      # videos without features are skipped and counted (False: an error)
   ))
-  return common.apply_variants(c, arg, {"world": world, "smoke": smoke, "tiny": tiny, "sweep": sweep,
-                                        "rendered": rendered},
-                               f"configs/grdr_{dataset}.py")
+  # Declared in the order they apply, whatever their order in `arg` (`common.apply_variants`); `rendered` runs on the
+  # rendered corpus's store, which the embedded world (`world`, and `smoke`, which implies it) replaces.
+  return common.apply_variants(c, arg, {"world": world, "rendered": rendered, "smoke": smoke, "tiny": tiny,
+                                        "sweep": sweep},
+                               f"configs/grdr_{dataset}.py", exclusive=(("world", "rendered"), ("smoke", "rendered")))
 
 
 # Test protocol (reader protocol, split) of each dataset (§4.1): MSR-VTT 1k-A and LSMDC per caption; DiDeMo and

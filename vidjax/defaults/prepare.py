@@ -31,8 +31,10 @@ def get_config(arg: str | None = None, shared: Path | None = None) -> ml_collect
   ))
   c.num_frames = 0           # 0 = the dataset's paper setting (FRAMES)
   c.save_tokens = True       # per-frame tokens: VEDJE's caches, VideoComp and GenState's VidCLIP read them
-  return common.apply_variants(c, arg, {"smoke": lambda c: smoke(c, shared),
-                                       "rendered": lambda c: extract.rendered_model(c, shared)}, "configs/prepare.py")
+  # `smoke` and `rendered` each set the backbone's shape: one of them.
+  return common.apply_variants(c, arg, {"rendered": lambda c: extract.rendered_model(c, shared),
+                                       "smoke": lambda c: smoke(c, shared)}, "configs/prepare.py",
+                               exclusive=(("smoke", "rendered"),))
 
 
 def frames(c) -> int:

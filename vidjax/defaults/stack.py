@@ -60,9 +60,11 @@ def get_config(dataset: str, arg: str | None, *, eval_split: str, identity_rule:
   c.grdr = _grdr("world")
   c.vedje = _vedje()
   c.index = common.index_section()  # the dense recall stage's index (recall "dense"): exact by default
-  known = cast.known_variants(dataset, variants)
-  known["smoke"] = lambda cfg: (cast.smoke(cfg), _smoke(cfg))
+  # CAST's variants with `rendered` before `smoke` (they apply in this order whatever their order in `arg`), and
+  # `smoke` shrinking the stack's stages too.
+  known = {name: v for name, v in cast.known_variants(dataset, variants).items() if name != "smoke"}
   known["rendered"] = _rendered
+  known["smoke"] = lambda cfg: (cast.smoke(cfg), _smoke(cfg))
   return common.apply_variants(c, arg, known, f"configs/stack_{dataset}.py")
 
 

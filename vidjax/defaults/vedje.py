@@ -28,6 +28,9 @@ PRECISIONS = ("bfloat16", "float8_e4m3", "float4_e2m1")
 # The reader split of each dataset's training file: MSR-VTT's JSON marks "train" (an id list, the standard 9k
 # train_list_jsfusion.txt, replaces it), MSVD's numbering gives "train", DiDeMo and ActivityNet have one file each.
 TRAIN_SPLIT = {"msrvtt": "train", "msvd": "train", "didemo": "", "activitynet": ""}
+# Variants that contradict each other (`common.apply_variants`): `rendered` runs on the rendered corpus's store, which
+# the embedded world (`world`, and `smoke`, which implies it) replaces; `fast` drops the tables `all` asks for.
+EXCLUSIVE = (("world", "rendered"), ("smoke", "rendered"), ("fast", "all"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -189,10 +192,11 @@ def get_config(dataset: str, arg: str | None = None) -> ml_collections.ConfigDic
   c.ablations = ("cache_structure", "prior")
   c.diagnostics = True             # dynamics stratification (A.10) and the MaxSim cache probe (A.11)
   c.index = common.index_section()  # stage 1's two indices (videos for T2V, captions for V2T): exact by default
-  return common.apply_variants(c, arg, {"world": world, "smoke": smoke, "tiny": tiny, "fast": fast, "all": all_tables,
-                                  "rendered": rendered,
-                                  "seeds3": seeds3},
-                               f"configs/vedje_{dataset}.py")
+  # Declared in the order they apply, whatever their order in `arg` (`common.apply_variants`): where the data and
+  # the model's size come from, then what shrinks it, then what picks the tables.
+  return common.apply_variants(c, arg, {"world": world, "rendered": rendered, "smoke": smoke, "tiny": tiny,
+                                        "fast": fast, "all": all_tables, "seeds3": seeds3},
+                               f"configs/vedje_{dataset}.py", exclusive=EXCLUSIVE)
 
 
 def world(c: ml_collections.ConfigDict) -> None:

@@ -6,8 +6,9 @@ calls
   @precision_policy                      on `run`: the run traces at `config.precision.eval`; its training
   precision(config, "train" | "extract")   and extraction calls run inside these contexts (README "Precision")
   start_run(config, workdir, validate)   one clear error per bad config value (the `check_*` helpers of
-                                         `vidjax.defaults.common`), then the workdir, refusing one made by a
-                                         different config (`RESUMABLE` says what may change between runs)
+                                         `vidjax.defaults.common`) or missing input, then the workdir, refusing
+                                         one made by a different config (`RESUMABLE` says what may change between
+                                         runs; `record_config` says when a failed run's record binds)
   check_data_source(config, has_data)    the :world variant and a user's data exclude each other
   on_writer(name, write)                 multi-host: process 0 writes the files every process needs, all wait
   write_results(config, workdir, ...)    results.json (process 0) + printed tables
@@ -33,10 +34,10 @@ import jax.numpy as jnp
 from vidjax import io
 from vidjax.sharding import barrier, is_writer, on_writer  # noqa: F401  (the experiments' multi-host helpers)
 from vidjax.defaults.common import (bad_value, check_choice, check_fraction, check_index, check_positive,  # noqa: F401
-                                    check_positive_int, check_precision, get_key)
+                                    check_heads, check_positive_int, check_precision, check_ranges, get_key)
 from vidjax.ops import is_positive_int  # noqa: F401  (re-exported for the experiments' checks)
-from vidjax.methods.real import (SKIP_FILE, WORLD_PATH, check_store, present_videos,  # noqa: F401  (re-exported)
-                                 real_path, store_benchmark)
+from vidjax.methods.real import (PREPARE, SKIP_FILE, WORLD_PATH, check_store, present_videos,  # noqa: F401
+                                 real_path, store_benchmark)  # (re-exported)
 
 REQUIRED_KEYS = ("experiment", "dataset", "synthetic", "path", "skipped_videos", "config", "metrics")
 # Keys that may change between runs in one workdir, by one rule: nothing written there depends on them.
@@ -133,18 +134,85 @@ def _flat(d: Mapping, prefix: str = "") -> dict[str, Any]:
 
 
 def start_run(config, workdir: str | Path, validate, resumable: Iterable[str] = ()) -> Path:
-  """What every experiment's `run` does first: `validate(config)` (one clear error per bad value, before
-  any work), create the workdir and refuse one made by a different config (`check_workdir`).
+  """What every experiment's `run` does first, in this order, so that a run refused for a bad value or a missing
+  input writes nothing (and in particular records no config that would refuse the corrected rerun):
+
+    1. the config: `seed`, `precision`, every rate / probability / fraction in its range and attention heads that
+       divide their width (`check_ranges`, `check_heads`), then the experiment's own `validate(config)`;
+    2. the inputs: every file or folder a `data.*` key names exists (`check_inputs`), and a feature store holds
+       every kind the run reads (`check_store_kinds`);
+    3. the workdir: created (a file of that name is one clear error), and refused when it holds the files of a
+       different config (`record_config`).
 
   `resumable`: the experiment's own keys, besides the `RESUMABLE_*` rule, that its files do not depend on."""
   if isinstance(config.get("seed"), bool) or not isinstance(config.get("seed"), int) or config.seed < 0:
     bad_value("seed", config.get("seed"), "a non-negative integer (it seeds every random choice of the run)")
   check_precision(config)
+  check_ranges(config)
+  check_heads(config)
   validate(config)
-  workdir = Path(workdir)
-  workdir.mkdir(parents=True, exist_ok=True)
-  check_workdir(config, workdir, resumable)
+  check_inputs(config)
+  check_store_kinds(config)
+  workdir = make_workdir(workdir)
+  record_config(config, workdir, resumable)
   return workdir
+
+
+def make_workdir(workdir: str | Path) -> Path:
+  """Creates `workdir` (and its parents); a file in the way is one clear error naming it."""
+  workdir = Path(workdir)
+  for path in (workdir, *workdir.parents):
+    if path.exists() and not path.is_dir():
+      raise FileExistsError(f"--workdir {workdir}: {path} is a file, not a folder; name a new or existing folder")
+  try:
+    workdir.mkdir(parents=True, exist_ok=True)
+  except OSError as e:
+    raise type(e)(f"--workdir {workdir}: cannot create it: {e.strerror or e}") from e
+  return workdir
+
+
+# `data.*` keys that name a file or folder the run reads (comma-separated lists where the readers take several).
+INPUT_KEYS = ("annotations", "train_annotations", "video_list", "train_video_list", "features", "metadata",
+              "train_metadata", "available_videos", "captions", "release_eval", "release_train", "videos", "tokenizer")
+LIST_KEYS = ("annotations", "train_annotations")
+
+
+def check_inputs(config) -> None:
+  """Every file or folder a `data.*` key of `INPUT_KEYS` names exists (a remote `gs://...` path is left to its
+  reader): one `FileNotFoundError` naming the key and the path, before the workdir is touched."""
+  data = config.get("data")
+  if not hasattr(data, "get"):  # a config without a data section
+    return
+  for key in INPUT_KEYS:
+    value = data.get(key)
+    if not isinstance(value, str) or not value:
+      continue
+    for path in ([p.strip() for p in value.split(",") if p.strip()] if key in LIST_KEYS else [value]):
+      if "://" not in path and not Path(path).exists():
+        raise FileNotFoundError(f"config.data.{key}: no such file or folder: {path}")
+
+
+# `data.*_kind` keys a run reads from `data.features`, and what each holds (a run writes `cache_kind` itself).
+KIND_ROLES = {"clip_kind": "the videos' (clips') embeddings", "text_kind": "the query texts' embeddings",
+              "tokens_kind": "the videos' per-frame patch tokens", "video_kind": "the videos' embeddings"}
+
+
+def check_store_kinds(config) -> None:
+  """A run on a feature store (`data.features`) finds there every kind its `data.*_kind` keys name: else one error
+  naming the store, the kinds it lacks, the keys and `configs/prepare.py` (which writes them), before any file is
+  written."""
+  from vidjax.data.features import FeatureStore  # pylint: disable=g-import-not-at-top
+  data = config.get("data")
+  if not hasattr(data, "get") or not data.get("features") or data.get("source", "store") != "store":
+    return
+  store = FeatureStore(data.features)
+  have = store.kinds()
+  missing = {key: data[key] for key in KIND_ROLES if data.get(key) and data[key] not in have}
+  if missing:
+    roles = "; ".join(f"config.data.{key}: {KIND_ROLES[key]}" for key in missing)
+    raise ValueError(f"feature store {store.root} has no kind {sorted(set(missing.values()))} ({roles}; it has "
+                     f"{have}): write it with `{PREPARE} --config.data.videos=... --config.data.annotations=...` "
+                     "(configs/prepare.py), or name the store's kind with --config.data.<key>")
 
 
 def is_resumable(key: str, extra: Iterable[str] = ()) -> bool:
@@ -152,6 +220,21 @@ def is_resumable(key: str, extra: Iterable[str] = ()) -> bool:
   parts = key.split(".")
   return (parts[-1] in RESUMABLE_LEAVES or parts[0] in RESUMABLE_SECTIONS
           or any(key == e or key.startswith(e + ".") for e in (*RESUMABLE_KEYS, *extra)))
+
+
+CONFIG_RECORD = "config.json"
+PENDING_RECORD = "config.pending.json"
+
+
+def _compare(saved: Mapping, current: Mapping, workdir: Path, resumable: Iterable[str]) -> None:
+  old, new = _flat(saved), _flat(current)
+  # A workdir made before the precision policy ran at JAX's default precision; it resumes under the policy.
+  predates = () if "precision" in saved else ("precision",)
+  changed = sorted(k for k in old.keys() | new.keys()
+                   if old.get(k) != new.get(k) and not is_resumable(k, (*resumable, *predates)))
+  if changed:
+    raise ValueError(f"workdir {workdir} was made by a different config (changed: {', '.join(changed[:8])}); "
+                     "use a new --workdir (its features, benchmark files and checkpoints belong to that config)")
 
 
 def check_workdir(config, workdir: str | Path, resumable: Iterable[str] = ()) -> None:
@@ -162,20 +245,44 @@ def check_workdir(config, workdir: str | Path, resumable: Iterable[str] = ()) ->
     workdir: the run directory.
     resumable: the experiment's own keys that may change between runs besides `is_resumable`'s rule.
   """
-  path = Path(workdir) / "config.json"
+  path = Path(workdir) / CONFIG_RECORD
   current = json.loads(config.to_json_best_effort())
   if path.exists():
-    saved = io.read_json(path)
-    old, new = _flat(saved), _flat(current)
-    # A workdir made before the precision policy ran at JAX's default precision; it resumes under the policy.
-    predates = () if "precision" in saved else ("precision",)
-    changed = sorted(k for k in old.keys() | new.keys()
-                     if old.get(k) != new.get(k) and not is_resumable(k, (*resumable, *predates)))
-    if changed:
-      raise ValueError(f"workdir {workdir} was made by a different config (changed: {', '.join(changed[:8])}); "
-                       "use a new --workdir (its features, benchmark files and checkpoints belong to that config)")
+    _compare(io.read_json(path, "workdir config record"), current, Path(workdir), resumable)
   if is_writer():
     io.atomic_write_json(path, current)
+
+
+def _holds_outputs(workdir: Path) -> bool:
+  """Whether `workdir` holds any file besides the pending config record (empty folders do not count)."""
+  return any(p.name != PENDING_RECORD and not p.is_dir() for p in workdir.rglob("*"))
+
+
+def record_config(config, workdir: str | Path, resumable: Iterable[str] = ()) -> None:
+  """A run's config record, which refuses a later run of a different config in the same workdir (`check_workdir`).
+
+  A finished run's record is `config.json`. A run in progress records `config.pending.json`; it binds a later run
+  as `config.json` does as soon as the workdir holds any other file (features, benchmark files, checkpoints: a
+  killed run resumes only under its own config), while a run that stopped before writing anything (a bad input
+  found late, a malformed annotation file) leaves a record that binds nothing: the corrected rerun goes ahead.
+  `commit_config` (called by `write_results`) turns the pending record into `config.json`."""
+  workdir = Path(workdir)
+  if (workdir / CONFIG_RECORD).exists():
+    check_workdir(config, workdir, resumable)
+    return
+  pending = workdir / PENDING_RECORD
+  current = json.loads(config.to_json_best_effort())
+  if pending.exists() and _holds_outputs(workdir):
+    _compare(io.read_json(pending, "workdir config record"), current, workdir, resumable)
+  if is_writer():
+    io.atomic_write_json(pending, current)
+
+
+def commit_config(workdir: str | Path) -> None:
+  """Turns a run's pending config record into `config.json` (process 0); nothing when there is none."""
+  pending = Path(workdir) / PENDING_RECORD
+  if is_writer() and pending.exists():
+    pending.replace(Path(workdir) / CONFIG_RECORD)
 
 
 def check_data_source(config, has_data: bool, where: str) -> None:
@@ -187,6 +294,29 @@ def check_data_source(config, has_data: bool, where: str) -> None:
   if "world" not in config and not has_data:
     bad_value("data.features", config.data.features, f"a feature store (the paper's settings on your data), or run "
               f"the embedded SYNTHETIC world with its own small model: --config {where}:world")
+
+
+def check_informative(vectors, what: str, where: str) -> None:
+  """Refuses embeddings that cannot rank anything: every row zero, or every row the same vector (a store written
+  from placeholders, an extraction that failed quietly). Cosine scores would then tie everywhere and R@K read as
+  numbers (R@1 0, R@5 100) instead of an error. One `ValueError` naming `where` (the store and kind) and `what`.
+  A few zero rows among informative ones are reported on stdout (each ties with every candidate)."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  x = np.asarray(vectors)
+  if x.ndim < 2 or len(x) < 2:
+    return
+  flat = x.reshape(len(x), -1)
+  high, low = flat.max(axis=0), flat.min(axis=0)  # no [N, D] temporary: galleries can be large
+  if not (high.any() or low.any()):
+    raise ValueError(f"{where}: all {len(x)} {what} vectors are zero; they rank nothing (every score ties): "
+                     "re-extract them")
+  if np.array_equal(high, low):
+    raise ValueError(f"{where}: all {len(x)} {what} vectors are the same vector; they rank nothing (every score "
+                     "ties): re-extract them")
+  zero = int(np.count_nonzero(~flat.any(axis=1)))
+  if zero:
+    print(f"WARNING: {where}: {zero} of {len(x)} {what} vectors are zero (each ties with every candidate)",
+          flush=True)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -218,6 +348,7 @@ def write_results(workdir: str | Path, results: Mapping, tables: Sequence[str] =
     print(table, end="\n\n", flush=True)
   if not is_writer():
     return None
+  commit_config(workdir)  # the run wrote its results: its config record is final
   path = io.atomic_write_json(Path(workdir) / "results.json", dict(results))
   print(f"results written to {path}" + ("  [SYNTHETIC]" if results["synthetic"] else ""), flush=True)
   return path

@@ -112,6 +112,10 @@ def run(config, workdir: str | Path) -> dict:
     text = embeddings(store, config.data.text_kind, bench.query_ids, "query texts")
     video = embeddings(store, config.data.clip_kind, bench.corpus, "corpus videos")
     manifest = store.metadata
+  source = f"data.tfds {config.data.tfds}" if config.data.source == "tfds" else \
+      f"feature store {config.data.features or workdir / 'features'}"
+  common.check_informative(text, "query text", f"{source} kind {config.data.text_kind!r}")  # all-zero / constant: refused
+  common.check_informative(video, "corpus video", f"{source} kind {config.data.clip_kind!r}")
   synthetic = world is not None or bool(manifest.get("synthetic", False))
   print(("SYNTHETIC DATA: " if synthetic else "") + "retrieval benchmark: " +
         ", ".join(f"{k}={v}" for k, v in bench.stats().items()), flush=True)

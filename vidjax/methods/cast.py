@@ -66,6 +66,16 @@ def validate(config) -> None:
   if not config.eval.w_v_grid or not config.eval.w_p_grid:
     common.bad_value("eval.w_v_grid / eval.w_p_grid", (config.eval.w_v_grid, config.eval.w_p_grid),
                      "non-empty grids")
+  if not config.data.annotations and config.data.source == "store":  # the world's width is known before any work
+    check_heads(config, config.world.dim, "world.dim")
+
+
+def check_heads(config, dim: int, what: str) -> None:
+  """CAST's cross-attention splits the features' width `dim` into `model.num_heads` heads (Table 10): a count that
+  does not divide it would silently leave dimensions out of every head."""
+  heads = config.model.num_heads
+  if not common.is_positive_int(heads) or dim % heads:
+    common.bad_value("model.num_heads", heads, f"a positive integer dividing {what}={dim}")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -220,6 +230,7 @@ def build_models(config, dim: int) -> dict[str, Any]:
   """The trainable methods of Table 2 / Table 4, keyed by results.json method name."""
   dtype = jnp.dtype(config.model.compute_dtype)
   m = config.model
+  check_heads(config, dim, "the features' width")
   return {
       "late_fusion_learned": cast_models.LateFusionLearned(dim, hidden=m.late_fusion_hidden, dtype=dtype),
       "early_fusion": cast_models.EarlyFusion(dim, residual=False, dropout_rate=m.dropout_rate, dtype=dtype),

@@ -50,11 +50,14 @@ def read_activitynet_captions(path: str | os.PathLike) -> types.RetrievalData:
 
   Raises:
     FileNotFoundError: when the file does not exist.
-    ValueError: naming the file, the video / sentence and what was expected, on malformed input.
+    ValueError: naming the file, the video / sentence and what was expected, on malformed input; a file of another
+      release (YouCook2's {"database": ...}) is named by the format it looks like, not key by key.
   """
   data = io.read_json(path, "ActivityNet Captions file")
-  if not isinstance(data, dict):
-    types.fail(path, "top level", f"expected a JSON object mapping video ids to entries, got {type(data).__name__}")
+  if not isinstance(data, dict) or types.json_format(data) not in (None, "activitynet"):
+    # Another release's file (YouCook2's {"database": ...} read as ActivityNet named every one of its keys).
+    types.fail(path, "top level", "expected a JSON object mapping video ids to {'duration', 'timestamps', "
+               f"'sentences'}} (an ActivityNet Captions file); found {types.describe_json(data)}")
   videos, captions = [], []
   clipped = 0
   for video_id, entry in data.items():

@@ -72,7 +72,8 @@ def read_msvd(mapping_path: str | os.PathLike,
 
   Raises:
     FileNotFoundError: when a file does not exist.
-    ValueError: naming the file, the line and what was expected, on malformed input.
+    ValueError: naming the file, the line and what was expected, on malformed input, and when the
+      captions are the mapping file itself (or a copy of it: every "caption" a vid<N> alias).
   """
   mapping_path = Path(mapping_path)
   videos, alias, lines_of = {}, {}, {}
@@ -104,6 +105,9 @@ def read_msvd(mapping_path: str | os.PathLike,
   captions = []
   if captions_path is not None:
     captions_path = Path(captions_path)
+    if captions_path.exists() and captions_path.resolve() == mapping_path.resolve():
+      types.fail(captions_path, "file", f"the caption file is the clip mapping ({mapping_path}) itself: give the "
+                 "captions (AllVideoDescriptions.txt layout) as the second file")
     counts: dict[str, int] = {}
     for n, line in enumerate(_lines(captions_path, "caption file"), start=1):
       if not line.strip() or line.lstrip().startswith("#"):
@@ -119,6 +123,10 @@ def read_msvd(mapping_path: str | os.PathLike,
       i = counts.get(video_id, 0)
       counts[video_id] = i + 1
       captions.append(types.Caption(caption_id=f"{video_id}#{i:03d}", video_id=video_id, text=text))
+    # A copy of the mapping given as the captions: every "caption" is its clip's own vid<N> alias.
+    if captions and all(_VID.fullmatch(c.text) and alias.get(c.text) == c.video_id for c in captions):
+      types.fail(captions_path, "file", f"every line is '<clip name> vid<N>', the clip mapping's layout (as in "
+                 f"{mapping_path}), not '<clip name> <description>': give the captions file as the second file")
   return types.RetrievalData(source=f"MSVD {mapping_path}",
                              videos=tuple(videos[v] for v in sorted(videos)),
                              captions=tuple(captions))

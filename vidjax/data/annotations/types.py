@@ -113,16 +113,82 @@ def parse_segment(segment: Any, path, where: str) -> tuple[float, float]:
   return start, end
 
 
+def short_repr(value: Any, limit: int = 200) -> str:
+  """`repr(value)`, cut to `limit` characters for an error message."""
+  text = repr(value)
+  return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
+def some_keys(entry: dict, shown: int = 8) -> str:
+  """The keys of `entry` for an error message: all of a few, else the first `shown` and how many there are (a
+  release file mistaken for another format has thousands: a message must not list them all)."""
+  keys = sorted(map(str, entry))
+  return str(keys) if len(keys) <= shown else f"{len(keys)} keys, first {keys[:shown]}"
+
+
+# What a JSON release file of each format looks like at its top level. The readers say
+# which format a file of the wrong one looks like, instead of failing on its first record.
+def _is_step_release(d):  # YouCook2 / COIN: {"database": {video_id: {"annotations": [...], ...}}}
+  return isinstance(d, dict) and isinstance(d.get("database"), dict)
+
+
+def _is_activitynet(d):  # {video_id: {"duration", "timestamps", "sentences"}}
+  first = next(iter(d.values()), None) if isinstance(d, dict) and d else None
+  return isinstance(first, dict) and {"timestamps", "sentences"} <= set(first)
+
+
+def _is_msrvtt(d):  # {"videos": [...], "sentences": [...]}
+  return isinstance(d, dict) and "videos" in d and "sentences" in d
+
+
+def _is_didemo(d):  # [{"video", "description", "times", ...}, ...]
+  return isinstance(d, list) and bool(d) and isinstance(d[0], dict) and {"video", "description"} <= set(d[0])
+
+
+JSON_FORMATS = (  # (name, test, what it is and how to read it)
+    ("youcook2_coin", _is_step_release, "a YouCook2 / COIN release file ({'database': {video_id: ...}}): read it "
+     "with read_youcook2 / read_coin"),
+    ("activitynet", _is_activitynet, "an ActivityNet Captions file: read it with read_activitynet_captions"),
+    ("msrvtt", _is_msrvtt, "an MSR-VTT MSRVTT_data.json: read it with read_msrvtt"),
+    ("didemo", _is_didemo, "a DiDeMo file: read it with read_didemo"),
+)
+
+
+def json_format(data: Any) -> str | None:
+  """The name of the release format the parsed JSON `data` looks like (`JSON_FORMATS`), None when none."""
+  return next((name for name, test, _ in JSON_FORMATS if test(data)), None)
+
+
+def looks_like(data: Any) -> str | None:
+  """What the parsed JSON `data` looks like and how to read it (`JSON_FORMATS`), None when no known format."""
+  return next((what for _, test, what in JSON_FORMATS if test(data)), None)
+
+
+def describe_json(data: Any) -> str:
+  """A short description of a parsed JSON file's top level for an error message: its type and size, its first
+  keys (`some_keys`), and the release format it looks like, if any."""
+  if isinstance(data, dict):
+    shape = f"a JSON object of {some_keys(data)}"
+  elif isinstance(data, list):
+    shape = f"a JSON list of {len(data)} {type(data[0]).__name__ if data else 'item'}s"
+  else:
+    shape = f"a JSON {type(data).__name__}"
+  what = looks_like(data)
+  return shape + (f"; it looks like {what}" if what else "")
+
+
 def require(entry: Any, key: str, types: type | tuple[type, ...], path, where: str) -> Any:
   """Returns `entry[key]`, failing clearly when `entry` is not a dict, or the key is missing or mistyped."""
   if not isinstance(entry, dict):
     fail(path, where, f"expected a JSON object, got {type(entry).__name__}")
   if key not in entry:
-    fail(path, where, f"missing key {key!r} (keys present: {sorted(entry)})")
+    what = looks_like(entry) if where == "top level" else None
+    fail(path, where, f"missing key {key!r} (keys present: {some_keys(entry)})"
+         + (f"; the file looks like {what}" if what else ""))
   value = entry[key]
   if not isinstance(value, types) or isinstance(value, bool):
     names = types.__name__ if isinstance(types, type) else " or ".join(t.__name__ for t in types)
-    fail(path, where, f"{key!r} must be {names}, got {type(value).__name__} {value!r}")
+    fail(path, where, f"{key!r} must be {names}, got {type(value).__name__} {short_repr(value)}")
   return value
 
 
