@@ -13,6 +13,8 @@ import shutil
 import numpy as np
 import pytest
 
+from vidjax import search
+from vidjax.methods import stack as stack_method
 from vidjax.retrieval import DenseIndex, dense, files
 
 D, CHUNK, QB = 16, 128, 8
@@ -233,6 +235,99 @@ def test_faiss_index_file_is_checked(tmp_path):
   data[-5] ^= 0xFF
   (path / "faiss.index").write_bytes(bytes(data))
   _load_error(path, "faiss.index does not match the SHA-256")
+
+
+# ----------------------------------------------------------------------------- the stack index vidjax.search opens
+
+
+def _stack_index(path, n=12, dim=D):
+  """A minimal stack index as `write_index` lays it out: a dense recall stage and its caption table, no stages."""
+  rng = np.random.default_rng(5)
+  ids = [f"clip{i:03d}" for i in range(n)]
+  captions = [f"step {i % 4}" for i in range(n)]
+  path.mkdir()
+  np.savez(path / "corpus.npz", ids=np.array(ids), vectors=rng.normal(size=(n, dim)).astype(np.float32),
+           captions=np.array(captions), videos=np.array([f"v{i // 3}" for i in range(n)]))
+  unique = sorted(set(captions))
+  np.savez(path / "texts.npz", captions=np.array(unique), vectors=rng.normal(size=(len(unique), dim)).astype(np.float32))
+  manifest = {"format": stack_method.INDEX_FORMAT, "dataset": "test", "synthetic": True, "backbone": "b", "dim": dim,
+              "clips": n, "text_encoder": {"kind": "caption_lookup", "file": "texts.npz", "backbone": "b"},
+              "recall": {"kind": "dense", "file": "corpus.npz", "k": 10, "backbone": "b",
+                         "index": {"backend": "jax", "dtype": "float32", "params": {}}},
+              "stages": [],
+              "files": {f: files.file_record(path / f) for f in ("corpus.npz", "texts.npz")}}
+  (path / "manifest.json").write_text(json.dumps(manifest))
+  return path, manifest
+
+
+def _cli_error(path, capsys, query="step 1"):
+  assert search.main(["--index", str(path), query]) == 2
+  err = capsys.readouterr().err
+  assert err.count("\n") == 1 and err.startswith("vidjax.search: "), err
+  return err
+
+
+def test_stack_index_opens_and_searches(tmp_path, capsys):
+  path, _ = _stack_index(tmp_path / "index")
+  assert search.main(["--index", str(path), "step 1", "--json", "--k", "3"]) == 0
+  assert len(json.loads(capsys.readouterr().out)["results"]) == 3
+
+
+@pytest.mark.parametrize("damage,match", [
+    ("edited_corpus", "corpus.npz does not match the SHA-256 manifest.json recorded"),
+    ("truncated_texts", "texts.npz has .* bytes, manifest.json recorded .*truncated"),
+    ("missing_key", "manifest.json: recall.k is missing, expected a positive integer"),
+    ("bad_type", "manifest.json: dim is 16.0, expected a positive integer"),
+    ("unknown_backend", "manifest.json: recall index .*'annoy'.* is not one this vidjax builds"),
+    ("wrong_count", "corpus.npz holds 12 ids .*the manifest says 13 clips"),
+    ("nan_vector", "corpus.npz vectors of 'clip004' are not finite"),
+    ("nan_caption", "texts.npz vectors of 'step 2' are not finite"),
+])
+def test_stack_index_checks_what_it_claims(tmp_path, capsys, damage, match):
+  path, manifest = _stack_index(tmp_path / "index")
+  if damage == "edited_corpus":
+    with np.load(path / "corpus.npz") as z:
+      arrays = dict(z)
+    arrays["vectors"][4] += 1
+    np.savez(path / "corpus.npz", **arrays)
+  elif damage == "truncated_texts":
+    data = (path / "texts.npz").read_bytes()
+    (path / "texts.npz").write_bytes(data[:len(data) // 2])
+  else:
+    if damage == "missing_key":
+      del manifest["recall"]["k"]
+    elif damage == "bad_type":
+      manifest["dim"] = 16.0
+    elif damage == "unknown_backend":
+      manifest["recall"]["index"]["backend"] = "annoy"
+    elif damage == "wrong_count":
+      manifest["clips"] = 13
+    elif damage in ("nan_vector", "nan_caption"):
+      name = "corpus.npz" if damage == "nan_vector" else "texts.npz"
+      with np.load(path / name) as z:
+        arrays = dict(z)
+      arrays["vectors"][4 if damage == "nan_vector" else 2, 1] = np.nan
+      np.savez(path / name, **arrays)
+      manifest["files"][name] = files.file_record(path / name)  # the hash agrees: the rows themselves are checked
+    (path / "manifest.json").write_text(json.dumps(manifest))
+  err = _cli_error(path, capsys)
+  assert str(path) in err and __import__("re").search(match, err), err
+
+
+def test_a_stack_index_without_recorded_hashes_still_opens(tmp_path, capsys):
+  path, manifest = _stack_index(tmp_path / "index")
+  del manifest["files"]
+  (path / "manifest.json").write_text(json.dumps(manifest))
+  assert search.main(["--index", str(path), "step 2", "--k", "2"]) == 0
+
+
+def test_search_quotes_at_most_the_start_of_a_long_query(tmp_path, capsys):
+  path, _ = _stack_index(tmp_path / "index")
+  err = _cli_error(path, capsys, query="x" * 120_000)
+  assert len(err) < 700 and "120,000 characters" in err and "is not a caption" in err, err[:1000]
+  assert search.main(["--index", str(path), "step 1", "--context", "y" * 50_000]) == 2
+  err = capsys.readouterr().err
+  assert len(err) < 700 and "50,000 characters" in err, err[:1000]
 
 
 _FULL_DISK_SCRIPT = r"""
