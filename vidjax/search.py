@@ -18,8 +18,7 @@ import argparse
 import json
 import sys
 
-from vidjax.defaults.common import PRECISION_DEFAULTS
-from vidjax.methods.stack import StackIndex
+from vidjax.methods.stack import SEARCH_PRECISION, StackIndex
 
 
 def parse(argv=None) -> argparse.Namespace:
@@ -79,7 +78,7 @@ def main(argv=None) -> int:
   args = parse(argv)
   import jax  # pylint: disable=g-import-not-at-top
   try:
-    with jax.default_matmul_precision(PRECISION_DEFAULTS["eval"]):
+    with jax.default_matmul_precision(SEARCH_PRECISION):
       out = search(args)
   except (ValueError, OSError, KeyError, ImportError) as e:  # OSError: FileNotFoundError, an unreadable file
     print(error_line(e), file=sys.stderr)

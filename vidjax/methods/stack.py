@@ -18,6 +18,7 @@ from vidjax import checkpoints, evaluate, io, losses, metrics, ops, train
 from vidjax.data import pipeline
 from vidjax.data.features import FeatureStore
 from vidjax.data.pipeline import FeatureTable
+from vidjax.defaults.common import PRECISION_DEFAULTS
 from vidjax.defaults.vedje import FULL
 from vidjax.methods import cast as cast_method
 from vidjax.methods import extraction
@@ -33,6 +34,8 @@ from vidjax.scorers.vedje import PairBatches, VedjeScorer
 from vidjax.tokenizers.wordpiece import WordPieceTokenizer
 
 RECALLS = ("dense", "grdr")
+# The precision `python -m vidjax.search` computes at: the evaluation phase's default, as a run's evaluation does.
+SEARCH_PRECISION = PRECISION_DEFAULTS["eval"]
 
 
 # ----------------------------------------------------------------------------------------------
