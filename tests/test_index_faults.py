@@ -373,3 +373,16 @@ def test_a_full_disk_on_one_process_of_a_multi_process_save_fails_every_process(
     result = [l for l in out.splitlines() if l.startswith("RESULT ")][-1]
     assert "no space left on device writing" in result and "vectors.npy" in result, result
   assert sorted(os.listdir(tmp_path)) == []
+
+
+def test_save_refuses_to_replace_what_is_not_an_index(saved, tmp_path):
+  path, index, q = saved
+  (tmp_path / "data").mkdir()
+  (tmp_path / "data" / "notes.txt").write_text("mine")
+  (tmp_path / "file").write_text("mine")
+  for target in (tmp_path / "data", tmp_path / "file"):
+    with pytest.raises(FileExistsError, match=f"{target} exists and is not a saved index; refusing to replace it"):
+      index.save(target)
+  assert (tmp_path / "data" / "notes.txt").read_text() == "mine" and (tmp_path / "file").read_text() == "mine"
+  (tmp_path / "empty").mkdir()
+  np.testing.assert_array_equal(DenseIndex.load(index.save(tmp_path / "empty")).search(q, 5)[0], index.search(q, 5)[0])

@@ -901,6 +901,10 @@ class DenseIndex:
 
   def _start_save(self, tmp: Path, where: str) -> dict:
     """A fresh `tmp` (a killed save's removed), the free space checked, ids.npy written: its record."""
+    path = tmp.with_name(tmp.name[:-len(".tmp")])
+    if path.exists() and not (path / "index.json").is_file() and (not path.is_dir() or any(path.iterdir())):
+      raise FileExistsError(f"{where}: {path} exists and is not a saved index; refusing to replace it (save to a new "
+                            "path, or remove it first)")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     ids = self.ids.astype(str)
@@ -1032,7 +1036,7 @@ class DenseIndex:
 def _write_error(where: str, tmp: Path, e: OSError) -> OSError:
   """A write error of `save` as one message naming the index and the file: "no space left" for a full disk."""
   code = e.errno if e.errno is not None else next((a for a in e.args[:1] if isinstance(a, int)), None)
-  if isinstance(e.strerror, str) and e.strerror.startswith(where):
+  if str(e.strerror or (e.args[0] if e.args else "")).startswith(where):
     return e  # already one of ours
   file = e.filename or tmp
   if code in files.SPACE_ERRNOS:
