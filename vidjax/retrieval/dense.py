@@ -584,12 +584,14 @@ class _checked_rows:  # pylint: disable=invalid-name
     if contiguous:
       self._check_blocks(int(positions[0]), raw)
     rows = raw.view(DTYPES[self.dtype]).astype(np.float32)
-    bad = np.flatnonzero(~np.isfinite(rows).all(axis=1))
+    sq = np.einsum("ij,ij->i", rows, rows)  # one pass: a NaN or Inf value makes its row's sum NaN or Inf
+    bad = np.flatnonzero(~np.isfinite(rows[~np.isfinite(sq)]).all(axis=1))
     if bad.size:
+      bad = np.flatnonzero(~np.isfinite(sq))[bad]
       raise files.IndexFileError(f"{self.where}: vectors.npy rows of ids {self._names(positions[bad])} are not "
                                  "finite (NaN or Inf); the index is damaged: rebuild it (DenseIndex.save)")
-    norm = np.linalg.norm(rows, axis=1)
-    bad = np.flatnonzero((np.abs(norm - 1) > self.tol) & (norm != 0))
+    norm = np.sqrt(sq)
+    bad = np.flatnonzero(~((np.abs(norm - 1) <= self.tol) | (norm == 0)))  # an overflowing sum is not unit either
     if bad.size:
       raise files.IndexFileError(f"{self.where}: vectors.npy rows of ids {self._names(positions[bad])} are not unit "
                                  f"vectors (norm {norm[bad[0]]:.4g}; DenseIndex.save writes unit or zero rows); the "
