@@ -7,8 +7,10 @@ corpus, the query encoder and the stages named in its manifest. The query goes t
 through CAST consistency when `--context` names the clips the user has already seen (oldest first; they are
 never returned). Prints the ranked clips with each stage's score and the time each stage took, or one JSON
 object with `--json`. It computes at the evaluation phase's default precision ("highest": full float32 matmuls on a
-GPU too, README "Precision"), so its ranks do not move with the backend. Every bad input (index directory, query, context clip, --k) is one line on stderr and
-exit status 2.
+GPU too, README "Precision"), so its ranks do not move with the backend. Every bad input (index directory, query, context
+clip, --k) is one line on stderr (a long query or clip id quoted by its first 80 characters and its length) and
+exit status 2. Opening the index checks its manifest and every file it names against what the manifest recorded
+(`StackIndex`): a damaged or edited index is one line naming the file.
 """
 from __future__ import annotations
 
@@ -16,8 +18,7 @@ import argparse
 import json
 import sys
 
-from vidjax.defaults.common import PRECISION_DEFAULTS
-from vidjax.methods.stack import StackIndex
+from vidjax.methods.stack import SEARCH_PRECISION, StackIndex
 
 
 def parse(argv=None) -> argparse.Namespace:
@@ -47,7 +48,8 @@ def search(args: argparse.Namespace) -> dict:
 
 def render(out: dict) -> str:
   stages = out["stages"]
-  lines = [("SYNTHETIC index: " if out["synthetic"] else "") + f"{out['query']!r}"
+  query = out['query'] if len(out['query']) <= 80 else f"{out['query'][:80]}... ({len(out['query']):,} characters)"
+  lines = [("SYNTHETIC index: " if out["synthetic"] else "") + repr(query)
            + (f" after {', '.join(out['context'])}" if out["context"] else " (no context: CAST consistency skipped)")]
   head = f"{'rank':>4}  {'clip':<16} {'caption':<28} " + " ".join(f"{s:>9}" for s in stages)
   lines += [head, "-" * len(head)]
@@ -59,14 +61,27 @@ def render(out: dict) -> str:
   return "\n".join(lines)
 
 
+# What an error line quotes at most (a 120k-character query is not echoed back whole).
+MAX_ERROR_CHARS = 600
+
+
+def error_line(e: BaseException) -> str:
+  """`e` as one line of at most `MAX_ERROR_CHARS` characters (a longer one: its start and its length)."""
+  text = " ".join((e.args[0] if isinstance(e, KeyError) and len(e.args) == 1 and isinstance(e.args[0], str)
+                   else str(e)).split())
+  if len(text) > MAX_ERROR_CHARS:
+    text = f"{text[:MAX_ERROR_CHARS]}... ({len(text):,} characters)"
+  return f"vidjax.search: {text}"
+
+
 def main(argv=None) -> int:
   args = parse(argv)
   import jax  # pylint: disable=g-import-not-at-top
   try:
-    with jax.default_matmul_precision(PRECISION_DEFAULTS["eval"]):
+    with jax.default_matmul_precision(SEARCH_PRECISION):
       out = search(args)
-  except (ValueError, FileNotFoundError, KeyError) as e:
-    print(f"vidjax.search: {e}", file=sys.stderr)
+  except (ValueError, OSError, KeyError, ImportError) as e:  # OSError: FileNotFoundError, an unreadable file
+    print(error_line(e), file=sys.stderr)
     return 2
   print(json.dumps(out, indent=1) if args.json else render(out))
   return 0

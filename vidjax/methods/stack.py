@@ -18,6 +18,7 @@ from vidjax import checkpoints, evaluate, io, losses, metrics, ops, train
 from vidjax.data import pipeline
 from vidjax.data.features import FeatureStore
 from vidjax.data.pipeline import FeatureTable
+from vidjax.defaults.common import PRECISION_DEFAULTS
 from vidjax.defaults.vedje import FULL
 from vidjax.methods import cast as cast_method
 from vidjax.methods import extraction
@@ -26,13 +27,15 @@ from vidjax.methods import vedje
 from vidjax.models import cast as cast_models
 from vidjax.models.pair import PairReranker
 from vidjax.ops import l2_normalize
-from vidjax.retrieval import DenseIndex, Stack, Stage
+from vidjax.retrieval import DenseIndex, Stack, Stage, files
 from vidjax.scorers import cast as cast_scorers
 from vidjax.scorers.pair import PairScorer
 from vidjax.scorers.vedje import PairBatches, VedjeScorer
 from vidjax.tokenizers.wordpiece import WordPieceTokenizer
 
 RECALLS = ("dense", "grdr")
+# The precision `python -m vidjax.search` computes at: the evaluation phase's default, as a run's evaluation does.
+SEARCH_PRECISION = PRECISION_DEFAULTS["eval"]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -203,6 +206,7 @@ def grdr_recall(model, params, vectors: np.ndarray, ids: Sequence[str], k: int) 
 
 INDEX_FORMAT = "vidjax-stack-index/1"
 MANIFEST = "manifest.json"
+_REBUILD = "rebuild it (python -m vidjax.main --config configs/stack_<dataset>.py --workdir DIR writes DIR/index)"
 
 
 def _npz_bytes(**arrays) -> bytes:
@@ -252,12 +256,20 @@ def write_index(path: Path, *, corpus: Corpus, vectors: np.ndarray, texts: Featu
            "w_v": ensemble.w_v, "w_p": ensemble.w_p, "needs_context": True},
       ],
   }
+  named = ["corpus.npz", manifest["text_encoder"]["file"], recall["file"], *(st["file"] for st in manifest["stages"])]
+  manifest["files"] = {name: files.file_record(path / name) for name in dict.fromkeys(named)}  # checked on open
   io.atomic_write_json(path / MANIFEST, manifest)
   return path
 
 
 class StackIndex:
-  """A built index: the corpus, the query encoder and the stages, ready to `search`."""
+  """A built index: the corpus, the query encoder and the stages, ready to `search`.
+
+  Opening it checks what the index claims before anything is trusted: the manifest's fields (one error naming the
+  field), every file it names against the size and SHA-256 the manifest recorded (`"files"`; an index written before
+  they were recorded gets every other check), the corpus (ids distinct, as many as the manifest's clips, captions and
+  videos one per id, vectors [clips, dim] and finite) and the caption table (one finite [dim] vector per caption).
+  Each mismatch is one ValueError naming the index and the file."""
 
   def __init__(self, path: str | Path):
     path = Path(path)
@@ -270,6 +282,8 @@ class StackIndex:
     if not isinstance(m, dict) or m.get("format") != INDEX_FORMAT:
       raise ValueError(f"index {path}/{MANIFEST}: format {m.get('format') if isinstance(m, dict) else m!r} is not "
                        f"{INDEX_FORMAT!r}")
+    self.path, self.manifest = path, m
+    self._check_manifest()
     parts = [("the text encoder", m["text_encoder"]), ("the recall stage", m["recall"])] + [
         (f"stage {s['name']!r}", s) for s in m["stages"]]
     for what, part in parts:
@@ -278,30 +292,44 @@ class StackIndex:
                          f"holds {m['backbone']!r} features; rebuild the index from one feature store")
       if not (path / part["file"]).is_file():
         raise ValueError(f"index {path}: {what}'s file {part['file']} is missing")
-    self.path, self.manifest = path, m
+    for name, record in (m.get("files") or {}).items():
+      files.check_file(path, name, record, f"index {path}", recorded_in=MANIFEST, rebuild=_REBUILD)
     self.synthetic = bool(m["synthetic"])
-    corpus = checkpoints.read_npz(path / "corpus.npz", "index corpus")
+    corpus = self._arrays("corpus.npz", "index corpus", ("ids", "vectors", "captions", "videos"))
     self.ids, self.captions, self.videos = (corpus[k].astype(str).tolist() for k in ("ids", "captions", "videos"))
     self.row = {c: i for i, c in enumerate(self.ids)}
-    if corpus["vectors"].shape != (len(self.ids), m["dim"]):
-      raise ValueError(f"index {path}: corpus vectors {corpus['vectors'].shape} do not match the manifest's "
-                       f"{len(self.ids)} clips x dim {m['dim']}")
-    self.vectors = corpus["vectors"]
+    if len(self.row) != len(self.ids) or len(self.ids) != m["clips"]:
+      raise self._bad("corpus.npz", f"holds {len(self.ids)} ids ({len(self.row)} distinct), the manifest says "
+                      f"{m['clips']} clips")
+    if corpus["vectors"].shape != (len(self.ids), m["dim"]) or len(self.captions) != len(self.ids) or len(
+        self.videos) != len(self.ids):
+      raise self._bad("corpus.npz", f"holds vectors {corpus['vectors'].shape}, {len(self.captions)} captions and "
+                      f"{len(self.videos)} videos; the manifest says {len(self.ids)} clips x dim {m['dim']}")
+    self.vectors = self._finite("corpus.npz", corpus["vectors"], self.ids)
     r = m["recall"]
     if r["kind"] == "dense":  # an index written before backends were configurable: the exact one
-      self.recall = DenseIndex.from_config(self.ids, self.vectors, ml_collections.ConfigDict(
-          r.get("index", {"backend": "jax", "dtype": "float32", "params": {}})), query_batch=1)
+      section = r.get("index", {"backend": "jax", "dtype": "float32", "params": {}})
+      try:
+        self.recall = DenseIndex.from_config(self.ids, self.vectors, ml_collections.ConfigDict(section),
+                                             query_batch=1)
+      except (ValueError, KeyError, AttributeError, TypeError) as e:
+        raise ValueError(f"index {path}/{MANIFEST}: recall index {section!r} is not one this vidjax builds: "
+                         f"{str(e).strip()[:300]}") from None
     elif r["kind"] == "grdr":
-      params = ops.unflatten_dict(checkpoints.read_npz(path / r["file"], "index GRDR model"))["params"]
+      params = self._params(r["file"], "index GRDR model")
       model = grdr_method.build_model(ml_collections.ConfigDict(dict(r["model"], query_dim=m["dim"])), m["dim"])
       self.recall = grdr_recall(model, params, self.vectors, self.ids, int(r["k"]) + int(r["context_len"]))
     else:
       raise ValueError(f"index {path}: recall stage of unknown kind {r['kind']!r} (known: {', '.join(RECALLS)})")
-    texts = checkpoints.read_npz(path / m["text_encoder"]["file"], "index text table")
-    self.text_of = {t: v for t, v in zip(texts["captions"].astype(str).tolist(), texts["vectors"])}
+    texts = self._arrays(m["text_encoder"]["file"], "index text table", ("captions", "vectors"))
+    captions = texts["captions"].astype(str).tolist()
+    if texts["vectors"].shape != (len(captions), m["dim"]):
+      raise self._bad(m["text_encoder"]["file"], f"holds {len(captions)} captions and vectors "
+                      f"{texts['vectors'].shape}, expected [{len(captions)}, dim {m['dim']}]")
+    self.text_of = dict(zip(captions, self._finite(m["text_encoder"]["file"], texts["vectors"], captions)))
     self.stages, self.needs_context = [], set()
     for s in m["stages"]:
-      params = ops.unflatten_dict(checkpoints.read_npz(path / s["file"], f"index stage {s['name']!r}"))["params"]
+      params = self._params(s["file"], f"index stage {s['name']!r}")
       if s["kind"] == "pair_reranker":
         scorer = PairScorer(PairReranker(), params)
       elif s["kind"] == "cast_ensemble":
@@ -315,6 +343,73 @@ class StackIndex:
         self.needs_context.add(s["name"])
       self.stages.append(Stage(s["name"], scorer, int(s["k"])))
 
+  def _bad(self, name: str, problem: str) -> ValueError:
+    return files.IndexFileError(f"index {self.path}: {name} {problem}; the index is damaged or was changed after it "
+                                f"was built: {_REBUILD}")
+
+  def _check_manifest(self) -> None:
+    """Every field the index reads, present and of its type: one error naming the field."""
+    m = self.manifest
+
+    def need(obj, key, kind, where):
+      value = obj.get(key) if isinstance(obj, dict) else None
+      ok = isinstance(value, kind) and not (isinstance(value, bool) and kind is not bool)
+      if not ok or (kind is int and value < 1):
+        raise ValueError(f"index {self.path}/{MANIFEST}: {where}{key} is {str(value)[:80] if key in obj else 'missing'}"
+                         f", expected {'a positive integer' if kind is int else getattr(kind, '__name__', 'a number')}"
+                         f"; the index is damaged or incomplete: {_REBUILD}")
+      return value
+
+    for key, kind in (("synthetic", bool), ("backbone", str), ("dim", int), ("clips", int), ("text_encoder", dict),
+                      ("recall", dict), ("stages", list)):
+      need(m, key, kind, "")
+    for key, kind in (("kind", str), ("file", str), ("backbone", str)):
+      need(m["text_encoder"], key, kind, "text_encoder.")
+    for key, kind in (("kind", str), ("file", str), ("backbone", str), ("k", int)):
+      need(m["recall"], key, kind, "recall.")
+    if m["recall"]["kind"] == "grdr":
+      need(m["recall"], "model", dict, "recall.")
+      need(m["recall"], "context_len", (int,), "recall.")
+    for i, s in enumerate(m["stages"]):
+      if not isinstance(s, dict):
+        raise ValueError(f"index {self.path}/{MANIFEST}: stages[{i}] is not an object; {_REBUILD}")
+      for key, kind in (("name", str), ("kind", str), ("file", str), ("backbone", str), ("k", int)):
+        need(s, key, kind, f"stages[{i}].")
+      if s["kind"] == "cast_ensemble":
+        for key, kind in (("num_heads", int), ("context_len", (int,)), ("w_v", (int, float)), ("w_p", (int, float))):
+          need(s, key, kind, f"stages[{i}].")
+    if "files" in m and not (isinstance(m["files"], dict) and all(
+        isinstance(r, dict) and isinstance(r.get("bytes"), int) and isinstance(r.get("sha256"), str)
+        for r in m["files"].values())):
+      raise ValueError(f"index {self.path}/{MANIFEST}: files must map each file to its bytes and sha256; "
+                       f"{_REBUILD}")
+    names = [m["text_encoder"]["file"], m["recall"]["file"], *(s["file"] for s in m["stages"])]
+    outside = [n for n in names if Path(n).name != n]
+    if outside:
+      raise ValueError(f"index {self.path}/{MANIFEST}: file {outside[0]!r} is not a file name inside the index")
+
+  def _arrays(self, name: str, what: str, keys: Sequence[str]) -> dict[str, np.ndarray]:
+    arrays = checkpoints.read_npz(self.path / name, what)
+    missing = [k for k in keys if k not in arrays]
+    if missing:
+      raise self._bad(name, f"lacks the arrays {missing} (it has {sorted(arrays)[:10]})")
+    return arrays
+
+  def _finite(self, name: str, vectors: np.ndarray, ids: Sequence[str]) -> np.ndarray:
+    if not np.issubdtype(vectors.dtype, np.floating):
+      raise self._bad(name, f"holds {vectors.dtype} vectors, not floats")
+    bad = np.flatnonzero(~np.isfinite(vectors).all(axis=tuple(range(1, vectors.ndim))))
+    if bad.size:
+      raise self._bad(name, f"vectors of {', '.join(files.quote(ids[i], 40) for i in bad[:5])} are not finite "
+                      f"(NaN or Inf; {bad.size} rows)")
+    return vectors
+
+  def _params(self, name: str, what: str):
+    tree = ops.unflatten_dict(checkpoints.read_npz(self.path / name, what))
+    if "params" not in tree:
+      raise self._bad(name, "holds no 'params' (not a parameter file)")
+    return tree["params"]
+
   def encode(self, text: str) -> np.ndarray:
     """The query's text embedding: the store's text tower (built on first use), or for a space without one its
     caption table."""
@@ -327,8 +422,8 @@ class StackIndex:
     found = self.text_of.get(text) if text in self.text_of else next(
         (v for t, v in self.text_of.items() if t.lower() == text.strip().lower()), None)
     if found is None:
-      examples = ", ".join(repr(t) for t in list(self.text_of)[:3])
-      raise ValueError(f"query {text!r} is not a caption of this index's space (its text encoder is a caption table "
+      examples = ", ".join(files.quote(t) for t in list(self.text_of)[:3])
+      raise ValueError(f"query {files.quote(text)} is not a caption of this index's space (its text encoder is a caption table "
                        f"of {len(self.text_of)} captions, e.g. {examples})")
     return found
 
@@ -336,7 +431,7 @@ class StackIndex:
     """(StackResult for one query, stages used): recall -> rerank -> CAST when `context` clips are given."""
     unknown = [c for c in context if c not in self.row]
     if unknown:
-      raise ValueError(f"unknown context clip {unknown[0]!r}: not a clip of this index's corpus "
+      raise ValueError(f"unknown context clip {files.quote(unknown[0])}: not a clip of this index's corpus "
                        f"({len(self.ids)} clips, e.g. {self.ids[0]!r})")
     stages = [s for s in self.stages if context or s.name not in self.needs_context]
     last = stages[-1].k if stages else self.manifest["recall"]["k"]

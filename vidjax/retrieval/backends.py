@@ -6,7 +6,8 @@ A backend is built from `read(sorted positions int64 [m]) -> float32 [m, D]` (un
 
     search(queries float32 [Qb, D] unit, k) -> (scores float32 [Qb, >= k], positions int64 [Qb, >= k])
     vectors(positions int64 [m]) -> float32 [m, D];  nbytes;  exact;  params (JSON-able, as built)
-    save(directory);  load(directory, n, dim, params)   (a classmethod)
+    save(directory) -> {file: record} (`vidjax.retrieval.files`: what index.json records and `load` checks)
+    load(directory, n, dim, params, where)   (a classmethod; `where` names the index in its errors)
     SEARCH_PARAMS; set_search_params(**params)   (the search-time params, changed without a rebuild)
 
 Ids, normalisation, the tie rule (equal scores: smaller position first) and missing results stay in `DenseIndex`.
@@ -25,6 +26,7 @@ Both are optional extras: `pip install -e .[faiss]` / `pip install -e .[scann]` 
 """
 from __future__ import annotations
 
+import errno
 import functools
 import math
 from pathlib import Path
@@ -33,6 +35,7 @@ from typing import Callable
 import numpy as np
 
 from vidjax import progress as progress_lib
+from vidjax.retrieval import files
 
 Read = Callable[[np.ndarray], np.ndarray]
 DEFAULT_CHUNK = 16384
@@ -123,16 +126,21 @@ class Faiss:
         return s, p
       fetch = min(self.n, 2 * fetch)
 
-  def save(self, path: Path) -> None:
-    self._faiss.write_index(self.index, str(path / "faiss.index"))
+  def save(self, path: Path) -> dict:
+    """Writes faiss.index; returns its record for index.json."""
+    _library_write(lambda: self._faiss.write_index(self.index, str(path / "faiss.index")), path / "faiss.index")
+    return {"faiss.index": files.file_record(path / "faiss.index")}
 
   @classmethod
-  def load(cls, path: Path, n: int, dim: int, params: dict) -> "Faiss":
+  def load(cls, path: Path, n: int, dim: int, params: dict, where: str) -> "Faiss":
     faiss = _import("faiss", "faiss")
-    index = faiss.read_index(str(path / "faiss.index"))
+    try:
+      index = faiss.read_index(str(path / "faiss.index"))
+    except RuntimeError as e:
+      raise files.IndexFileError(f"{where}: faiss.index is not a readable faiss index ({_last_line(e)}); the index "
+                                 "is damaged: rebuild it (DenseIndex.save)") from None
     if (index.ntotal, index.d) != (n, dim):
-      raise ValueError(f"DenseIndex.load({path}): faiss.index holds {index.ntotal} x {index.d}, index.json says "
-                       f"{n} x {dim}")
+      raise files.IndexFileError(f"{where}: faiss.index holds {index.ntotal} x {index.d}, index.json says {n} x {dim}")
     return cls(n, dim, None, _index=index, **params)
 
 
@@ -203,19 +211,40 @@ class Scann:
                                         leaves_to_search=self.num_leaves_to_search)
     return np.asarray(s, np.float32), np.asarray(p, np.int64)
 
-  def save(self, path: Path) -> None:
+  def save(self, path: Path) -> dict:
+    """Writes scann/ (the searcher) and vectors.npy (the float32 rows); returns their records for index.json."""
     (path / "scann").mkdir()
-    self.searcher.serialize(str(path / "scann"), relative_path=True)  # the directory is renamed into place
-    np.save(path / "vectors.npy", self.rows)
+    # relative paths: the directory is renamed into place
+    _library_write(lambda: self.searcher.serialize(str(path / "scann"), relative_path=True), path / "scann")
+    out = {"vectors.npy": files.write_npy(path / "vectors.npy", self.rows)}
+    return out | {p.relative_to(path).as_posix(): files.file_record(p)
+                  for p in sorted((path / "scann").rglob("*")) if p.is_file()}
 
   @classmethod
-  def load(cls, path: Path, n: int, dim: int, params: dict) -> "Scann":
+  def load(cls, path: Path, n: int, dim: int, params: dict, where: str) -> "Scann":
     scann = _import("scann", "scann")
-    rows = np.load(path / "vectors.npy")
-    if rows.shape != (n, dim):
-      raise ValueError(f"DenseIndex.load({path}): vectors.npy has shape {rows.shape}, index.json says {(n, dim)}")
-    return cls(n, dim, None, _searcher=scann.scann_ops_pybind.load_searcher(str(path / "scann")), _rows=rows,
-               **params)
+    rows = np.array(files.open_npy(path / "vectors.npy", np.float32, (n, dim), where))
+    try:
+      searcher = scann.scann_ops_pybind.load_searcher(str(path / "scann"))
+    except (RuntimeError, ValueError, OSError) as e:
+      raise files.IndexFileError(f"{where}: scann/ is not a readable ScaNN searcher ({_last_line(e)}); the index is "
+                                 "damaged: rebuild it (DenseIndex.save)") from None
+    return cls(n, dim, None, _searcher=searcher, _rows=rows, **params)
+
+
+def _last_line(e: Exception) -> str:
+  lines = str(e).strip().splitlines()
+  return lines[-1][:200] if lines else type(e).__name__
+
+
+def _library_write(write: Callable[[], None], path: Path) -> None:
+  """A library's own file write, its error an OSError naming `path` ("no space left" when the disk is full)."""
+  try:
+    write()
+  except RuntimeError as e:  # faiss and ScaNN raise RuntimeError with the C library's message
+    text = str(e)
+    full = "space left" in text.lower() or "ENOSPC" in text or files.free_bytes(path) == 0
+    raise OSError(errno.ENOSPC if full else errno.EIO, _last_line(e), str(path)) from None
 
 
 LIBRARY = {"faiss": Faiss, "scann": Scann}

@@ -51,9 +51,16 @@ default), "approx" (the same chunks, `jax.lax.approx_max_k` per chunk: a saving 
 (`vidjax.retrieval.backends`, optional extras). Every backend answers [Q, k] scores and positions; ids, normalisation,
 the tie rule (re-applied to what an approximate backend returns) and results it did not find (id "", score -inf)
 stay here.
+
+Saved indexes (`save`, `load`, `vidjax.retrieval.files`): written with plain file writes, never a memory map (a full
+disk is one error naming the file and "no space left"; the temporary directory is removed, and a killed save's is
+removed by the next save), and index.json records every file's size and SHA-256 (the vectors' one per chunk). `load`
+checks them, and the vectors' dtype, shape, size, finiteness and norms, before it trusts a file: a file that is
+truncated, re-saved, reordered or edited is one error naming the index and the file.
 """
 from __future__ import annotations
 
+import errno
 import functools
 import inspect
 import json
@@ -69,13 +76,15 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 
+from vidjax import io as vio
 from vidjax import progress as progress_lib
 from vidjax.data.features import FeatureStore
 from vidjax.ops import l2_normalize
+from vidjax.retrieval import files
 
 DTYPES = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16}
 BACKENDS = ("jax", "approx", "faiss", "scann")  # = vidjax.defaults.common.INDEX_BACKENDS (the configs' choices)
-INDEX_FORMAT = 1  # of `DenseIndex.save`
+INDEX_FORMAT = 2  # of `DenseIndex.save` (2: index.json records every file's size and SHA-256; 1 still loads)
 # Per platform (`platform_of`: the platform of the devices holding the index). A search is one compiled program per
 # query batch (`_search`, `_sharded_search`) that takes the stored chunks in one of two shapes (`_plan`):
 #   * one step over all of a device's rows, when the [Qb, N] float32 scores are at most `SCORE_BUDGET` elements
@@ -462,51 +471,138 @@ class JaxExact:
       return _local(s), _local(p)
     return jax.device_get(_search(queries, self._stored, self._n_valid, **kw))
 
-  # -- save / load: the stored rows (storage dtype, no padding) in one .npy, written one chunk at a time
+  # -- save / load: the stored rows (storage dtype, no padding) in one .npy, written one chunk at a time with plain
+  # file writes (`vidjax.retrieval.files`: a full disk is an OSError, not the SIGBUS of a memory map), each chunk's
+  # SHA-256 recorded in index.json and checked when the chunk is read back
   @property
   def spans_processes(self) -> bool:
     """Whether other processes hold some of the blocks (then `save` is `create` on one process, `fill` on all)."""
     return not self._stored.is_fully_addressable
 
-  def save(self, path: Path) -> None:
+  @property
+  def storage(self) -> np.dtype:
+    """The dtype vectors.npy holds (bfloat16 as its uint16 bits: NumPy's .npy has no bfloat16)."""
+    return np.dtype(np.uint16 if self.dtype == "bfloat16" else np.float32)
+
+  @property
+  def file_bytes(self) -> int:
+    return self.n * self.dim * self.storage.itemsize
+
+  def save(self, path: Path) -> dict:
+    """Writes vectors.npy; returns its record for index.json (`record`)."""
     self.create(path)
-    self.fill(path)
+    return self.record(self.fill(path))
 
   def create(self, path: Path) -> None:
     """An empty vectors.npy of the right shape."""
-    out = np.lib.format.open_memmap(path / "vectors.npy", mode="w+", dtype=np.uint16 if self.dtype == "bfloat16"
-                                    else np.float32, shape=(self.n, self.dim))
-    out.flush()
-    del out
+    files.create_npy(path / "vectors.npy", self.storage, (self.n, self.dim))
 
-  def fill(self, path: Path) -> None:
-    """Writes this process's chunks (its device blocks, one chunk at a time) into the vectors.npy `create` made."""
-    out = np.load(path / "vectors.npy", mmap_mode="r+")
-    view = out.view(DTYPES[self.dtype])
-    done = set()
-    for shard in self._stored.addressable_shards:  # [L, chunk, D] from chunk `first` on
-      first = shard.index[0].start or 0
-      if first in done:  # a replica
-        continue
-      done.add(first)
-      for j in range(shard.data.shape[0]):
-        start = (first + j) * self.chunk
-        stop = min(start + self.chunk, self.n)
-        if stop > start:
-          view[start:stop] = np.asarray(shard.data[j])[:stop - start]
-    out.flush()
-    del out
+  def fill(self, path: Path) -> dict[int, str]:
+    """Writes this process's chunks (its device blocks, one chunk at a time) into the vectors.npy `create` made;
+    returns {chunk number: SHA-256 of its rows as stored}."""
+    hashes = {}
+
+    def blocks():
+      for shard in self._stored.addressable_shards:  # [L, chunk, D] from chunk `first` on
+        first = shard.index[0].start or 0
+        for j in range(shard.data.shape[0]):
+          c = first + j
+          start, stop = c * self.chunk, min((c + 1) * self.chunk, self.n)
+          if stop > start and c not in hashes:  # not padding, not a replica
+            rows = np.asarray(shard.data[j])[:stop - start]
+            hashes[c] = files.sha256_rows(rows)
+            yield start, rows
+
+    files.write_rows(path / "vectors.npy", self.storage, (self.n, self.dim), blocks())
+    return hashes
+
+  def record(self, hashes: Mapping[int, str]) -> dict:
+    """vectors.npy's entry in index.json's "files": dtype, shape and every chunk's SHA-256 (`fill`'s, merged over
+    the processes)."""
+    num = math.ceil(self.n / self.chunk)
+    if sorted(hashes) != list(range(num)):
+      raise RuntimeError(f"DenseIndex.save: chunk hashes for {sorted(hashes)[:5]}.., expected 0..{num - 1}")
+    return {"vectors.npy": {"dtype": self.storage.str, "shape": [self.n, self.dim], "chunk_rows": self.chunk,
+                            "chunk_sha256": [hashes[c] for c in range(num)]}}
 
   @classmethod
-  def load(cls, path: Path, n: int, dim: int, dtype: str, params: dict, mesh=None, axis: str = "data",
-           progress: bool = False) -> "JaxExact":
-    stored = np.load(path / "vectors.npy", mmap_mode="r")
-    if stored.shape != (n, dim):
-      raise ValueError(f"DenseIndex.load({path}): vectors.npy has shape {stored.shape}, index.json says {(n, dim)}")
-    rows = stored.view(DTYPES[dtype])
-    return cls(n, dim, lambda positions: np.asarray(rows[positions], np.float32), dtype=dtype,
-               chunk=params.get("chunk"), mesh=mesh, axis=axis, recall_target=params.get("recall_target"),
-               progress=progress)
+  def load(cls, path: Path, ids: np.ndarray, dim: int, dtype: str, params: dict, record: dict | None, where: str,
+           mesh=None, axis: str = "data", progress: bool = False) -> "JaxExact":
+    """The index saved in `path`, each chunk checked as it is read (`_checked_rows`)."""
+    rows = _checked_rows(path, ids, dim, dtype, record, where)
+    backend = cls(len(ids), dim, rows, dtype=dtype, chunk=params.get("chunk"), mesh=mesh, axis=axis,
+                  recall_target=params.get("recall_target"), progress=progress)
+    if not backend.spans_processes:  # every chunk's hash checked, also any a build read differently
+      rows.check_rest()
+    return backend
+
+
+class _checked_rows:  # pylint: disable=invalid-name
+  """`read(sorted positions) -> float32 [m, D]` over a saved vectors.npy, checking what index.json claims: the file's
+  dtype, shape and size (on open), the SHA-256 of every recorded chunk the read covers, and that every row read is
+  finite and unit-norm (or zero) as `save` wrote it (the only check an index saved before hashes were recorded
+  gets). Each failure is one error naming the index, the file and the ids."""
+
+  def __init__(self, path: Path, ids: np.ndarray, dim: int, dtype: str, record: dict | None, where: str):
+    self.ids, self.dtype, self.where, self.n = ids, dtype, where, len(ids)
+    storage = np.dtype(np.uint16 if dtype == "bfloat16" else np.float32)
+    if record is not None and (record.get("dtype") != storage.str or record.get("shape") != [self.n, dim]):
+      raise files.IndexFileError(f"{where}: index.json records vectors.npy as {record.get('dtype')} "
+                                 f"{record.get('shape')} but its header fields say {storage.str} {[self.n, dim]}; "
+                                 "the index is damaged: rebuild it (DenseIndex.save)")
+    self.stored = files.open_npy(path / "vectors.npy", storage, (self.n, dim), where)
+    self.block = int(record["chunk_rows"]) if record is not None else None
+    self.hashes = list(record["chunk_sha256"]) if record is not None else []
+    self.checked = set()
+    # float32 rows are unit to ~1e-6 (`l2_normalize`), bfloat16 ones to ~4e-3; an edited row is far off either
+    self.tol = 2e-2 if dtype == "bfloat16" else 1e-3
+
+  def _names(self, positions: np.ndarray) -> str:
+    shown = ", ".join(repr(str(self.ids[p])) for p in positions[:5])
+    return shown + (f" ... ({positions.size} rows)" if positions.size > 5 else "")
+
+  def _check_blocks(self, first: int, raw: np.ndarray) -> None:
+    """Checks the recorded chunks that rows first .. first + len(raw) cover whole."""
+    if self.block is None:
+      return
+    stop = first + len(raw)
+    for b in range(-(-first // self.block), math.ceil(stop / self.block)):
+      lo, hi = b * self.block, min((b + 1) * self.block, self.n)
+      if hi > stop or b in self.checked:
+        continue
+      if files.sha256_rows(raw[lo - first:hi - first]) != self.hashes[b]:
+        raise files.IndexFileError(
+            f"{self.where}: vectors.npy rows {lo}..{hi - 1} (ids {self.ids[lo]!r}..{self.ids[hi - 1]!r}) do not "
+            "match the SHA-256 index.json recorded (the file changed after it was saved); the index is damaged: "
+            "rebuild it (DenseIndex.save)")
+      self.checked.add(b)
+
+  def __call__(self, positions: np.ndarray) -> np.ndarray:
+    positions = np.asarray(positions, np.int64)
+    contiguous = positions.size and positions[-1] - positions[0] + 1 == positions.size
+    raw = np.array(self.stored[positions[0]:positions[-1] + 1] if contiguous else self.stored[positions])
+    if contiguous:
+      self._check_blocks(int(positions[0]), raw)
+    rows = raw.view(DTYPES[self.dtype]).astype(np.float32)
+    sq = np.einsum("ij,ij->i", rows, rows)  # one pass: a NaN or Inf value makes its row's sum NaN or Inf
+    bad = np.flatnonzero(~np.isfinite(rows[~np.isfinite(sq)]).all(axis=1))
+    if bad.size:
+      bad = np.flatnonzero(~np.isfinite(sq))[bad]
+      raise files.IndexFileError(f"{self.where}: vectors.npy rows of ids {self._names(positions[bad])} are not "
+                                 "finite (NaN or Inf); the index is damaged: rebuild it (DenseIndex.save)")
+    norm = np.sqrt(sq)
+    bad = np.flatnonzero(~((np.abs(norm - 1) <= self.tol) | (norm == 0)))  # an overflowing sum is not unit either
+    if bad.size:
+      raise files.IndexFileError(f"{self.where}: vectors.npy rows of ids {self._names(positions[bad])} are not unit "
+                                 f"vectors (norm {norm[bad[0]]:.4g}; DenseIndex.save writes unit or zero rows); the "
+                                 "index is damaged or was changed: rebuild it (DenseIndex.save)")
+    return rows
+
+  def check_rest(self) -> None:
+    """Checks the recorded chunks no read covered whole (none, when the build read the saved chunks)."""
+    for b in range(len(self.hashes)):
+      if b not in self.checked:
+        self._check_blocks(b * self.block, np.array(self.stored[b * self.block:min((b + 1) * self.block, self.n)]))
 
 
 def _tie_order(scores: np.ndarray, positions: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -778,72 +874,234 @@ class DenseIndex:
 
   # -- save / load -------------------------------------------------------------------------------
   def save(self, path: str | Path) -> Path:
-    """Writes the index to the directory `path` (atomically: a temporary directory renamed into place):
-    index.json (format, backend, params, dim, N, dtype), ids.npy and the backend's own files. A sharded index is
-    written one device block at a time; over several processes, each writes its own blocks (call it on every
-    process, with a `path` they all see) and process 0 commits."""
+    """Writes the index to the directory `path` (atomically: a temporary directory `<path>.tmp` renamed into place):
+    index.json (format, backend, params, dim, N, dtype and "files": each file's size and SHA-256, the vectors' one
+    per chunk, all of which `load` checks), ids.npy and the backend's own files. A sharded index is written one
+    device block at a time; over several processes, each writes its own blocks (call it on every process, with a
+    `path` they all see) and process 0 commits.
+
+    Files are written with plain writes (never a memory map): a full disk, or any other write error, is one OSError
+    naming the index, the file and "no space left" (every process of a multi-process save raises it), and
+    `<path>.tmp` is removed; a `<path>.tmp` that a killed save left is removed by the next save. The index already
+    at `path`, if any, stays whole until the new one replaces it."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
-    multi = getattr(self._backend, "spans_processes", False)  # other processes hold some of the blocks
-    lead = not multi or jax.process_index() == 0
-    if multi:
-      from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
-      sync = multihost_utils.sync_global_devices
-    if lead:
+    where = f"DenseIndex.save({path})"
+    if getattr(self._backend, "spans_processes", False):  # other processes hold some of the blocks
+      return self._save_processes(path, tmp, where)
+    try:
+      records = self._start_save(tmp, where)
+      records |= self._backend.save(tmp)
+      self._commit(path, tmp, records)
+    except OSError as e:
       shutil.rmtree(tmp, ignore_errors=True)
-      tmp.mkdir(parents=True)
-      np.save(tmp / "ids.npy", self.ids.astype(str))
-      if multi:
+      raise _write_error(where, tmp, e) from None
+    except BaseException:
+      shutil.rmtree(tmp, ignore_errors=True)
+      raise
+    return path
+
+  def _start_save(self, tmp: Path, where: str) -> dict:
+    """A fresh `tmp` (a killed save's removed), the free space checked, ids.npy written: its record."""
+    path = tmp.with_name(tmp.name[:-len(".tmp")])
+    if path.exists() and not (path / "index.json").is_file() and (not path.is_dir() or any(path.iterdir())):
+      raise FileExistsError(f"{where}: {path} exists and is not a saved index; refusing to replace it (save to a new "
+                            "path, or remove it first)")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    ids = self.ids.astype(str)
+    need = ids.nbytes + getattr(self._backend, "file_bytes", 0)
+    free = shutil.disk_usage(tmp).free
+    if need > free:
+      raise OSError(errno.ENOSPC, f"{where}: no space left on device for the index: it needs {need:,} bytes, "
+                    f"{free:,} are free under {tmp.parent}; nothing was written: free space or save elsewhere, then "
+                    "save again", str(tmp))
+    return {"ids.npy": files.write_npy(tmp / "ids.npy", ids)}
+
+  def _commit(self, path: Path, tmp: Path, records: dict) -> None:
+    """index.json written last into `tmp`, then `tmp` renamed to `path` (an index there is replaced whole)."""
+    meta = {"format": INDEX_FORMAT, "backend": self.backend, "params": self.params, "dim": self.dim,
+            "n": len(self), "dtype": self.dtype, "query_batch": self.query_batch, "query_key": self.query_key,
+            "exact": self.exact, "files": records}
+    files.write_bytes(tmp / "index.json", (json.dumps(meta, indent=1) + "\n").encode())
+    old = path.with_name(path.name + ".old")  # an index already there stays whole until the new one is in place
+    shutil.rmtree(old, ignore_errors=True)
+    if path.exists():
+      os.replace(path, old)
+    os.replace(tmp, path)
+    shutil.rmtree(old, ignore_errors=True)
+
+  def _save_processes(self, path: Path, tmp: Path, where: str) -> Path:
+    """`save` over several processes: process 0 makes `tmp` and vectors.npy, every process writes its own blocks and
+    their hashes into `tmp`, process 0 merges the hashes and commits. After each step the processes exchange their
+    errno (0: done), so an error on any process is raised on every process (none waits forever on another's
+    failure) and `tmp` is removed."""
+    from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+    me, lead = jax.process_index(), jax.process_index() == 0
+
+    def step(name: str, fn) -> None:
+      """Runs `fn` on this process, then raises on every process the error of the first process it failed on."""
+      error = None
+      try:
+        fn()
+      except OSError as e:
+        error = _write_error(where, tmp, e)
+      codes = np.asarray(multihost_utils.process_allgather(np.int32(
+          0 if error is None else error.errno or errno.EIO))).reshape(-1)
+      failed = np.flatnonzero(codes)
+      if failed.size:
+        if lead:
+          shutil.rmtree(tmp, ignore_errors=True)
+        if error is None:  # another process's: what it was writing, from its errno
+          p, code = int(failed[0]), int(codes[failed[0]])
+          error = _write_error(where, tmp, OSError(code, os.strerror(code), str(tmp / name)))
+          error = OSError(code, f"{error.strerror} (on process {p})")
+        raise error
+
+    records, hashes = {}, {}
+
+    def start():
+      if lead:
+        records.update(self._start_save(tmp, where))
         self._backend.create(tmp)
-    if multi:  # process 0 made the file; each process writes its own blocks into it, then process 0 commits
-      sync(f"DenseIndex.save {path}: created")
-      self._backend.fill(tmp)
-      sync(f"DenseIndex.save {path}: written")
-    else:
-      self._backend.save(tmp)
-    if lead:
-      meta = {"format": INDEX_FORMAT, "backend": self.backend, "params": self.params, "dim": self.dim,
-              "n": len(self), "dtype": self.dtype, "query_batch": self.query_batch, "query_key": self.query_key,
-              "exact": self.exact}
-      (tmp / "index.json").write_text(json.dumps(meta, indent=1) + "\n")
-      old = path.with_name(path.name + ".old")  # an index already there stays whole until the new one is in place
-      shutil.rmtree(old, ignore_errors=True)
-      if path.exists():
-        os.replace(path, old)
-      os.replace(tmp, path)
-      shutil.rmtree(old, ignore_errors=True)
-    if multi:
-      sync(f"DenseIndex.save {path}: committed")
+
+    def fill():
+      hashes.update(self._backend.fill(tmp))
+      files.write_bytes(tmp / f".chunks{me}.json", json.dumps(hashes).encode())
+
+    def commit():
+      if lead:
+        merged = {}
+        for p in range(jax.process_count()):
+          merged.update({int(c): h for c, h in json.loads((tmp / f".chunks{p}.json").read_text()).items()})
+          (tmp / f".chunks{p}.json").unlink()
+        self._commit(path, tmp, records | self._backend.record(merged))
+
+    step("vectors.npy", start)
+    step("vectors.npy", fill)
+    step("index.json", commit)
     return path
 
   @classmethod
   def load(cls, path: str | Path, *, backend: str | None = None, dim: int | None = None,
            mesh: jax.sharding.Mesh | None = None, axis: str = "data", progress: bool = False) -> "DenseIndex":
     """An index `save` wrote. `backend` / `dim`: what the caller expects (a mismatch is one clear error); `mesh`:
-    deal a JAX index over these devices (whatever it was saved from)."""
+    deal a JAX index over these devices (whatever it was saved from).
+
+    Every file is checked against what index.json claims before it is trusted: index.json's own fields; ids.npy's
+    size and SHA-256, and that its ids are sorted and distinct; vectors.npy's dtype, shape and size, each chunk's
+    SHA-256 as it is read, and that every row is finite and unit (or zero); a library backend's files' sizes and
+    SHA-256. Any mismatch is one error (`files.IndexFileError`, a ValueError) naming the index and the file. An index
+    saved before the hashes were recorded (format 1) gets every check but the hashes."""
     path = Path(path)
-    meta_file = path / "index.json"
-    if not meta_file.is_file():
-      raise FileNotFoundError(f"DenseIndex.load: {path} is not a saved index (no index.json)")
-    meta = json.loads(meta_file.read_text())
-    if meta.get("format") != INDEX_FORMAT:
-      raise ValueError(f"DenseIndex.load({path}): index format {meta.get('format')!r}, this vidjax reads "
-                       f"{INDEX_FORMAT}")
+    where = f"DenseIndex.load({path})"
+    if not (path / "index.json").is_file():
+      old = path.with_name(path.name + ".old")
+      hint = (f"; {old} holds the index an interrupted save was replacing: rename it back, or save again"
+              if (old / "index.json").is_file() else "")
+      raise FileNotFoundError(f"DenseIndex.load: {path} is not a saved index (no index.json){hint}")
+    meta = _read_meta(path, where)
     if backend is not None and backend != meta["backend"]:
-      raise ValueError(f"DenseIndex.load({path}): built with backend {meta['backend']!r}, not {backend!r}")
+      raise ValueError(f"{where}: built with backend {meta['backend']!r}, not {backend!r}")
     if dim is not None and dim != meta["dim"]:
-      raise ValueError(f"DenseIndex.load({path}): built for {meta['dim']}-d vectors, not {dim}-d")
+      raise ValueError(f"{where}: built for {meta['dim']}-d vectors, not {dim}-d")
+    records = meta.get("files")  # None: format 1
+    ids = files.load_npy_bytes(files.check_file(path, "ids.npy", records and records["ids.npy"], where, read=True),
+                               "ids.npy", where)
+    if ids.ndim != 1 or ids.dtype.kind != "U" or len(ids) != meta["n"]:
+      raise files.IndexFileError(f"{where}: ids.npy holds {ids.dtype} {ids.shape}, index.json says {meta['n']} string "
+                                 "ids; the index is damaged: rebuild it (DenseIndex.save)")
+    unsorted = np.flatnonzero(ids[1:] <= ids[:-1])
+    if unsorted.size:
+      i = int(unsorted[0])
+      raise files.IndexFileError(f"{where}: ids.npy is not sorted and distinct as save writes it ({ids[i]!r} before "
+                                 f"{ids[i + 1]!r} at position {i}; {unsorted.size} such places): its ids would not "
+                                 "match the vectors' rows; the index is damaged: rebuild it (DenseIndex.save)")
     index = cls.__new__(cls)
-    index.ids = np.load(path / "ids.npy")
-    if len(index.ids) != meta["n"]:
-      raise ValueError(f"DenseIndex.load({path}): ids.npy holds {len(index.ids)} ids, index.json says {meta['n']}")
+    index.ids = ids
     index.dim, index.dtype, index.backend = int(meta["dim"]), meta["dtype"], meta["backend"]
     index.query_batch, index.query_key = int(meta["query_batch"]), meta["query_key"]
     if index.backend in ("jax", "approx"):
-      index._backend = JaxExact.load(path, meta["n"], index.dim, index.dtype, meta["params"], mesh, axis, progress)
+      index._backend = JaxExact.load(path, ids, index.dim, index.dtype, meta["params"],
+                                     records and records["vectors.npy"], where, mesh, axis, progress)
     else:
       if mesh is not None:
-        raise ValueError(f"DenseIndex.load({path}): a mesh needs a JAX backend, the index is {index.backend!r}")
+        raise ValueError(f"{where}: a mesh needs a JAX backend, the index is {index.backend!r}")
+      for name, record in (records or {}).items():
+        if name != "ids.npy":
+          files.check_file(path, name, record, where)
       from vidjax.retrieval import backends  # pylint: disable=g-import-not-at-top
-      index._backend = backends.LIBRARY[index.backend].load(path, meta["n"], index.dim, meta["params"])
+      index._backend = backends.LIBRARY[index.backend].load(path, meta["n"], index.dim, meta["params"], where)
     return index
+
+
+def _write_error(where: str, tmp: Path, e: OSError) -> OSError:
+  """A write error of `save` as one message naming the index and the file: "no space left" for a full disk."""
+  code = e.errno if e.errno is not None else next((a for a in e.args[:1] if isinstance(a, int)), None)
+  if str(e.strerror or (e.args[0] if e.args else "")).startswith(where):
+    return e  # already one of ours
+  file = e.filename or tmp
+  if code in files.SPACE_ERRNOS:
+    return OSError(code, f"{where}: no space left on device writing {file}; the save was abandoned and {tmp} removed "
+                   "(an index already at the path is unchanged): free space or save elsewhere, then save again")
+  return OSError(code, f"{where}: could not write {file} ({e.strerror or e}); the save was abandoned and {tmp} "
+                 "removed (an index already at the path is unchanged)")
+
+
+def _read_meta(path: Path, where: str) -> dict:
+  """index.json, checked field by field: one error naming the index and the field."""
+  def bad(problem: str) -> files.IndexFileError:
+    return files.IndexFileError(f"{where}: index.json {problem}; the index is damaged or incomplete: rebuild it "
+                                "(DenseIndex.save)")
+
+  try:
+    meta = vio.loads_json((path / "index.json").read_bytes().decode("utf-8"), str(path / "index.json"))
+  except (ValueError, UnicodeDecodeError) as e:  # JSONDecodeError and DuplicateKeyError are ValueErrors
+    raise bad(f"is not valid JSON ({e})") from None
+  if not isinstance(meta, dict):
+    raise bad(f"holds a JSON {type(meta).__name__}, not an object")
+  if meta.get("format") not in (1, INDEX_FORMAT):
+    raise ValueError(f"{where}: index format {meta.get('format')!r}, this vidjax reads 1 and {INDEX_FORMAT}")
+  fields = {"backend": str, "dim": int, "n": int, "dtype": str, "params": dict, "query_batch": int, "query_key": str}
+  if meta["format"] >= 2:
+    fields["files"] = dict
+  missing = [k for k in fields if k not in meta]
+  if missing:
+    raise bad(f"lacks {', '.join(map(repr, missing))}")
+  for k, kind in fields.items():
+    if not isinstance(meta[k], kind) or isinstance(meta[k], bool) or (kind is int and meta[k] < 1):
+      raise bad(f"field {k!r} is {str(meta[k])[:80]!r}, expected {'a positive integer' if kind is int else kind.__name__}")
+  if meta["backend"] not in BACKENDS:
+    raise bad(f"names backend {meta['backend']!r}, which this vidjax does not have (it has {', '.join(BACKENDS)})")
+  if meta["dtype"] not in DTYPES or (meta["backend"] not in ("jax", "approx") and meta["dtype"] != "float32"):
+    raise bad(f"names storage dtype {meta['dtype']!r} for backend {meta['backend']!r}")
+  params = meta["params"]
+  if meta["backend"] in ("jax", "approx"):
+    known = {"chunk"} | ({"recall_target"} if meta["backend"] == "approx" else set())
+    chunk = params.get("chunk")
+    if set(params) - known or not isinstance(chunk, int) or isinstance(chunk, bool) or chunk < 1:
+      raise bad(f"params {params} are not those of backend {meta['backend']!r} (a positive integer chunk"
+                + (", recall_target)" if meta["backend"] == "approx" else ")"))
+  else:
+    from vidjax.retrieval import backends  # pylint: disable=g-import-not-at-top
+    known = {p for p in inspect.signature(backends.LIBRARY[meta["backend"]]).parameters if not p.startswith("_")} - {
+        "n", "dim", "read", "chunk", "progress"}
+    if set(params) - known:
+      raise bad(f"params {sorted(set(params) - known)} are not params of backend {meta['backend']!r}")
+  records = meta.get("files")
+  if records is not None:
+    def whole(r):
+      return (isinstance(r, dict) and isinstance(r.get("bytes"), int) and isinstance(r.get("sha256"), str))
+
+    if not whole(records.get("ids.npy")):
+      raise bad("lacks the size and SHA-256 of ids.npy (\"files\")")
+    if meta["backend"] in ("jax", "approx"):
+      r = records.get("vectors.npy")
+      rows = r.get("chunk_rows") if isinstance(r, dict) else None
+      if (not isinstance(rows, int) or isinstance(rows, bool) or rows < 1 or not isinstance(r.get("chunk_sha256"), list)
+          or len(r["chunk_sha256"]) != math.ceil(meta["n"] / rows)):
+        raise bad("lacks the chunk hashes of vectors.npy (\"files\")")
+    elif not all(whole(r) for r in records.values()) or not all(
+        whole(records.get(f)) for f in {"faiss": ["faiss.index"], "scann": ["vectors.npy"]}[meta["backend"]]):
+      raise bad("records a file without its size and SHA-256, or lacks the backend's files (\"files\")")
+  return meta
