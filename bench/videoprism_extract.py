@@ -5,7 +5,7 @@ Three rates over the same shapes, in one process:
   * model only: the video branch the extractor runs (`vidjax.extract.make_video_fn`: LvT clip embedding + mean-pooled
     tokens, random weights) on frames already on the device, the median of `--iters` calls;
   * decode only: the extractor's pool of decoding worker processes (`vidjax.extract.decode_ahead`, `--workers`,
-    default one per usable core) over `--videos` copies of the real demo mp4 in a temporary folder, and one PyAV
+    default every usable core but one) over `--videos` copies of the real demo mp4 in a temporary folder, and one PyAV
     decode in this process for scale;
   * end to end: `vidjax.extract.extract_videos` over those copies into a temporary feature store (decoding workers,
     uint8 transfer, model, fetch, store writes), compile excluded. Its goal is >= 80% of model-only frames/s.
@@ -93,7 +93,7 @@ def parse(argv=None) -> argparse.Namespace:
                  "(default: enough for 4 batches, at least 2 per decoding worker)")
   p.add_argument("--segments", type=int, default=1, help="clips per video copy (equal segments of it; 1 = the "
                  "whole video): the demo decodes 100 frames per pass, so this sets decoded frames per sampled frame")
-  p.add_argument("--workers", type=int, default=0, help="decoding processes (0 = one per usable core)")
+  p.add_argument("--workers", type=int, default=0, help="decoding processes (0 = every usable core but one)")
   p.add_argument("--mp4", default=str(MP4), help="the video copied for the decode and end-to-end rows")
   p.add_argument("--json", default="", help="also write the rows to this JSON file")
   args = p.parse_args(argv)
@@ -131,7 +131,7 @@ def main(argv=None):
   peak_n = 8192 if machine.on_accelerator() else 2048
 
   # Decode: one PyAV call in this process, then the extractor's worker pool over copies of the real mp4.
-  workers = args.workers or engine.usable_cores()
+  workers = args.workers or engine.default_decode_workers()
   n_videos = args.videos or max(2 * workers, -(-4 * batch // args.segments))
   t = time.perf_counter()
   mp4 = Path(args.mp4)

@@ -18,7 +18,7 @@ and writes these kinds (the experiment `vidjax/experiments/extract.py` wires Vid
                             exact across resumed and multi-host runs)
 
 Execution. Clips are grouped by video so each file is decoded once for all its segments; a pool of
-decoding worker processes (one per usable core by default: PyAV decodes ~900 frames/s per process at
+decoding worker processes (every usable core but one by default: PyAV decodes ~900 frames/s per process at
 288 px, a GPU embeds several thousand) decodes up to 2 videos per worker ahead of the model, and the
 results are consumed in submission order, so the store does not depend on worker timing. Batches have
 a fixed shape (the last one is padded with black clips whose outputs are dropped) so `video_fn`
@@ -150,6 +150,12 @@ def usable_cores() -> int:
     return os.cpu_count() or 1
 
 
+def default_decode_workers() -> int:
+  """Decoding workers when a config says 0: every usable core but one, which the process feeding the device keeps
+  (16 cores: 15 decoding processes; 2 cores: one decoding thread, no process to start)."""
+  return max(1, usable_cores() - 1)
+
+
 def _worker_context() -> multiprocessing.context.BaseContext:
   # Not "fork": the parent runs JAX's threads, and a forked copy of a multithreaded process can deadlock. The fork
   # server (Unix) is started once per parent and forks each later pool's workers from a clean process, so only the
@@ -237,7 +243,7 @@ def extract_videos(store: FeatureStore, clips: Sequence[VideoSegment], video_fn:
     dtype: storage dtype "float32" | "bfloat16" (store default when None).
     flush_every: items buffered per kind before a shard is committed (`tokens` flushes at most
       every 64 items to bound host memory).
-    decode_workers: decoding processes (None or 0: one per usable host core, `usable_cores()`). They decode
+    decode_workers: decoding processes (None or 0: `default_decode_workers()`, every usable core but one). They decode
       whole videos ahead of the model; PyAV decodes about 900 frames/s per process at 288 px, so a GPU that embeds
       a few thousand frames/s needs several.
     process_index, process_count: this process's slice of the videos (JAX's values when None).
@@ -275,7 +281,7 @@ def extract_videos(store: FeatureStore, clips: Sequence[VideoSegment], video_fn:
   table = jnp.asarray(np.arange(256, dtype=np.float32) / np.float32(255))
   to_unit = jax.jit(lambda x: table[x.astype(jnp.int32)], out_shardings=data_sharding)
   zeros = np.zeros((num_frames, resolution, resolution, 3), np.uint8)
-  workers = decode_workers or usable_cores()
+  workers = decode_workers or default_decode_workers()
   start = time.perf_counter()
 
   def write(batch, outputs):

@@ -43,7 +43,7 @@ def default_config() -> ml_collections.ConfigDict:
   c.aspect = "squash"       # 'squash' (official demo) | 'center_crop'
   c.batch_size = 8          # clips per step (rounded up to a multiple of the local device count)
   c.text_batch_size = 64
-  c.decode_workers = 0        # decoding processes; 0 = one per usable host core
+  c.decode_workers = 0        # decoding processes; 0 = every usable host core but one
   c.store = ""              # feature store directory; '' = <workdir>/features
   c.store_dtype = "float32" # 'float32' | 'bfloat16'
   c.save_tokens = False     # also store per-frame patch tokens [T, N, D] (VEDJE); large
