@@ -13,6 +13,8 @@
 #   ann       bench/ann.py at 10M x 256, batch 256 and batch 1, with its torch.matmul + torch.topk peer and the floor
 #   tests     the model-level test files on the GPU at the documented precision (tests marked `minilm` are
 #             deselected: the all-MiniLM-L6-v2 wheel is 83 MB, more than the device's 64 MiB carry; counted below)
+# The limits add up to about 9 minutes (under the device tool's 10 per command); each step's table is written as
+# soon as it ends, so a run stopped early keeps what it did.
 #   cast      bench/cast_train.py: the jitted step beside its PyTorch eager peer, then the training loop (host vs
 #             device gather, steps per call; device-busy %)
 #   extract   bench/videoprism_extract.py --paper: LvT base, 288 px, 16 frames, bf16; model-only and end to end
@@ -89,7 +91,8 @@ MODEL_TESTS=(tests/test_cast_model.py tests/test_cast_scorers.py tests/test_loss
   echo "| step | status | seconds | limit |"
   echo "|---|---|---|---|"
 } > "$MD"
-SECTIONS=$WORK/sections.md
+# Each step's table goes here as soon as it ends (a run stopped at the device's time limit keeps what it did).
+SECTIONS=$OUT_DIR/gpu_check_sections.md
 : > "$SECTIONS"
 
 # step NAME LIMIT_S COMMAND...: runs COMMAND under its limit, appends a row to the table and its output's tail to
@@ -113,7 +116,7 @@ for s in $STEPS; do
     main)
       cfg=configs/cast_coin.py
       [[ -n $SMALL ]] && cfg=configs/cast_coin.py:smoke
-      step main 150 bash -c "time $PY -m vidjax.main --config $cfg --workdir $WORK/cast_coin --config.train.progress=false \
+      step main 120 bash -c "time $PY -m vidjax.main --config $cfg --workdir $WORK/cast_coin --config.train.progress=false \
         && $PY -c \"import json; r = json.load(open('$WORK/cast_coin/results.json')); \
 print('seconds', r['seconds'], 'stage_seconds', r['stage_seconds'], 'acc', r['metrics']['cast']['acc'])\""
       ;;
@@ -121,14 +124,14 @@ print('seconds', r['seconds'], 'stage_seconds', r['stage_seconds'], 'acc', r['me
       if [[ -n $SMALL ]]; then
         step ann 120 "$PY" bench/ann.py --n 20000 --dim 64 --batch 16 --data clustered --backends jax,jax-bf16,torch
       else
-        step ann 90 "$PY" bench/ann.py --n 10000000 --dim 256 --batch 256 --data clustered \
+        step ann 75 "$PY" bench/ann.py --n 10000000 --dim 256 --batch 256 --data clustered \
           --backends jax,jax-bf16,torch --json "$OUT_DIR/ann.json"
       fi
       ;;
     tests)
       tests=("${MODEL_TESTS[@]}")
       [[ -n $SMALL ]] && tests=(tests/test_cast_model.py tests/test_losses.py)
-      TAIL_LINES=60 XLA_PYTHON_CLIENT_PREALLOCATE=false step tests 150 "$PY" -m pytest -q -n 4 --dist loadfile \
+      TAIL_LINES=60 XLA_PYTHON_CLIENT_PREALLOCATE=false step tests 120 "$PY" -m pytest -q -n 4 --dist loadfile \
         -m "not minilm" -p no:cacheprovider "${tests[@]}"
       ;;
     cast)
@@ -136,26 +139,31 @@ print('seconds', r['seconds'], 'stage_seconds', r['stage_seconds'], 'acc', r['me
         step cast 120 bash -c "$PY bench/cast_train.py --batch 64 --dim 32 --steps 3 && \
 $PY bench/cast_train.py --loop --loop-steps 20 --spc 4"
       else
-        step cast 90 bash -c "$PY bench/cast_train.py && $PY bench/cast_train.py --loop --loop-steps 800"
+        step cast 75 bash -c "$PY bench/cast_train.py && $PY bench/cast_train.py --loop --loop-steps 800"
       fi
       ;;
     extract)
       if [[ -n $SMALL ]]; then
         step extract 120 "$PY" bench/videoprism_extract.py --iters 1 --videos 2
       else
-        step extract 75 "$PY" bench/videoprism_extract.py --paper --iters 5 --segments 4 --videos 128 \
+        step extract 60 "$PY" bench/videoprism_extract.py --paper --iters 5 --segments 4 --videos 128 \
           --json "$OUT_DIR/videoprism_extract.json"
       fi
       ;;
     vedje)
       if [[ -n $SMALL ]]; then
-        step vedje 120 "$PY" bench/vedje_rerank.py --caches 4 --reps 1
+        step vedje 120 "$PY" bench/vedje_rerank.py --caches 16 --reps 1 --dtypes float32
       else
         step vedje 40 "$PY" bench/vedje_rerank.py --caches 64 --reps 5 --json "$OUT_DIR/vedje_rerank.json"
       fi
       ;;
     precision)
-      step precision 30 "$PY" bench/precision.py
+      if [[ -n $SMALL ]]; then
+        step precision 120 "$PY" bench/precision.py --batch 64 --dim 32 --steps 2 --resolution 36 --frames 2 \
+          --video_batch 1 --iters 1
+      else
+        step precision 45 "$PY" bench/precision.py
+      fi
       ;;
     *)
       echo "unknown step $s (known: main ann tests cast extract vedje precision)" >&2
@@ -170,5 +178,5 @@ done
   echo
   cat "$SECTIONS"
 } >> "$MD"
-rm -rf "$WORK"
+rm -rf "$WORK" "$SECTIONS"
 echo "wrote $MD and $LOG"
