@@ -12,7 +12,6 @@ the parameter tree. VEDJE, GRDR and VidCLIP load MiniLM and VideoPrism weights t
 """
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import os
@@ -109,11 +108,7 @@ def read_safetensors(path: str | os.PathLike) -> dict[str, np.ndarray]:
 
 def file_hash(path: str | os.PathLike) -> str:
   """sha256 hex digest of a file (checkpoint hashes in feature-store manifests)."""
-  h = hashlib.sha256()
-  with open(path, "rb") as f:
-    for chunk in iter(lambda: f.read(1 << 22), b""):
-      h.update(chunk)
-  return h.hexdigest()
+  return vio.sha256_file(path)[0]
 
 
 # ----------------------------------------------------------------------------- VideoPrism

@@ -9,6 +9,7 @@ removes its temporary file and raises one error that names the file.
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
 import tempfile
@@ -138,3 +139,13 @@ def read_json(path: str | os.PathLike, what: str = "JSON file") -> Any:
       return loads_json(f.read().decode("utf-8"), f"{what} {path}")
   except (json.JSONDecodeError, UnicodeDecodeError) as e:
     raise ValueError(f"{what} {path} is not valid JSON: {e}") from None
+
+
+def sha256_file(path: str | os.PathLike, block: int = 1 << 22) -> tuple[str, int]:
+  """(sha256 hex digest, size in bytes) of a file as it is on disk, read in blocks."""
+  sha, size = hashlib.sha256(), 0
+  with open(path, "rb") as f:
+    while chunk := f.read(block):
+      sha.update(chunk)
+      size += len(chunk)
+  return sha.hexdigest(), size

@@ -636,8 +636,7 @@ def fit_epochs(*, name: str, init_fn: Callable[[jax.Array], Any], loss_fn: LossF
 
   Batches come from `pipeline.make_index_batches(num_examples, batch_size, seed, batch_fn)`; the
   optimizer defaults to AdamW with `tcfg.lr` and `tcfg.weight_decay`. Resumes from `workdir`.
-  `tcfg` also gives `checkpoint_every`, `log_every` and `progress` (and `steps_per_call` where it has one);
-  `batch_key` is where the config sets the batch size (what a too-small training set's error names). With `gather`,
+  `tcfg` also gives `checkpoint_every`, `log_every` and `progress`; `batch_key` is where the config sets the batch size (what a too-small training set's error names). With `gather`,
   `batch_fn` returns row indices for its fields, gathered on the device (`fit`).
 
   Returns:
@@ -655,8 +654,7 @@ def fit_epochs(*, name: str, init_fn: Callable[[jax.Array], Any], loss_fn: LossF
                                                           gather.host(batch_fn) if gather is not None else batch_fn)),
       num_steps=num_steps, workdir=workdir, seed=seed, mesh=mesh,
       checkpoint_every=tcfg.checkpoint_every, log_every=min(tcfg.log_every, num_steps),
-      progress=tcfg.progress, description=description or name, gather=gather,
-      steps_per_call=tcfg.get("steps_per_call"))
+      progress=tcfg.progress, description=description or name, gather=gather)
   return state
 
 

@@ -198,7 +198,9 @@ def real_data(config, workdir: Path) -> CompData:
 
   item = shape if len(shape) == 3 else (shape[0], 1, shape[1])
   table = pipeline.FeatureTable(store, d.tokens_kind, ids)
-  tokens = table.padded()[table.rows(ids)].reshape(len(ids), *item) if table.in_memory else None
+  # `ids` are sorted and distinct, as the table's rows are: then its rows without the padding row, not a copy.
+  rows = slice(len(ids)) if table.ids == list(ids) else table.rows(ids)
+  tokens = table.padded()[rows].reshape(len(ids), *item) if table.in_memory else None
 
   def gather(vr, fr):  # a row of vr may name several videos (CompPretrain stacks): read each once
     vr, fr = np.asarray(vr), np.asarray(fr)

@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from vidjax import io as vio
+
 BLOCK = 1 << 24  # bytes per write or read call
 SPACE_ERRNOS = (errno.ENOSPC, errno.EDQUOT)  # a full disk, or a quota that is
 
@@ -145,12 +147,8 @@ def sha256_rows(rows: np.ndarray) -> str:
 
 def file_record(path: Path) -> dict:
   """{"bytes", "sha256"} of a file as it is on disk (for files a library wrote itself)."""
-  sha, size = hashlib.sha256(), 0
-  with open(path, "rb") as f:
-    while block := f.read(BLOCK):
-      sha.update(block)
-      size += len(block)
-  return {"bytes": size, "sha256": sha.hexdigest()}
+  digest, size = vio.sha256_file(path, BLOCK)
+  return {"bytes": size, "sha256": digest}
 
 
 class IndexFileError(ValueError):
