@@ -264,12 +264,18 @@ def test_layer_norm_uses_one_plus_scale_and_two_pass_variance():
   np.testing.assert_allclose(np.asarray(got), np_ln(f64(x), f64(p)), atol=2e-4, rtol=1e-4)
 
 
-def test_attention_with_logit_cap_and_padding_mask():
-  rng = np.random.default_rng(1)
-  layer = vp.DotProductAttention(num_heads=2, dim_per_head=4, atten_logit_cap=5.0)
+def _random_attention_inputs(layer, rng):
+  """(x [2, 6, 8], random parameters of `layer`) for the attention tests."""
   x = (3.0 * rng.standard_normal((2, 6, 8))).astype(np.float32)
   params = jax.tree.map(lambda s: rng.standard_normal(s.shape).astype(np.float32),
                         jax.eval_shape(layer.init, jax.random.PRNGKey(0), x, x, None))
+  return x, params
+
+
+def test_attention_with_logit_cap_and_padding_mask():
+  rng = np.random.default_rng(1)
+  layer = vp.DotProductAttention(num_heads=2, dim_per_head=4, atten_logit_cap=5.0)
+  x, params = _random_attention_inputs(layer, rng)
   pads = np.array([[0, 0, 0, 0, 1, 1], [0, 0, 0, 0, 0, 0]], np.float32)
   for causal in (False, True):
     got = layer.apply(params, x, x, vp.attention_mask(jnp.asarray(pads), causal))
@@ -285,9 +291,7 @@ def test_uncapped_attention_is_jax_dot_product_attention_with_the_official_mask_
   # (a padded query: uniform over all keys in the official code) it must equal the cap-free reference exactly.
   rng = np.random.default_rng(5)
   layer = vp.DotProductAttention(num_heads=2, dim_per_head=4, atten_logit_cap=0.0)
-  x = (3.0 * rng.standard_normal((2, 6, 8))).astype(np.float32)
-  params = jax.tree.map(lambda s: rng.standard_normal(s.shape).astype(np.float32),
-                        jax.eval_shape(layer.init, jax.random.PRNGKey(0), x, x, None))
+  x, params = _random_attention_inputs(layer, rng)
   pads = np.array([[0, 0, 0, 0, 1, 1], [1, 1, 1, 1, 1, 1]], np.float32)
   for causal in (False, True):
     for impl in (None, "xla"):
