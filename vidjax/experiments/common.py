@@ -296,6 +296,47 @@ def check_data_source(config, has_data: bool, where: str) -> None:
               f"the embedded SYNTHETIC world with its own small model: --config {where}:world")
 
 
+WORLD_DIR = "world"          # <workdir>/world: what a world writes (release-format files, a feature store, truth)
+WORLD_RECORD = "world.json"  # in WORLD_DIR: the world section and seed it was written from, and its data keys
+
+
+def runs_world(config) -> bool:
+  """Whether `config` runs an embedded SYNTHETIC world: it has a `world` section and names no feature store."""
+  return "world" in config and not (config.get("data") and config.data.get("features"))
+
+
+def world_data(config, workdir: str | Path, write_world: Callable[[Any, Path], Mapping[str, str]]):
+  """The one data path, for a world. A world is data: when `runs_world(config)`, `write_world(config, root)`
+  writes what a user would have under `root = <workdir>/world` (release-format annotation files, a feature store
+  whose manifest says SYNTHETIC and names the world, and where a diagnostic needs world truth a side file it
+  documents) and returns the `data.*` keys that name them ({"annotations": ..., "features": ...}). The config
+  returned is `config` with those keys set (an unlocked copy, locked again), so the experiment reads the world
+  exactly as it reads a user's files. Written once per workdir by process 0 (the others wait); a rerun whose
+  `world.json` records the same world section and seed reads the files as they are. Without a world: `config`."""
+  if not runs_world(config):
+    return config
+  root = Path(workdir) / WORLD_DIR
+  record_path = root / WORLD_RECORD
+  wanted = {"seed": config.seed, "world": json.loads(config.world.to_json_best_effort())}
+
+  def write():
+    if record_path.exists():
+      old = io.read_json(record_path, "world record")
+      if {k: old.get(k) for k in wanted} == wanted:
+        return old["data"]
+    keys = {k: str(v) for k, v in write_world(config, root).items()}
+    io.atomic_write_json(record_path, dict(wanted, data=keys))
+    return keys
+
+  keys = on_writer("vidjax_world_data", write) or io.read_json(record_path, "world record")["data"]
+  out = config.copy_and_resolve_references()
+  with out.unlocked():
+    for key, value in keys.items():
+      out.data[key] = value
+  out.lock()
+  return out
+
+
 def check_informative(vectors, what: str, where: str) -> None:
   """Refuses embeddings that cannot rank anything: every row zero, or every row the same vector (a store written
   from placeholders, an extraction that failed quietly). Cosine scores would then tie everywhere and R@K read as

@@ -47,14 +47,15 @@ def present_videos(config, store, kinds: Sequence[str], ids: Sequence[str], what
 
 
 def real_path(workdir: str | Path, store, skipped: Sequence[str]) -> dict:
-  """results.json's keys of a run on a user's store: `path`, `provenance` (the store's backbone, checkpoint or
+  """results.json's keys of a run on a store: `path` ("real", or "world" for a store a world wrote), `provenance` (the store's backbone, checkpoint or
   `random_init`, path and fingerprint) and `skipped_videos` (count, and the file listing them)."""
   name = ""
   if skipped:
     name = SKIP_FILE
     if is_writer():
       io.atomic_write_text(Path(workdir) / SKIP_FILE, "".join(f"{v}\n" for v in skipped))
-  return {"path": "real", "provenance": store.provenance(), "skipped_videos": {"count": len(skipped), "file": name}}
+  path = "world" if "world" in store.metadata else "real"  # a world's store (`experiments.common.world_data`)
+  return {"path": path, "provenance": store.provenance(), "skipped_videos": {"count": len(skipped), "file": name}}
 
 
 def store_benchmark(config, workdir: str | Path, store, bench, kinds: Sequence[str]):

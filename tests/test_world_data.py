@@ -1,0 +1,34 @@
+"""`experiments.common.world_data`: a world is written once as files and read through the one data path."""
+import ml_collections
+
+from vidjax.experiments import common
+
+
+def _config(seed=0, n=3, features=""):
+  c = ml_collections.ConfigDict(dict(seed=seed, data=dict(features=features, annotations=""), world=dict(n=n)))
+  c.lock()
+  return c
+
+
+def test_world_is_written_once_and_named_in_data_keys(tmp_path):
+  calls = []
+
+  def write(config, root):
+    calls.append(config.world.n)
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "ann.json").write_text("{}")
+    return {"annotations": root / "ann.json", "features": root / "features"}
+
+  out = common.world_data(_config(), tmp_path, write)
+  assert out.data.annotations == str(tmp_path / "world" / "ann.json")
+  assert out.data.features == str(tmp_path / "world" / "features")
+  assert not common.runs_world(out)  # the returned config reads files, as a user's does
+  common.world_data(_config(), tmp_path, write)
+  assert calls == [3]  # the same world section and seed: read as written
+  common.world_data(_config(n=4), tmp_path, write)
+  assert calls == [3, 4]  # another world: written again
+
+
+def test_a_users_store_is_not_a_world(tmp_path):
+  c = _config(features=str(tmp_path))
+  assert common.world_data(c, tmp_path, lambda *_: 1 / 0) is c
