@@ -32,3 +32,14 @@ def test_world_is_written_once_and_named_in_data_keys(tmp_path):
 def test_a_users_store_is_not_a_world(tmp_path):
   c = _config(features=str(tmp_path))
   assert common.world_data(c, tmp_path, lambda *_: 1 / 0) is c
+
+
+def test_config_module_loads_a_shared_config_file_once(tmp_path):
+  from vidjax.defaults.common import config_module  # pylint: disable=g-import-not-at-top
+  (tmp_path / "m").mkdir()
+  (tmp_path / "m" / "common.py").write_text("VALUE = 3\n")
+  module = config_module(tmp_path / "m" / "common.py")
+  assert module.VALUE == 3 and config_module(tmp_path / "m" / ".." / "m" / "common.py") is module
+  import pytest  # pylint: disable=g-import-not-at-top
+  with pytest.raises(FileNotFoundError, match="config file not found"):
+    config_module(tmp_path / "nope.py")

@@ -1,4 +1,5 @@
-"""What every config shares (jax-free): the one variant parser and the config-value checks.
+"""What every config shares (jax-free): the one variant parser, the config-value checks, and `config_module`,
+which loads a method's shared config file (`configs/<method>/common.py`) by path.
 
 A config file's `get_config(arg)` builds the paper's defaults and then applies the comma-separated variants of
 `arg` (big_vision style: `configs/vedje_msrvtt.py:world,fast`) in the order the config declares them, so their
@@ -16,6 +17,10 @@ apply it through `vidjax.experiments.common.precision` / `precision_policy`.
 """
 from __future__ import annotations
 
+import hashlib
+import importlib.util
+from pathlib import Path
+import sys
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import ml_collections
@@ -24,6 +29,30 @@ import numpy as np
 from vidjax.ops import is_positive_int
 
 Variant = Callable[[ml_collections.ConfigDict], Any]
+
+
+def config_module(path: str | Path):
+  """A method's shared config file (`configs/<method>/common.py`: the paper's settings and the variants) as a
+  module, loaded by its path, so that a per-dataset config works from any working directory (`configs/` is not a
+  package):
+
+      common = config_module(Path(__file__).parent / "cast" / "common.py")
+
+  Loaded once per resolved path (later calls return the same module). A missing file is one clear error."""
+  path = Path(path).resolve()
+  if not path.is_file():
+    raise FileNotFoundError(f"config file not found: {path}")
+  name = "vidjax_config_" + hashlib.sha1(str(path).encode()).hexdigest()[:12]
+  if name not in sys.modules:
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+      spec.loader.exec_module(module)
+    except BaseException:
+      del sys.modules[name]
+      raise
+  return sys.modules[name]
 
 
 def parse_variants(arg: str | None, known: Iterable[str], where: str) -> list[str]:
