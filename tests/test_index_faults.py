@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from vidjax import search
-from vidjax.methods import stack as stack_method
+from vidjax.retrieval import index as index_format
 from vidjax.retrieval import DenseIndex, dense, files
 
 D, CHUNK, QB = 16, 128, 8
@@ -250,7 +250,7 @@ def _stack_index(path, n=12, dim=D):
            captions=np.array(captions), videos=np.array([f"v{i // 3}" for i in range(n)]))
   unique = sorted(set(captions))
   np.savez(path / "texts.npz", captions=np.array(unique), vectors=rng.normal(size=(len(unique), dim)).astype(np.float32))
-  manifest = {"format": stack_method.INDEX_FORMAT, "dataset": "test", "synthetic": True, "backbone": "b", "dim": dim,
+  manifest = {"format": index_format.INDEX_FORMAT, "dataset": "test", "synthetic": True, "backbone": "b", "dim": dim,
               "clips": n, "text_encoder": {"kind": "caption_lookup", "file": "texts.npz", "backbone": "b"},
               "recall": {"kind": "dense", "file": "corpus.npz", "k": 10, "backbone": "b",
                          "index": {"backend": "jax", "dtype": "float32", "params": {}}},

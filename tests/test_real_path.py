@@ -19,7 +19,7 @@ from vidjax.data.annotations import read_annotations
 from vidjax.data.features import FeatureStore
 from vidjax.experiments import evaluate_all, prepare, retrieval
 from vidjax.experiments.common import REQUIRED_KEYS, load_config
-from vidjax.methods.stack import StackIndex
+from vidjax.search import open_index
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -195,7 +195,7 @@ def test_stack_and_a_typed_query(real_path, capsys):
   _, corpus = real_path("corpus")
   store = FeatureStore(results["provenance"]["store"])
   clip = read_annotations("youcook2", corpus["youcook2"]["annotations"])[0].clips[1]
-  np.testing.assert_allclose(StackIndex(run / "index").encode(clip.text), store.get("text", [clip.clip_id])[0],
+  np.testing.assert_allclose(open_index(run / "index").encode(clip.text), store.get("text", [clip.clip_id])[0],
                              atol=1e-5)
   assert search_cli.main(["--index", str(run / "index"), "a shape nobody rendered", "--k", "3"]) == 0
   assert "a shape nobody rendered" in capsys.readouterr().out

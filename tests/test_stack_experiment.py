@@ -60,7 +60,7 @@ def test_results_contract_and_the_mechanism(run):
 def test_recall_row_equals_a_numpy_brute_force(run):
   """Cosine of every query text with every evaluation clip, the context clips dropped, top 10."""
   workdir, results = run
-  index = stack_method.StackIndex(workdir / "index")
+  index = search.open_index(workdir / "index")
   # the recall stage is the backend the config's `index` section chose (the exact one by default)
   assert index.manifest["recall"]["index"]["backend"] == index.recall.backend == "jax" and index.recall.exact
   records = io.read_json(workdir / "cvr" / "benchmark.json")
@@ -88,7 +88,7 @@ def test_recall_row_equals_a_numpy_brute_force(run):
 
 def test_search_prints_ranked_results_and_json(run, capsys):
   workdir, _ = run
-  index = stack_method.StackIndex(workdir / "index")
+  index = search.open_index(workdir / "index")
   caption, context = index.captions[1], index.ids[:1]
   assert search.main(["--index", str(workdir / "index"), caption, "--context", *context, "--k", "5"]) == 0
   text = capsys.readouterr().out
@@ -103,7 +103,7 @@ def test_search_prints_ranked_results_and_json(run, capsys):
 
 def test_search_as_a_module_end_to_end(run):
   workdir, _ = run
-  index = stack_method.StackIndex(workdir / "index")
+  index = search.open_index(workdir / "index")
   proc = subprocess.run([sys.executable, "-m", "vidjax.search", "--index", str(workdir / "index"), index.captions[0],
                          "--context", index.ids[0], index.ids[1], "--json"], capture_output=True, text=True, timeout=300)
   assert proc.returncode == 0, proc.stderr[-3000:]
@@ -114,7 +114,7 @@ def test_search_as_a_module_end_to_end(run):
 def test_search_errors_are_one_clear_line(run, tmp_path, capsys):
   workdir, _ = run
   good = workdir / "index"
-  caption = stack_method.StackIndex(good).captions[0]
+  caption = search.open_index(good).captions[0]
   other = tmp_path / "other"
   shutil.copytree(good, other)
   manifest = json.loads((other / "manifest.json").read_text())
@@ -149,7 +149,7 @@ def test_grdr_recall_stage_end_to_end(run, tmp_path, capsys):
   assert cr["cast"] <= cr["rerank"] <= cr["recall"] < 100
   manifest = json.loads((workdir / "index" / "manifest.json").read_text())
   assert manifest["recall"]["kind"] == "grdr"
-  index = stack_method.StackIndex(workdir / "index")
+  index = search.open_index(workdir / "index")
   capsys.readouterr()  # the run's tables
   assert search.main(["--index", str(workdir / "index"), index.captions[0], "--json"]) == 0
   out = json.loads(capsys.readouterr().out)

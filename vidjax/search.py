@@ -2,8 +2,8 @@
 
     python -m vidjax.search --index DIR "a query" [--context CLIP_ID ...] [--k 10] [--json]
 
-DIR is `<workdir>/index` of a `configs/stack_<dataset>.py` run (`vidjax.methods.stack.write_index`): the
-corpus, the query encoder and the stages named in its manifest. The query goes through recall -> rerank, and
+DIR is `<workdir>/index` of a `configs/stack_<dataset>.py` run (its format: `vidjax.retrieval.index`): the
+corpus, the query encoder and the stages named in its manifest, each stage kind built by `KINDS` here. The query goes through recall -> rerank, and
 through CAST consistency when `--context` names the clips the user has already seen (oldest first; they are
 never returned). Prints the ranked clips with each stage's score and the time each stage took, or one JSON
 object with `--json`. It computes at the evaluation phase's default precision ("highest": full float32 matmuls on a
@@ -11,6 +11,10 @@ GPU too, README "Precision"), so its ranks do not move with the backend. Every b
 clip, --k) is one line on stderr (a long query or clip id quoted by its first 80 characters and its length) and
 exit status 2. Opening the index checks its manifest and every file it names against what the manifest recorded
 (`StackIndex`): a damaged or edited index is one line naming the file.
+
+Importing this module imports no method (nor any experiment): the format lives in `vidjax.retrieval.index`, and a
+stage kind is built from its model and scorer (`KINDS`). Method code is imported only when an index needs it: a GRDR
+recall stage (the GRDR model and the stack's GRDR recall), a store's text tower (the extraction's model loading).
 """
 from __future__ import annotations
 
@@ -18,7 +22,52 @@ import argparse
 import json
 import sys
 
-from vidjax.methods.stack import SEARCH_PRECISION, StackIndex
+import ml_collections
+
+from vidjax.defaults.common import PRECISION_DEFAULTS
+from vidjax.models import cast as cast_models
+from vidjax.models.pair import PairReranker
+from vidjax.retrieval.index import Kinds, StackIndex
+from vidjax.scorers import cast as cast_scorers
+from vidjax.scorers.pair import PairScorer
+
+# The precision `python -m vidjax.search` computes at: the evaluation phase's default, as a run's evaluation does.
+SEARCH_PRECISION = PRECISION_DEFAULTS["eval"]
+
+
+def _pair_reranker(section, params, dim):  # pylint: disable=unused-argument
+  return PairScorer(PairReranker(), params)
+
+
+def _cast_ensemble(section, params, dim):
+  """CAST's Full Ensemble S = A + w_v B + w_p C (eq. 13) with the trained predictor."""
+  model = cast_models.CAST(dim, num_heads=section["num_heads"])
+  predictor = cast_scorers.PredictorScorer(lambda p, *a: model.apply({"params": p}, *a), params)
+  return cast_scorers.EnsembleScorer(predictor, section["w_v"], section["w_p"])
+
+
+def _grdr_recall(section, params, vectors, ids, dim):
+  """GRDR's generative recall over the corpus then its dense rerank (the stack's `grdr_recall`), with room for the
+  context clips the stack drops."""
+  # A GRDR index only: the GRDR model and the stack's GRDR recall stage.
+  from vidjax.methods import grdr, stack  # pylint: disable=g-import-not-at-top
+  model = grdr.build_model(ml_collections.ConfigDict(dict(section["model"], query_dim=dim)), dim)
+  return stack.grdr_recall(model, params, vectors, list(ids), int(section["k"]) + int(section["context_len"]))
+
+
+def _text_tower(tower):
+  from vidjax.methods import extraction  # pylint: disable=g-import-not-at-top  (a store's text tower only)
+  return extraction.make_query_encoder(tower)
+
+
+# What each kind an index's manifest names is built with.
+KINDS = Kinds(recalls={"grdr": _grdr_recall}, stages={"pair_reranker": _pair_reranker, "cast_ensemble": _cast_ensemble},
+              text_tower=_text_tower)
+
+
+def open_index(path) -> StackIndex:
+  """The built index at `path`, checked (`StackIndex`), its stages built by `KINDS`."""
+  return StackIndex(path, KINDS)
 
 
 def parse(argv=None) -> argparse.Namespace:
@@ -33,7 +82,7 @@ def parse(argv=None) -> argparse.Namespace:
 
 def search(args: argparse.Namespace) -> dict:
   """The ranked results of one query as a JSON-able dict."""
-  index = StackIndex(args.index)
+  index = open_index(args.index)
   result, stages = index.search(args.query, args.context, args.k)
   rows = []
   for rank, (clip, score) in enumerate(zip(result.ids[0], result.scores[0]), 1):

@@ -20,26 +20,26 @@ candidates. A query's
 context clips are never returned (the user has seen them; `Stack.search(exclude=...)`): in the corpus they
 would be the clips most continuous with v_{t-1}.
 
-The run writes `<workdir>/index/` (`write_index`, `StackIndex`), which `python -m vidjax.search` loads.
+The run writes `<workdir>/index/` (`write_index`; the format: `vidjax.retrieval.index`), which `python -m vidjax.search`
+loads.
 """
 from __future__ import annotations
 
-import dataclasses
 import time
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
-from vidjax import evaluate, metrics, sharding
+from vidjax import evaluate, sharding
 from vidjax.experiments import common
 from vidjax.methods import cast, extraction
-from vidjax.methods.stack import (RECALLS, Corpus, PairScorer, grdr_recall, split_videos, table, train_grdr,
-                                  train_reranker, vedje_stage, write_index)
+from vidjax.methods.stack import (RECALLS, ROWS, Corpus, budgets, check_rerank_inputs, grdr_recall, latency,
+                                  row_metrics, split_videos, stacks, table, train_grdr, train_reranker, vedje_stage,
+                                  write_index)
 from vidjax.retrieval import DenseIndex, Stack, Stage
 from vidjax.scorers import cast as cast_scorers
+from vidjax.scorers.pair import PairScorer
 
-ROWS = ("recall", "recall_rerank", "full_stack")
 # Besides `common.is_resumable`'s rule: more CAST epochs resume training, and nothing written depends on the
 # stack's stages (CAST and the reranker are trained on dense candidates, so a workdir can switch between dense and
 # GRDR recall and keep them; the index is rewritten).
@@ -59,9 +59,6 @@ def validate(config) -> None:
   common.check_positive(config, ("rerank.tau", "rerank.lr"))
   common.check_choice(config, "stack.recall", RECALLS)
   common.check_choice(config, "stack.reranker", ("pair", "vedje"))
-  if config.stack.reranker == "vedje" and not config.data.annotations:
-    common.bad_value("stack.reranker", "vedje", "'pair' on the embedded world (its clips have no frame tokens), or "
-                     "a store prepared with tokens (configs/prepare.py) with data.features / data.annotations")
   s = config.stack
   if not 10 <= s.k <= s.rerank_k <= s.k_recall:
     common.bad_value("stack.k / stack.rerank_k / stack.k_recall", (s.k, s.rerank_k, s.k_recall),
@@ -71,45 +68,6 @@ def validate(config) -> None:
       common.bad_value("stack.rerank_k_sweep", tuple(s.rerank_k_sweep), f"integers in [k={s.k}, k_recall={s.k_recall}]")
   if config.rerank.candidates < 2:
     common.bad_value("rerank.candidates", config.rerank.candidates, "at least 2 (a positive and a negative)")
-
-
-# ----------------------------------------------------------------------------------------------
-# The stacks and their metrics.
-
-
-def budgets(config, corpus_size: int) -> tuple[int, int, int]:
-  """(k_recall, rerank_k, k) clipped to the corpus: no stage asks for more clips than the corpus holds."""
-  s = config.stack
-  k_recall = min(s.k_recall, corpus_size)
-  return k_recall, min(s.rerank_k, k_recall), min(s.k, k_recall)
-
-
-def stacks(recall: DenseIndex, rerank: Stage, cast_scorer, config, corpus_size: int) -> dict[str, Stack]:
-  """The three reported rows, then the full stack with the rerank keeping each of `stack.rerank_k_sweep` (every
-  budget clipped to the corpus, `budgets`); `rerank` is the rerank stage (pair reranker or VEDJE)."""
-  s = config.stack
-  k_recall, rerank_k, k = budgets(config, corpus_size)
-  consistency = Stage("cast", cast_scorer, k)
-  keeping = lambda keep: dataclasses.replace(rerank, k=min(keep, k_recall))  # noqa: E731
-  full = lambda keep: Stack(recall, k_recall, [keeping(keep), consistency], s.query_batch)  # noqa: E731
-  return {"recall": Stack(recall, k_recall, (), s.query_batch),
-          "recall_rerank": Stack(recall, k_recall, [keeping(rerank_k)], s.query_batch),
-          "full_stack": full(s.rerank_k),
-          **{f"full_stack (rerank keeps {k})": full(k) for k in s.rerank_k_sweep}}
-
-
-def row_metrics(result, corpus: Corpus, targets: Sequence[str], k: int = 10) -> dict[str, float]:
-  values = metrics.recall_from_ranked(result.ids[:, :k], np.asarray(targets))
-  values.update(metrics.confusion_rates(corpus.kinds(result.ids, targets), k))
-  return {key: round(v, 4) for key, v in values.items()}
-
-
-def latency(stack: Stack, queries: dict, exclude: Sequence[Sequence[str]], n: int) -> dict[str, float]:
-  """ms per query per stage, queries one at a time (batch 1) after one warm-up query (compilation)."""
-  single = Stack(stack.recall, stack.k_recall, stack.stages, query_batch=1)
-  single.search({key: v[:1] for key, v in queries.items()}, 10, exclude[:1])
-  timed = single.search({key: v[:n] for key, v in queries.items()}, 10, exclude[:n])
-  return {key: round(v, 4) for key, v in timed.latency_ms.items()}
 
 
 def plot(results: dict, path: Path, title: str, synthetic: bool) -> Path:
@@ -142,6 +100,7 @@ def run(config, workdir: str | Path) -> dict:
   workdir = common.start_run(config, workdir, validate, RESUMABLE)
   start = time.time()
   data, _, texts, bench, heldout, source = cast.setup(config, workdir)
+  check_rerank_inputs(config, data.store)  # before any training
   mesh = sharding.make_mesh()
   model = cast.build_models(config, texts.dim)["cast"]
   with common.precision(config, "train"):
@@ -209,6 +168,6 @@ def run(config, workdir: str | Path) -> dict:
     write_index(workdir / "index", corpus=corpus, vectors=vectors, texts=all_texts, videos=data.videos,
                 config=config, backbone=backbone, synthetic=data.synthetic, rerank=rerank_parts,
                 cast_parts=(model, cast_params, cast_scorer), grdr_parts=grdr_parts,
-                text_tower=extraction.text_tower(data.features) if config.data.annotations else None)
+                text_tower=extraction.text_tower(data.features))
   common.write_results(workdir, results, tables)
   return results

@@ -1,12 +1,13 @@
 """The composed retrieval stack as a method: its corpus, the pair-rerank stage trained on the recall stage's
-candidates, GRDR as a recall stage, and the index `python -m vidjax.search` loads (`write_index`, `StackIndex`).
+candidates, GRDR as a recall stage, and the index `python -m vidjax.search` loads (`write_index`; the format and its
+reader: `vidjax.retrieval.index`).
 
 `configs/stack_*.py` (`vidjax.experiments.stack`) builds and evaluates a stack with these; `vidjax.search` reads
 the index it writes.
 """
 from __future__ import annotations
 
-import io as _io
+import dataclasses
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -14,28 +15,23 @@ import jax
 import ml_collections
 import numpy as np
 
-from vidjax import checkpoints, evaluate, io, losses, metrics, ops, train
+from vidjax import checkpoints, evaluate, losses, metrics, train
 from vidjax.data import pipeline
 from vidjax.data.features import FeatureStore
 from vidjax.data.pipeline import FeatureTable
-from vidjax.defaults.common import PRECISION_DEFAULTS
 from vidjax.defaults.vedje import FULL
 from vidjax.methods import cast as cast_method
-from vidjax.methods import extraction
 from vidjax.methods import grdr as grdr_method
 from vidjax.methods import vedje
-from vidjax.models import cast as cast_models
 from vidjax.models.pair import PairReranker
 from vidjax.ops import l2_normalize
-from vidjax.retrieval import DenseIndex, Stack, Stage, files
-from vidjax.scorers import cast as cast_scorers
-from vidjax.scorers.pair import PairScorer
+from vidjax.retrieval import DenseIndex, Stack, Stage
+from vidjax.retrieval import index as index_format
 from vidjax.scorers.vedje import PairBatches, VedjeScorer
 from vidjax.tokenizers.wordpiece import WordPieceTokenizer
 
 RECALLS = ("dense", "grdr")
-# The precision `python -m vidjax.search` computes at: the evaluation phase's default, as a run's evaluation does.
-SEARCH_PRECISION = PRECISION_DEFAULTS["eval"]
+ROWS = ("recall", "recall_rerank", "full_stack")  # the rows results.json reports
 
 
 # ----------------------------------------------------------------------------------------------
@@ -108,6 +104,16 @@ def rerank_training_set(corpus: Corpus, clips: FeatureTable, texts: FeatureTable
           "positive": positive.astype(np.float32)}
 
 
+def check_rerank_inputs(config, store: FeatureStore | None) -> None:
+  """stack.reranker = "vedje" reads each clip's frame tokens: one clear error when the data's store has none (the
+  embedded procedural world's clips have no frames)."""
+  kind = config.vedje.tokens_kind
+  if config.stack.reranker == "vedje" and (store is None or kind not in store.kinds()):
+    raise ValueError(f"stack.reranker='vedje' reads each clip's frame tokens (kind {kind!r}): give a store "
+                     "prepared with them (configs/prepare.py, save_tokens=True), or stack.reranker='pair'; the "
+                     "embedded world has none")
+
+
 def vedje_stage(config, workdir: Path, data: cast_method.CVRData, train_videos, corpus_ids: Sequence[str],
                 query_texts: Sequence[str]) -> Stage:
   """stack.reranker = "vedje": VEDJE trained on the training clips (each step caption a query, its clip the
@@ -115,9 +121,7 @@ def vedje_stage(config, workdir: Path, data: cast_method.CVRData, train_videos, 
   `<workdir>/train/vedje`, the evaluation clips' caches indexed into `<workdir>/features`, and the rerank Stage over
   them. The stack's queries then carry `row`: each query's row in `query_texts` (its step caption)."""
   vc, store = config.vedje, data.store
-  if store is None or vc.tokens_kind not in store.kinds():
-    raise ValueError(f"stack.reranker='vedje' reads each clip's frame tokens (kind {vc.tokens_kind!r}): give a store "
-                     "prepared with them (configs/prepare.py, save_tokens=True); the embedded world has none")
+  check_rerank_inputs(config, store)
   frames, patches, visual_dim = store.item_shape(vc.tokens_kind)
   mc = ml_collections.ConfigDict(vc.model.to_dict())
   mc.frames = frames  # the store's T (the `_vedje` docstring in vidjax/defaults/stack.py)
@@ -202,35 +206,60 @@ def grdr_recall(model, params, vectors: np.ndarray, ids: Sequence[str], k: int) 
 
 
 # ----------------------------------------------------------------------------------------------
-# The index `python -m vidjax.search` loads.
-
-INDEX_FORMAT = "vidjax-stack-index/1"
-MANIFEST = "manifest.json"
-_REBUILD = "rebuild it (python -m vidjax.main --config configs/stack_<dataset>.py --workdir DIR writes DIR/index)"
+# The stacks and their metrics.
 
 
-def _npz_bytes(**arrays) -> bytes:
-  buf = _io.BytesIO()
-  np.savez(buf, **arrays)
-  return buf.getvalue()
+def budgets(config, corpus_size: int) -> tuple[int, int, int]:
+  """(k_recall, rerank_k, k) clipped to the corpus: no stage asks for more clips than the corpus holds."""
+  s = config.stack
+  k_recall = min(s.k_recall, corpus_size)
+  return k_recall, min(s.rerank_k, k_recall), min(s.k, k_recall)
+
+
+def stacks(recall: DenseIndex, rerank: Stage, cast_scorer, config, corpus_size: int) -> dict[str, Stack]:
+  """The three reported rows, then the full stack with the rerank keeping each of `stack.rerank_k_sweep` (every
+  budget clipped to the corpus, `budgets`); `rerank` is the rerank stage (pair reranker or VEDJE)."""
+  s = config.stack
+  k_recall, rerank_k, k = budgets(config, corpus_size)
+  consistency = Stage("cast", cast_scorer, k)
+  keeping = lambda keep: dataclasses.replace(rerank, k=min(keep, k_recall))  # noqa: E731
+  full = lambda keep: Stack(recall, k_recall, [keeping(keep), consistency], s.query_batch)  # noqa: E731
+  return {"recall": Stack(recall, k_recall, (), s.query_batch),
+          "recall_rerank": Stack(recall, k_recall, [keeping(rerank_k)], s.query_batch),
+          "full_stack": full(s.rerank_k),
+          **{f"full_stack (rerank keeps {k})": full(k) for k in s.rerank_k_sweep}}
+
+
+def row_metrics(result, corpus: Corpus, targets: Sequence[str], k: int = 10) -> dict[str, float]:
+  values = metrics.recall_from_ranked(result.ids[:, :k], np.asarray(targets))
+  values.update(metrics.confusion_rates(corpus.kinds(result.ids, targets), k))
+  return {key: round(v, 4) for key, v in values.items()}
+
+
+def latency(stack: Stack, queries: dict, exclude: Sequence[Sequence[str]], n: int) -> dict[str, float]:
+  """ms per query per stage, queries one at a time (batch 1) after one warm-up query (compilation)."""
+  single = Stack(stack.recall, stack.k_recall, stack.stages, query_batch=1)
+  single.search({key: v[:1] for key, v in queries.items()}, 10, exclude[:1])
+  timed = single.search({key: v[:n] for key, v in queries.items()}, 10, exclude[:n])
+  return {key: round(v, 4) for key, v in timed.latency_ms.items()}
+
+
+# ----------------------------------------------------------------------------------------------
+# The index `python -m vidjax.search` loads (its format: `vidjax.retrieval.index`).
 
 
 def write_index(path: Path, *, corpus: Corpus, vectors: np.ndarray, texts: FeatureTable, videos, config,
                 backbone: str, synthetic: bool, rerank, cast_parts, grdr_parts=None, text_tower: dict | None = None) -> Path:
-  """Writes `<path>/`: corpus.npz (ids, clip vectors, captions, videos), texts.npz (every caption's mean text
-  embedding: the query encoder of a space without a text tower), rerank.npz / cast.npz (parameters) and, last,
-  manifest.json (an index without one is incomplete). `text_tower` (`extraction.text_tower` of the store): typed
-  queries are encoded by the text tower that embedded the captions."""
+  """Writes the stack's index at `path` (`vidjax.retrieval.index.write_index`): the corpus, every caption's mean text
+  embedding (the query encoder of a space without a text tower), rerank.npz / cast.npz (/ grdr.npz) parameters.
+  `text_tower` (`extraction.text_tower` of the store): typed queries are encoded by the text tower that embedded the
+  captions."""
   path.mkdir(parents=True, exist_ok=True)
   clips = [c for v in videos for c in v.clips]
   captions = sorted({c.text for c in clips})
   which = {t: i for i, t in enumerate(captions)}
   sums = np.zeros((len(captions), texts.dim), np.float32)
   np.add.at(sums, [which[c.text] for c in clips], texts.gather(np.array([texts.index[c.clip_id] for c in clips])))
-  io.atomic_write_bytes(path / "texts.npz", _npz_bytes(captions=np.array(captions), vectors=l2_normalize(sums)))
-  io.atomic_write_bytes(path / "corpus.npz", _npz_bytes(ids=np.array(corpus.ids), vectors=np.asarray(vectors, np.float32),
-                                                        captions=np.array(corpus.captions),
-                                                        videos=np.array(corpus.video_ids)))
   cast_model, cast_params, ensemble = cast_parts
   if rerank is not None:  # the pair reranker (a VEDJE stage reads its run's caches: not in the index yet)
     checkpoints.save_npz(rerank[1], path / "rerank.npz")
@@ -242,210 +271,16 @@ def write_index(path: Path, *, corpus: Corpus, vectors: np.ndarray, texts: Featu
     checkpoints.save_npz(grdr_parts[1], path / "grdr.npz")
     recall = {"kind": "grdr", "file": "grdr.npz", "k": s.k_recall, "backbone": backbone,
               "model": config.grdr.model.to_dict(), "context_len": config.model.context_len}
-  manifest = {
-      "format": INDEX_FORMAT, "dataset": config.dataset, "synthetic": synthetic, "backbone": backbone,
-      "dim": int(np.shape(vectors)[1]), "clips": len(corpus.ids),
-      "text_encoder": ({"kind": "caption_lookup", "file": "texts.npz", "backbone": backbone} if text_tower is None else
-                       {"kind": "text_tower", "file": "texts.npz", "backbone": backbone, "tower": text_tower}),
-      "recall": recall,
-      "stages": [
-          *([{"name": "rerank", "kind": "pair_reranker", "k": s.rerank_k, "file": "rerank.npz", "backbone": backbone}]
-            if rerank is not None else []),
-          {"name": "cast", "kind": "cast_ensemble", "k": s.k, "file": "cast.npz", "backbone": backbone,
-           "num_heads": cast_model.num_heads, "context_len": config.model.context_len,
-           "w_v": ensemble.w_v, "w_p": ensemble.w_p, "needs_context": True},
-      ],
-  }
-  named = ["corpus.npz", manifest["text_encoder"]["file"], recall["file"], *(st["file"] for st in manifest["stages"])]
-  manifest["files"] = {name: files.file_record(path / name) for name in dict.fromkeys(named)}  # checked on open
-  io.atomic_write_json(path / MANIFEST, manifest)
-  return path
-
-
-class StackIndex:
-  """A built index: the corpus, the query encoder and the stages, ready to `search`.
-
-  Opening it checks what the index claims before anything is trusted: the manifest's fields (one error naming the
-  field), every file it names against the size and SHA-256 the manifest recorded (`"files"`; an index written before
-  they were recorded gets every other check), the corpus (ids distinct, as many as the manifest's clips, captions and
-  videos one per id, vectors [clips, dim] and finite) and the caption table (one finite [dim] vector per caption).
-  Each mismatch is one ValueError naming the index and the file."""
-
-  def __init__(self, path: str | Path):
-    path = Path(path)
-    if not path.is_dir():
-      raise FileNotFoundError(f"index {path}: no such directory (build one with python -m vidjax.main "
-                              "--config configs/stack_<dataset>.py --workdir DIR; the index is DIR/index)")
-    if not (path / MANIFEST).is_file():
-      raise ValueError(f"index {path}: no {MANIFEST}; not a vidjax stack index, or its build did not finish")
-    m = io.read_json(path / MANIFEST, "index manifest")
-    if not isinstance(m, dict) or m.get("format") != INDEX_FORMAT:
-      raise ValueError(f"index {path}/{MANIFEST}: format {m.get('format') if isinstance(m, dict) else m!r} is not "
-                       f"{INDEX_FORMAT!r}")
-    self.path, self.manifest = path, m
-    self._check_manifest()
-    parts = [("the text encoder", m["text_encoder"]), ("the recall stage", m["recall"])] + [
-        (f"stage {s['name']!r}", s) for s in m["stages"]]
-    for what, part in parts:
-      if part.get("backbone") != m["backbone"]:
-        raise ValueError(f"index {path}: {what} was built for backbone {part.get('backbone')!r} but the index's corpus "
-                         f"holds {m['backbone']!r} features; rebuild the index from one feature store")
-      if not (path / part["file"]).is_file():
-        raise ValueError(f"index {path}: {what}'s file {part['file']} is missing")
-    for name, record in (m.get("files") or {}).items():
-      files.check_file(path, name, record, f"index {path}", recorded_in=MANIFEST, rebuild=_REBUILD)
-    self.synthetic = bool(m["synthetic"])
-    corpus = self._arrays("corpus.npz", "index corpus", ("ids", "vectors", "captions", "videos"))
-    self.ids, self.captions, self.videos = (corpus[k].astype(str).tolist() for k in ("ids", "captions", "videos"))
-    self.row = {c: i for i, c in enumerate(self.ids)}
-    if len(self.row) != len(self.ids) or len(self.ids) != m["clips"]:
-      raise self._bad("corpus.npz", f"holds {len(self.ids)} ids ({len(self.row)} distinct), the manifest says "
-                      f"{m['clips']} clips")
-    if corpus["vectors"].shape != (len(self.ids), m["dim"]) or len(self.captions) != len(self.ids) or len(
-        self.videos) != len(self.ids):
-      raise self._bad("corpus.npz", f"holds vectors {corpus['vectors'].shape}, {len(self.captions)} captions and "
-                      f"{len(self.videos)} videos; the manifest says {len(self.ids)} clips x dim {m['dim']}")
-    self.vectors = self._finite("corpus.npz", corpus["vectors"], self.ids)
-    r = m["recall"]
-    if r["kind"] == "dense":  # an index written before backends were configurable: the exact one
-      section = r.get("index", {"backend": "jax", "dtype": "float32", "params": {}})
-      try:
-        self.recall = DenseIndex.from_config(self.ids, self.vectors, ml_collections.ConfigDict(section),
-                                             query_batch=1)
-      except (ValueError, KeyError, AttributeError, TypeError) as e:
-        raise ValueError(f"index {path}/{MANIFEST}: recall index {section!r} is not one this vidjax builds: "
-                         f"{str(e).strip()[:300]}") from None
-    elif r["kind"] == "grdr":
-      params = self._params(r["file"], "index GRDR model")
-      model = grdr_method.build_model(ml_collections.ConfigDict(dict(r["model"], query_dim=m["dim"])), m["dim"])
-      self.recall = grdr_recall(model, params, self.vectors, self.ids, int(r["k"]) + int(r["context_len"]))
-    else:
-      raise ValueError(f"index {path}: recall stage of unknown kind {r['kind']!r} (known: {', '.join(RECALLS)})")
-    texts = self._arrays(m["text_encoder"]["file"], "index text table", ("captions", "vectors"))
-    captions = texts["captions"].astype(str).tolist()
-    if texts["vectors"].shape != (len(captions), m["dim"]):
-      raise self._bad(m["text_encoder"]["file"], f"holds {len(captions)} captions and vectors "
-                      f"{texts['vectors'].shape}, expected [{len(captions)}, dim {m['dim']}]")
-    self.text_of = dict(zip(captions, self._finite(m["text_encoder"]["file"], texts["vectors"], captions)))
-    self.stages, self.needs_context = [], set()
-    for s in m["stages"]:
-      params = self._params(s["file"], f"index stage {s['name']!r}")
-      if s["kind"] == "pair_reranker":
-        scorer = PairScorer(PairReranker(), params)
-      elif s["kind"] == "cast_ensemble":
-        model = cast_models.CAST(m["dim"], num_heads=s["num_heads"])
-        predictor = cast_scorers.PredictorScorer(lambda p, *a, model=model: model.apply({"params": p}, *a), params)
-        scorer = cast_scorers.EnsembleScorer(predictor, s["w_v"], s["w_p"])
-        self.context_len = int(s["context_len"])
-      else:
-        raise ValueError(f"index {path}: stage {s['name']!r} has unknown kind {s['kind']!r}")
-      if s.get("needs_context"):
-        self.needs_context.add(s["name"])
-      self.stages.append(Stage(s["name"], scorer, int(s["k"])))
-
-  def _bad(self, name: str, problem: str) -> ValueError:
-    return files.IndexFileError(f"index {self.path}: {name} {problem}; the index is damaged or was changed after it "
-                                f"was built: {_REBUILD}")
-
-  def _check_manifest(self) -> None:
-    """Every field the index reads, present and of its type: one error naming the field."""
-    m = self.manifest
-
-    def need(obj, key, kind, where):
-      value = obj.get(key) if isinstance(obj, dict) else None
-      ok = isinstance(value, kind) and not (isinstance(value, bool) and kind is not bool)
-      if not ok or (kind is int and value < 1):
-        raise ValueError(f"index {self.path}/{MANIFEST}: {where}{key} is {str(value)[:80] if key in obj else 'missing'}"
-                         f", expected {'a positive integer' if kind is int else getattr(kind, '__name__', 'a number')}"
-                         f"; the index is damaged or incomplete: {_REBUILD}")
-      return value
-
-    for key, kind in (("synthetic", bool), ("backbone", str), ("dim", int), ("clips", int), ("text_encoder", dict),
-                      ("recall", dict), ("stages", list)):
-      need(m, key, kind, "")
-    for key, kind in (("kind", str), ("file", str), ("backbone", str)):
-      need(m["text_encoder"], key, kind, "text_encoder.")
-    for key, kind in (("kind", str), ("file", str), ("backbone", str), ("k", int)):
-      need(m["recall"], key, kind, "recall.")
-    if m["recall"]["kind"] == "grdr":
-      need(m["recall"], "model", dict, "recall.")
-      need(m["recall"], "context_len", (int,), "recall.")
-    for i, s in enumerate(m["stages"]):
-      if not isinstance(s, dict):
-        raise ValueError(f"index {self.path}/{MANIFEST}: stages[{i}] is not an object; {_REBUILD}")
-      for key, kind in (("name", str), ("kind", str), ("file", str), ("backbone", str), ("k", int)):
-        need(s, key, kind, f"stages[{i}].")
-      if s["kind"] == "cast_ensemble":
-        for key, kind in (("num_heads", int), ("context_len", (int,)), ("w_v", (int, float)), ("w_p", (int, float))):
-          need(s, key, kind, f"stages[{i}].")
-    if "files" in m and not (isinstance(m["files"], dict) and all(
-        isinstance(r, dict) and isinstance(r.get("bytes"), int) and isinstance(r.get("sha256"), str)
-        for r in m["files"].values())):
-      raise ValueError(f"index {self.path}/{MANIFEST}: files must map each file to its bytes and sha256; "
-                       f"{_REBUILD}")
-    names = [m["text_encoder"]["file"], m["recall"]["file"], *(s["file"] for s in m["stages"])]
-    outside = [n for n in names if Path(n).name != n]
-    if outside:
-      raise ValueError(f"index {self.path}/{MANIFEST}: file {outside[0]!r} is not a file name inside the index")
-
-  def _arrays(self, name: str, what: str, keys: Sequence[str]) -> dict[str, np.ndarray]:
-    arrays = checkpoints.read_npz(self.path / name, what)
-    missing = [k for k in keys if k not in arrays]
-    if missing:
-      raise self._bad(name, f"lacks the arrays {missing} (it has {sorted(arrays)[:10]})")
-    return arrays
-
-  def _finite(self, name: str, vectors: np.ndarray, ids: Sequence[str]) -> np.ndarray:
-    if not np.issubdtype(vectors.dtype, np.floating):
-      raise self._bad(name, f"holds {vectors.dtype} vectors, not floats")
-    bad = np.flatnonzero(~np.isfinite(vectors).all(axis=tuple(range(1, vectors.ndim))))
-    if bad.size:
-      raise self._bad(name, f"vectors of {', '.join(files.quote(ids[i], 40) for i in bad[:5])} are not finite "
-                      f"(NaN or Inf; {bad.size} rows)")
-    return vectors
-
-  def _params(self, name: str, what: str):
-    tree = ops.unflatten_dict(checkpoints.read_npz(self.path / name, what))
-    if "params" not in tree:
-      raise self._bad(name, "holds no 'params' (not a parameter file)")
-    return tree["params"]
-
-  def encode(self, text: str) -> np.ndarray:
-    """The query's text embedding: the store's text tower (built on first use), or for a space without one its
-    caption table."""
-    if self.manifest["text_encoder"]["kind"] == "text_tower":
-      if not hasattr(self, "_encoder"):
-        self._encoder = extraction.make_query_encoder(self.manifest["text_encoder"]["tower"])
-      if not text.strip():
-        raise ValueError("the query is empty")
-      return self._encoder([text])[0]
-    found = self.text_of.get(text) if text in self.text_of else next(
-        (v for t, v in self.text_of.items() if t.lower() == text.strip().lower()), None)
-    if found is None:
-      examples = ", ".join(files.quote(t) for t in list(self.text_of)[:3])
-      raise ValueError(f"query {files.quote(text)} is not a caption of this index's space (its text encoder is a caption table "
-                       f"of {len(self.text_of)} captions, e.g. {examples})")
-    return found
-
-  def search(self, text: str, context: Sequence[str] = (), k: int = 10):
-    """(StackResult for one query, stages used): recall -> rerank -> CAST when `context` clips are given."""
-    unknown = [c for c in context if c not in self.row]
-    if unknown:
-      raise ValueError(f"unknown context clip {files.quote(unknown[0])}: not a clip of this index's corpus "
-                       f"({len(self.ids)} clips, e.g. {self.ids[0]!r})")
-    stages = [s for s in self.stages if context or s.name not in self.needs_context]
-    last = stages[-1].k if stages else self.manifest["recall"]["k"]
-    if not 1 <= k <= last:
-      raise ValueError(f"--k must be in [1, {last}] for this index, got {k}")
-    query = {"text": self.encode(text)[None].astype(np.float32)}
-    if self.needs_context:
-      length = getattr(self, "context_len", len(context))
-      history = np.zeros((1, length, self.vectors.shape[1]), np.float32)
-      mask = np.zeros((1, length), np.float32)
-      recent = list(context)[-length:] if length else []
-      if recent:
-        history[0, length - len(recent):] = self.vectors[[self.row[c] for c in recent]]
-        mask[0, length - len(recent):] = 1.0
-      query.update(history=history, history_mask=mask)
-    stack = Stack(self.recall, int(self.manifest["recall"]["k"]), stages, query_batch=1)
-    return stack.search(query, k, exclude=[list(context)]), [s.name for s in stages]
+  text_encoder = ({"kind": "caption_lookup", "file": "texts.npz", "backbone": backbone} if text_tower is None else
+                  {"kind": "text_tower", "file": "texts.npz", "backbone": backbone, "tower": text_tower})
+  stages = [
+      *([{"name": "rerank", "kind": "pair_reranker", "k": s.rerank_k, "file": "rerank.npz", "backbone": backbone}]
+        if rerank is not None else []),
+      {"name": "cast", "kind": "cast_ensemble", "k": s.k, "file": "cast.npz", "backbone": backbone,
+       "num_heads": cast_model.num_heads, "context_len": config.model.context_len,
+       "w_v": ensemble.w_v, "w_p": ensemble.w_p, "needs_context": True},
+  ]
+  return index_format.write_index(
+      path, ids=corpus.ids, vectors=vectors, captions=corpus.captions, videos=corpus.video_ids,
+      text_captions=captions, text_vectors=l2_normalize(sums), dataset=config.dataset, synthetic=synthetic,
+      backbone=backbone, text_encoder=text_encoder, recall=recall, stages=stages)
