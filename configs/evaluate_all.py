@@ -6,11 +6,15 @@
         --config.workdirs="('/tmp/cast_coin', '/tmp/vedje_msrvtt')"                 # compare finished runs
 
 Writes `<workdir>/comparison.json` (model -> benchmark -> metrics, or {"n/a": reason}), `comparison.md` and
-`results.json`. Defaults: vidjax/defaults/evaluate_all.py.
+`results.json`. Settings: configs/evaluate_all/common.py.
 """
-from vidjax.defaults import evaluate_all
+from pathlib import Path
+
+from vidjax.defaults.common import config_module
+
+_common = config_module(Path(__file__).parent / "evaluate_all" / "common.py")
 
 
 def get_config(arg=None):
   """`arg`: None (every method's embedded world) or "smoke" (only the rendered GenState world; for tests)."""
-  return evaluate_all.get_config(arg)
+  return _common.get_config(arg)

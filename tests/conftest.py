@@ -45,6 +45,7 @@ else:
   _OWN_CACHE = None
 
 from vidjax.experiments.common import load_config  # noqa: E402  pylint: disable=wrong-import-position
+from vidjax.methods import METHODS  # noqa: E402  pylint: disable=wrong-import-position
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -132,15 +133,13 @@ def cast_wide_config():
   return c
 
 
-# name -> its config
+# name -> its config: every method's smoke config (the table of methods), a few of them trimmed or widened for the
+# suite, and the stack's.
 SMOKE = {
-    "cast": lambda: load_config(ROOT / "configs/cast_coin.py:smoke"),
+    **{name: (lambda m=m: load_config(ROOT / m.smoke)) for name, m in METHODS.items()},
     "cast_wide": cast_wide_config,
-    "comp": lambda: load_config(ROOT / "configs/comp_activitynet.py:smoke"),
-    "genstate": lambda: load_config(ROOT / "configs/genstate_rendered.py:smoke"),
     "grdr": grdr_smoke_config,
     "stack": lambda: load_config(ROOT / "configs/stack_coin.py:smoke"),
-    "vedje": lambda: load_config(ROOT / "configs/vedje_msrvtt.py:smoke"),
 }
 
 
@@ -169,7 +168,8 @@ def smoke_runs(tmp_path_factory, worker_id):
 
 
 def real_path_configs(root: Path) -> dict:
-  """{step: (config, depends on)} of the real path under `root` (the notebooks' `VIDJAX_REAL_PATH`)."""
+  """{step: config} of the real path under `root` (the notebooks' `VIDJAX_REAL_PATH`); a method's config reads the
+  store of its step `prep_<dataset>` (`data.features`)."""
   c = json.loads((root / "corpus" / "manifest.json").read_text())
 
   def prep(dataset, annotations):
@@ -231,11 +231,9 @@ def real_path(tmp_path_factory, worker_id):
         if not manifest.exists():
           release.write_corpus(root / "corpus", release.SIZES["smoke"], seed=0)
         return root / "corpus", json.loads(manifest.read_text())
-    if not step.startswith("prep_"):
-      get("prep_" + {"cast": "youcook2", "stack": "youcook2", "retrieval": "msrvtt", "vedje": "msrvtt", "grdr": "msrvtt",
-                     "comp": "activitynet", "genstate": "genstate"}[step.split("_")[0]])
-    else:
-      get("corpus")
+    get("corpus")
+    if not step.startswith("prep_"):  # a method's run reads its prepared store: <root>/prep_<dataset>/features
+      get(Path(real_path_configs(root)[step].data.features).parent.name)
     with filelock.FileLock(str(root / f"{step}.lock")):
       workdir, saved = root / step, root / f"{step}.pkl"
       if not saved.exists():

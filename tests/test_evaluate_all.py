@@ -5,11 +5,13 @@ from pathlib import Path
 
 import pytest
 
+from vidjax import main
 from vidjax.experiments import evaluate_all as E
 from vidjax.experiments.common import load_config
+from vidjax.methods import METHODS, Line, Method
 
 ROOT = Path(__file__).resolve().parents[1]
-KINDS = ("cast", "comp", "genstate", "grdr", "vedje")
+KINDS = tuple(METHODS)
 
 
 @pytest.fixture(scope="module")
@@ -116,3 +118,64 @@ def test_bad_inputs_get_one_clear_error(tmp_path):
   with pytest.raises(ValueError, match="occur twice"):
     E.compare([E.evaluate.Model("m", "s", {}), E.evaluate.Model("m", "s", {})], [])
 
+
+
+# A sixth method: its own files (an experiment module with `run` and `suite`, a config) and one entry in the table.
+_TOY_MODULE = """
+import numpy as np
+from vidjax import evaluate
+from vidjax.experiments import common
+
+
+@common.precision_policy
+def run(config, workdir):
+  workdir = common.start_run(config, workdir, lambda c: None)
+  results = common.results_dict(config, dataset="toy", synthetic=True, metrics={"toy": {"t2v_r1": 100.0}})
+  common.write_results(workdir, results)
+  return results
+
+
+def suite(config, workdir):
+  keys = [f"q{i}" for i in range(config.n)]
+  vectors = dict(zip(keys, np.eye(config.n, dtype=np.float32)))
+  encode = lambda ks: np.stack([vectors[k] for k in ks])
+  return ([evaluate.dual_encoder("toy", "the toy space", encode, encode)],
+          [evaluate.Benchmark("R@K (toy)", "gallery", "the toy space", (keys, keys, np.arange(config.n)))])
+"""
+_TOY_CONFIG = """
+import ml_collections
+from vidjax.defaults import common
+
+
+def get_config(arg=None):
+  c = ml_collections.ConfigDict(dict(experiment="toy", name="toy_run", seed=0, n=4,
+                                     precision=common.precision_section()))
+  return common.apply_variants(c, arg, {"smoke": lambda c: None}, "toy.py")
+"""
+
+
+def test_a_new_method_is_one_table_entry_plus_its_own_files(tmp_path, monkeypatch, capsys):
+  """main dispatches it, evaluate_all trains it from its smoke config and compares its suite's models, the real path's
+  summary checks its line: no other list to edit."""
+  from vidjax import real_path  # pylint: disable=g-import-not-at-top
+  (tmp_path / "toy_method.py").write_text(_TOY_MODULE)
+  (tmp_path / "toy.py").write_text(_TOY_CONFIG)
+  monkeypatch.syspath_prepend(str(tmp_path))
+  toy = Method("toy", "toy", str(tmp_path / "toy.py:smoke"), experiment="toy_method", suite_module="toy_method",
+               real_path=(Line("toy", "toy_run", "toy R@1 >= 99", "metrics.toy.t2v_r1", "metrics.toy.t2v_r1",
+                               factor=0.0, offset=99.0),))
+  monkeypatch.setitem(METHODS, "toy", toy)
+  # main's dispatch
+  results = main.run(load_config(tmp_path / "toy.py"), tmp_path / "runs" / "toy_run")
+  assert results["metrics"] == {"toy": {"t2v_r1": 100.0}}
+  # evaluate_all: the table's smoke config is among its default runs, trained on demand and compared
+  config = load_config(ROOT / "configs/evaluate_all.py")
+  assert toy.smoke in config.runs
+  config.runs = (toy.smoke,)
+  compared = main.run(config, tmp_path / "all")
+  assert "evaluate_all: training" in capsys.readouterr().out
+  assert compared["metrics"] == {"toy_run/toy": {"R@K (toy) [SYNTHETIC]": {"t2v_r1": 100.0, "t2v_r5": 100.0,
+                                                                          "t2v_r10": 100.0}}}
+  # the real path's summary
+  summary = real_path.summarize(tmp_path)
+  assert [l["holds"] for l in summary["lines"] if l["method"] == "toy"] == [True]

@@ -89,7 +89,7 @@ def test_a_run_evaluates_at_eval_and_trains_at_train():
 
 
 def test_every_experiment_runs_under_the_policy():
-  for kind, run in main.EXPERIMENTS.items():
+  for kind, run in main.experiments().items():
     assert getattr(run, "precision_policy", False), f"{kind}: run is not decorated with common.precision_policy"
 
 

@@ -23,33 +23,25 @@ from absl import app, flags, logging
 import jax
 from ml_collections import config_flags
 
-from vidjax import sharding
+from vidjax import methods, sharding
 from vidjax.experiments import backbone as backbone_experiment
-from vidjax.experiments import cast as cast_experiment
 from vidjax.experiments import common
-from vidjax.experiments import comp as comp_experiment
 from vidjax.experiments import evaluate_all as evaluate_all_experiment
 from vidjax.experiments import extract as extract_experiment
-from vidjax.experiments import genstate as genstate_experiment
-from vidjax.experiments import grdr as grdr_experiment
 from vidjax.experiments import prepare as prepare_experiment
 from vidjax.experiments import retrieval as retrieval_experiment
 from vidjax.experiments import stack as stack_experiment
-from vidjax.experiments import vedje as vedje_experiment
 
-# Experiment kind (config.experiment) -> run function. Plain imports, no registry magic.
-EXPERIMENTS = {
+# The experiments that are not a method (config.experiment -> run): the tools around the methods (a store, a
+# backbone, the stack, the comparison). Plain imports: they are few, fixed and no other module lists them. A
+# method's run comes from the one table of methods (`vidjax.methods.METHODS`), imported when it is asked for.
+TOOLS = {
     "backbone": backbone_experiment.run,
-    "cast": cast_experiment.run,
-    "comp": comp_experiment.run,
     "evaluate_all": evaluate_all_experiment.run,
     "extract_videoprism": extract_experiment.run,
-    "genstate": genstate_experiment.run,
-    "grdr": grdr_experiment.run,
     "prepare": prepare_experiment.run,
     "retrieval": retrieval_experiment.run,
     "stack": stack_experiment.run,
-    "vedje": vedje_experiment.run,
 }
 DEBUG_ENV = "VIDJAX_DEBUG"  # set to 1: an error shows its traceback (as --debug does)
 
@@ -59,13 +51,26 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for results, checkpoi
 _DEBUG = flags.DEFINE_bool("debug", False, f"Show the full traceback of an error (also: {DEBUG_ENV}=1).")
 
 
+def experiment(kind: str):
+  """The run function of `config.experiment` = `kind`: a tool's (`TOOLS`) or a method's (`methods.METHODS`)."""
+  if kind in TOOLS:
+    return TOOLS[kind]
+  if kind in methods.METHODS:
+    return methods.METHODS[kind].run
+  raise ValueError(f"config.experiment={kind!r} is not one of {sorted([*TOOLS, *methods.METHODS])}")
+
+
+def experiments() -> dict:
+  """Every experiment kind -> its run function (imports every method's experiment)."""
+  return {**TOOLS, **{name: m.run for name, m in methods.METHODS.items()}}
+
+
 def run(config, workdir: str):
   """Dispatches to the experiment named by `config.experiment`; returns its results dict."""
-  if config.experiment not in EXPERIMENTS:
-    raise ValueError(f"config.experiment={config.experiment!r} is not one of {sorted(EXPERIMENTS)}")
+  fn = experiment(config.experiment)
   if "seeds" in config:  # several seeds, mean ± std (e.g. `:seeds3`)
-    return common.run_seeds(EXPERIMENTS[config.experiment], config, workdir)
-  return EXPERIMENTS[config.experiment](config, workdir)
+    return common.run_seeds(fn, config, workdir)
+  return fn(config, workdir)
 
 
 _PARSED = []  # set once absl has parsed the flags: errors before that are the command line's

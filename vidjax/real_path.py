@@ -3,7 +3,8 @@
     python -m vidjax.real_path OUT        # writes OUT/summary.json and OUT/summary.md, prints the table
 
 It reads the backbone's `corpus_summary.json`, each method's `results.json` under `OUT/runs/` and the script's
-`OUT/times.tsv`, and checks each method's line of the rendered-corpus issue (README, "Real data"): CAST >= zero-shot
+`OUT/times.tsv`, and checks each method's line of the rendered-corpus issue (README, "Real data"; the lines are the
+methods' `real_path` entries in `vidjax.methods.METHODS`): CAST >= zero-shot
 + 10 Acc; VEDJE's rerank >= stage 1 on T2V R@1; GRDR's candidate recall >= 80% of dense's at the same budget;
 VideoComp's contrastive fine-tune > zero-shot on temp-reorder; GenState's trained VidCLIP > the zero-shot of the
 same features on Acc_tri (stricter than the issue's comparator, the pixel-statistics stand-in, which needs a run of
@@ -21,6 +22,7 @@ import argparse
 from pathlib import Path
 
 from vidjax import io
+from vidjax.methods import METHODS
 
 
 def _read(path: Path) -> dict | None:
@@ -37,21 +39,6 @@ def _metric(results: dict, path: str, where: Path) -> float:
   return float(value)
 
 
-# (method, dataset, run folder, claim, value key, reference key, the reference's factor / offset, strict)
-LINES = (
-    *(("cast", d, f"cast_{d}", "CAST Acc >= zero-shot Acc + 10", "metrics.cast.acc", "metrics.zero_shot.acc",
-       1.0, 10.0, False) for d in ("youcook2", "coin", "crosstask")),
-    ("vedje", "msrvtt", "vedje_msrvtt", "VEDJE T2V R@1 >= stage 1 T2V R@1", "metrics.vedje.t2v_r1",
-     "metrics.stage1.t2v_r1", 1.0, 0.0, False),
-    ("grdr", "msrvtt", "grdr_msrvtt", "GRDR candidate recall >= 0.8 x dense's (inductive pool, same budget)",
-     "metrics.inductive.grdr.candidate_recall", "metrics.inductive.dense.candidate_recall", 0.8, 0.0, False),
-    ("grdr", "msrvtt (full corpus)", "grdr_msrvtt", "GRDR candidate recall >= 0.8 x dense's (full corpus)",
-     "metrics.full_corpus.grdr.candidate_recall", "metrics.full_corpus.dense.candidate_recall", 0.8, 0.0, False),
-    ("videocomp", "activitynet", "comp_activitynet", "contrastive fine-tune > zero-shot on temp-reorder",
-     "metrics.contrastive.temp_reorder", "metrics.zero_shot.temp_reorder", 1.0, 0.0, True),
-    ("genstate", "genstate", "genstate", "trained VidCLIP Acc_tri > the backbone's zero-shot Acc_tri (same triplets)",
-     "metrics.vidclip.acc_tri", "metrics.zero_shot.acc_tri", 1.0, 0.0, True),
-)
 STACK = ("stack", "youcook2", "stack with VEDJE R@1 >= stack with the pair reranker R@1", "metrics.full_stack.r1")
 
 
@@ -60,15 +47,17 @@ def summarize(out: str | Path) -> dict:
   out = Path(out)
   runs = out / "runs"
   lines = []
-  for method, dataset, folder, claim, value_key, ref_key, factor, offset, strict in LINES:
-    where = runs / folder / "results.json"
-    results = _read(where)
-    value = reference = holds = None
-    if results is not None:
-      value = _metric(results, value_key, where)
-      reference = factor * _metric(results, ref_key, where) + offset
-      holds = value > reference if strict else value >= reference
-    lines.append(dict(method=method, dataset=dataset, claim=claim, value=value, reference=reference, holds=holds))
+  for m in METHODS.values():  # each method's lines (`vidjax.methods.Line`), in the table's order
+    for line in m.real_path:
+      where = runs / line.folder / "results.json"
+      results = _read(where)
+      value = reference = holds = None
+      if results is not None:
+        value = _metric(results, line.value, where)
+        reference = line.factor * _metric(results, line.reference, where) + line.offset
+        holds = value > reference if line.strict else value >= reference
+      lines.append(dict(method=m.label, dataset=line.dataset, claim=line.claim, value=value, reference=reference,
+                        holds=holds))
   method, dataset, claim, key = STACK
   pair, vedje = (_read(runs / f"stack_youcook2_{r}" / "results.json") for r in ("pair", "vedje"))
   value = reference = holds = None

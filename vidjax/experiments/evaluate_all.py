@@ -2,9 +2,10 @@
 
 `run(config, workdir)`:
   1. with no `config.workdirs`, trains `config.runs` (the embedded worlds, smoke-sized) under
-     `<workdir>/runs/<config name>` -- each through its own experiment, resumable;
+     `<workdir>/runs/<config name>` -- each through its method's `run` (`vidjax.methods.METHODS`), resumable;
   2. loads every run: its config (`config.json`), its trained models restored from its checkpoints and its
-     benchmarks, through the experiment's `suite(config, workdir)` -> ([evaluate.Model], [evaluate.Benchmark]);
+     benchmarks, through its method's `suite(config, workdir)` -> ([evaluate.Model], [evaluate.Benchmark]).
+     Which methods there are is the table's business: this module names none and imports no experiment.
   3. evaluates every model on every benchmark (`evaluate.Model.evaluate`: metrics, or {"n/a": reason} for a
      benchmark in another feature space or of a kind the model cannot score) and writes
      `comparison.json` (model -> benchmark -> metrics), `comparison.md` and `results.json`, and prints the table.
@@ -18,10 +19,8 @@ import ml_collections
 
 import vidjax
 from vidjax import evaluate, io
-from vidjax.experiments import cast, common, comp, genstate, grdr, vedje
-
-# Experiment kind (config.experiment of a run) -> its module: `run` trains, `suite` exposes models and benchmarks.
-KINDS = {"cast": cast, "comp": comp, "genstate": genstate, "grdr": grdr, "vedje": vedje}
+from vidjax.experiments import common
+from vidjax.methods import METHODS
 
 
 def validate(config) -> None:
@@ -52,13 +51,13 @@ def train_runs(specs: Sequence[str], root: Path, seed: int) -> list[Path]:
   for spec in specs:
     config = common.load_config(config_path(spec))
     config.seed = seed
-    if config.experiment not in KINDS:
+    if config.experiment not in METHODS:
       raise ValueError(f"config.runs: {spec} is a {config.experiment!r} run, which has no models to compare "
-                       f"(known: {sorted(KINDS)})")
+                       f"(known: {sorted(METHODS)})")
     workdir = root / config.name
     if not (workdir / "results.json").is_file():
       print(f"evaluate_all: training {spec} in {workdir}", flush=True)
-      KINDS[config.experiment].run(config, workdir)
+      METHODS[config.experiment].run(config, workdir)
     out.append(workdir)
   return out
 
@@ -72,9 +71,9 @@ def load_run(workdir: str | Path) -> tuple[list[evaluate.Model], list[evaluate.B
   config = ml_collections.ConfigDict(io.read_json(workdir / "config.json"))
   config.lock()
   kind = config.get("experiment")
-  if kind not in KINDS:
-    raise ValueError(f"{workdir}: experiment {kind!r} has no models to compare (known: {sorted(KINDS)})")
-  models, benchmarks = KINDS[kind].suite(config, workdir)
+  if kind not in METHODS:
+    raise ValueError(f"{workdir}: experiment {kind!r} has no models to compare (known: {sorted(METHODS)})")
+  models, benchmarks = METHODS[kind].suite(config, workdir)
   for m in models:
     m.name = f"{config.name}/{m.name}"
   return models, benchmarks

@@ -1,0 +1,98 @@
+"""The methods vidjax implements, in one table: `METHODS`, name (a run's `config.experiment`) -> `Method`.
+
+Everything that goes over "every method" reads this table and keeps no list of its own: `vidjax.main` dispatches a
+method's run through it, `evaluate_all` trains and loads finished runs through it (its default `runs` are the
+smoke configs), `vidjax.real_path` checks each method's lines of the real path, and the tests' fixtures and
+`tests/test_layout.py` take the names from it. Adding a method is one entry here plus its own files (its experiment
+module with `run`, its `suite`, its configs).
+
+The table holds module paths, resolved on first use (`Method.run`, `Method.suite`): importing it imports no
+method's code (it is light, no jax), so `vidjax.search`, `vidjax.real_path` and the configs may read it.
+Experiments that are not a method (prepare, extract_videoprism, backbone, retrieval, stack, evaluate_all) are
+`vidjax.main`'s plain dispatch.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from typing import Callable
+
+
+@dataclasses.dataclass(frozen=True)
+class Line:
+  """One line of the real path's summary (`vidjax.real_path`): in the run folder `folder` under `OUT/runs/`,
+  results' `value` (a dotted key) must be >= (`strict`: >) `factor` x `reference` + `offset`."""
+  dataset: str
+  folder: str
+  claim: str
+  value: str
+  reference: str
+  factor: float = 1.0
+  offset: float = 0.0
+  strict: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Method:
+  """One method: `name` is its configs' `experiment`, `label` how summaries name it; `smoke` its smoke config
+  (relative to the repository root: `evaluate_all`'s default runs, the tests' smoke runs); `real_path` its lines of
+  the real path's summary. `experiment` / `suite_module`: the modules with `run(config, workdir)` and
+  `suite(config, workdir) -> ([evaluate.Model], [evaluate.Benchmark])` (default: the ones named after the method)."""
+  name: str
+  label: str
+  smoke: str
+  real_path: tuple[Line, ...] = ()
+  experiment: str = ""
+  suite_module: str = ""
+
+  @property
+  def experiment_module(self) -> str:
+    return self.experiment or f"vidjax.experiments.{self.name}"
+
+  @property
+  def suite_path(self) -> str:
+    return self.suite_module or f"vidjax.experiments.{self.name}"  # MERGE: suites move to vidjax.methods.<m>
+
+  @property
+  def run(self) -> Callable:
+    """`run(config, workdir) -> results` of the method's experiment (imported on first use)."""
+    return importlib.import_module(self.experiment_module).run
+
+  @property
+  def suite(self) -> Callable:
+    """`suite(config, workdir)` of a finished run: its models and benchmarks (imported on first use)."""
+    return importlib.import_module(self.suite_path).suite
+
+
+def _cast_line(dataset: str) -> Line:
+  return Line(dataset, f"cast_{dataset}", "CAST Acc >= zero-shot Acc + 10", "metrics.cast.acc",
+              "metrics.zero_shot.acc", offset=10.0)
+
+
+# The table. Its order is the order of every listing made from it (evaluate_all's runs and table, the summary).
+METHODS: dict[str, Method] = {m.name: m for m in (
+    Method("cast", "cast", "configs/cast_coin.py:smoke",
+           tuple(_cast_line(d) for d in ("youcook2", "coin", "crosstask"))),
+    Method("comp", "videocomp", "configs/comp_activitynet.py:smoke", (
+        Line("activitynet", "comp_activitynet", "contrastive fine-tune > zero-shot on temp-reorder",
+             "metrics.contrastive.temp_reorder", "metrics.zero_shot.temp_reorder", strict=True),)),
+    Method("genstate", "genstate", "configs/genstate_rendered.py:smoke", (
+        Line("genstate", "genstate", "trained VidCLIP Acc_tri > the backbone's zero-shot Acc_tri (same triplets)",
+             "metrics.vidclip.acc_tri", "metrics.zero_shot.acc_tri", strict=True),)),
+    Method("vedje", "vedje", "configs/vedje_msrvtt.py:smoke", (
+        Line("msrvtt", "vedje_msrvtt", "VEDJE T2V R@1 >= stage 1 T2V R@1", "metrics.vedje.t2v_r1",
+             "metrics.stage1.t2v_r1"),)),
+    Method("grdr", "grdr", "configs/grdr_msrvtt.py:smoke", (
+        Line("msrvtt", "grdr_msrvtt", "GRDR candidate recall >= 0.8 x dense's (inductive pool, same budget)",
+             "metrics.inductive.grdr.candidate_recall", "metrics.inductive.dense.candidate_recall", factor=0.8),
+        Line("msrvtt (full corpus)", "grdr_msrvtt", "GRDR candidate recall >= 0.8 x dense's (full corpus)",
+             "metrics.full_corpus.grdr.candidate_recall", "metrics.full_corpus.dense.candidate_recall",
+             factor=0.8))),
+)}
+
+
+def method(name: str, what: str = "config.experiment") -> Method:
+  """The table's entry of `name`, or one clear error listing the methods."""
+  if name not in METHODS:
+    raise ValueError(f"{what}={name!r} is not a method (known: {', '.join(METHODS)})")
+  return METHODS[name]
