@@ -9,15 +9,15 @@ checkpoint that `configs/prepare.py:rendered` loads (`--config.model.checkpoint=
 Trains on the training subset's steps (segment <-> caption) and whole videos (video <-> paragraph), then reads the
 checkpoint back through the official loader and writes `RUN/corpus_summary.json`: text <-> clip R@1 / R@5 on the
 held-out subset with the trained and with a random backbone, so a reader sees how good the features are before any
-method's number. `smoke`: the extraction's tiny model for a few steps (tests). Defaults: vidjax/defaults/backbone.py.
+method's number. `smoke`: the extraction's tiny model for a few steps (tests). Settings: configs/backbone/common.py.
 """
 from pathlib import Path
 
-from vidjax.defaults import backbone
+from vidjax.defaults.common import config_module
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+_common = config_module(Path(__file__).parent / "backbone" / "common.py")
 
 
 def get_config(arg=None):
   """`arg`: None (the rendered corpus's backbone) or "smoke"."""
-  return backbone.get_config(arg, SHARED)
+  return _common.get_config(arg)

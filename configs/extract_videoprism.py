@@ -20,12 +20,11 @@ demo mp4 at 36 px with the VideoPrism test SentencePiece model, in seconds on CP
 """
 from pathlib import Path
 
-from vidjax.defaults import common, extract
+from vidjax.defaults.common import config_module
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+_common = config_module(Path(__file__).parent / "extract" / "common.py")  # the settings: configs/extract/common.py
 
 
 def get_config(arg: str | None = None):
   """`arg`: None (the defaults) or "smoke" (a tiny random model on the real demo mp4)."""
-  return common.apply_variants(extract.default_config(), arg, {"smoke": lambda c: extract.smoke(c, SHARED)},
-                               "configs/extract_videoprism.py")
+  return _common.get_config(arg)

@@ -13,11 +13,11 @@ corpus (pass its checkpoint as `model.checkpoint`).
 """
 from pathlib import Path
 
-from vidjax.defaults import prepare
+from vidjax.defaults.common import config_module
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+_common = config_module(Path(__file__).parent / "prepare" / "common.py")  # the settings: configs/prepare/common.py
 
 
 def get_config(arg: str | None = None):
   """`arg`: None (the paper's extraction settings), "smoke" (a tiny random VideoPrism) or "rendered"."""
-  return prepare.get_config(arg, SHARED)
+  return _common.get_config(arg)

@@ -29,13 +29,13 @@ import numpy as np
 from vidjax import checkpoints, evaluate, io, train
 from vidjax import extract as engine
 from vidjax.data.annotations import read_annotations
-from vidjax.defaults.backbone import FORMATS
 from vidjax.experiments import common
 from vidjax.methods import backbone as B
 from vidjax.methods import real
 from vidjax.methods.extraction import video_finder
 from vidjax.models import videoprism as vp
 
+FORMATS = ("youcook2", "coin", "crosstask")  # releases whose annotations give timed step captions per video
 RESUMABLE = ("eval.batch_size", "decode_workers", "output")
 SUMMARY = "corpus_summary.json"
 

@@ -37,12 +37,22 @@ from vidjax.data import genstate
 from vidjax.data.annotations import annotation_paths, paragraphs, read_annotations
 from vidjax.data.features import FeatureStore
 from vidjax.data.retrieval import read_dataset
-from vidjax.defaults.prepare import CVR, DATASETS, PARAGRAPHS, RETRIEVAL, frames
 from vidjax.experiments import common
 from vidjax.methods import real
 from vidjax.methods.extraction import extract_into, video_finder
 
 SKIP_FILE = common.SKIP_FILE
+CVR = ("youcook2", "coin", "crosstask")
+RETRIEVAL = ("msrvtt", "didemo", "activitynet", "msvd", "lsmdc")
+DATASETS = CVR + RETRIEVAL + ("genstate",)
+PARAGRAPHS = ("didemo", "activitynet")  # tested paragraph-to-video: their stores also hold each video's paragraph
+# Frames per clip (`num_frames` 0): CAST App. A (8 on YouCook2, 4 on COIN / CrossTask); VEDJE A.2 (T = 16) for the
+# retrieval datasets (VideoComp and GRDR read the same store); GenState: VideoPrism's 16.
+FRAMES = {"youcook2": 8, "coin": 4, "crosstask": 4, **{d: 16 for d in RETRIEVAL}, "genstate": 16}
+
+
+def frames(c) -> int:
+  return c.num_frames or FRAMES.get(c.dataset, 16)
 
 
 @dataclasses.dataclass

@@ -1,7 +1,7 @@
-"""Backbone defaults (`configs/backbone_rendered.py`): a small VideoPrism-LvT-shaped model trained contrastively on a
+"""The backbone's settings (`configs/backbone_rendered.py`): a small VideoPrism-LvT-shaped model trained contrastively on a
 CVR-format release's own clips and captions (`vidjax.methods.backbone`), saved in the official checkpoint format.
 
-Light on purpose (no jax). Not a paper's method: VideoPrism's own pretraining (video-text contrastive on billions of
+Light on purpose (no jax); loaded by path (`vidjax.defaults.common.config_module`). Not a paper's method: VideoPrism's own pretraining (video-text contrastive on billions of
 pairs, then masked distillation) is out of reach offline; this is the stand-in that gives the rendered corpus features
 that mean something, trained as the LvT model's contrastive stage is (symmetric InfoNCE with a learnable
 temperature, CLIP's initial 0.07) at a size that trains in CPU minutes.
@@ -12,12 +12,12 @@ from pathlib import Path
 
 import ml_collections
 
-from vidjax.defaults import common, extract
+from vidjax.defaults import common
 
-FORMATS = ("youcook2", "coin", "crosstask")  # releases whose annotations give timed step captions per video
+extract = common.config_module(Path(__file__).parents[1] / "extract" / "common.py")
 
 
-def get_config(arg: str | None = None, shared: Path | None = None) -> ml_collections.ConfigDict:
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   """What `configs/backbone_rendered.py` returns; `arg` may be "smoke" (the extraction's tiny model, a few steps)."""
   c = ml_collections.ConfigDict()
   c.experiment = "backbone"
@@ -25,11 +25,11 @@ def get_config(arg: str | None = None, shared: Path | None = None) -> ml_collect
   c.precision = common.precision_section()  # matmul precision per phase (README "Precision")
   c.model = extract.default_config().model  # the extraction's model section: what configs/prepare.py will load
   c.resolution = 0
-  extract.rendered_model(c, shared)
+  extract.rendered_model(c)
   c.data = ml_collections.ConfigDict(dict(
       videos="",             # the release's video folder (files found by video id, recursively)
       annotations="",        # its annotation file(s): training and held-out subsets
-      format="youcook2",     # one of FORMATS
+      format="youcook2",     # youcook2, coin or crosstask: a release with timed step captions per video
       skip_missing=True,     # a video without a decodable file is skipped and counted (False: an error)
   ))
   c.num_frames = 8           # frames per clip (every step and every whole video); the store may use more
@@ -51,12 +51,12 @@ def get_config(arg: str | None = None, shared: Path | None = None) -> ml_collect
       checkpoint_every=200, log_every=20, progress=True))
   c.eval = ml_collections.ConfigDict(dict(batch_size=64))
   c.output = ""              # the checkpoint; '' = <workdir>/backbone.npz
-  return common.apply_variants(c, arg, {"smoke": lambda c: smoke(c, shared)}, "configs/backbone_rendered.py")
+  return common.apply_variants(c, arg, {"smoke": smoke}, "configs/backbone_rendered.py")
 
 
-def smoke(c: ml_collections.ConfigDict, shared: Path | None) -> None:
+def smoke(c: ml_collections.ConfigDict) -> None:
   """The extraction's tiny model (width 32, 36 px), a few steps: plumbing, seconds on CPU."""
-  extract.tiny_model(c, shared)
+  extract.tiny_model(c)
   c.model.overrides.pos_emb_shape = (16, 2, 2)
   c.num_frames = 4
   c.decode_workers = 1

@@ -1,7 +1,8 @@
-"""Feature-extraction defaults (CAST App. A, Table 7): VideoPrism LvT base into a feature store.
+"""The feature extraction's settings (CAST App. A, Table 7): VideoPrism LvT base into a feature store.
 
-Light on purpose (no jax): `configs/extract_videoprism.py` builds its config from here and
-`vidjax.experiments.extract` reads it.
+Shared by `configs/extract_videoprism.py`, `configs/prepare.py` (a store per dataset: this backbone section) and
+`configs/backbone_rendered.py` (the rendered corpus's backbone has the shape extraction then loads). Light on purpose
+(no jax); loaded by path (`vidjax.defaults.common.config_module`).
 """
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from pathlib import Path
 import ml_collections
 
 from vidjax.defaults import common
+
+SHARED = Path(__file__).resolve().parents[2].parent / "shared"  # ../shared: the test SentencePiece model, the demo mp4
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -51,7 +54,7 @@ def default_config() -> ml_collections.ConfigDict:
   return c
 
 
-def tiny_model(c: ml_collections.ConfigDict, shared: Path) -> None:
+def tiny_model(c: ml_collections.ConfigDict, shared: Path = SHARED) -> None:
   """A tiny random LvT (width 32, one layer each) with the VideoPrism test SentencePiece model at 36 px."""
   c.model.spm_path = str(Path(shared) / "data" / "videoprism_assets" / "test_spm.model")
   c.model.overrides = ml_collections.ConfigDict(dict(
@@ -68,7 +71,7 @@ RENDERED_SHAPE = dict(pos_emb_shape=(16, 4, 4), model_dim=64, num_heads=4, mlp_d
 RENDERED_RESOLUTION = 72
 
 
-def rendered_model(c: ml_collections.ConfigDict, shared: Path) -> None:
+def rendered_model(c: ml_collections.ConfigDict, shared: Path = SHARED) -> None:
   """The rendered corpus's backbone shape (`RENDERED_SHAPE`) and resolution; its weights come from
   `model.checkpoint` (what `configs/backbone_rendered.py` wrote)."""
   c.model.spm_path = str(Path(shared) / "data" / "videoprism_assets" / "test_spm.model")
@@ -76,7 +79,7 @@ def rendered_model(c: ml_collections.ConfigDict, shared: Path) -> None:
   c.resolution = RENDERED_RESOLUTION
 
 
-def smoke(c: ml_collections.ConfigDict, shared: Path) -> ml_collections.ConfigDict:
+def smoke(c: ml_collections.ConfigDict, shared: Path = SHARED) -> ml_collections.ConfigDict:
   """A tiny random model on the real demo mp4 in `shared/data/videoprism_assets`, seconds on CPU."""
   tiny_model(c, shared)
   c.data.videos = str(Path(shared) / "data" / "videoprism_assets")
@@ -86,3 +89,9 @@ def smoke(c: ml_collections.ConfigDict, shared: Path) -> ml_collections.ConfigDi
   c.save_tokens = True
   c.progress = False
   return c
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+  """What `configs/extract_videoprism.py` returns; `arg`: None (the defaults) or "smoke" (a tiny random model on the
+  real demo mp4)."""
+  return common.apply_variants(default_config(), arg, {"smoke": smoke}, "configs/extract_videoprism.py")
