@@ -254,3 +254,18 @@ def test_real_path_summary_reads_every_line_from_the_runs(real_path, tmp_path, c
   (out / "times.tsv").write_text("corpus\tthree\n")
   with pytest.raises(ValueError, match=r"times.tsv: line 1"):
     summary_cli.summarize(out)
+
+
+def test_every_methods_real_path_line_reads_a_run_the_script_writes():
+  """The table's real-path entries (`vidjax.methods.METHODS[m].real_path`) name run folders launch/real_path.sh
+  writes (`$R/<folder>`, CAST's `$d` over its three datasets), and every method has at least one line."""
+  import re  # pylint: disable=g-import-not-at-top
+  from vidjax.methods import METHODS  # pylint: disable=g-import-not-at-top
+  text = (ROOT / "launch" / "real_path.sh").read_text()
+  written = set()
+  for folder in re.findall(r'"\$R/([\w$]+)"', text):
+    written |= {folder.replace("$d", d) for d in ("youcook2", "coin", "crosstask")} if "$d" in folder else {folder}
+  for name, method in METHODS.items():
+    assert method.real_path, name
+    missing = [line.folder for line in method.real_path if line.folder not in written]
+    assert not missing, (name, missing, sorted(written))

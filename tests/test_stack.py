@@ -104,3 +104,36 @@ def test_bad_stacks_get_one_clear_error():
   bad = Stack(index, 10, [Stage("nan", lambda b: np.full(b["prior"].shape, np.nan), 5)])
   with pytest.raises(ValueError, match="Stack stage 'nan': the reranker returned NaN"):
     bad.search(queries, 5)
+
+
+def test_the_index_format_takes_its_stage_kinds_from_the_reader(tmp_path):
+  """`vidjax.retrieval.index` writes and checks the files; what a stage kind is comes from the reader's `Kinds`
+  (`vidjax.search.KINDS` for the CLI): a kind the reader does not know is one clear error."""
+  from vidjax import checkpoints  # pylint: disable=g-import-not-at-top
+  from vidjax import search  # pylint: disable=g-import-not-at-top
+  from vidjax.retrieval import index as index_format  # pylint: disable=g-import-not-at-top
+  corpus, queries, ids, proj = _world()
+  path = tmp_path / "index"
+  path.mkdir()
+  checkpoints.save_npz({"proj": proj}, path / "proj.npz")
+  captions = [f"caption {i % 5}" for i in range(len(ids))]
+  index_format.write_index(
+      path, ids=list(ids), vectors=corpus, captions=captions, videos=[f"video {i // 3}" for i in range(len(ids))],
+      text_captions=sorted(set(captions)), text_vectors=queries[:5], dataset="test", synthetic=True, backbone="b",
+      text_encoder={"kind": "caption_lookup", "file": "texts.npz", "backbone": "b"},
+      recall={"kind": "dense", "file": "corpus.npz", "k": 20, "backbone": "b"},
+      stages=[{"name": "projected", "kind": "projection", "k": 12, "file": "proj.npz", "backbone": "b"}])
+  built = []
+
+  def projection(section, params, dim):
+    built.append((section["name"], dim))
+    return _projected(np.asarray(params["proj"]))
+
+  index = index_format.StackIndex(path, index_format.Kinds(recalls={}, stages={"projection": projection}))
+  result, stages = index.search("caption 3", k=5)
+  assert built == [("projected", 8)] and stages == ["projected"]
+  expected = Stack(DenseIndex(ids, corpus), 20, [Stage("projected", _projected(proj), 12)]).search(queries[3:4], 5)
+  np.testing.assert_array_equal(result.ids, expected.ids)
+  with pytest.raises(ValueError, match="stage 'projected' has unknown kind 'projection' .known: pair_reranker, "
+                     "cast_ensemble"):
+    search.open_index(path)

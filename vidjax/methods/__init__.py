@@ -90,9 +90,3 @@ METHODS: dict[str, Method] = {m.name: m for m in (
              factor=0.8))),
 )}
 
-
-def method(name: str, what: str = "config.experiment") -> Method:
-  """The table's entry of `name`, or one clear error listing the methods."""
-  if name not in METHODS:
-    raise ValueError(f"{what}={name!r} is not a method (known: {', '.join(METHODS)})")
-  return METHODS[name]
