@@ -130,7 +130,8 @@ from vidjax.experiments import common
 @common.precision_policy
 def run(config, workdir):
   workdir = common.start_run(config, workdir, lambda c: None)
-  results = common.results_dict(config, dataset="toy", synthetic=True, metrics={"toy": {"t2v_r1": 100.0}})
+  results = common.results_dict(config, dataset="toy", synthetic=True, metrics={"toy": {"t2v_r1": 100.0}},
+                                path="world", skipped_videos={"count": 0, "file": ""})
   common.write_results(workdir, results)
   return results
 

@@ -152,9 +152,12 @@ def test_only_the_table_lists_the_methods():
   bad = []
   for path in sorted([*(ROOT / "vidjax").rglob("*.py"), *(ROOT / "tests").rglob("*.py"),
                       *(ROOT / "configs").rglob("*.py"), *(ROOT / "bench").rglob("*.py")]):
-    if path == ROOT / "vidjax" / "methods" / "__init__.py":
+    text = path.read_text()
+    quoted = sum(f"configs/{n}_" in text or any(f"{q}{n}{e}" in text for q in "'\"" for e in (q, "_"))
+                 for n in METHOD_NAMES)
+    if path == ROOT / "vidjax" / "methods" / "__init__.py" or quoted < 3:  # fewer than 3 names: nothing to parse
       continue
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(ast.parse(text)):
       items = node.keys if isinstance(node, ast.Dict) else getattr(node, "elts", None)
       if not isinstance(node, (ast.List, ast.Tuple, ast.Set, ast.Dict)):
         continue
