@@ -115,6 +115,6 @@ def run(config, workdir: str | Path) -> dict:
   plot_order_histogram({m: {subset: by[m]["order_histogram"] for subset, by in rows.items()} for m in overall},
                        workdir / "order_histogram.png", synthetic)
   results = common.results_dict(config, dataset=dataset, synthetic=synthetic, metrics=overall, subsets=subsets,
-                                **method.results_keys(config, data), **real_path(workdir, data.store, data.skipped))
+                                **method.results_keys(data), **real_path(workdir, data.store, data.skipped))
   common.write_results(workdir, results, printed)
   return results

@@ -306,7 +306,7 @@ def suite(config, workdir: str | Path) -> tuple[list[evaluate.Model], list[evalu
   return models, benchmarks
 
 
-def results_keys(config, data: Data) -> dict:
+def results_keys(data: Data) -> dict:
   """results.json's keys of a run besides its metrics: where the benchmark came from and what it counted."""
   return {"note": data.store.metadata.get("note", ""), "decode": data.store.metadata.get("decode", {}),
           "counts": {"queries": len(data.test), "train_queries": len(data.train),
