@@ -253,3 +253,18 @@ def test_the_world_is_written_as_a_users_files_and_read_through_the_one_path(smo
   assert set(keys) == {"annotations", "lexicon", "features"}
   for split, subset in (("train", "train"), ("test", "val")):
     assert comp.events_from_youcook2(read_youcook2(keys["annotations"], subset)) == mo.comp_events(small, split)
+
+
+def test_the_suite_reads_the_finished_runs_files_and_reproduces_its_numbers(smoke_run):
+  """`vidjax.methods.comp.suite` (what evaluate_all reads) finds the world's files through the run's world record
+  and its models score the run's own Comp benchmark as the run did."""
+  workdir, results = smoke_run
+  config = load_config(ROOT / "configs/comp_activitynet.py:smoke")
+  models, benchmarks = M.suite(config, workdir)
+  assert [m.name for m in models] == list(METHODS)
+  assert {b.space for b in benchmarks} == {m.space for m in models} == {f"the feature store {workdir / 'world' / 'store'}"}
+  bench = next(b for b in benchmarks if b.kind == "comp")
+  for model in models[3:4]:  # comploss
+    cell = model.evaluate(bench)
+    for kind in (*comp.EVAL_TYPES, "all"):
+      assert cell[kind] == pytest.approx(results["metrics"][model.name][kind], abs=0.011), (model.name, kind)
