@@ -262,7 +262,8 @@ def test_the_suite_reads_the_finished_runs_files_and_reproduces_its_numbers(smok
   config = load_config(ROOT / "configs/comp_activitynet.py:smoke")
   models, benchmarks = M.suite(config, workdir)
   assert [m.name for m in models] == list(METHODS)
-  assert {b.space for b in benchmarks} == {m.space for m in models} == {f"the feature store {workdir / 'world' / 'store'}"}
+  space = f"the feature store {workdir / 'world' / 'store'}"
+  assert {b.space for b in benchmarks} == {m.space for m in models} == {space}
   bench = next(b for b in benchmarks if b.kind == "comp")
   for model in models[3:4]:  # comploss
     cell = model.evaluate(bench)

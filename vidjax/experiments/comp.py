@@ -109,8 +109,8 @@ def run(config, workdir: str | Path) -> dict:
   results = common.results_dict(
       config, dataset=config.dataset, synthetic=data.synthetic, metrics=table_metrics, note=data.note,
       tables=tables, **data.path,
-      counts={"eval": {t: len(es.by_type[t][0]) for t in comp.EVAL_TYPES}, "train_groups": len(prepared.finetune.positive),
-              "pretrain_clips": len(data.clips), "hierarchy_inputs": len(es.hierarchy[0]),
-              "hierarchy_videos": len(np.unique(es.hierarchy_videos))})
+      counts={"eval": {t: len(es.by_type[t][0]) for t in comp.EVAL_TYPES},
+              "train_groups": len(prepared.finetune.positive), "pretrain_clips": len(data.clips),
+              "hierarchy_inputs": len(es.hierarchy[0]), "hierarchy_videos": len(np.unique(es.hierarchy_videos))})
   common.write_results(workdir, results, printed)
   return results

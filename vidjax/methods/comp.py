@@ -32,7 +32,6 @@ from vidjax.data.features import FeatureStore
 from vidjax.defaults.common import bad_value
 from vidjax.methods import real
 from vidjax.methods.vidclip import Encoder, Examples, TextTable, train_model, vidclip_setup
-from vidjax.models import vidclip as V
 from vidjax.worlds import moving_objects
 
 # What results.json reports: the methods (rows) and the metrics (columns) of Tables 2-4.

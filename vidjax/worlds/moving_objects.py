@@ -468,7 +468,8 @@ def write_comp(world: MovingObjectWorld, root, *, seed: int, world_fields, datas
   keys = {}
   if dataset == "activitynet":
     for split, name, key in (("train", "train.json", "train_annotations"), ("test", "val_1.json", "annotations")):
-      io.atomic_write_json(root / name, {v.video_id: {"duration": v.duration, "timestamps": [[s, e] for s, e, _ in v.events],
+      io.atomic_write_json(root / name, {v.video_id: {"duration": v.duration,
+                                                      "timestamps": [[s, e] for s, e, _ in v.events],
                                                       "sentences": [t for _, _, t in v.events]} for v in events[split]})
       keys[key] = root / name
   else:
