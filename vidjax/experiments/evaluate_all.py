@@ -20,11 +20,13 @@ import ml_collections
 import vidjax
 from vidjax import evaluate, io
 from vidjax.experiments import cast, common, comp, genstate, grdr, vedje
+from vidjax.methods import comp as comp_method
 from vidjax.methods import genstate as genstate_method
 
 # Experiment kind (config.experiment of a run) -> its module: `run` trains, `suite` exposes models and benchmarks.
-KINDS = {"cast": cast, "comp": comp, "genstate": types.SimpleNamespace(run=genstate.run, suite=genstate_method.suite),
-         "grdr": grdr, "vedje": vedje}
+KINDS = {"cast": cast, "comp": comp, "genstate": genstate, "grdr": grdr, "vedje": vedje}
+# Where each kind's `suite` lives (VideoComp's and GenState's in their method modules).
+SUITES = {**KINDS, "comp": comp_method, "genstate": genstate_method}
 
 
 def validate(config) -> None:
@@ -77,7 +79,7 @@ def load_run(workdir: str | Path) -> tuple[list[evaluate.Model], list[evaluate.B
   kind = config.get("experiment")
   if kind not in KINDS:
     raise ValueError(f"{workdir}: experiment {kind!r} has no models to compare (known: {sorted(KINDS)})")
-  models, benchmarks = KINDS[kind].suite(config, workdir)
+  models, benchmarks = SUITES[kind].suite(config, workdir)
   for m in models:
     m.name = f"{config.name}/{m.name}"
   return models, benchmarks
