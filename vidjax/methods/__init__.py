@@ -37,7 +37,8 @@ class Method:
   """One method: `name` is its configs' `experiment`, `label` how summaries name it; `smoke` its smoke config
   (relative to the repository root: `evaluate_all`'s default runs, the tests' smoke runs); `real_path` its lines of
   the real path's summary. `experiment` / `suite_module`: the modules with `run(config, workdir)` and
-  `suite(config, workdir) -> ([evaluate.Model], [evaluate.Benchmark])` (default: the ones named after the method)."""
+  `suite(config, workdir) -> ([evaluate.Model], [evaluate.Benchmark])` (default: `vidjax.experiments.<name>` and
+  `vidjax.methods.<name>`)."""
   name: str
   label: str
   smoke: str
@@ -51,7 +52,7 @@ class Method:
 
   @property
   def suite_path(self) -> str:
-    return self.suite_module or f"vidjax.experiments.{self.name}"  # MERGE: suites move to vidjax.methods.<m>
+    return self.suite_module or f"vidjax.methods.{self.name}"
 
   @property
   def run(self) -> Callable:
@@ -70,9 +71,10 @@ def _cast_line(dataset: str) -> Line:
 
 
 # The table. Its order is the order of every listing made from it (evaluate_all's runs and table, the summary).
+# MERGE: suites move to vidjax.methods.<m>: drop each `suite_module=` below once its method's suite has moved.
 METHODS: dict[str, Method] = {m.name: m for m in (
     Method("cast", "cast", "configs/cast_coin.py:smoke",
-           tuple(_cast_line(d) for d in ("youcook2", "coin", "crosstask"))),
+           tuple(_cast_line(d) for d in ("youcook2", "coin", "crosstask")), suite_module="vidjax.experiments.cast"),
     Method("comp", "videocomp", "configs/comp_activitynet.py:smoke", (
         Line("activitynet", "comp_activitynet", "contrastive fine-tune > zero-shot on temp-reorder",
              "metrics.contrastive.temp_reorder", "metrics.zero_shot.temp_reorder", strict=True),)),
@@ -81,12 +83,12 @@ METHODS: dict[str, Method] = {m.name: m for m in (
              "metrics.vidclip.acc_tri", "metrics.zero_shot.acc_tri", strict=True),)),
     Method("vedje", "vedje", "configs/vedje_msrvtt.py:smoke", (
         Line("msrvtt", "vedje_msrvtt", "VEDJE T2V R@1 >= stage 1 T2V R@1", "metrics.vedje.t2v_r1",
-             "metrics.stage1.t2v_r1"),)),
+             "metrics.stage1.t2v_r1"),), suite_module="vidjax.experiments.vedje"),
     Method("grdr", "grdr", "configs/grdr_msrvtt.py:smoke", (
         Line("msrvtt", "grdr_msrvtt", "GRDR candidate recall >= 0.8 x dense's (inductive pool, same budget)",
              "metrics.inductive.grdr.candidate_recall", "metrics.inductive.dense.candidate_recall", factor=0.8),
         Line("msrvtt (full corpus)", "grdr_msrvtt", "GRDR candidate recall >= 0.8 x dense's (full corpus)",
              "metrics.full_corpus.grdr.candidate_recall", "metrics.full_corpus.dense.candidate_recall",
-             factor=0.8))),
+             factor=0.8)), suite_module="vidjax.experiments.grdr"),
 )}
 
