@@ -18,7 +18,8 @@ import ml_collections
 
 import vidjax
 from vidjax import evaluate, io
-from vidjax.experiments import cast, common, comp, genstate, grdr, vedje
+from vidjax.experiments import cast, common, comp, genstate, vedje
+from vidjax.methods import grdr
 
 # Experiment kind (config.experiment of a run) -> its module: `run` trains, `suite` exposes models and benchmarks.
 KINDS = {"cast": cast, "comp": comp, "genstate": genstate, "grdr": grdr, "vedje": vedje}
