@@ -19,6 +19,7 @@ import ml_collections
 import vidjax
 from vidjax import evaluate, io
 from vidjax.experiments import cast, common, comp, genstate, grdr, vedje
+from vidjax.methods import vedje as vedje_method  # MERGE: VEDJE's suite is in methods (the METHODS table's suite)
 
 # Experiment kind (config.experiment of a run) -> its module: `run` trains, `suite` exposes models and benchmarks.
 KINDS = {"cast": cast, "comp": comp, "genstate": genstate, "grdr": grdr, "vedje": vedje}
@@ -74,7 +75,7 @@ def load_run(workdir: str | Path) -> tuple[list[evaluate.Model], list[evaluate.B
   kind = config.get("experiment")
   if kind not in KINDS:
     raise ValueError(f"{workdir}: experiment {kind!r} has no models to compare (known: {sorted(KINDS)})")
-  models, benchmarks = KINDS[kind].suite(config, workdir)
+  models, benchmarks = (vedje_method if kind == "vedje" else KINDS[kind]).suite(config, workdir)
   for m in models:
     m.name = f"{config.name}/{m.name}"
   return models, benchmarks
