@@ -11,7 +11,9 @@ Deviations, each stated where it is set:
     the weights CAST's mining uses) instead of microsoft/MiniLM-L12-H384-uncased (12 layers, 33M),
     which is not available offline. `model.num_layers=12 model.init=random` gives the paper's shape.
   * the embedded SYNTHETIC moving-object world (the `world` variant, `configs/vedje_<dataset>.py:world`)
-    trains a small random-init reranker with its own schedule (a few CPU minutes; see `world`).
+    trains a small random-init reranker with its own schedule (a few CPU minutes; see `world`). The run first
+    writes the world as the dataset's release files and feature store under `<workdir>/world`, then reads them
+    as it reads a user's (`vidjax.worlds.moving_objects.write_world`).
 """
 from __future__ import annotations
 

@@ -477,10 +477,22 @@ def release_ids(world: MovingObjectWorld, dataset: str) -> dict[str, str]:
   """{world video id: its id in `dataset`'s release layout}: MSVD names a clip `<youtube id>_<start>_<end>`, so the
   world's `mow00012_twin` is `mow00012_twin_0_<T>` there (a common suffix: the ids sort as the world's do); the
   other layouts keep the world's ids."""
-  if dataset not in RELEASE_FILES:
-    raise ValueError(f"the moving-object world writes the release files of {sorted(RELEASE_FILES)}, not {dataset!r}")
+  check_fits(dataset, {})
   suffix = f"_0_{world.config.frames}" if dataset == "msvd" else ""
   return {vid: vid + suffix for vid in world.data.video_ids()}
+
+
+def check_fits(dataset: str, counts: Mapping[str, int]) -> None:
+  """One clear error when `counts` ({split: videos}) do not fit `dataset`'s release layout (MSVD's split by clip
+  number: at most 1,200 training and 670 test clips), or a dataset whose layout the world does not write."""
+  if dataset not in RELEASE_FILES:
+    raise ValueError(f"the moving-object world writes the release files of {sorted(RELEASE_FILES)}, not {dataset!r}")
+  if dataset == "msvd" and any(counts.get(s, 0) > MSVD_LIMITS[s] for s in MSVD_LIMITS):
+    raise ValueError(f"MSVD's split by clip number holds at most {MSVD_LIMITS['train']} training and "
+                     f"{MSVD_LIMITS['test']} test videos; this moving-object world has {counts.get('train', 0)} and "
+                     f"{counts.get('test', 0)} ({len(KINDS)} a group): set --config.world.num_train_groups <= "
+                     f"{MSVD_LIMITS['train'] // len(KINDS)} and --config.world.num_eval_groups <= "
+                     f"{MSVD_LIMITS['test'] // len(KINDS)}, or name another dataset")
 
 
 def write_release_files(world: MovingObjectWorld, root, dataset: str, splits: Sequence[str] = ("test", "train")) \
@@ -519,13 +531,7 @@ def write_release_files(world: MovingObjectWorld, root, dataset: str, splits: Se
       io.atomic_write_json(root / files[s], {vid: {"duration": float(frames), "timestamps": [[0.0, float(frames)]],
                                                "sentences": [c.text]} for vid, c, v_split in rows if v_split == s})
   else:  # msvd
-    counts = {s: sum(v_split == s for _, _, v_split in rows) for s in MSVD_LIMITS}
-    if any(counts[s] > MSVD_LIMITS[s] for s in MSVD_LIMITS):
-      raise ValueError(f"MSVD's split by clip number holds at most {MSVD_LIMITS['train']} training and "
-                       f"{MSVD_LIMITS['test']} test videos; this moving-object world has {counts['train']} and "
-                       f"{counts['test']} (4 a group): set --config.world.num_train_groups <= "
-                       f"{MSVD_LIMITS['train'] // len(KINDS)} and --config.world.num_eval_groups <= "
-                       f"{MSVD_LIMITS['test'] // len(KINDS)}, or name another dataset")
+    check_fits(dataset, {s: sum(v_split == s for _, _, v_split in rows) for s in MSVD_LIMITS})
     number, mapping = {"train": 1, "test": MSVD_TEST_FIRST}, []
     for vid, _, v_split in rows:
       mapping.append(f"{vid} vid{number[v_split]}")
@@ -579,8 +585,11 @@ def write_world(config, root) -> dict[str, str]:
   (release annotation files, `features/`, `world_truth.json`: module docstring). What the run reads: the test
   split, and the training split when the config has `data.train_annotations`. Returns the `data.*` keys naming
   them (`annotations`, `train_annotations`, `features`)."""
-  world = make_moving_object_world(world_config_from(config.world), seed=config.seed)
   root, splits = Path(root), ("test", "train") if "train_annotations" in config.data else ("test",)
+  cfg = world_config_from(config.world)
+  check_fits(config.dataset, {"test": len(KINDS) * cfg.num_eval_groups,
+                              **({"train": len(KINDS) * cfg.num_train_groups} if "train" in splits else {})})
+  world = make_moving_object_world(cfg, seed=config.seed)
   keys = write_release_files(world, root, config.dataset, splits)
   # The store is keyed as the real reader names the files' videos and captions (read back, not assumed).
   records = [read_dataset(config.dataset, path) for path in dict.fromkeys(keys.values())]
