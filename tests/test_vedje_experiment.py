@@ -36,6 +36,11 @@ def test_smoke_run_writes_the_results_contract(smoke_run):
   assert on_disk["ablations"] == {}  # the smoke config trains none (each row is a model); the plan:
   plan = VM.ablation_plan(4, 4, "bfloat16")
   assert set(plan) == set(VM.ABLATIONS)
+  assert tuple(load_config(ROOT / "configs/vedje_msrvtt.py:world,all").ablations) == VM.ABLATIONS  # `:all` = every table
+  # The world was written as MSR-VTT's release files and a store under <workdir>/world and read through the real path.
+  assert on_disk["path"] == "world" and (workdir / "world" / "MSRVTT_JSFUSION_test.csv").is_file()
+  assert (workdir / "world" / "world_truth.json").is_file() and on_disk["provenance"]["backbone"] == \
+      "synthetic-moving-object-world"
   assert plan["prior"]["prior_joint"] == (VM.FULL, "bfloat16")  # the main model, reused
   assert not plan["prior"]["prior_only"][0].use_joint and not plan["prior"]["joint_only"][0].use_prior
   assert plan["delta"]["without_delta"][0] == VM.NO_DELTA and plan["cache_budget"]["float4_e2m1_4"][0].tokens_per_frame == 1

@@ -4,8 +4,8 @@
   1. data: the dataset's annotations through its reader (`vidjax.data.annotations`) and a feature store; a config
      with a `world` section (`configs/retrieval_<dataset>.py`, the default) first writes the embedded SYNTHETIC
      moving-object world as that dataset's release files and store under `<workdir>/world`
-     (`vidjax.worlds.moving_objects.write_world`, kinds `tokens`, `clip`, `text`, for the methods that build on
-     it) and reads them the same way; or (`data.source = "tfds"`) one split of a built
+     (`vidjax.worlds.moving_objects.write_world`: its test split, store kinds `tokens`, `clip`, `text`) and reads
+     them the same way; or (`data.source = "tfds"`) one split of a built
      `vidjax.tfds.retrieval.VidjaxRetrieval` dataset with its embeddings;
   2. the benchmark by the standard protocol (`vidjax.data.retrieval`);
   3. cosine scores of every query against the whole corpus, in bounded memory
