@@ -41,6 +41,9 @@ def test_smoke_run_writes_the_results_contract(smoke_run):
   assert on_disk["path"] == "world" and (workdir / "world" / "MSRVTT_JSFUSION_test.csv").is_file()
   assert (workdir / "world" / "world_truth.json").is_file() and on_disk["provenance"]["backbone"] == \
       "synthetic-moving-object-world"
+  # A finished world run's suite reads the files its run read (the world record), from the run's own config.
+  recorded = VM.recorded_data(load_config(ROOT / "configs/vedje_msrvtt.py:smoke"), workdir)
+  assert recorded.data.features == str(workdir / "world" / "features") == on_disk["config"]["data"]["features"]
   assert plan["prior"]["prior_joint"] == (VM.FULL, "bfloat16")  # the main model, reused
   assert not plan["prior"]["prior_only"][0].use_joint and not plan["prior"]["joint_only"][0].use_prior
   assert plan["delta"]["without_delta"][0] == VM.NO_DELTA and plan["cache_budget"]["float4_e2m1_4"][0].tokens_per_frame == 1
