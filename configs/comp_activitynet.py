@@ -9,13 +9,19 @@
 
 The plain config is the paper's settings and needs a store (or official release files: `data.release_eval` /
 `data.release_train`); the `world` variant runs the embedded SYNTHETIC moving-object world with a small model
-sized for it. Defaults and deviations: vidjax/defaults/comp.py. results.json: methods zero_shot, contrastive,
-negclip, comploss, negclip_pref, comppretrain_comploss, comppretrain_negclip_pref x temp_reorder, action_replace,
-seg_mismatch, all, t2v_r1, v2t_r1, hierarchy.
+sized for it, written as files under <workdir>/world and read as a user's. The paper's settings, the variants and
+the deviations: configs/comp/common.py. results.json: methods zero_shot, contrastive, negclip, comploss,
+negclip_pref, comppretrain_comploss, comppretrain_negclip_pref x temp_reorder, action_replace, seg_mismatch, all,
+t2v_r1, v2t_r1, hierarchy.
 """
-from vidjax.defaults import comp
+from pathlib import Path
+
+from vidjax.defaults.common import config_module
+
+_common = config_module(Path(__file__).parent / "comp" / "common.py")
 
 
 def get_config(arg=None):
-  """`arg`: comma-separated variants: "world" (the embedded SYNTHETIC world), "smoke" (tiny, seconds)."""
-  return comp.get_config("activitynet", arg)
+  """`arg`: comma-separated variants: "world" (the embedded SYNTHETIC world), "smoke" (tiny, seconds), "tiny",
+  "rendered" (configs/comp/common.py)."""
+  return _common.get_config("activitynet", arg)

@@ -122,7 +122,7 @@ if [ "$SCOPE" = all ]; then
   run "comp youcook2" "$R/comp_youcook2" --config configs/comp_youcook2.py$T \
       --config.data.features="$S/youcook2/features" \
       --config.data.annotations="$C/youcook2/youcookii_annotations_trainval.json" \
-      --config.benchmark.lexicon="$C/videocomp/lexicon.json"   # the corpus's verbs for action_replace
+      --config.data.lexicon="$C/videocomp/lexicon.json"   # the corpus's verbs for action_replace
 fi
 
 # 3. Every model on every benchmark of these runs, a typed query, and the summary.

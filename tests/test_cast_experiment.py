@@ -60,7 +60,7 @@ def test_rerun_resumes_and_reproduces(smoke_run):
 
 
 def test_tfds_source_gives_the_same_metrics_as_the_store(smoke_run, tmp_path, capsys):
-  """The two ways to feed data (README): a VidjaxCvr dataset packing the run's CVR files and store."""
+  """The two ways to feed data (docs/data.md): a VidjaxCvr dataset packing the run's CVR files and store."""
   from vidjax.tfds.common import prepare  # the [tfds] extra (installed by the test extra)
   from vidjax.tfds.cvr import CvrConfig, VidjaxCvr
   workdir, results = smoke_run

@@ -1,4 +1,5 @@
-"""VideoComp end to end on the smoke world: the results.json contract, the benchmark files, resume, config errors."""
+"""VideoComp end to end on the smoke world (written as files, read as a user's): the results.json contract, the
+benchmark files, resume, config errors."""
 import json
 from pathlib import Path
 
@@ -6,9 +7,11 @@ import numpy as np
 import pytest
 
 from vidjax.data import comp
-from vidjax.defaults.comp import METHODS, METRICS
 from vidjax.experiments import comp as E
 from vidjax.experiments.common import load_config
+from vidjax.methods import comp as M
+from vidjax.methods.comp import METHODS, METRICS
+from vidjax.methods.vidclip import TextTable, vidclip_setup
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -48,17 +51,19 @@ def test_the_reported_metrics_are_the_saved_models_own_scores(smoke_run):
   from vidjax import train
   from vidjax.data import pipeline
   workdir, results = smoke_run
+  from vidjax.data.annotations import read_activitynet_captions
+  from vidjax.data.features import FeatureStore
   config = load_config(ROOT / "configs/comp_activitynet.py:smoke")
-  data = E.world_data(config)  # the world is regenerated from its seed
+  # The world's files as a user would read them: its test split's annotations and the token store.
+  duration = {v.video_id: v.duration for v in read_activitynet_captions(workdir / "world" / "val_1.json").videos}
+  store = FeatureStore(workdir / "world" / "store")
   triplets = [t for f in ("eval", "eval_multi")
               for t in comp.read_release(workdir / "benchmark" / f"comp_activitynet_{f}.json")]
   inputs = sorted({(t.video_id, t.video_span) for t in triplets})
-  row = {v: i for i, v in enumerate(data.video_ids)}
-  frames = np.stack([comp.span_frames(data.num_frames, float(data.durations[row[v]]), span, config.model.frames)
-                     for v, span in inputs])
-  video = data.gather(np.array([[row[v]] * config.model.frames for v, _ in inputs]), frames)
+  video = np.stack([store.get_one("tokens", v)[comp.span_frames(store.item_shape("tokens")[0], duration[v], span,
+                                                                config.model.frames)] for v, span in inputs])
   texts = sorted({x for t in triplets for x in (t.positive, t.negative)})
-  model, tokenizer, _ = E.vidclip_setup(config.model, video.shape[-1], video.shape[-2])
+  model, tokenizer, _ = vidclip_setup(config.model, video.shape[-1], video.shape[-2])
   tokens = pipeline.text_token_batch(tokenizer, texts, config.model.max_text_len)
   embed = jax.jit(lambda p: model.apply({"params": p}, video, tokens["input_ids"], tokens["attention_mask"])[:2])
   level = {"positive": 0, **dict(zip(config.finetune.hierarchy, config.finetune.levels))}
@@ -143,12 +148,12 @@ def test_real_annotations_and_a_store_become_triplets_and_model_inputs(tmp_path)
   features.write_arrays(tmp_path / "store", {"tokens": (ids, tokens)})
   config = load_config(ROOT / "configs/comp_youcook2.py")
   config.data.features, config.data.annotations = str(tmp_path / "store"), str(path)
-  data = E.real_data(config, tmp_path / "run")
+  data = M.load(config, tmp_path / "run")
   assert not data.synthetic and data.path["path"] == "real" and data.path["skipped_videos"]["count"] == 0 and {c["split"] for c in data.counts} == {"eval", "train"}
   # The evaluation split has multi too: the top level of the hierarchy score (not a binary-accuracy type).
   assert {t.type for t in data.eval} == {t.type for t in data.train} == set(comp.TRAIN_TYPES)
-  texts = E.TextTable()
-  es = E.eval_set(data, 16, texts, dict(zip(config.finetune.hierarchy, config.finetune.levels)))
+  texts = TextTable()
+  es = M.eval_set(data, 16, texts, dict(zip(config.finetune.hierarchy, config.finetune.levels)))
   assert set(es.by_type) == set(comp.EVAL_TYPES) and es.levels.tolist() == [0, 1, 1, 1, 2]
   hv, ht = es.hierarchy
   multi = {(t.video_id, t.video_span) for t in data.eval if t.type == "multi"}
@@ -172,12 +177,12 @@ def test_real_annotations_and_a_store_become_triplets_and_model_inputs(tmp_path)
   # skip_missing=False one clear error.
   features.write_arrays(tmp_path / "small", {"tokens": (ids[:40], tokens[:40])})
   config.data.features = str(tmp_path / "small")
-  small = E.real_data(config, tmp_path / "run_small")
+  small = M.load(config, tmp_path / "run_small")
   assert small.path["skipped_videos"]["count"] == len(ids) - 40 and set(small.video_ids) <= set(ids[:40])
   assert all(t.video_id in set(ids[:40]) for t in small.train + small.eval)
   config.data.skip_missing = False
   with pytest.raises(ValueError, match=rf"{len(ids) - 40} of {len(ids)} benchmark videos have no \['tokens'\]"):
-    E.real_data(config, tmp_path / "run_strict")
+    M.load(config, tmp_path / "run_strict")
 
 
 def test_the_text_tower_can_start_from_a_videoprism_lvt_checkpoint(tmp_path):
@@ -196,7 +201,7 @@ def test_the_text_tower_can_start_from_a_videoprism_lvt_checkpoint(tmp_path):
                                        num_unimodal_layers=mc.text_layers, model_dim=mc.text_hidden, num_heads=mc.text_heads)
   checkpoints.save_npz(videoprism.init_params(lvt, seed=1), tmp_path / "lvt.npz")
   mc.update(init="lvt", lvt_checkpoint=str(tmp_path / "lvt.npz"), spm_path=str(spm), text_mlp=4 * mc.text_hidden)
-  model, tokenizer, fresh = E.vidclip_setup(mc, 8, 3)
+  model, tokenizer, fresh = vidclip_setup(mc, 8, 3)
   params = fresh(jax.random.PRNGKey(0))
   official = flatten_dict(checkpoints.read_npz(tmp_path / "lvt.npz"))
   for k, v in flatten_dict(params["text"]["lvt"]).items():
@@ -211,4 +216,56 @@ def test_the_text_tower_can_start_from_a_videoprism_lvt_checkpoint(tmp_path):
   np.testing.assert_allclose(np.linalg.norm(t, axis=-1), 1.0, rtol=1e-5)
   mc.text_layers += 1  # a checkpoint of another shape is one clear error naming the file
   with pytest.raises(checkpoints.CheckpointMismatchError, match="lvt.npz"):
-    E.vidclip_setup(mc, 8, 3)[2](jax.random.PRNGKey(0))
+    vidclip_setup(mc, 8, 3)[2](jax.random.PRNGKey(0))
+
+
+def test_the_world_is_written_as_a_users_files_and_read_through_the_one_path(smoke_run, tmp_path):
+  """The `world` variant writes the world's events in the dataset's release format, its lexicon and its motion
+  tokens as a store (float32: the values the world generates, exactly), and the run reads only those files: the
+  benchmark it built equals the one built from the world in memory with the world's own rewriter."""
+  from vidjax.data.annotations import read_activitynet_captions, read_youcook2
+  from vidjax.data.features import FeatureStore
+  from vidjax.worlds import moving_objects as mo
+  workdir, results = smoke_run
+  config = load_config(ROOT / "configs/comp_activitynet.py:smoke")
+  world = mo.make_moving_object_world(mo.world_config_from(config.world), seed=config.seed)
+  assert results["path"] == "world" and results["provenance"]["store"] == str(workdir / "world" / "store")
+  for split, name in (("test", "val_1.json"), ("train", "train.json")):
+    assert comp.events_from_activitynet(read_activitynet_captions(workdir / "world" / name)) == \
+        mo.comp_events(world, split)
+  store = FeatureStore(workdir / "world" / "store")
+  assert store.metadata["synthetic"] and store.metadata["world"] == dict(config.world)
+  tokens = mo.motion_tokens(world, config.seed, world.config.noise)
+  row = {v.video_id: i for i, v in enumerate(world.data.videos)}
+  ids = world.ids(kinds=("base",))
+  assert sorted(store.ids("tokens")) == ids
+  np.testing.assert_array_equal(np.stack([store.get_one("tokens", v) for v in ids]), tokens[[row[v] for v in ids]])
+  assert comp.load_lexicon(workdir / "world" / "lexicon.json") == mo.COMP_LEXICON
+  rewriter = comp.TemplateRewriter(mo.COMP_LEXICON, connectives=False)
+  built, _ = comp.build_comp(mo.comp_events(world, "test"), split="eval", types=comp.TRAIN_TYPES, seed=config.seed,
+                             drop_global=False, rewriter=rewriter, name="activitynet-comp")
+  assert comp.read_release(workdir / "benchmark" / "comp_activitynet_eval.json") == \
+      [t for t in built if t.type != "multi"]
+  # YouCook2's release format holds the same events (both splits in one file).
+  small = mo.make_moving_object_world(mo.world_config_from({**config.world, "num_train_groups": 3,
+                                                            "num_eval_groups": 2}), seed=1)
+  keys = mo.write_comp(small, tmp_path, seed=1, world_fields={}, dataset="youcook2")
+  assert set(keys) == {"annotations", "lexicon", "features"}
+  for split, subset in (("train", "train"), ("test", "val")):
+    assert comp.events_from_youcook2(read_youcook2(keys["annotations"], subset)) == mo.comp_events(small, split)
+
+
+def test_the_suite_reads_the_finished_runs_files_and_reproduces_its_numbers(smoke_run):
+  """`vidjax.methods.comp.suite` (what evaluate_all reads) finds the world's files through the run's world record
+  and its models score the run's own Comp benchmark as the run did."""
+  workdir, results = smoke_run
+  config = load_config(ROOT / "configs/comp_activitynet.py:smoke")
+  models, benchmarks = M.suite(config, workdir)
+  assert [m.name for m in models] == list(METHODS)
+  space = f"the feature store {workdir / 'world' / 'store'}"
+  assert {b.space for b in benchmarks} == {m.space for m in models} == {space}
+  bench = next(b for b in benchmarks if b.kind == "comp")
+  for model in models[3:4]:  # comploss
+    cell = model.evaluate(bench)
+    for kind in (*comp.EVAL_TYPES, "all"):
+      assert cell[kind] == pytest.approx(results["metrics"][model.name][kind], abs=0.011), (model.name, kind)

@@ -67,3 +67,13 @@ def test_moving_object_world_triplets_and_an_order_blind_scorer():
   # Stage 1 is blind to where objects go: the end-state variant (same objects) is near chance against
   # the main clip, while the substituted object is usually rejected.
   assert abs(m["acc_temp"] - 50) <= 15 and m["acc_sem"] >= 80, m
+
+
+def test_prompt_texts_key_the_query_and_the_negatives_prompts():
+  triplets = genstate.parse_triplets([_entry(0, temporal_prompt="t prompt", semantic_prompt="s prompt"), _entry(1)])
+  assert genstate.prompt_texts(triplets) == {"q0": "query 0", "q0/temporal_prompt": "t prompt",
+                                             "q0/semantic_prompt": "s prompt", "q1": "query 1"}
+  assert genstate.prompt_texts(triplets, negatives=False) == {"q0": "query 0", "q1": "query 1"}
+  assert genstate.video_prompts(triplets) == {"m0": ("q0", "query 0"), "t0": ("q0/temporal_prompt", "t prompt"),
+                                              "s0": ("q0/semantic_prompt", "s prompt"), "m1": ("q1", "query 1")}
+  assert list(genstate.video_prompts(triplets, {"q0", "q1"})) == ["m0", "m1"]  # only the texts a store holds

@@ -193,7 +193,7 @@ def test_bad_usage_is_one_clear_error(stub_bin, args, message):
 
 
 def test_real_path_script_names_configs_and_keys_that_exist():
-  """launch/real_path.sh (README, "Real data"): valid bash, and every `--config X --config.key=...` it runs names
+  """launch/real_path.sh (docs/real_data.md): valid bash, and every `--config X --config.key=...` it runs names
   a config file and variant that load and keys that config has (the script itself runs in minutes, not in CI;
   tests/test_real_path.py runs the same path per method)."""
   import re  # pylint: disable=g-import-not-at-top

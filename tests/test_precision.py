@@ -1,5 +1,5 @@
-"""The precision policy (`config.precision`, README "Precision"): one key per phase, validated once, reaching the
-programs each phase traces, recorded in results.json; and the policy every experiment's `run` follows.
+"""The precision policy (`config.precision`, docs/scaling.md "Precision"): one key per phase, validated once,
+reaching the programs each phase traces, recorded in results.json; and the policy every experiment's `run` follows.
 
 Lowering shows what a program asks for on any backend (`precision = [HIGHEST, HIGHEST]` in its StableHLO), so
 these checks mean the same on a CPU, where every setting computes full float32, as on a GPU or TPU."""

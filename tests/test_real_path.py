@@ -70,6 +70,11 @@ def test_prepare_lists_missing_and_undecodable_videos(real_path, tmp_path):
   assert Path(r["skipped_videos"]["file"]).read_text().splitlines() == sorted(
       [f"{ids[2]}\tdoes not decode", f"{ids[3]}\tno video file"])
   assert r["metrics"]["prepare"]["valid_videos"] == 2
+  # Only the texts of videos with a file are embedded (issue 52: not the whole release's captions).
+  steps = {v: len(release["database"][v]["annotations"]) for v in ids}
+  assert r["metrics"]["prepare"]["release_texts"] == sum(steps.values())
+  assert r["metrics"]["prepare"]["texts"] == steps[ids[0]] + steps[ids[1]] + steps[ids[2]]
+  assert not any(t.startswith(ids[3]) for t in FeatureStore(r["provenance"]["store"]).ids("text"))
 
 
 def test_prepare_refuses_a_file_of_another_dataset(real_path, tmp_path):

@@ -5,7 +5,6 @@ import pytest
 from vidjax.data import genstate
 from vidjax.worlds import rendered
 from vidjax.data import video
-from vidjax.experiments import genstate as genstate_experiment
 from vidjax.models import pixelstats
 
 SMALL = rendered.RenderedWorldConfig(num_train=1, num_test=2, frames=8, hold=2)
@@ -13,7 +12,7 @@ SMALL = rendered.RenderedWorldConfig(num_train=1, num_test=2, frames=8, hold=2)
 
 def _world(tmp_path, seed=0, cfg=SMALL, name="v"):
   world = rendered.make_world(cfg, seed, tmp_path / name)
-  genstate_experiment.render_clips(world, progress=False)
+  rendered.write_videos(world)
   return world
 
 
@@ -28,6 +27,11 @@ def test_rendering_is_deterministic_down_to_the_decoded_frames(tmp_path):
     assert ea is None and not pa.any()
     np.testing.assert_array_equal(fa, fb)
   assert any(a.path(i).read_bytes() != c.path(i).read_bytes() for i in ids[:6])
+  # Written once: a rerun writes no clip, and the release adds the two metadata files beside the clips.
+  assert rendered.write_videos(a) == 0
+  files = rendered.write_release(a, tmp_path / "release")
+  assert genstate.read_triplets(files["metadata"]) == a.triplets["test"]
+  assert genstate.read_triplets(files["train_metadata"]) == a.triplets["train"] and files["videos"] == a.video_dir
   # The encoder itself is deterministic (x264 with its own threads is not).
   frames = rendered.clip_frames(a, a.clips["test"][0])
   assert len({video.encode_video(frames) for _ in range(30)}) == 1

@@ -16,7 +16,8 @@ a JSON list with one object per query::
      ...]
 
 Video ids are keys of a feature store (or files for extraction); every id is a non-empty string and the
-three roles of one query are three different videos.
+three roles of one query are three different videos. Texts in a store (`prompt_texts`): each query under its id,
+and the negatives' generation prompts, where given, under `<id>/temporal_prompt` and `<id>/semantic_prompt`.
 
 Candidate pools exactly as §5.1: the ground truth, its temporal negative, its semantic negative, and,
 as distractors, the videos of every other query of the same subset (their main and both negatives),
@@ -114,4 +115,29 @@ def subsets(triplets: Sequence[Triplet]) -> dict[str, list[int]]:
   out: dict[str, list[int]] = {}
   for i, t in enumerate(triplets):
     out.setdefault(t.subset, []).append(i)
+  return out
+
+
+def prompt_texts(triplets: Sequence[Triplet], negatives: bool = True) -> dict[str, str]:
+  """{text id: text} of the prompts of `triplets` as a feature store keys them: each query under its id and (with
+  `negatives`, where the metadata gives them) the negatives' generation prompts under `<id>/<key>` for the keys of
+  `PROMPT_KEYS`."""
+  out = {}
+  for t in triplets:
+    out[t.query_id] = t.query
+    if negatives:
+      out.update({f"{t.query_id}/{k}": p for k, p in zip(PROMPT_KEYS, t.negative_prompts)})
+  return out
+
+
+def video_prompts(triplets: Sequence[Triplet], text_ids=None) -> dict[str, tuple[str, str]]:
+  """{video id: (text id, prompt)} of every video of `triplets` whose prompt is known: each main clip's query and,
+  where the metadata gives them, each negative's generation prompt (`prompt_texts`' ids); with `text_ids` only
+  the prompts whose id it holds. In order of appearance (main, temporal, semantic per query)."""
+  out = {}
+  for t in triplets:
+    ids = [t.query_id] + [f"{t.query_id}/{k}" for k in PROMPT_KEYS[:len(t.negative_prompts)]]
+    for video, text_id, prompt in zip(t.videos, ids, (t.query, *t.negative_prompts)):
+      if text_ids is None or text_id in text_ids:
+        out[video] = (text_id, prompt)
   return out

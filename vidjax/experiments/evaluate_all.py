@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+import types
 from typing import Any, Mapping, Sequence
 
 import ml_collections
@@ -19,10 +20,14 @@ import ml_collections
 import vidjax
 from vidjax import evaluate, io
 from vidjax.experiments import cast, common, comp, genstate, grdr, vedje
-from vidjax.methods import vedje as vedje_method  # MERGE: VEDJE's suite is in methods (the METHODS table's suite)
+from vidjax.methods import comp as comp_method
+from vidjax.methods import genstate as genstate_method
+from vidjax.methods import vedje as vedje_method
 
 # Experiment kind (config.experiment of a run) -> its module: `run` trains, `suite` exposes models and benchmarks.
 KINDS = {"cast": cast, "comp": comp, "genstate": genstate, "grdr": grdr, "vedje": vedje}
+# Where each kind's `suite` lives (VideoComp's, GenState's and VEDJE's in their method modules).
+SUITES = {**KINDS, "comp": comp_method, "genstate": genstate_method, "vedje": vedje_method}
 
 
 def validate(config) -> None:
@@ -75,7 +80,7 @@ def load_run(workdir: str | Path) -> tuple[list[evaluate.Model], list[evaluate.B
   kind = config.get("experiment")
   if kind not in KINDS:
     raise ValueError(f"{workdir}: experiment {kind!r} has no models to compare (known: {sorted(KINDS)})")
-  models, benchmarks = (vedje_method if kind == "vedje" else KINDS[kind]).suite(config, workdir)
+  models, benchmarks = SUITES[kind].suite(config, workdir)
   for m in models:
     m.name = f"{config.name}/{m.name}"
   return models, benchmarks

@@ -47,15 +47,23 @@ SKIP_FILE = common.SKIP_FILE
 
 @dataclasses.dataclass
 class Plan:
-  """What a dataset's release files ask the store to hold: clips per video, and texts."""
+  """What a dataset's release files ask the store to hold: clips per video, and texts (each with the video it
+  describes: a caption's or paragraph's video, a GenState query's main clip)."""
   segments: dict[str, list[tuple[str, float | None, float | None]]]  # video id -> [(clip id, start, end)]
   texts: dict[str, str]                                              # text id -> text
+  owner: dict[str, str] = dataclasses.field(default_factory=dict)    # text id -> video id
 
-  def add_text(self, text_id: str, text: str, where: str) -> None:
+  def add_text(self, text_id: str, text: str, where: str, video_id: str) -> None:
     old = self.texts.get(text_id)
     if old is not None and old != text:
       raise ValueError(f"{where}: text id {text_id!r} has two different texts ({old!r} and {text!r})")
     self.texts[text_id] = text
+    self.owner.setdefault(text_id, video_id)
+
+  def texts_of(self, videos) -> dict[str, str]:
+    """The texts of `videos` only: a text whose video has no file is not embedded (no method can use it)."""
+    keep = set(videos)
+    return {t: text for t, text in self.texts.items() if self.owner[t] in keep}
 
 
 def plan(dataset: str, annotations: str) -> Plan:
@@ -65,7 +73,7 @@ def plan(dataset: str, annotations: str) -> Plan:
     for video in read_annotations(dataset, annotations):
       out.segments[video.video_id] = [(c.clip_id, c.start, c.end) for c in video.clips]
       for c in video.clips:
-        out.add_text(c.clip_id, c.text, annotations)
+        out.add_text(c.clip_id, c.text, annotations, video.video_id)
       if dataset == "youcook2":
         out.segments[video.video_id].append((video.video_id, None, None))
   elif dataset in RETRIEVAL:
@@ -75,11 +83,11 @@ def plan(dataset: str, annotations: str) -> Plan:
       for video_id in records.video_ids():
         out.segments.setdefault(video_id, [(video_id, None, None)])
       for c in records.captions + (paragraphs(records).captions if dataset in PARAGRAPHS else ()):
-        out.add_text(c.caption_id, c.text, path)
+        out.add_text(c.caption_id, c.text, path, c.video_id)
   elif dataset == "genstate":
     for path in annotation_paths(annotations):
       for t in genstate.read_triplets(path):
-        out.add_text(t.query_id, t.query, path)
+        out.add_text(t.query_id, t.query, path, t.main)
         for video_id in (t.main, t.temporal_negative, t.semantic_negative, *t.distractors):
           out.segments.setdefault(video_id, [(video_id, None, None)])
   else:
@@ -109,8 +117,12 @@ def run(config, workdir: str) -> dict:
     raise ValueError(f"none of the {len(wanted.segments)} videos the annotations name has a file under "
                      f"{config.data.videos} (e.g. {list(wanted.segments)[:3]}); files are found by video id")
   store_root = config.store or str(workdir / "features")
+  texts = wanted.texts_of(v for v in wanted.segments if v not in skipped)
+  print(f"{config.dataset}: {len(wanted.segments) - len(skipped)} of {len(wanted.segments)} annotated videos have a "
+        f"file; embedding {len(clips)} clips and the {len(texts)} of {len(wanted.texts)} texts that describe them",
+        flush=True)
   with common.precision(config, "extract"):
-    metrics, meta = extract_into(config, store_root, clips, wanted.texts, config.dataset, len(skipped),
+    metrics, meta = extract_into(config, store_root, clips, texts, config.dataset, len(skipped),
                                  num_frames=frames(config))
   synthetic = real.is_rendered(config.data.videos)
   store = FeatureStore(store_root)
@@ -125,7 +137,8 @@ def run(config, workdir: str) -> dict:
   if skipped:
     print(f"{len(skipped)} of {len(wanted.segments)} videos are not valid video files and are skipped (listed with "
           f"the reason in {Path(store_root) / SKIP_FILE})", flush=True)
-  metrics.update(videos=len(wanted.segments), valid_videos=len(wanted.segments) - len(skipped))
+  metrics.update(videos=len(wanted.segments), valid_videos=len(wanted.segments) - len(skipped),
+                 release_texts=len(wanted.texts))
   results = common.results_dict(
       config, dataset=config.dataset, synthetic=synthetic, metrics={"prepare": metrics},
       path="real", provenance=FeatureStore(store_root).provenance(),

@@ -43,19 +43,20 @@ def video_finder(folder: str | os.PathLike):
 
 
 def extract_into(config, store_root: str, clips: list[engine.VideoSegment], captions: dict[str, str], dataset: str,
-                 missing_videos: int = 0, num_frames: int | None = None) -> tuple[dict, dict]:
+                 missing_videos: int = 0, num_frames: int | None = None, text_fn=None) -> tuple[dict, dict]:
   """The backbone of `config.model` embeds `clips` (kinds clip / clip_mean / tokens; `num_frames` each, default
   `config.num_frames`) and `captions` (kind text) into the store at `store_root`, resumably; returns (the
-  extraction's counts, the backbone's metadata)."""
+  extraction's counts, the backbone's metadata). `text_fn` (`texts [B] -> [B, D]`) embeds the captions when the
+  backbone has no text tower (the rendered world's stand-in: `pixelstats.colour_bag` of the colour words)."""
   num_frames = num_frames or config.num_frames
   model, variables, meta = load_model(config)
   lvt = is_lvt(model)
   kinds = (["clip"] if lvt else []) + ["clip_mean"] + (["tokens"] if config.save_tokens else [])
-  if captions and not lvt:
+  if captions and not lvt and text_fn is None:
     _LOG.warning("%s has no text tower; %d captions are not embedded", config.model.name, len(captions))
     captions = {}
   tokenizer = None
-  if captions:
+  if captions and lvt:
     if not config.model.spm_path:
       raise ValueError(f"{len(captions)} captions need the LvT SentencePiece model: set config.model.spm_path to a "
                        "local copy of the T5 c4_en model (gs://t5-data/vocabs/cc_en.32000/sentencepiece.model for the "
@@ -81,7 +82,7 @@ def extract_into(config, store_root: str, clips: list[engine.VideoSegment], capt
       dtype=config.store_dtype, decode_workers=config.decode_workers, progress=config.progress)
   texts = 0
   if captions:
-    texts = engine.extract_texts(store, captions, make_text_fn(model, variables, tokenizer, mesh),
+    texts = engine.extract_texts(store, captions, make_text_fn(model, variables, tokenizer, mesh) if lvt else text_fn,
                                  batch_size=config.text_batch_size, dtype=config.store_dtype,
                                  progress=config.progress)
   report = engine.finalize(store, {"missing_videos": missing_videos})

@@ -13,7 +13,7 @@ embedding")::
 
 The pooler starts random (`pool_init="random"`) or as exact mean pooling (`pool_init="mean"`,
 `mean_pool_params`), the paper config's choice: there the pooler is new on frozen tokens and the paper's rates
-(1e-7 / 1e-6) are for a pretrained one (vidjax/defaults/comp.py).
+(1e-7 / 1e-6) are for a pretrained one (configs/comp/common.py).
 
 Text tower (§4.1: "a CLS token to summarize the text features", "sequence length ... 160"): a BERT
 encoder (`vidjax.models.bert.BertModel`, no pooler) whose final [CLS] state goes through

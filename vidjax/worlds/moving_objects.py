@@ -621,3 +621,51 @@ def write_store(world: MovingObjectWorld, root, *, seed: int, world_fields, vide
                       "text": (list(texts), np.asarray(list(texts.values()), np.float32))},
                {"backbone": "synthetic-moving-object-world", "synthetic": True, "seed": seed, "world": dict(world_fields),
                 **dict(metadata)})
+
+
+def write_comp(world: MovingObjectWorld, root, *, seed: int, world_fields, dataset: str = "activitynet") -> dict:
+  """Writes the world as a VideoComp user has it (SYNTHETIC), for the one data path of `configs/comp_*.py`:
+
+    * the base videos' events (`comp_events`) as the dataset's dense-caption release: ActivityNet Captions
+      (`train.json` = the world's train split, `val_1.json` = its test split; `dataset="activitynet"`) or YouCook2
+      (`youcookii_annotations_trainval.json`, subsets training / validation; `dataset="youcook2"`);
+    * `lexicon.json`, the action words of its captions for action-replace (`COMP_LEXICON`: the directions), in the
+      format of `vidjax.data.comp.load_lexicon`;
+    * `store/`: a feature store with kind `tokens`, the base videos' `motion_tokens` [T, max_objects, dim] float32
+      (the values the world generates, stored at float32: exact), its manifest saying SYNTHETIC, naming the world
+      (`world`: its fields) and carrying `note` and `description` for results.json.
+
+  No world truth is written: no VideoComp diagnostic needs any. Returns the `data.*` keys naming the files
+  (`annotations`, `train_annotations` for ActivityNet, `lexicon`, `features`)."""
+  from pathlib import Path  # pylint: disable=g-import-not-at-top
+  from vidjax import io  # pylint: disable=g-import-not-at-top
+  root = Path(root)
+  if dataset not in ("activitynet", "youcook2"):
+    raise ValueError(f"write_comp: dataset must be 'activitynet' or 'youcook2', got {dataset!r}")
+  events = {split: comp_events(world, split) for split in ("train", "test")}
+  keys = {}
+  if dataset == "activitynet":
+    for split, name, key in (("train", "train.json", "train_annotations"), ("test", "val_1.json", "annotations")):
+      io.atomic_write_json(root / name, {v.video_id: {"duration": v.duration,
+                                                      "timestamps": [[s, e] for s, e, _ in v.events],
+                                                      "sentences": [t for _, _, t in v.events]} for v in events[split]})
+      keys[key] = root / name
+  else:
+    subset = {"train": "training", "test": "validation"}
+    database = {v.video_id: {"duration": v.duration, "subset": subset[split], "recipe_type": "moving objects",
+                             "video_url": f"synthetic://moving-objects/{v.video_id}",
+                             "annotations": [{"segment": [s, e], "id": k, "sentence": t}
+                                             for k, (s, e, t) in enumerate(v.events)]}
+                for split, videos in events.items() for v in videos}
+    keys["annotations"] = root / "youcookii_annotations_trainval.json"
+    io.atomic_write_json(keys["annotations"], {"database": database, "note": SYNTHETIC_NOTE})
+  keys["lexicon"] = root / "lexicon.json"
+  io.atomic_write_json(keys["lexicon"], {"groups": [list(DIRECTIONS)]})
+  ids = [v.video_id for vs in events.values() for v in vs]
+  row = {v.video_id: i for i, v in enumerate(world.data.videos)}
+  tokens = motion_tokens(world, seed, world.config.noise)[[row[i] for i in ids]]
+  keys["features"] = root / "store"
+  write_arrays(keys["features"], {"tokens": (ids, tokens)},
+               {"backbone": "synthetic-moving-object-world-motion-tokens", "synthetic": True, "seed": seed,
+                "world": dict(world_fields), "note": SYNTHETIC_NOTE, "description": "SYNTHETIC moving-object world"})
+  return {k: str(v) for k, v in keys.items()}

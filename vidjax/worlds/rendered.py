@@ -39,6 +39,7 @@ the stand-in backbone's hue-histogram entries, blind to order, motion and shape.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 from pathlib import Path
@@ -46,6 +47,7 @@ import numpy as np
 
 from vidjax import io
 from vidjax.data import genstate
+from vidjax.data import video as video_lib
 
 SYNTHETIC_NOTE = ("SYNTHETIC rendered state-transition world (vidjax.worlds.rendered) through the STAND-IN pixel-statistics "
                   "backbone: demonstrates mechanisms, not paper numbers")
@@ -349,6 +351,30 @@ def write_metadata(world: RenderedWorld, path: str | Path, split: str = "test") 
               "semantic_negative": t.semantic_negative, "subset": t.subset,
               **dict(zip(genstate.PROMPT_KEYS, t.negative_prompts))} for t in world.triplets[split]]
   return io.atomic_write_text(path, json.dumps(entries, indent=1) + "\n")
+
+
+def write_videos(world: RenderedWorld, bar=None) -> int:
+  """Writes every clip not yet on disk as `<video_dir>/<clip id>.mp4` (atomic files, so a killed run resumes);
+  returns how many it wrote. `bar(total)`: an optional progress bar (a context manager with `update(n)`)."""
+  world.video_dir.mkdir(parents=True, exist_ok=True)
+  todo = [c for c in world.all_clips() if not world.path(c.clip_id).exists()]
+  with (bar(len(todo)) if bar and todo else contextlib.nullcontext()) as progress:
+    for clip in todo:
+      video_lib.write_video(world.path(clip.clip_id), clip_frames(world, clip), fps=world.config.fps)
+      if progress:
+        progress.update(1)
+  return len(todo)
+
+
+def write_release(world: RenderedWorld, root: str | Path, bar=None) -> dict[str, Path]:
+  """The world as a user's GenState data: its mp4 clips (`write_videos`, into `world.video_dir`) and one metadata
+  file per split, `<root>/genstate_train.json` and `<root>/genstate_test.json` (`write_metadata`); returns
+  {"videos", "metadata" (test), "train_metadata"}. The metadata carries everything the world knows of a query
+  (its three clips, its subset, every clip's prompt): no side file of world truth is needed."""
+  write_videos(world, bar)
+  root = Path(root)
+  files = {split: write_metadata(world, root / f"genstate_{split}.json", split) for split in ("train", "test")}
+  return {"videos": world.video_dir, "metadata": files["test"], "train_metadata": files["train"]}
 
 
 def colour_words(text: str) -> list[tuple[int, int, int]]:

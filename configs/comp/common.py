@@ -1,4 +1,6 @@
-"""VideoComp experiment defaults (`configs/comp_<dataset>.py`): jax-free, instant to load.
+"""VideoComp: the paper's settings, shared by `configs/comp_<dataset>.py` (jax-free, instant to load; loaded by
+path with `vidjax.defaults.common.config_module`). The methods and metrics a run reports are
+`vidjax.methods.comp.METHODS` / `METRICS`.
 
 The paper's hyperparameters (../shared/papers/videocomp.txt) are `model`, `pretrain` and `finetune`:
 VidCLIP with 16 frames, a 2-layer attention pooler (196 queries), text up to 160 tokens, learnable
@@ -34,7 +36,9 @@ Deviations, each stated where it is set:
   * the embedded SYNTHETIC moving-object world (the `world` variant: `configs/comp_<dataset>.py:world`) trains
     a small random-init VidCLIP with its own schedules (a few CPU minutes; see `world`): its videos are 16
     frames of 3 object tokens of width 32 that carry motion (`moving_objects.motion_tokens`) and its
-    paragraphs are four sentences of five words;
+    paragraphs are four sentences of five words. The world is written as files (`moving_objects.write_comp`:
+    the dataset's dense-caption release, its action lexicon and a token store, under `<workdir>/world`) and
+    read through the same data path as a user's files;
   * CompLoss levels: eq. 2 orders every pair of negatives; vidjax gives each hierarchy entry a disruption
     level (`levels`: the single disruptions 1, multi 2) and hinges only across levels, because the paper names
     no order between temp-reorder and action-replace, and forcing one (reorder above replace) trains the
@@ -51,9 +55,6 @@ from vidjax.defaults import common
 from vidjax.worlds.moving_objects import MovingObjectWorldConfig
 
 DATASETS = ("activitynet", "youcook2")
-METHODS = ("zero_shot", "contrastive", "negclip", "comploss", "negclip_pref", "comppretrain_comploss",
-           "comppretrain_negclip_pref")
-METRICS = ("temp_reorder", "action_replace", "seg_mismatch", "all", "t2v_r1", "v2t_r1", "hierarchy")
 
 
 def _model(**kw) -> ml_collections.ConfigDict:
@@ -107,14 +108,17 @@ def get_config(dataset: str, arg: str | None = None) -> ml_collections.ConfigDic
       eval_split="val",      # youcook2: the split to evaluate (the training split is "train")
       release_eval="",       # an official VideoComp release file to evaluate instead of building one
       release_train="",      # ... and to fine-tune on
+      lexicon="",            # action_replace's word groups, JSON {"groups": [[word, ...], ...]}, as a corpus ships
+                             # them ("" = the shipped vidjax/data/resources/comp_actions.json; the rendered corpus
+                             # and the world write their own)
       skip_missing=True,     # evaluate on the videos the store has (the others counted, listed in skipped_videos.txt)
   ))
   c.benchmark = ml_collections.ConfigDict(dict(
       iou_threshold=0.5,     # §3.1.1: of two overlapping captions the longer is kept
       min_overlap=0.8,       # §3.1.3 word-level precision / recall
       drop_global=dataset == "activitynet",
-      lexicon="",            # action_replace's word groups, JSON {"groups": [[word, ...], ...]} ("" = the shipped
-                             # vidjax/data/resources/comp_actions.json; the rendered corpus writes its own)
+      connectives=True,      # paragraphs join their sentences with temporal connectives ("Then, ...", §3.1);
+                             # False: plainly (the world's five-word sentences: see `world`)
   ))
   c.model = _model()
   c.pretrain = _train(batch_size=128, steps=50_000, lr=1e-7, weight_decay=1e-6,   # §4.1 (VideoCC3M protocol)
@@ -140,6 +144,9 @@ def world(c: ml_collections.ConfigDict) -> None:
   """
   c.world = ml_collections.ConfigDict({**dataclasses.asdict(MovingObjectWorldConfig()),
                                        "num_train_groups": 1500, "num_eval_groups": 500, "num_events": 4})
+  # Its sentences have five words ("The red cube moves left"): three connective words alone would fail a
+  # paragraph's §3.1.3 word precision, so its paragraphs join them plainly.
+  c.benchmark.connectives = False
   _small(c)
 
 

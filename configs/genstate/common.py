@@ -1,17 +1,23 @@
-"""GenState-AI experiment defaults (`configs/genstate_rendered.py`): jax-free, instant to load.
+"""GenState-AI: the benchmark's protocol and the models vidjax evaluates on it, in one file
+(../shared/papers/genstate_ai.txt §4.3, §5.1).
 
-GenState-AI (../shared/papers/genstate_ai.txt) is a benchmark, not a model: its protocol is §4.3 (R@1/5/10,
-Acc_temp, Acc_sem, Acc_tri, the relative-order histogram) over the candidate pools of §5.1. Its clips are
-not released, so the default run renders its own (`vidjax.worlds.rendered`, SYNTHETIC) and evaluates
+`configs/genstate_rendered.py` loads this file (`vidjax.defaults.common.config_module`); `vidjax.experiments.genstate`
+runs the result. Light on purpose (no jax, no flax): loading a config is instant.
 
-  * `zero_shot`: an order-blind dual encoder -- the frame mean of the backbone's patch tokens against the
-    bag of the prompt's colour words (the stand-in space's counterpart of the moving-object world's
-    bag-of-words baseline), or VideoPrism's LvT clip and text embeddings when a checkpoint is given;
-  * `vidclip`: an order-aware model trained on the world's training prompts: VideoComp's VidCLIP (learned
-    temporal positions + attention pooling over the per-frame patch tokens; a small random-init text tower
-    over all-MiniLM-L6-v2's WordPiece vocabulary) with NegCLIP hard negatives -- each training clip's
-    positive is its own prompt and its negatives the prompts of the other two clips of its triplet, which
-    share its batch (`train.group`).
+GenState-AI is a benchmark, not a model: its protocol is §4.3 (R@1/5/10, Acc_temp, Acc_sem, Acc_tri, the
+relative-order histogram) over the candidate pools of §5.1. Its clips are not released, so the default run renders
+its own (`vidjax.worlds.rendered`, SYNTHETIC: the world writes its mp4 clips, GenState metadata files and a feature
+store under `<workdir>/world`, and the run reads them as it reads a user's) and evaluates
+
+  * `zero_shot`: an order-blind dual encoder -- the store's `data.video_kind` per clip against its `data.text_kind`
+    per query: on the rendered world the frame mean of the stand-in backbone's patch tokens against the bag of the
+    prompt's colour words (the stand-in space's counterpart of the moving-object world's bag-of-words baseline), or
+    VideoPrism's LvT clip and text embeddings when a checkpoint is given;
+  * `vidclip`: an order-aware model trained on the training triplets: VideoComp's VidCLIP (learned temporal
+    positions + attention pooling over the per-frame patch tokens; a small random-init text tower over
+    all-MiniLM-L6-v2's WordPiece vocabulary) with NegCLIP hard negatives -- each training clip's positive is its own
+    prompt and its negatives the prompts of the other two clips of its triplet, which share its batch
+    (`train.group`).
 
 Why VidCLIP and not VEDJE as the order-aware model: GenState scores a prompt against every clip of a pool with
 one score per (prompt, clip), which a dual encoder gives directly; VEDJE is a reranker of a stage-1 shortlist.
@@ -20,6 +26,8 @@ Deviations: the backbone is the STAND-IN pixel-statistics model (`vidjax.models.
 `extract.model.checkpoint` names a VideoPrism checkpoint; the subsets are the world's four kinds of change
 (Position, Quantity, Actor, Relation) instead of the paper's content groups (Home, Toy, Cartoon,
 Manipulation), which a user's own metadata file can name freely.
+
+Variants (`configs/genstate_rendered.py:<variant>`): `smoke` (a tiny world, seconds on a CPU, for tests).
 """
 from __future__ import annotations
 
@@ -30,26 +38,26 @@ import ml_collections
 from vidjax.defaults import common
 from vidjax.worlds.rendered import RenderedWorldConfig
 
-METHODS = ("zero_shot", "vidclip")
-METRICS = ("r1", "r5", "r10", "acc_temp", "acc_sem", "acc_tri")
 
-
-def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-  """What `configs/genstate_rendered.py` returns; `arg` may be "smoke" (a tiny world, seconds; for tests)."""
+def default_config(name: str = "genstate_rendered") -> ml_collections.ConfigDict:
+  """The shared GenState config: the rendered world by default, a user's benchmark with `data.*` set."""
   c = ml_collections.ConfigDict()
   c.experiment = "genstate"
-  c.name = "genstate_rendered"
-  c.seed = 0
+  c.name = name
+  c.seed = 0  # drives the world, the model's initialization and the data order
   c.precision = common.precision_section()  # matmul precision per phase (README "Precision")
   # A user's own benchmark: a GenState metadata file (vidjax.data.genstate) + a feature store holding `video_kind`
-  # for every video id and `text_kind` for every query id (e.g. VideoPrism LvT `clip` and `text`): zero-shot only.
+  # for every video id and `text_kind` for every query id (e.g. VideoPrism LvT `clip` and `text`). Left empty: the
+  # rendered world writes both (and sets these keys) under <workdir>/world.
   c.data = ml_collections.ConfigDict(dict(
       metadata="", features="", video_kind="clip", text_kind="text",
       train_metadata="",  # a user's training triplets (their videos' `tokens` in the store): VidCLIP trains on them
+      name="",            # how results.json and tables name the benchmark ("": the metadata file's path / name)
       skip_missing=True))  # queries with a video the store lacks are skipped (counted, listed in skipped_videos.txt)
   # 800 training queries per category (9,600 training clips): fewer and the model memorizes its training triplets
   # (BENCHMARKS.md, "GenState", has the measurements).
   c.world = ml_collections.ConfigDict({**dataclasses.asdict(RenderedWorldConfig()), "num_train": 800})
+  # How the world's clips are extracted (`vidjax.methods.extraction`; frames and resolution are the world's).
   c.extract = ml_collections.ConfigDict(dict(
       seed=0,
       model=ml_collections.ConfigDict(dict(
@@ -73,7 +81,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       checkpoint_every=200, log_every=100, progress=True))
   c.eval = ml_collections.ConfigDict(dict(chunk=256))
   c.progress = True
-  return common.apply_variants(c, arg, {"smoke": smoke}, "configs/genstate_rendered.py")
+  return c
 
 
 def smoke(c: ml_collections.ConfigDict) -> None:
@@ -85,3 +93,11 @@ def smoke(c: ml_collections.ConfigDict) -> None:
   c.extract.update(batch_size=8)
   c.eval.update(chunk=16)
   c.progress = False
+
+
+VARIANTS = {"smoke": smoke}
+
+
+def get_config(arg: str | None = None, where: str = "configs/genstate_rendered.py") -> ml_collections.ConfigDict:
+  """The default config with the variants of `arg` ("smoke") applied."""
+  return common.apply_variants(default_config(), arg, VARIANTS, where)
