@@ -31,7 +31,8 @@ from pathlib import Path
 import ml_collections
 
 from vidjax.defaults import cast, common
-from vidjax.defaults import vedje as vedje_defaults
+
+vedje_defaults = common.config_module(Path(__file__).resolve().parents[2] / "configs" / "vedje" / "common.py")
 
 grdr = common.config_module(Path(__file__).resolve().parents[2] / "configs" / "grdr" / "common.py")  # GRDR's recall
 

@@ -23,11 +23,12 @@ from vidjax.experiments import cast, common, comp, genstate, grdr, vedje
 from vidjax.methods import comp as comp_method
 from vidjax.methods import genstate as genstate_method
 from vidjax.methods import grdr as grdr_method
+from vidjax.methods import vedje as vedje_method
 
 # Experiment kind (config.experiment of a run) -> its module: `run` trains, `suite` exposes models and benchmarks.
 KINDS = {"cast": cast, "comp": comp, "genstate": genstate, "grdr": grdr, "vedje": vedje}
-# Where each kind's `suite` lives (VideoComp's and GenState's in their method modules).
-SUITES = {**KINDS, "comp": comp_method, "genstate": genstate_method, "grdr": grdr_method}
+# Where each kind's `suite` lives.
+SUITES = {**KINDS, "comp": comp_method, "genstate": genstate_method, "grdr": grdr_method, "vedje": vedje_method}
 
 
 def validate(config) -> None:
