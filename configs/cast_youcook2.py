@@ -14,11 +14,15 @@ output synthetic. For real YouCook2:
 `--config.data.annotations=../shared/data/youcook2/youcookii_annotations_trainval.json
  --config.data.features=<feature store with kinds clip and text>`.
 """
-from vidjax.defaults import cast
+from pathlib import Path
+
+from vidjax.defaults.common import config_module
+
+_common = config_module(Path(__file__).parent / "cast" / "common.py")
 
 
 def get_config(arg=None):
   # The synthetic world has no real captions to embed, so by default its identity negatives are mined
   # structurally (task + step); the `real` variant mines caption neighbours with all-MiniLM-L6-v2.
   real = lambda c: c.data.update(identity_rule="caption_similarity")  # noqa: E731
-  return cast.get_config("youcook2", arg, eval_split="val", identity_rule="task_step", variants={"real": real})
+  return _common.get_config("youcook2", arg, eval_split="val", identity_rule="task_step", variants={"real": real})
