@@ -174,3 +174,12 @@ def test_bad_inputs_raise_clear_errors():
   bad = dict(a, target_index=a["target_index"][:3])
   with pytest.raises(ValueError, match="target_index"):
     evaluate.evaluate_cvr(cast_scorers.ZeroShotScorer(), bad)
+
+
+def test_the_default_grid_is_the_configs():
+  """`select_ensemble_weights`' default grid is the paper's, as configs/cast/common.py writes it."""
+  from pathlib import Path  # pylint: disable=g-import-not-at-top
+  from vidjax.experiments.common import load_config  # pylint: disable=g-import-not-at-top
+  config = load_config(Path(__file__).resolve().parents[1] / "configs" / "cast_coin.py")
+  assert tuple(config.eval.w_v_grid) == cast_scorers.W_V_GRID == (0.0, 0.1, 0.2, 0.3, 0.4, 0.5)
+  assert tuple(config.eval.w_p_grid) == cast_scorers.W_P_GRID and len(cast_scorers.W_P_GRID) == 14
