@@ -5,6 +5,12 @@ YouCook2 / COIN / CrossTask so that every CAST experiment runs on a fresh machin
 results demonstrate mechanisms and exercise the code; they are never the paper's numbers, and every
 output that comes from it is labelled synthetic.
 
+A run reads the world as it reads a user's data (`write_world`, called by `vidjax.experiments.common.world_data`):
+the world writes the config's dataset's release annotation files (YouCook2 / COIN / CrossTask, `write_release`),
+a feature store with kinds `clip` and `text` (`write_store`, float32 as generated: the store holds the world's
+arrays bit for bit) and `world_truth.json` beside the store (`write_truth`: what only the world knows, e.g. the
+history world's `reuse_gap`, read by the world-only diagnostics through `read_truth`).
+
 Generative story (all vectors in R^dim, unit-normalized where marked ^):
   * task k has a centroid c_k^ and S_k ordered steps. Step semantics s_kj^ = (c_k + spread u_kj)^ with a
     small `spread`, so steps of one task are semantically close, as real recipe steps are.
