@@ -171,7 +171,6 @@ def prepare_data(config, workdir: Path, finished: bool = False) -> CVRData:
   out = workdir / "cvr"
   kinds = (config.data.clip_kind, config.data.text_kind)
   store = FeatureStore(config.data.features)
-  real.check_store(workdir, store, kinds)
   videos, dropped = cvr.available_videos(read_annotations(config.dataset, config.data.annotations), store, kinds,
                                          config.data.available_videos, config.data.skip_missing)
   build = lambda: cvr.build_dataset_cvr(  # noqa: E731  (the check (batch size) runs before anything is written)
@@ -182,6 +181,7 @@ def prepare_data(config, workdir: Path, finished: bool = False) -> CVRData:
       heldout_fraction=config.data.heldout_fraction, seed=config.seed,
       check=lambda files: _check_batch_size(config, files))
   files = (None if finished else sharding.on_writer("vidjax_cast_cvr", build)) or cvr.read_cvr(out, config.dataset)
+  real.check_store(workdir, store, kinds)  # after the CVR files' checks (a run refused there writes nothing)
   is_synthetic = bool(store.metadata.get("synthetic", False))
   stats = dict(files.stats)
   stats["dropped_videos"] = {"count": len(dropped), "ids": dropped[:100],
