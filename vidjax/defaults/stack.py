@@ -30,11 +30,12 @@ from pathlib import Path
 
 import ml_collections
 
-from vidjax.defaults import cast, common
+from vidjax.defaults import common
 
 vedje_defaults = common.config_module(Path(__file__).resolve().parents[2] / "configs" / "vedje" / "common.py")
-
 grdr = common.config_module(Path(__file__).resolve().parents[2] / "configs" / "grdr" / "common.py")  # GRDR's recall
+
+cast = common.config_module(Path(__file__).resolve().parents[2] / "configs" / "cast" / "common.py")  # CAST's half
 
 
 def get_config(dataset: str, arg: str | None, *, eval_split: str, identity_rule: str,

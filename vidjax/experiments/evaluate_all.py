@@ -20,6 +20,7 @@ import ml_collections
 import vidjax
 from vidjax import evaluate, io
 from vidjax.experiments import cast, common, comp, genstate, grdr, vedje
+from vidjax.methods import cast as cast_method
 from vidjax.methods import comp as comp_method
 from vidjax.methods import genstate as genstate_method
 from vidjax.methods import grdr as grdr_method
@@ -28,7 +29,8 @@ from vidjax.methods import vedje as vedje_method
 # Experiment kind (config.experiment of a run) -> its module: `run` trains, `suite` exposes models and benchmarks.
 KINDS = {"cast": cast, "comp": comp, "genstate": genstate, "grdr": grdr, "vedje": vedje}
 # Where each kind's `suite` lives.
-SUITES = {**KINDS, "comp": comp_method, "genstate": genstate_method, "grdr": grdr_method, "vedje": vedje_method}
+SUITES = {"cast": cast_method, "comp": comp_method, "genstate": genstate_method, "grdr": grdr_method,
+          "vedje": vedje_method}
 
 
 def validate(config) -> None:

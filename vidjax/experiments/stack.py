@@ -38,6 +38,7 @@ from vidjax.methods.stack import (RECALLS, Corpus, PairScorer, grdr_recall, spli
                                   train_reranker, vedje_stage, write_index)
 from vidjax.retrieval import DenseIndex, Stack, Stage
 from vidjax.scorers import cast as cast_scorers
+from vidjax.worlds import procedural
 
 ROWS = ("recall", "recall_rerank", "full_stack")
 # Besides `common.is_resumable`'s rule: more CAST epochs resume training, and nothing written depends on the
@@ -141,7 +142,8 @@ def run(config, workdir: str | Path) -> dict:
   """Trains (or restores) CAST and the reranker, evaluates the stacks, writes results.json and the index."""
   workdir = common.start_run(config, workdir, validate, RESUMABLE)
   start = time.time()
-  data, _, texts, bench, heldout, source = cast.setup(config, workdir)
+  data, _, texts, bench, heldout, source = cast.setup(common.world_data(config, workdir, procedural.write_world),
+                                                      workdir)
   mesh = sharding.make_mesh()
   model = cast.build_models(config, texts.dim)["cast"]
   with common.precision(config, "train"):
