@@ -145,12 +145,13 @@ def bench_loop(steps: int, spc: int) -> list[tuple[str, dict]]:
   from pathlib import Path  # pylint: disable=g-import-not-at-top
 
   from vidjax.data import pipeline  # pylint: disable=g-import-not-at-top
-  from vidjax.experiments.common import load_config  # pylint: disable=g-import-not-at-top
+  from vidjax.experiments.common import load_config, world_data  # pylint: disable=g-import-not-at-top
   from vidjax.methods import cast as cast_method  # pylint: disable=g-import-not-at-top
+  from vidjax.worlds import procedural  # pylint: disable=g-import-not-at-top
 
   config = load_config(Path(__file__).resolve().parents[1] / "configs/cast_coin.py")
   tmp = Path(tempfile.mkdtemp(prefix="vidjax-bench-loop-"))
-  _, clips, _, _, _, source = cast_method.setup(config, tmp / "data")
+  _, clips, _, _, _, source = cast_method.setup(world_data(config, tmp / "data", procedural.write_world), tmp / "data")
   model = cast_method.build_models(config, clips.dim)["cast"]
   loss_fn = cast_method.make_loss_fn(model, config.train)
   example = source[0]

@@ -10,15 +10,20 @@ App. A: VideoPrism / InternVideo2 / GME / Qwen3-VL features), since vidjax's bac
 `clip` variant restores the 20 epochs of the paper's main CLIP experiments. Benchmark from the official *test* split, training on the official train split;
 identity negatives share task and step id (Table 9).
 
-Data: with `data.annotations` empty the run uses the embedded SYNTHETIC procedural world and labels
-every output synthetic. For real COIN: `--config.data.annotations=.../COIN.json` (official
+Data: with `data.annotations` empty the run uses the embedded SYNTHETIC procedural world, written as a user's
+files under <workdir>/world (COIN.json, a store, world_truth.json) and read like them; every output says
+synthetic. For real COIN: `--config.data.annotations=.../COIN.json` (official
 `{"database": ...}` or the list-of-dicts layout) and `--config.data.features=<feature store>` with
 kinds `clip` and `text` (text keyed by clip id), e.g. from configs/extract_videoprism.py.
 Deviation note: the partial COIN copy in ../shared/data/coin uses PDPP's 70/30 re-split, not the
 official split; results on it are not comparable with the paper's.
 """
-from vidjax.defaults import cast
+from pathlib import Path
+
+from vidjax.defaults.common import config_module
+
+_common = config_module(Path(__file__).parent / "cast" / "common.py")
 
 
 def get_config(arg=None):
-  return cast.get_config("coin", arg, eval_split="test", identity_rule="task_step")
+  return _common.get_config("coin", arg, eval_split="test", identity_rule="task_step")

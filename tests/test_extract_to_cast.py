@@ -15,6 +15,7 @@ import pytest
 
 from vidjax.data.features import FeatureStore
 from vidjax.experiments import cast as cast_experiment
+from vidjax.methods import cast as cast_method
 from vidjax.experiments import extract as extract_experiment
 from vidjax.experiments.common import load_config
 
@@ -78,6 +79,6 @@ def test_cast_trains_on_extracted_features(extracted):
   assert results["synthetic"] is False  # real video features...
   assert results["features"]["random_init"] is True  # ...of a random-weight backbone, and results say so
   assert results["dataset"] == "youcook2"
-  assert set(results["metrics"]) == set(cast_experiment.METHODS)
+  assert set(results["metrics"]) == set(cast_method.METHODS)
   log = [json.loads(line) for line in (tmp / "cast" / "train" / "cast" / "metrics.jsonl").read_text().splitlines()]
   assert log and all(math.isfinite(r["train/loss"]) for r in log)

@@ -11,9 +11,9 @@ import pytest
 
 from conftest import grdr_smoke_config
 from vidjax import losses, ops
-from vidjax.experiments import grdr as G
+from vidjax.experiments import common, grdr as G
 from vidjax.methods import grdr as GM
-from vidjax.worlds.polysemous import WorldQueries
+from vidjax.worlds.polysemous import write_world
 from vidjax.retrieval import Stack, Stage, GenerativeRecall, SemanticIdTrie, TwoStage, beam_search
 
 # The phase losses, k-means codebooks and query encoder are compared with NumPy / each other: they hold at full
@@ -79,25 +79,6 @@ def test_fixed_id_loss_equals_numpy():
   want = [_ce(h[:, l], books[l], codes[:, l], 0.5) for l in range(m)]
   np.testing.assert_allclose(float(loss), sum(want), rtol=1e-5)
   np.testing.assert_allclose([float(terms[f"ce{l + 1}"]) for l in range(m)], want, rtol=1e-5)
-
-
-def test_hierarchical_kmeans_ids_are_tree_paths():
-  """T2VIndexer's IDs: one per video; a video shares its layer-l prefix with the videos of its cluster at every
-  level; an unseen video descends to the nearest centre at each level (checked against NumPy)."""
-  rng = np.random.default_rng(0)
-  x = rng.normal(size=(200, 8)).astype(np.float32)
-  tree = GM.HierarchicalKMeans.fit(x, 4, 3, seed=0, iters=5)
-  codes = tree.codes(x)
-  assert codes.shape == (200, 1, 3) and codes.min() >= 0 and codes.max() < 4
-  assert len(np.unique(codes[:, 0], axis=0)) > 32  # the third level splits the 16 second-level nodes
-  new = rng.normal(size=(10, 8)).astype(np.float32)
-  unit = new / np.linalg.norm(new, axis=1, keepdims=True)
-  for v, got in zip(unit, tree.codes(new)[:, 0]):
-    path = ()
-    for level in range(3):
-      centres = tree.centres[path]
-      assert got[level] == int(np.argmax(centres @ v))
-      path += (int(got[level]),)
 
 
 def test_phases_follow_algorithm_1():
@@ -191,6 +172,11 @@ def test_generative_recall_is_beam_search_then_dedup_and_pads_for_the_reranker()
   assert set(recall.mean_latency_ms()) == {"encode", "decode", "id_to_video"}
 
 
+def _corpus(config, workdir):
+  """The corpus a run of `config` in `workdir` reads (a world: the files it writes under `<workdir>/world`)."""
+  return GM.read_corpus(common.world_data(config, workdir, write_world), workdir)
+
+
 @pytest.fixture(scope="module")
 def smoke_run(smoke_runs):
   return smoke_runs("grdr")
@@ -238,7 +224,7 @@ def test_algorithm_1_phases_in_order_earlier_codebooks_frozen_codes_stable_under
   from vidjax import train
   workdir, _ = smoke_run
   config = grdr_smoke_config()
-  world = G.world_of(config)
+  world = _corpus(config, workdir)
   order = ["layer1_align", "layer1_cotrain", "layer2_align", "layer2_cotrain"]
   stable = {}
   for name in ("grdr_paper", "table3/wo_hc"):
@@ -289,9 +275,9 @@ def test_sweep_variant_adds_figure_7_rows_to_a_finished_run(smoke_run, tmp_path)
     assert strip(results["ablations"]["table3"][s]) == strip(reference["ablations"]["table3"][s])
 
 
-def test_bad_sizes_get_one_clear_error_before_training():
+def test_bad_sizes_get_one_clear_error_before_training(tmp_path):
   config = grdr_smoke_config()
-  world = G.world_of(config)
+  world = _corpus(config, tmp_path)
   GM.check_budget(config, world)
   few = grdr_smoke_config()  # K^M below the corpus size: a warning naming the scale that fits
   few.model.update(num_codes=2, num_layers=2)
@@ -356,8 +342,7 @@ def test_grdr_killed_mid_phase_resumes_into_that_phase_and_the_same_results(smok
 
 
 def test_grdr_model_shapes_and_code_distribution():
-  from vidjax.defaults import grdr as defaults
-  c = defaults.get_config("msrvtt", "smoke")
+  c = grdr_smoke_config()
   model = GM.build_model(c.model, 128)
   rng = np.random.default_rng(0)
   f, q = jnp.asarray(rng.normal(size=(3, 128)), jnp.float32), jnp.asarray(rng.normal(size=(3, 128)), jnp.float32)
@@ -392,8 +377,7 @@ def test_grdr_model_shapes_and_code_distribution():
 def test_init_codebook_is_kmeans_on_the_residuals_of_the_frozen_layers():
   """Algorithm 1 line 10 (eq. 4): C^(m) is cosine k-means over every view's residual after layers 1..m-1, from
   `kmeans_init`'s start; checked against a NumPy Lloyd loop. Only C^(m) changes, and the caller's tree is kept."""
-  from vidjax.defaults import grdr as defaults  # pylint: disable=g-import-not-at-top
-  c = defaults.get_config("msrvtt", "smoke")
+  c = grdr_smoke_config()
   model = GM.build_model(c.model, 32)
   rng = np.random.default_rng(2)
   feats = rng.normal(size=(40, 32)).astype(np.float32)
@@ -417,8 +401,8 @@ def test_init_codebook_is_kmeans_on_the_residuals_of_the_frozen_layers():
 def test_t5_query_encoder_reads_token_ids_and_ignores_padding():
   """query_encoder "t5" (the paper's): a T5 encoder over the query's token ids; padding (id 0) is masked, so more
   of it changes nothing, while another token does."""
-  from vidjax.defaults import grdr as defaults
-  c = defaults.get_config("msrvtt", "tiny")
+  from conftest import load_config, ROOT
+  c = load_config(ROOT / "configs/grdr_msrvtt.py:tiny")
   assert c.model.query_encoder == "t5" and c.model.query_len == 32
   model = GM.build_model(c.model, 16, vocab_size=50)
   f = jnp.ones((2, 16), jnp.float32)
@@ -434,15 +418,15 @@ def test_t5_query_encoder_reads_token_ids_and_ignores_padding():
     GM.build_model(c.model, 16)
 
 
-def test_pseudo_query_providers_plug_in_and_bad_ones_get_one_clear_error():
+def test_pseudo_query_providers_plug_in_and_bad_ones_get_one_clear_error(tmp_path):
   config = grdr_smoke_config()
-  world = G.world_of(config)
-  q, video = GM.checked_queries(WorldQueries(world), world.train, 128)
+  world = _corpus(config, tmp_path)
+  q, video = GM.checked_queries(world, world.train, 128)
   np.testing.assert_array_equal(q, world.train_queries)
   np.testing.assert_array_equal(world.train[video], world.train_query_video)  # positions name the right videos
   # A subset of the training videos keeps only their queries, positions relative to the subset.
   rows = world.train[::3]
-  q2, v2 = WorldQueries(world)(rows)
+  q2, v2 = world(rows)
   assert len(q2) == sum(int(v) in set(rows.tolist()) for v in world.train_query_video)
   np.testing.assert_array_equal(rows[v2], world.train_query_video[np.isin(world.train_query_video, rows)])
 

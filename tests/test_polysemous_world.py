@@ -1,9 +1,13 @@
-"""The polysemous world (GRDR's embedded default): determinism, splits, calibration, recoverable intents."""
+"""The polysemous world (GRDR's embedded default): determinism, splits, calibration, recoverable intents, and the
+world as data (release files + a store that GRDR's one data path reads back exactly)."""
+import json
+
 import jax
 import numpy as np
 import pytest
 
-from vidjax.worlds.polysemous import PolysemousWorldConfig, dense_recall, make_polysemous_world
+from vidjax.worlds.polysemous import (TRUTH_FILE, PolysemousWorldConfig, dense_recall, make_polysemous_world,
+                                      write_files)
 from vidjax.ops import kmeans, kmeans_init
 
 SMALL = PolysemousWorldConfig(num_videos=2000)
@@ -57,3 +61,42 @@ def test_bad_config_values_get_one_clear_error():
     PolysemousWorldConfig(dim=0)
   with pytest.raises(ValueError, match="empty split"):
     PolysemousWorldConfig(num_videos=3, train_fraction=0.99)
+
+
+@pytest.mark.parametrize("dataset", ["msrvtt", "didemo", "activitynet", "lsmdc"])
+def test_the_world_read_through_the_release_files_and_store_is_the_world(dataset, tmp_path):
+  """`configs/grdr_<dataset>.py:smoke` writes its world in the dataset's release format (`common.world_data`), and
+  GRDR's data path (`methods.grdr.read_corpus`, the dataset's reader and protocol) reads back exactly the world's
+  features and queries, each query with its video, in the world's order; the side file holds the query senses."""
+  from conftest import ROOT, load_config  # pylint: disable=g-import-not-at-top
+  from vidjax.experiments import common  # pylint: disable=g-import-not-at-top
+  from vidjax.methods.grdr import read_corpus  # pylint: disable=g-import-not-at-top
+  from vidjax.worlds.polysemous import write_world  # pylint: disable=g-import-not-at-top
+  config = load_config(ROOT / f"configs/grdr_{dataset}.py:smoke")
+  w = config.world
+  world = make_polysemous_world(PolysemousWorldConfig(num_videos=w.num_videos, dim=w.dim,
+                                                      train_queries=w.train_queries, test_queries=w.test_queries), 0)
+  corpus = read_corpus(common.world_data(config, tmp_path, write_world), tmp_path)
+  assert corpus.synthetic and corpus.path["path"] == "world" and corpus.source == "polysemous world"
+  ids = list(world.video_ids)
+  np.testing.assert_array_equal(corpus.video_ids, world.video_ids)  # the world's rows, in its order
+  np.testing.assert_array_equal(corpus.features, world.features)
+  np.testing.assert_array_equal(corpus.train, world.train)
+  np.testing.assert_array_equal(corpus.test, world.test)
+  np.testing.assert_array_equal(corpus.train_queries, world.train_queries)
+  np.testing.assert_array_equal(corpus.test_queries, world.test_queries)
+  np.testing.assert_array_equal(corpus.train_query_video, world.train_query_video)
+  np.testing.assert_array_equal(corpus.test_query_video, world.test_query_video)
+  truth = json.loads((tmp_path / "world" / TRUTH_FILE).read_text())
+  senses = np.concatenate([world.train_query_facet, world.test_query_facet])
+  assert len(truth["query_sense"]) == len(senses)
+  np.testing.assert_array_equal(np.bincount(list(truth["query_sense"].values())), np.bincount(senses))
+  assert truth["video_topics"][ids[7]] == world.facet_topics[7].tolist()
+
+
+def test_a_paragraph_format_needs_one_test_query_per_video(tmp_path):
+  world = make_polysemous_world(PolysemousWorldConfig(num_videos=50, test_queries=2), seed=0)
+  with pytest.raises(ValueError, match="paragraph protocol .* test_queries=1"):
+    write_files(world, tmp_path, "didemo", "paragraphs")
+  with pytest.raises(ValueError, match="release formats"):
+    write_files(world, tmp_path, "youcook2")

@@ -13,6 +13,7 @@ import pytest
 from vidjax import main
 from vidjax.defaults.common import PRECISION_DEFAULTS, PRECISIONS
 from vidjax.experiments import cast as cast_experiment
+from vidjax.methods import cast as cast_method
 from vidjax.experiments import common
 from vidjax.experiments.common import load_config
 
@@ -105,7 +106,7 @@ def test_cast_trains_at_train_precision(tmp_path, monkeypatch):
     seen.append(jax.config.jax_default_matmul_precision)
     raise Stop
 
-  monkeypatch.setattr(cast_experiment, "train_method", fake_train_method)
+  monkeypatch.setattr(cast_method, "train_method", fake_train_method)
   with pytest.raises(Stop):
     cast_experiment.run(config_with(train="high", eval="highest"), tmp_path)
   assert seen == ["high"]

@@ -74,3 +74,46 @@ def test_control_world_keeps_the_object_visible_before_its_use(history):
     return float(np.mean(sims))
 
   assert mean_similarity(control) > mean_similarity(history) + 0.1
+
+
+def _world_config(dataset, eval_split):
+  import ml_collections  # pylint: disable=g-import-not-at-top
+  return ml_collections.ConfigDict(dict(
+      seed=0, dataset=dataset,
+      data=dict(world="history", clip_kind="clip", text_kind="text", train_split="train", eval_split=eval_split),
+      world=dict(num_tasks=3, min_steps=4, max_steps=5, num_train_videos=12, num_eval_videos=4, dim=8,
+                 num_objects=3, max_objects=2)))
+
+
+@pytest.mark.parametrize("dataset,eval_split", [("coin", "test"), ("youcook2", "val"), ("crosstask", "test")])
+def test_the_world_is_written_as_the_files_a_user_has(tmp_path, dataset, eval_split):
+  """`write_world`: the dataset's release files as its reader reads them, the store, and the world's truth beside
+  the store; what a format has no field for is what a user's reader gives (YouCook2: no step ids; CrossTask: the
+  1-based index into the task's step list, and the reader's 80/20 seed-42 split)."""
+  from vidjax.data.annotations import read_annotations  # pylint: disable=g-import-not-at-top
+  from vidjax.data.features import FeatureStore  # pylint: disable=g-import-not-at-top
+  config = _world_config(dataset, eval_split)
+  keys = procedural.write_world(config, tmp_path)
+  world = procedural.make_procedural_world(procedural.world_config_from(config.world, "history"), seed=0)
+  made = {v.video_id: v for v in world.train_videos + world.eval_videos}
+  read = read_annotations(dataset, keys["annotations"])
+  assert [v.video_id for v in read] == sorted(made)
+  field = lambda c: (c.clip_id, c.video_id, c.index, c.start, c.end, c.text, c.task)  # noqa: E731
+  for v in read:
+    assert [field(c) for c in v.clips] == [field(c) for c in made[v.video_id].clips]
+    if dataset == "coin":
+      assert v.split == made[v.video_id].split.replace("val", "test")
+      assert [c.step for c in v.clips] == [c.step for c in made[v.video_id].clips]
+    if dataset == "youcook2":
+      assert v.split == made[v.video_id].split and {c.step for c in v.clips} == {""}
+  if dataset == "crosstask":  # steps renamed, grouping kept: (task, step) pairs map one to one
+    pairs = {(c.task, c.step, made[v.video_id].clips[c.index].step) for v in read for c in v.clips}
+    assert len({p[:2] for p in pairs}) == len({(p[0], p[2]) for p in pairs}) == len(pairs)
+  store = FeatureStore(keys["features"])
+  np.testing.assert_array_equal(store.get("clip", world.clip_ids), world.clip_emb)
+  np.testing.assert_array_equal(store.get("text", world.clip_ids), world.text_emb)
+  assert store.metadata["synthetic"] and store.metadata["description"] == "synthetic procedural world"
+  assert store.metadata["space"] == f"the {dataset} procedural world (synthetic, seed 0)"
+  truth = procedural.read_truth(store.root)
+  assert truth["reuse_gap"] == world.reuse_gap and truth["reuse_gap"] and truth["world"] == "history"
+  assert procedural.read_truth(tmp_path / "elsewhere" / "store") == {}

@@ -106,7 +106,6 @@ def test_retrieval_skips_a_video_the_store_lacks_and_counts_it(real_path, tmp_pa
 def test_grdr_bad_inputs_on_a_store_are_one_error_each_before_training(real_path, tmp_path):
   """A video the store lacks (strict), a query without a text feature, and too large a codebook: one clear error
   each, raised while the corpus is read, before any model is built."""
-  from vidjax.experiments import grdr as G
   from vidjax.methods import grdr as GM
   run, results = real_path("grdr_msrvtt")
   saved = lambda: ml_collections.ConfigDict(json.loads((run / "config.json").read_text()))  # noqa: E731
@@ -117,15 +116,15 @@ def test_grdr_bad_inputs_on_a_store_are_one_error_each_before_training(real_path
   missing.write_text("\n".join(lines + ["ret999,msr99999,video99999,a video nobody has"]) + "\n")
   config.data.annotations, config.data.skip_missing = str(missing), False
   with pytest.raises(ValueError, match=r"1 of \d+ test videos have no \['clip'\] features .*video99999"):
-    G.world_of(config, tmp_path / "a")
+    GM.read_corpus(config, tmp_path / "a")
   no_text = tmp_path / "no_text.csv"
   no_text.write_text("\n".join(lines + [f"ret998,msr99998,{video},a caption nobody embedded"]) + "\n")
   config.data.annotations = str(no_text)
   from vidjax.data.features import MissingFeatureError
   with pytest.raises(MissingFeatureError, match="test queries: .* no 'text' features for 1 of .*'ret998'"):
-    G.world_of(config, tmp_path / "b")
+    GM.read_corpus(config, tmp_path / "b")
   config = saved()
-  corpus = G.world_of(config, tmp_path / "c")
+  corpus = GM.read_corpus(config, tmp_path / "c")
   config.model.num_codes = len(corpus.train) + 1
   with pytest.raises(ValueError, match=f"larger than the {len(corpus.train)} training videos"):
     GM.check_budget(config, corpus)

@@ -28,8 +28,11 @@ def test_synthetic_world_run(tmp_path, dataset):
   # while the bag of words finds the objects: the right group is usually in the top 10.
   assert results["world_checks"]["twin_scores_at_least_base_pct"] == 100.0
   assert m["t2v_r10"] >= 50.0
-  store = features.FeatureStore(tmp_path / "features")
+  # The world was written as the dataset's release files and store under <workdir>/world, and read as a user's.
+  assert on_disk["path"] == "world" and on_disk["config"]["data"]["annotations"].startswith(str(tmp_path / "world"))
+  store = features.FeatureStore(tmp_path / "world" / "features")
   assert set(store.kinds()) >= {"tokens", "clip", "text"} and store.item_shape("tokens") == (16, 16, 32)
+  assert len(store.ids("tokens")) == 4 * 30  # what the run reads: the test split
 
 
 def test_real_msrvtt_annotations_with_a_store(tmp_path):

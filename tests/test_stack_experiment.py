@@ -67,7 +67,7 @@ def test_recall_row_equals_a_numpy_brute_force(run):
   vectors = np.asarray(index.vectors, np.float64)
   vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
   from vidjax.data.features import FeatureStore
-  store = FeatureStore(workdir / "features")
+  store = FeatureStore(workdir / "world" / "features")
   targets = [r["target"] for r in records]
   text = dict(zip(targets, store.get("text", targets)))
   ranked, kinds = [], []

@@ -13,7 +13,6 @@ from vidjax import evaluate, metrics, ops, train
 from vidjax.data import features
 from vidjax.experiments import vedje as E
 from vidjax.methods import vedje as VM
-from vidjax.defaults.vedje import ABLATIONS
 from vidjax.experiments.common import load_config
 from vidjax.models import vedje as V
 from vidjax.models.bert import BertConfig
@@ -35,11 +34,19 @@ def test_smoke_run_writes_the_results_contract(smoke_run):
   assert set(on_disk["metrics"]) == {"stage1", "vedje"}
   assert set(on_disk["metrics"]["vedje"]) >= KEYS and set(on_disk["metrics"]["stage1"]) >= KEYS
   assert on_disk["ablations"] == {}  # the smoke config trains none (each row is a model); the plan:
-  plan = E.ablation_plan(4, 4, "bfloat16")
-  assert set(plan) == set(ABLATIONS)
-  assert plan["prior"]["prior_joint"] == (E.FULL, "bfloat16")  # the main model, reused
+  plan = VM.ablation_plan(4, 4, "bfloat16")
+  assert set(plan) == set(VM.ABLATIONS)
+  assert tuple(load_config(ROOT / "configs/vedje_msrvtt.py:world,all").ablations) == VM.ABLATIONS  # `:all` = every table
+  # The world was written as MSR-VTT's release files and a store under <workdir>/world and read through the real path.
+  assert on_disk["path"] == "world" and (workdir / "world" / "MSRVTT_JSFUSION_test.csv").is_file()
+  assert (workdir / "world" / "world_truth.json").is_file() and on_disk["provenance"]["backbone"] == \
+      "synthetic-moving-object-world"
+  # A finished world run's suite reads the files its run read (the world record), from the run's own config.
+  recorded = VM.recorded_data(load_config(ROOT / "configs/vedje_msrvtt.py:smoke"), workdir)
+  assert recorded.data.features == str(workdir / "world" / "features") == on_disk["config"]["data"]["features"]
+  assert plan["prior"]["prior_joint"] == (VM.FULL, "bfloat16")  # the main model, reused
   assert not plan["prior"]["prior_only"][0].use_joint and not plan["prior"]["joint_only"][0].use_prior
-  assert plan["delta"]["without_delta"][0] == E.NO_DELTA and plan["cache_budget"]["float4_e2m1_4"][0].tokens_per_frame == 1
+  assert plan["delta"]["without_delta"][0] == VM.NO_DELTA and plan["cache_budget"]["float4_e2m1_4"][0].tokens_per_frame == 1
   d = on_disk["reranker"]["hidden_size"]
   assert on_disk["cache_bytes"]["bf16_64"] == 64 * d * 2 and on_disk["cache_bytes"]["fp4_16"] == 16 * d // 2
   assert on_disk["cache_bytes"]["measured_main_kind"] == on_disk["cache_bytes"]["bf16_64"]
@@ -89,7 +96,7 @@ def test_scorer_rejects_bad_inputs_with_one_clear_error(tmp_path):
   with pytest.raises(ValueError, match="floating point"):
     scorer.score({**batch, "cache": np.zeros((q, k, cfg.cache_len, cfg.hidden_size), np.int32)})
   store = features.write_arrays(tmp_path, {"cache": (["a", "b"], np.zeros((2, cfg.cache_len, cfg.hidden_size)))})
-  pairs = E.PairBatches(store, "cache", ["t0"], np.ones((1, s), np.int32), np.ones((1, s), np.int32))
+  pairs = VM.PairBatches(store, "cache", ["t0"], np.ones((1, s), np.int32), np.ones((1, s), np.int32))
   with pytest.raises(features.MissingFeatureError, match="no cache.*'zz'"):
     pairs.text_to_video({"row": np.array([0])}, np.array([["a", "zz"]]), np.zeros((1, 2), np.float32))
 
@@ -99,7 +106,7 @@ def test_scorer_rejects_bad_inputs_with_one_clear_error(tmp_path):
 def test_cache_bytes_on_disk_are_exact(tmp_path, tokens, fmt, expected):
   cache = np.random.default_rng(0).normal(size=(3, tokens, 384)).astype(np.float32)
   store = features.write_arrays(tmp_path, {"cache": (["a", "b", "c"], cache)}, dtype=fmt)
-  assert E.measured_bytes(store, "cache") == expected == ops.storage_bytes(tokens * 384, fmt)
+  assert VM.measured_bytes(store, "cache") == expected == ops.storage_bytes(tokens * 384, fmt)
   assert np.array_equal(store.get("cache", ["b"])[0], ops.quantize_dequantize(cache[1], fmt))
 
 
@@ -153,7 +160,7 @@ def test_training_batches_are_stage1_neighbourhoods_of_positives():
                   rng.normal(size=(q, 8)), [f"v{i}" for i in range(n_videos)], rng.normal(size=(n_videos, 8)))
   tc = types.SimpleNamespace(hard_negatives=3, always_top=2, in_batch_negatives=2, candidate_pool=10,
                              vtm_candidates="stage1")
-  negatives = E.stage1_negatives(split, tc)
+  negatives = VM.stage1_negatives(split, tc)
   assert negatives.shape == (q, 9)
   for seed in range(5):
     idx = np.random.default_rng(seed).permutation(q)[:b]
@@ -179,7 +186,7 @@ def test_in_batch_scheme_scores_each_query_against_the_other_videos_of_a_batch_o
                   rng.normal(size=(q, 8)), [f"v{i}" for i in range(n_videos)], rng.normal(size=(n_videos, 8)))
   tc = types.SimpleNamespace(hard_negatives=3, always_top=2, in_batch_negatives=b - 1, candidate_pool=10,
                              vtm_candidates="in_batch", mlm_prob=0.15)
-  negatives = E.stage1_negatives(split, tc)
+  negatives = VM.stage1_negatives(split, tc)
   assert negatives.shape == (q, 0)
   vocab = {"[PAD]": 0, "[CLS]": 2, "[SEP]": 3, "[MASK]": 4}
   tokenizer = types.SimpleNamespace(vocab=vocab)

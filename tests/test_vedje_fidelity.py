@@ -12,7 +12,7 @@ from scipy.special import erf
 from conftest import vedje_tiny
 from vidjax.data import lexicon, pipeline
 from vidjax.data.features import FeatureStore
-from vidjax.defaults.vedje import FULL, NO_DELTA, Variant, ablation_plan
+from vidjax.methods.vedje import FULL, NO_DELTA, Variant, ablation_plan
 from vidjax.experiments.common import load_config
 from vidjax.methods import vedje as VM
 from vidjax.models import vedje as V

@@ -43,3 +43,24 @@ def test_config_module_loads_a_shared_config_file_once(tmp_path):
   import pytest  # pylint: disable=g-import-not-at-top
   with pytest.raises(FileNotFoundError, match="config file not found"):
     config_module(tmp_path / "nope.py")
+
+
+def test_a_world_written_by_a_failed_start_does_not_block_the_corrected_rerun(tmp_path):
+  """A run refused after its world was written (e.g. a batch larger than the world's training set) leaves only
+  the pending record and the world's files: the rerun with the corrected value goes ahead."""
+  def write(config, root):
+    (root / "features").mkdir(parents=True)
+    (root / "features" / "shard.npy").write_bytes(b"x")
+    return {"features": root / "features"}
+
+  c = ml_collections.ConfigDict(dict(seed=0, data=dict(features="", annotations=""), world=dict(n=3),
+                                     train=dict(batch_size=512)))
+  common.record_config(c, tmp_path)
+  common.world_data(c, tmp_path, write)
+  c.train.batch_size = 64  # the corrected rerun
+  common.record_config(c, tmp_path)  # no "made by a different config"
+  (tmp_path / "checkpoint").write_text("trained")  # once the run wrote its own files, the record binds
+  c.train.batch_size = 32
+  import pytest  # pylint: disable=g-import-not-at-top
+  with pytest.raises(ValueError, match="different config"):
+    common.record_config(c, tmp_path)

@@ -23,6 +23,13 @@ import numpy as np
 from vidjax.data.annotations.types import Caption, RetrievalData, paragraphs
 
 PROTOCOLS = ("captions", "paragraphs")
+# dataset -> (reader protocol, evaluation split) of its standard text-to-video benchmark (`read_dataset` reads each).
+DATASETS = {
+    "msrvtt": ("captions", ""),         # 1k-A: 1,000 test videos, one caption each (JSFusion csv)
+    "didemo": ("paragraphs", ""),       # test_data.json: all descriptions of a video, in time order
+    "activitynet": ("paragraphs", ""),  # val_1.json: paragraph-to-video
+    "msvd": ("captions", "test"),       # youtube_mapping.txt,AllVideoDescriptions.txt: the 670 test clips
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,3 +122,12 @@ def embeddings(store, kind: str, ids, what: str) -> np.ndarray:
     return np.asarray(store.get(kind, list(ids)), np.float32)
   except MissingFeatureError as e:
     raise MissingFeatureError(f"{what}: {e}") from None
+
+
+def dataset_label(dataset: str, store_metadata) -> str:
+  """How results name a run's dataset: `dataset`, marked synthetic where its store's manifest says so, with the
+  manifest's own `label` (a world's store: "msrvtt (synthetic moving-object world)"), else "synthetic rendered
+  videos" (the rendered release corpus's store)."""
+  if not store_metadata.get("synthetic", False):
+    return dataset
+  return f"{dataset} ({store_metadata.get('label') or 'synthetic rendered videos'})"

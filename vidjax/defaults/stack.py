@@ -26,10 +26,16 @@ video is the answer.
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import ml_collections
 
-from vidjax.defaults import cast, common, grdr
-from vidjax.defaults import vedje as vedje_defaults
+from vidjax.defaults import common
+
+vedje_defaults = common.config_module(Path(__file__).resolve().parents[2] / "configs" / "vedje" / "common.py")
+grdr = common.config_module(Path(__file__).resolve().parents[2] / "configs" / "grdr" / "common.py")  # GRDR's recall
+
+cast = common.config_module(Path(__file__).resolve().parents[2] / "configs" / "cast" / "common.py")  # CAST's half
 
 
 def get_config(dataset: str, arg: str | None, *, eval_split: str, identity_rule: str,

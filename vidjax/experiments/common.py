@@ -254,8 +254,10 @@ def check_workdir(config, workdir: str | Path, resumable: Iterable[str] = ()) ->
 
 
 def _holds_outputs(workdir: Path) -> bool:
-  """Whether `workdir` holds any file besides the pending config record (empty folders do not count)."""
-  return any(p.name != PENDING_RECORD and not p.is_dir() for p in workdir.rglob("*"))
+  """Whether `workdir` holds any file besides the pending config record (empty folders do not count) and a world's
+  files (`world_data`: inputs, rewritten when the world section or seed changes, so they bind nothing)."""
+  world = workdir / WORLD_DIR
+  return any(p.name != PENDING_RECORD and not p.is_dir() and world not in p.parents for p in workdir.rglob("*"))
 
 
 def record_config(config, workdir: str | Path, resumable: Iterable[str] = ()) -> None:

@@ -1,15 +1,17 @@
 """Stage-1 text-video retrieval: zero-shot dual-encoder R@K in both directions from a feature store.
 
 `run(config, workdir)`:
-  1. data: the dataset's annotations through its reader (`vidjax.data.annotations`) and a feature
-     store, or, when `config.data.features` is empty, the embedded SYNTHETIC moving-object world
-     (`vidjax.worlds.moving_objects`), whose store (kinds `tokens`, `clip`, `text`) is written to
-     `<workdir>/features` for the methods that build on it; or (`data.source = "tfds"`) one split of
-     a built `vidjax.tfds.retrieval.VidjaxRetrieval` dataset with its embeddings;
+  1. data: the dataset's annotations through its reader (`vidjax.data.annotations`) and a feature store; a config
+     with a `world` section (`configs/retrieval_<dataset>.py`, the default) first writes the embedded SYNTHETIC
+     moving-object world as that dataset's release files and store under `<workdir>/world`
+     (`vidjax.worlds.moving_objects.write_world`: its test split, store kinds `tokens`, `clip`, `text`) and reads
+     them the same way; or (`data.source = "tfds"`) one split of a built
+     `vidjax.tfds.retrieval.VidjaxRetrieval` dataset with its embeddings;
   2. the benchmark by the standard protocol (`vidjax.data.retrieval`);
   3. cosine scores of every query against the whole corpus, in bounded memory
      (`vidjax.evaluate.evaluate_gallery`): R@1/5/10, MdR, MnR for T2V and V2T; with a non-default
      `index` section, also T2V R@1/5/10 of the videos searched through that `DenseIndex` (`stage1_index`);
+     on a world's store, its hard negatives at stage 1 (`world_checks`, from the world truth beside the store);
   4. writes `<workdir>/results.json` (method `stage1`) and prints the table.
 """
 from __future__ import annotations
@@ -20,12 +22,13 @@ from pathlib import Path
 import numpy as np
 
 from vidjax import evaluate
-from vidjax.worlds import moving_objects
 from vidjax.data.features import FeatureStore, MissingFeatureError
-from vidjax.data.retrieval import PROTOCOLS, RetrievalBenchmark, build_benchmark, embeddings, read_dataset
-from vidjax.defaults.retrieval import DATASETS
+from vidjax.data.retrieval import (DATASETS, PROTOCOLS, RetrievalBenchmark, build_benchmark, dataset_label, embeddings,
+                                   read_dataset)
 from vidjax.experiments import common
+from vidjax.methods.real import store_benchmark
 from vidjax.retrieval import DenseIndex
+from vidjax.worlds import moving_objects
 
 RESUMABLE = ()  # the rule of `common.is_resumable` covers eval.*
 
@@ -45,16 +48,6 @@ def validate(config) -> None:
   if config.data.source == "tfds" and (config.data.annotations or config.data.features):
     common.bad_value("data.annotations / data.features", (config.data.annotations, config.data.features),
                      "empty when data.source='tfds': the TFDS dataset carries the queries and embeddings")
-
-
-def synthetic_world(config, workdir: Path):
-  """The moving-object world, its store under `<workdir>/features` and its test benchmark."""
-  world = moving_objects.make_moving_object_world(moving_objects.world_config_from(config.world), seed=config.seed)
-  common.on_writer("vidjax_retrieval_store", lambda: moving_objects.write_store(
-      world, workdir / "features", seed=config.seed, world_fields=config.world))
-  bench = build_benchmark(world.data, protocol="captions", split="test",
-                          name=f"moving-object world test groups (synthetic, seed {config.seed})")
-  return world, FeatureStore(workdir / "features"), bench
 
 
 def tfds_data(config) -> tuple[RetrievalBenchmark, np.ndarray, np.ndarray, dict]:
@@ -78,45 +71,28 @@ def tfds_data(config) -> tuple[RetrievalBenchmark, np.ndarray, np.ndarray, dict]
   return bench, text, np.stack([video[v] for v in bench.corpus]), dict(meta["features"])
 
 
-def twin_check(world, bench: RetrievalBenchmark, scores: np.ndarray) -> dict:
-  """Stage 1 on the moving-object world's hard cases: how often each negative of a base query
-  scores at least as high as the base video (ties count against the model; 100% = chance or worse)."""
-  col = {v: i for i, v in enumerate(bench.corpus)}
-  rows = [i for i, q in enumerate(bench.queries) if world.kind[q.video_id] == "base"]
-  out = {}
-  for kind in moving_objects.KINDS[1:]:
-    hits = [scores[i, col[world.group[bench.queries[i].video_id] + "_" + kind]]
-            >= scores[i, col[bench.queries[i].video_id]] for i in rows]
-    out[f"{kind}_scores_at_least_base_pct"] = round(100.0 * float(np.mean(hits)), 2)
-  return out
-
-
 @common.precision_policy
 def run(config, workdir: str | Path) -> dict:
   """Runs stage-1 retrieval; returns (and writes) the results dict."""
   workdir = common.start_run(config, workdir, validate, RESUMABLE)
   start = time.time()
-  world = None
-  path = common.WORLD_PATH
+  store = None
   if config.data.source == "tfds":
     bench, text, video, manifest = tfds_data(config)
     path = {"path": "real", "provenance": manifest, "skipped_videos": {"count": 0, "file": ""}}
-  else:
-    if config.data.features:
-      store = FeatureStore(config.data.features)
-      bench = build_benchmark(read_dataset(config.dataset, config.data.annotations, config.data.video_list),
-                              protocol=config.data.protocol, split=config.data.split or None)
-      bench, path = common.store_benchmark(config, workdir, store, bench, [config.data.clip_kind])
-    else:
-      world, store, bench = synthetic_world(config, workdir)
+  else:  # annotations + a store: a user's, or those the world of a `world` section writes (`common.world_data`)
+    config = common.world_data(config, workdir, moving_objects.write_world)
+    store = FeatureStore(config.data.features)
+    bench = build_benchmark(read_dataset(config.dataset, config.data.annotations, config.data.video_list),
+                            protocol=config.data.protocol, split=config.data.split or None)
+    bench, path = store_benchmark(config, workdir, store, bench, [config.data.clip_kind])
     text = embeddings(store, config.data.text_kind, bench.query_ids, "query texts")
     video = embeddings(store, config.data.clip_kind, bench.corpus, "corpus videos")
     manifest = store.metadata
-  source = f"data.tfds {config.data.tfds}" if config.data.source == "tfds" else \
-      f"feature store {config.data.features or workdir / 'features'}"
+  source = f"data.tfds {config.data.tfds}" if store is None else f"feature store {config.data.features}"
   common.check_informative(text, "query text", f"{source} kind {config.data.text_kind!r}")  # all-zero / constant: refused
   common.check_informative(video, "corpus video", f"{source} kind {config.data.clip_kind!r}")
-  synthetic = world is not None or bool(manifest.get("synthetic", False))
+  synthetic, dataset = bool(manifest.get("synthetic", False)), dataset_label(config.dataset, manifest)
   print(("SYNTHETIC DATA: " if synthetic else "") + "retrieval benchmark: " +
         ", ".join(f"{k}={v}" for k, v in bench.stats().items()), flush=True)
   if text.shape[-1] != video.shape[-1]:
@@ -136,8 +112,6 @@ def run(config, workdir: str | Path) -> dict:
     metrics["stage1_index"] = {f"t2v_{key}": round(v, 4) for key, v in ranked.items()}
     index_info = {"index": {"backend": index.backend, "dtype": index.dtype, "params": index.params,
                             "exact": index.exact}}
-  dataset = config.dataset + (" (synthetic moving-object world)" if world is not None else
-                              " (synthetic rendered videos)" if synthetic else "")
   results = common.results_dict(
       config, dataset=dataset, synthetic=synthetic, metrics=metrics, **index_info,
       benchmark={**bench.stats(), "v2t_videos": values["v2t_videos"]},
@@ -147,14 +121,13 @@ def run(config, workdir: str | Path) -> dict:
     rows[f"stage1 through the {config.index.backend} index"] = metrics["stage1_index"]
   tables = [evaluate.format_table(rows, f"Text-video retrieval ({dataset}), "
                                   f"{bench.stats()['queries']} queries x {len(bench.corpus)} videos", synthetic)]
-  if world is not None:
-    scores = text.astype(np.float64) @ video.astype(np.float64).T  # the synthetic test corpus is small
-    results["world_checks"] = twin_check(world, bench, scores)
-    results["world_checks"]["note"] = moving_objects.SYNTHETIC_NOTE
-    tables.append(evaluate.format_table({"stage1": results["world_checks"]},
-                                        "Hard negatives at stage 1 (% of base queries where the negative scores "
-                                        ">= the base video)", synthetic,
-                                        columns=[k for k in results["world_checks"] if k != "note"]))
+  # World-only diagnostics: what the world truth beside a world's store says ({} for any other store).
+  checks = moving_objects.world_checks(store, bench, text, video) if store is not None else {}
+  if checks:
+    results["world_checks"] = checks
+    tables.append(evaluate.format_table({"stage1": checks}, "Hard negatives at stage 1 (% of base queries where the "
+                                        "negative scores >= the base video)", synthetic,
+                                        columns=[k for k in checks if k != "note"]))
   results["seconds"] = round(time.time() - start, 1)
   common.write_results(workdir, results, tables)
   return results

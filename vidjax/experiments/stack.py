@@ -39,6 +39,7 @@ from vidjax.methods.stack import (RECALLS, ROWS, Corpus, budgets, check_rerank_i
 from vidjax.retrieval import DenseIndex, Stack, Stage
 from vidjax.scorers import cast as cast_scorers
 from vidjax.scorers.pair import PairScorer
+from vidjax.worlds import procedural
 
 # Besides `common.is_resumable`'s rule: more CAST epochs resume training, and nothing written depends on the
 # stack's stages (CAST and the reranker are trained on dense candidates, so a workdir can switch between dense and
@@ -99,7 +100,8 @@ def run(config, workdir: str | Path) -> dict:
   """Trains (or restores) CAST and the reranker, evaluates the stacks, writes results.json and the index."""
   workdir = common.start_run(config, workdir, validate, RESUMABLE)
   start = time.time()
-  data, _, texts, bench, heldout, source = cast.setup(config, workdir)
+  data_config = common.world_data(config, workdir, procedural.write_world)  # a world is written as files, once
+  data, _, texts, bench, heldout, source = cast.setup(data_config, workdir)
   check_rerank_inputs(config, data.store)  # before any training
   mesh = sharding.make_mesh()
   model = cast.build_models(config, texts.dim)["cast"]
@@ -142,8 +144,7 @@ def run(config, workdir: str | Path) -> dict:
       sweep[name] = row_metrics(result, corpus, targets)
     candidate_recall[name] = {k: round(v, 4) for k, v in Stack.candidate_recall(result, np.asarray(targets)).items()}
 
-  dataset = config.dataset + (" (synthetic procedural world)" if not config.data.annotations else
-                              " (synthetic rendered videos)" if data.synthetic else "")
+  dataset = cast.names(data_config, data)["dataset"]
   backbone = data.features.get("backbone") or "unknown"
   results = common.results_dict(
       config, dataset=dataset, synthetic=data.synthetic, metrics=results_rows,
@@ -154,7 +155,7 @@ def run(config, workdir: str | Path) -> dict:
               "reranker": config.stack.reranker},
       ensemble={"w_v": cast_scorer.w_v, "w_p": cast_scorer.w_p, "selected_on": "heldout subset of train"},
       features={"backbone": backbone},
-      **cast.result_path(config, workdir, data),
+      **cast.result_path(data_config, workdir, data),
       seconds=round(time.time() - start, 1))
   shown = {name: {k: v for k, v in m.items() if k != "latency_ms"} | {
       f"ms_{stage}": ms for stage, ms in m.get("latency_ms", {}).items()} for name, m in {**results_rows, **sweep}.items()}

@@ -71,10 +71,9 @@ def _cast_line(dataset: str) -> Line:
 
 
 # The table. Its order is the order of every listing made from it (evaluate_all's runs and table, the summary).
-# MERGE: suites move to vidjax.methods.<m>: drop each `suite_module=` below once its method's suite has moved.
 METHODS: dict[str, Method] = {m.name: m for m in (
     Method("cast", "cast", "configs/cast_coin.py:smoke",
-           tuple(_cast_line(d) for d in ("youcook2", "coin", "crosstask")), suite_module="vidjax.experiments.cast"),
+           tuple(_cast_line(d) for d in ("youcook2", "coin", "crosstask"))),
     Method("comp", "videocomp", "configs/comp_activitynet.py:smoke", (
         Line("activitynet", "comp_activitynet", "contrastive fine-tune > zero-shot on temp-reorder",
              "metrics.contrastive.temp_reorder", "metrics.zero_shot.temp_reorder", strict=True),)),
@@ -83,12 +82,12 @@ METHODS: dict[str, Method] = {m.name: m for m in (
              "metrics.vidclip.acc_tri", "metrics.zero_shot.acc_tri", strict=True),)),
     Method("vedje", "vedje", "configs/vedje_msrvtt.py:smoke", (
         Line("msrvtt", "vedje_msrvtt", "VEDJE T2V R@1 >= stage 1 T2V R@1", "metrics.vedje.t2v_r1",
-             "metrics.stage1.t2v_r1"),), suite_module="vidjax.experiments.vedje"),
+             "metrics.stage1.t2v_r1"),)),
     Method("grdr", "grdr", "configs/grdr_msrvtt.py:smoke", (
         Line("msrvtt", "grdr_msrvtt", "GRDR candidate recall >= 0.8 x dense's (inductive pool, same budget)",
              "metrics.inductive.grdr.candidate_recall", "metrics.inductive.dense.candidate_recall", factor=0.8),
         Line("msrvtt (full corpus)", "grdr_msrvtt", "GRDR candidate recall >= 0.8 x dense's (full corpus)",
              "metrics.full_corpus.grdr.candidate_recall", "metrics.full_corpus.dense.candidate_recall",
-             factor=0.8)), suite_module="vidjax.experiments.grdr"),
+             factor=0.8))),
 )}
 

@@ -1,15 +1,20 @@
 """GRDR as a method (../shared/papers/grdr.txt §3): the model built from a config, the training queries'
 intents, the two training schedules (Algorithm 1's progressive co-training, and the project's tokenizer_first),
-each phase one call of the one train loop, and the trie-constrained generative recall over a pool's IDs.
+each phase one call of the one train loop, the trie-constrained generative recall over a pool's IDs, the corpus
+read from release-format caption files and a feature store (a user's, or a world's), and a run's rows and their
+evaluation (`vidjax.experiments.grdr`, `suite` for `evaluate_all`).
 
+    corpus = read_corpus(config, workdir)                                        # files + store -> `Corpus`
     model = build_model(config.model, feature_dim)
     params = train_grdr(model, TrainingSet(...), config.train, workdir, seed)   # phases under workdir/<phase>/
     recall, codes = make_recall(model, params, features, ids, config.eval)      # a `Retriever` for `TwoStage`
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
+import time
 import warnings
 from pathlib import Path
 from typing import Any, Protocol
@@ -20,14 +25,16 @@ import ml_collections
 import numpy as np
 import optax
 
-from vidjax import losses, ops, train
+from vidjax import evaluate, io, losses, metrics, ops, train
 from vidjax.data import pipeline
+from vidjax.defaults import common as config_common
 from vidjax.data.features import FeatureStore
 from vidjax.data.retrieval import build_benchmark, embeddings, read_dataset
 from vidjax.methods import real
 from vidjax.models.grdr import GRDR, RetrieverConfig, TokenizerConfig, match_views
 from vidjax.models.t5 import T5Config
-from vidjax.retrieval import GenerativeRecall, SemanticIdTrie
+from vidjax.retrieval import DenseIndex, GenerativeRecall, SemanticIdTrie, TwoStage
+from vidjax.retrieval.kmeans import HierarchicalKMeans
 
 
 def build_model(mcfg, feature_dim: int, num_views: int | None = None, num_layers: int | None = None,
@@ -191,12 +198,13 @@ class Recipe:
     "progressive": Algorithm 1, the paper's GRDR (per layer an alignment phase, k-means init of C^(m), unified
       co-training through the shared codebook);
     "tokenizer_first": the project's schedule (views aligned to the query-cluster centres, k-means codebooks,
-      frozen; the retriever last; `defaults/grdr.py` says why);
+      frozen; the retriever last; `configs/grdr/common.py` says why);
     "two_stage": Table 3's "w/o unified co-training": Algorithm 1 without L_CE (the tokenizer learns from L_CL,
       L_HC, L_RQ, L_Rec), then tokenizer and codebooks frozen and the retriever trained alone on their IDs;
     "rqvae": TIGER: a single-view RQ-VAE (L_RQ + L_Rec on the video features alone, codebooks k-means initialised),
       its IDs fixed, then the retriever trained on them;
-    "kmeans": T2VIndexer: hierarchical k-means of the video features (one ID per video; `HierarchicalKMeans`),
+    "kmeans": T2VIndexer: hierarchical k-means of the video features (one ID per video;
+      `retrieval.kmeans.HierarchicalKMeans`),
       then the retriever trained on the IDs, the codebooks its output embeddings.
   num_views: N_v (1 for TIGER, T2VIndexer and Table 3's "w/o multi-view tokenizer").
   cl, hc: False drops L_CL / L_HC from Algorithm 1's phases (Table 3).
@@ -422,8 +430,8 @@ def intent_centres(data: TrainingSet, vectors: np.ndarray, n_views: int) -> np.n
 
 
 def train_tokenizer_first(model: GRDR, params, data: TrainingSet, tcfg, workdir: Path, seed: int):
-  """The two-stage schedule (`train.schedule = "tokenizer_first"`; defaults docstring): views, then IDs, then
-  the retriever, each a call of the one loop.
+  """The two-stage schedule (`train.schedule = "tokenizer_first"`; configs/grdr/common.py says why): views, then IDs,
+  then the retriever, each a call of the one loop.
 
   1. views: the view MLPs alone, `view_set_alignment_loss` of each video's views against its query-cluster
      centres in the query space (needs latent_dim == query_dim); `view_epochs` over the videos.
@@ -482,64 +490,6 @@ def train_rqvae(model: GRDR, params, data: TrainingSet, tcfg, workdir: Path, see
   return train_retriever(model, params, data, codes[data.video], tcfg, workdir / "retriever", seed + 1)
 
 
-class HierarchicalKMeans:
-  """T2VIndexer-style IDs: a tree of cosine k-means over the video features, K children per node (fewer where a
-  node holds fewer videos), M levels; a video's ID is its path (one ID per video). `codes(features)` descends the
-  tree by nearest centre, so unseen videos get IDs the same way."""
-
-  def __init__(self, centres: dict, num_layers: int):
-    self.centres, self.num_layers = centres, num_layers  # path tuple -> unit centres [k, d]
-
-  @classmethod
-  def fit(cls, features: np.ndarray, k: int, num_layers: int, seed: int, iters: int) -> "HierarchicalKMeans":
-    x = np.asarray(ops.l2_normalize(np.asarray(features, np.float32)))
-    rng = np.random.default_rng(seed)
-    centres, groups = {}, {(): np.arange(len(x))}
-    for _ in range(num_layers):
-      children = {}
-      for path, rows in groups.items():
-        c = _kmeans_np(x[rows], min(k, len(rows)), iters, rng)
-        centres[path] = c
-        assign = np.argmax(x[rows] @ c.T, axis=1)
-        for j in range(len(c)):
-          members = rows[assign == j]
-          if len(members):
-            children[path + (j,)] = members
-      groups = children
-    return cls(centres, num_layers)
-
-  def codes(self, features: np.ndarray) -> np.ndarray:
-    """int32 [V, 1, M]: each video's path."""
-    x = np.asarray(ops.l2_normalize(np.asarray(features, np.float32)))
-    out = np.zeros((len(x), self.num_layers), np.int32)
-    groups = {(): np.arange(len(x))}
-    for level in range(self.num_layers):
-      children = {}
-      for path, rows in groups.items():
-        c = self.centres.get(path)
-        if c is None:  # a branch no training video reached below: its first child
-          c = np.zeros((1, x.shape[1]), np.float32)
-        j = np.argmax(x[rows] @ c.T, axis=1)
-        out[rows, level] = j
-        for code in np.unique(j):
-          children[path + (int(code),)] = rows[j == code]
-      groups = children
-    return out[:, None, :]
-
-
-def _kmeans_np(x: np.ndarray, k: int, iters: int, rng: np.random.Generator) -> np.ndarray:
-  """Cosine Lloyd's k-means of unit rows x [n, d] from k distinct rows: unit centres [k, d]. NumPy, not `ops.kmeans`:
-  the tree runs one small k-means per node, thousands of shapes that jit would each compile."""
-  c = x[rng.choice(len(x), k, replace=False)]
-  for _ in range(iters):
-    assign = np.argmax(x @ c.T, axis=1)
-    sums = np.zeros_like(c)
-    np.add.at(sums, assign, x)
-    norm = np.linalg.norm(sums, axis=1, keepdims=True)
-    c = np.where(norm > 0, sums / np.maximum(norm, 1e-12), c)
-  return c
-
-
 # ----------------------------------------------------------------------------------------------
 # Retrieval.
 
@@ -583,14 +533,14 @@ class _Bound:
 
 
 # ----------------------------------------------------------------------------------------------
-# A user's corpus: a feature store and the dataset's release files (what the polysemous world stands in for).
+# The data: release-format caption files and a feature store (a user's, or a world's: `common.world_data`).
 
 
 @dataclasses.dataclass
-class StoreCorpus:
-  """GRDR's corpus on a user's store, with the attributes the experiment reads from the world: `video_ids` [V]
-  (training videos, then test videos), `features` [V, d_v] (the store's clip embeddings), `train` / `test` (rows),
-  `test_queries` [Q, d_q] with `test_query_video` (rows), and the training captions as pseudo queries
+class Corpus:
+  """GRDR's corpus, read by `read_corpus`: `video_ids` [V] (the training and test videos, sorted), `features`
+  [V, d_v] (the store's clip embeddings), `train` / `test` (their rows, ascending), `test_queries` [Q, d_q] (the store's
+  text embeddings of the test captions) with `test_query_video` (rows), and the training captions as pseudo queries
   (`train_queries`, `train_query_video`): a caption is one query of its video (§4.3's LLM queries, when a user
   has them, plug in through `PseudoQueries`)."""
   video_ids: np.ndarray
@@ -603,6 +553,7 @@ class StoreCorpus:
   train_query_video: np.ndarray
   path: dict  # results.json's path keys (`vidjax.methods.real.real_path`)
   synthetic: bool
+  world: str = ""  # the name of the world that wrote the store (its manifest's `world_name`), else ""
   # query_encoder "t5": the queries' text as token ids (int [N, L], 0 = padding) and the vocabulary size
   train_tokens: np.ndarray | None = None
   test_tokens: np.ndarray | None = None
@@ -620,12 +571,20 @@ class StoreCorpus:
     """The token ids of the queries `self(rows)` returns, in the same order."""
     return self.train_tokens[self._keep(rows)[0]]
 
+  @property
+  def source(self) -> str:
+    """What a synthetic store holds ("polysemous world", "rendered videos"; "" for real data): results' labels."""
+    return f"{self.world} world" if self.world else "rendered videos" if self.synthetic else ""
 
-def store_corpus(config, workdir: Path) -> StoreCorpus:
+
+def read_corpus(config, workdir: Path) -> Corpus:
   """The test split (`data.annotations`, its protocol) and the training split (`data.train_annotations`, one query
-  per caption) on the videos the store has (`data.skip_missing`); query vectors are the store's text embeddings
-  (the frozen query encoder: `model.query_dim` must be their width)."""
+  per caption) on the videos the store (`data.features`) has (`data.skip_missing`); query vectors are the store's
+  text embeddings (the frozen query encoder: `model.query_dim` must be their width)."""
   d = config.data
+  for key in ("data.annotations", "data.train_annotations"):
+    if not config_common.get_key(config, key):
+      config_common.bad_value(key, "", "the test / training split's annotation file with data.features")
   store = FeatureStore(d.features)
   real.check_store(workdir, store, (d.clip_kind, d.text_kind))
   test = build_benchmark(read_dataset(config.dataset, d.annotations, d.video_list), protocol=d.protocol,
@@ -637,7 +596,9 @@ def store_corpus(config, workdir: Path) -> StoreCorpus:
   kept_test, skipped = real.present_videos(config, store, kinds, test.corpus, "test videos")
   kept_train, skipped_train = real.present_videos(config, store, kinds, train_set.corpus, "training videos")
   test, train_set = test.restrict(kept_test), train_set.restrict(set(kept_train) - set(kept_test))
-  ids = list(train_set.corpus) + list(test.corpus)
+  # the corpus in id order, training and test videos interleaved as their ids fall: videos that share a semantic ID
+  # come out of the trie in this order (`SemanticIdTrie`), so neither split goes first at the candidate budget's cut
+  ids = sorted(set(train_set.corpus) | set(test.corpus))
   row = {v: i for i, v in enumerate(ids)}
   width = store.item_shape(d.text_kind)[-1]
   if width != config.model.query_dim:
@@ -649,14 +610,15 @@ def store_corpus(config, workdir: Path) -> StoreCorpus:
     tokens = dict(train_tokens=query_tokens(tokenizer, train_set.queries, config.model.query_len, "training"),
                   test_tokens=query_tokens(tokenizer, test.queries, config.model.query_len, "test"),
                   query_vocab=tokenizer.vocab_size + 1)
-  return StoreCorpus(
+  return Corpus(
       np.asarray(ids), embeddings(store, d.clip_kind, ids, "corpus videos"),
-      np.arange(len(train_set.corpus)), np.arange(len(train_set.corpus), len(ids)),
+      np.asarray([row[v] for v in train_set.corpus], np.int64), np.asarray([row[v] for v in test.corpus], np.int64),
       embeddings(store, d.text_kind, test.query_ids, "test queries"),
       np.asarray([row[q.video_id] for q in test.queries], np.int64),
       embeddings(store, d.text_kind, train_set.query_ids, "training queries"),
       np.asarray([row[q.video_id] for q in train_set.queries], np.int64),
-      real.real_path(workdir, store, skipped + skipped_train), bool(store.metadata.get("synthetic", False)), **tokens)
+      real.real_path(workdir, store, skipped + skipped_train), bool(store.metadata.get("synthetic", False)),
+      str(store.metadata.get("world_name", "")), **tokens)
 
 
 def query_tokenizer(config, store: FeatureStore):
@@ -683,3 +645,178 @@ def query_tokens(tokenizer, queries, length: int, split: str) -> np.ndarray:
     raise ValueError(f"grdr: {len(empty)} {split} queries have no text to encode, e.g. {q.caption_id!r} of video "
                      f"{q.video_id!r}")
   return np.where(paddings > 0, 0, ids + 1).astype(np.int32)
+
+
+# ----------------------------------------------------------------------------------------------
+# A run's rows: training sets, trained recipes, and their evaluation on a pool (`vidjax.experiments.grdr`).
+
+SETTINGS = ("inductive", "full_corpus")  # the test videos / every video as the pool, the test queries either way
+
+
+def training_set(config, corpus: Corpus, n_views: int, queries: PseudoQueries | None = None) -> TrainingSet:
+  """The training videos and their pseudo queries (default: the corpus's training captions), clustered into
+  `n_views` intents."""
+  q, video = checked_queries(queries or corpus, corpus.train, config.model.query_dim)
+  intent, valid = query_intents(q, video, len(corpus.train), n_views, config.seed)
+  inputs = corpus.train_tokens_of(corpus.train) if config.model.query_encoder == "t5" else q
+  return TrainingSet(corpus.features[corpus.train], inputs, video, intent, valid, query_vectors=q)
+
+
+def trained_row(config, workdir: Path, corpus: Corpus, recipe: Recipe, name: str, train: bool = True,
+                queries: PseudoQueries | None = None, sets: dict | None = None, precision=contextlib.nullcontext):
+  """(model, params, id coder) of `recipe` trained on the training videos' pseudo queries (`queries`, default the
+  corpus's own), in `workdir/models/name` (restored when trained there before; `train=False` only restores).
+  `sets` caches the training sets by N_v across the rows of one run; `precision()`: the training's context."""
+  model = recipe_model(config, recipe, corpus.features.shape[1], corpus.query_vocab)
+  sets = {} if sets is None else sets
+  if recipe.num_views not in sets:
+    sets[recipe.num_views] = training_set(config, corpus, recipe.num_views, queries)
+  data = sets[recipe.num_views]
+  if train:
+    with precision():
+      params = train_grdr(model, data, config.train, workdir / "models" / name, config.seed, recipe)
+  else:
+    params = load_trained(config.train, model.tokenizer.num_layers, workdir / "models" / name, recipe)
+  return model, params, id_coder(model, params, recipe, data.features, config.train, config.seed)
+
+
+def recall_at(ids: np.ndarray, target: np.ndarray, ks=(1, 5, 10)) -> dict[str, float]:
+  """`metrics.recall_from_ranked` (percent), keys t2v_r<k>."""
+  return {f"t2v_{k}": v for k, v in metrics.recall_from_ranked(ids, target, ks).items()}
+
+
+def test_inputs(corpus: Corpus, rows=None) -> dict:
+  """The test queries as the recall and the rerank read them: the embeddings (`text`) and, on a corpus with query
+  tokens, their ids (`tokens`: query_encoder "t5"); `rows` selects queries."""
+  sel = slice(None) if rows is None else rows
+  out = {"text": corpus.test_queries[sel]}
+  if corpus.test_tokens is not None:
+    out["tokens"] = corpus.test_tokens[sel]
+  return out
+
+
+def evaluate_setting(corpus: Corpus, recall: GenerativeRecall, ecfg) -> tuple[dict, np.ndarray]:
+  """GR + dense rerank on the corpus's test queries over the recall's pool: R@1/5/10, candidate recall, mean
+  candidates, index bytes per video, latency per stage at batch 1. Returns the metrics and the recalled ids
+  [Q, candidates] (beam order, "" past a query's candidates)."""
+  target = corpus.video_ids[corpus.test_query_video]
+  stack = TwoStage(recall, k_recall=ecfg.candidates, reranker=evaluate.CosineScorer())
+  result = stack.search(test_inputs(corpus), k=min(10, ecfg.candidates))
+  found = result.recall_ids  # every candidate: k_recall is the candidate limit
+  out = {**recall_at(result.ids, target),
+         "candidate_recall": 100.0 * float(np.mean((found == target[:, None]).any(1))),
+         "num_candidates": float(np.mean(np.sum(found != "", axis=1))),
+         "index_bytes_per_video": recall.trie.nbytes / len(recall.trie)}
+  single = TwoStage(recall, k_recall=ecfg.candidates, reranker=evaluate.CosineScorer(), query_batch=1)
+  single.search(test_inputs(corpus, slice(0, 1)), k=1)  # compile
+  recall.reset_latency()
+  t = single.search(test_inputs(corpus, slice(0, min(ecfg.latency_queries, len(target)))), k=1)
+  out["latency_ms"] = {**recall.mean_latency_ms(), "rerank": t.latency_ms["rerank"], "total": t.latency_ms["total"]}
+  return out, found
+
+
+def dense_setting(corpus: Corpus, pool: np.ndarray, ecfg, index_config) -> dict:
+  """Exact dense retrieval over the pool's video embeddings (the reranker alone: Table 1's ceiling row); its
+  candidate recall is R@`eval.candidates`, the GR rows' budget."""
+  index = DenseIndex.from_config(corpus.video_ids[pool], corpus.features[pool], index_config)
+  target = corpus.video_ids[corpus.test_query_video]
+  budget = min(max(100, ecfg.candidates), len(pool))
+  ids = np.asarray(index.retrieve(corpus.test_queries, budget)[0])
+  hit = ids == target[:, None]
+  # R@100 over a pool of fewer than 100 videos is recall over all of them
+  out = {**recall_at(ids[:, :10], target), "t2v_r100": 100.0 * float(np.mean(hit[:, :100].any(1))),
+         "candidate_recall": 100.0 * float(np.mean(hit[:, :ecfg.candidates].any(1))),
+         "num_candidates": float(min(ecfg.candidates, len(pool))),
+         "index_bytes_per_video": 4.0 * corpus.features.shape[1]}
+  n = min(ecfg.latency_queries, len(target))
+  index.retrieve(corpus.test_queries[:1], 10)
+  t = time.perf_counter()
+  for i in range(n):
+    index.retrieve(corpus.test_queries[i:i + 1], 10)
+  out["latency_ms"] = {"total": 1e3 * (time.perf_counter() - t) / n}
+  return out
+
+
+def evaluate_row(config, corpus: Corpus, model, params, coder, pools, ecfg=None, settings=SETTINGS):
+  """{setting: row metrics}, the recall of each setting's pool, and the inductive recalled ids."""
+  out, found = {}, None
+  for s in settings:
+    recall, _ = make_recall(model, params, corpus.features[pools[s]], corpus.video_ids[pools[s]], ecfg or config.eval,
+                            coder(corpus.features[pools[s]]))
+    out[s], f = evaluate_setting(corpus, recall, ecfg or config.eval)
+    if s == "inductive":
+      found = f
+  return out, recall, found
+
+
+def recall_curve(found: np.ndarray, target: np.ndarray, budgets) -> list[float]:
+  """Candidate recall within the first b recalled ids [Q, K], for each budget b."""
+  hit = found == target[:, None]
+  return [100.0 * float(np.mean(hit[:, :b].any(1))) for b in budgets]
+
+
+def sweep_rows(config, workdir: Path, corpus: Corpus, pools, trained: dict, precision=contextlib.nullcontext) -> dict:
+  """Figure 7 on the inductive pool: a model per N_v and per K (the config's schedule) and the main model at each beam
+  width (its candidates: every video the beams bring). A value equal to the main model's (or to another row's, e.g.
+  N_v = 1 and `grdr_nv1`) reuses that model."""
+  sw, schedule, n = config.sweep, config.train.schedule, config.model.num_views
+  sets = {}
+  out = {"num_views": {}, "num_codes": {}, "beam_width": {}}
+  for axis, values, recipe_of in (("num_views", sw.num_views, lambda v: Recipe(schedule, v)),
+                                  ("num_codes", sw.num_codes,
+                                   lambda v: Recipe(schedule, n, num_codes=None if v == config.model.num_codes else v))):
+    for v in values:
+      recipe = recipe_of(int(v))
+      if recipe not in trained:
+        trained[recipe] = trained_row(config, workdir, corpus, recipe, f"sweep/{axis}{v}", sets=sets,
+                                      precision=precision)
+      out[axis][str(v)] = evaluate_row(config, corpus, *trained[recipe], pools, settings=("inductive",))[0]["inductive"]
+  main = trained[Recipe(schedule, n)]
+  for w in sw.beam_width:
+    # every video the beams' IDs name (at least 10 slots, for R@10)
+    ecfg = ml_collections.ConfigDict({**config.eval.to_dict(), "beam_width": int(w), "candidates": max(int(w), 10)})
+    out["beam_width"][str(w)] = evaluate_row(config, corpus, *main, pools, ecfg, ("inductive",))[0]["inductive"]
+  return out
+
+
+def run_data(config, workdir: str | Path):
+  """The config a finished run read its data with: a world's run (`experiments.common.world_data`) recorded the
+  `data.*` keys of the files it wrote in `<workdir>/world/world.json`; set here as that run set them. Else
+  `config`. (Read here, not through `world_data`: methods import no experiment.)"""
+  record = Path(workdir) / "world" / "world.json"
+  if config.data.features or not record.is_file():
+    return config
+  out = config.copy_and_resolve_references()
+  with out.unlocked():
+    out.data.update(io.read_json(record, "world record")["data"])
+  return out
+
+
+def suite(config, workdir: str | Path) -> tuple[list[evaluate.Model], list[evaluate.Benchmark]]:
+  """Dense cosine and GRDR (generative recall of `eval.candidates`, dense rerank) on the run's test queries over the
+  whole corpus (`configs/evaluate_all.py`), the model read from the run's last checkpoint (nothing trains); queries
+  and videos are keyed by row. A world's run reads the files the run wrote (`run_data`)."""
+  config = run_data(config, workdir)
+  corpus = read_corpus(config, Path(workdir))
+  model, params, coder = trained_row(config, Path(workdir), corpus, recipes(config)["grdr"], "grdr", train=False)
+  space = (f"the {corpus.source} (synthetic, seed {config.seed})" if corpus.world else
+           f"the feature store {config.data.features}")
+  dense = evaluate.dual_encoder("dense", space, lambda rows: corpus.test_queries[list(rows)],
+                                lambda rows: corpus.features[list(rows)])
+
+  def generative(data):
+    queries, videos, relevant = data
+    pool = np.asarray(videos, np.int64)
+    recall, _ = make_recall(model, params, corpus.features[pool], corpus.video_ids[pool], config.eval,
+                            coder(corpus.features[pool]))
+    stack = TwoStage(recall, k_recall=config.eval.candidates, reranker=evaluate.CosineScorer())
+    found = stack.search(test_inputs(corpus, np.asarray(queries, np.int64)), k=min(10, config.eval.candidates)).ids
+    return recall_at(found, corpus.video_ids[pool][np.asarray(relevant)])
+
+  grdr = evaluate.Model("grdr_rerank", space, {"gallery": generative},
+                        {k: "GRDR is a recall stage over a corpus (R@K); fixed candidate pools leave it nothing to "
+                            "recall" for k in evaluate.BENCHMARK_KINDS})
+  name = f"R@K ({corpus.world or config.dataset})"
+  return [dense, grdr], [evaluate.Benchmark(name, "gallery", space,
+                                            (np.arange(len(corpus.test_queries)), np.arange(len(corpus.video_ids)),
+                                             corpus.test_query_video), corpus.synthetic)]

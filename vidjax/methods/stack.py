@@ -19,7 +19,7 @@ from vidjax import checkpoints, evaluate, losses, metrics, train
 from vidjax.data import pipeline
 from vidjax.data.features import FeatureStore
 from vidjax.data.pipeline import FeatureTable
-from vidjax.defaults.vedje import FULL
+from vidjax.methods.vedje import FULL
 from vidjax.methods import cast as cast_method
 from vidjax.methods import grdr as grdr_method
 from vidjax.methods import vedje

@@ -1,6 +1,8 @@
-"""VEDJE as a method (../shared/papers/vedje.txt §2, A.2-A.4, A.10-A.11): a variant's model config, its training
-queries and stage-1 neighbourhood batches (with BERT's MLM masking), training through the one loop, offline
-cache indexing, the reranked R@K of `TwoStage` in both directions, and the A.10 / A.11 diagnostics.
+"""VEDJE as a method (../shared/papers/vedje.txt §2, A.2-A.4, A.10-A.11): the trained variants (`Variant`,
+`ablation_plan`), a variant's model config, its training queries and stage-1 neighbourhood batches (with BERT's MLM
+masking), training through the one loop, offline cache indexing, the reranked R@K of `TwoStage` in both directions,
+the A.10 / A.11 diagnostics; and a run's pieces: its config checks, its data and variants (`Session`), the report's
+sections and `suite` (what `evaluate_all` reads of a finished run).
 
     cfg = model_config(config.model, variant, visual_dim, patches, vtc_dim, vocab_size)
     params = train_variant(variant, cfg, split, patches, negatives, config.train, ...)   # <workdir>/models/<variant>
@@ -9,27 +11,104 @@ cache indexing, the reranked R@K of `TwoStage` in both directions, and the A.10 
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import zlib
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import jax
 import numpy as np
 
-from vidjax import checkpoints, extract, losses, metrics, ops, train
+from vidjax import checkpoints, evaluate, extract, io, losses, metrics, ops, train
 from vidjax.data import lexicon, pipeline
-from vidjax.data.features import FeatureStore
-from vidjax.data.retrieval import build_benchmark, embeddings, read_dataset
+from vidjax.data.features import STORAGE_DTYPES, FeatureStore
+from vidjax.data.retrieval import PROTOCOLS, build_benchmark, dataset_label, embeddings, read_dataset
 from vidjax.defaults import common
-from vidjax.defaults.vedje import Variant
+from vidjax.methods import real
 from vidjax.models import vedje as V
 from vidjax.models.bert import BertConfig
 from vidjax.retrieval import DenseIndex, TwoStage
+from vidjax.ops import is_positive_int
 from vidjax.scorers.vedje import PairBatches, VedjeScorer
+from vidjax.tokenizers.wordpiece import WordPieceTokenizer
 
 KEYS = ("t2v_r1", "t2v_r5", "t2v_r10", "v2t_r1", "v2t_r5", "v2t_r10")
+# Ablation tables (results.json "ablations"), in print order.
+ABLATIONS = ("cache_structure", "prior", "cache_budget", "delta", "horizon", "loss_stack", "loss_leave_one_out",
+             "backbone")
+PRECISIONS = ("bfloat16", "float8_e4m3", "float4_e2m1")  # cache storage of the budget table (A.4)
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+  """One trained VEDJE model (the defaults are the full model of the config)."""
+  tokens_per_frame: Optional[int] = None    # None = the config's M
+  cache_structure: str = "ordered"
+  use_prior: bool = True
+  use_joint: bool = True
+  weights: tuple[float, ...] = (1.0, 1.0, 1.0, 1.0)  # multiplies train.loss_weights (vtm, vtc, mlm, delta)
+  horizons: Optional[tuple[int, ...]] = None
+  absolute_delta: bool = False
+  control: bool = False   # Table 17: the joint encoder takes `model.control`'s (larger) shape
+
+  @property
+  def name(self) -> str:
+    parts = [f"m{self.tokens_per_frame}" if self.tokens_per_frame else "", self.cache_structure,
+             "" if self.use_prior else "noprior", "" if self.use_joint else "nojoint",
+             "" if self.weights == (1.0, 1.0, 1.0, 1.0) else "w" + "-".join(f"{w:g}" for w in self.weights),
+             "h" + "-".join(map(str, self.horizons)) if self.horizons else "", "abs" if self.absolute_delta else "",
+             "control" if self.control else ""]
+    return "_".join(p for p in parts if p)
+
+
+FULL = Variant()
+NO_DELTA = Variant(weights=(1.0, 1.0, 1.0, 0.0))
+
+
+def ablation_plan(frames: int, tokens_per_frame: int, precision: str, horizons=(3,)) \
+    -> dict[str, dict[str, tuple[Variant, str]]]:
+  """{table: {row: (variant, cache precision)}}: the paper's ablations (§3.3-3.6, A.12-A.15).
+
+  cache_structure: Table 4 (its "w/o L_delta" row is `without_delta`); prior: Table 6; cache_budget: Table 3 and A.8;
+  delta: Tables 5 and 14; horizon: Table 16, one single-horizon model per h (the row equal to `model.horizons` is
+  the full model); loss_stack: Table 15, the losses added cumulatively (VTM, +MLM, +VTC, +L_delta; the run adds the
+  stage-1 row); loss_leave_one_out: one loss dropped at a time (not in the paper); backbone: Table 17, the joint
+  encoder at `model.control`'s shape (BERT-base on the dataset configs).
+  """
+  compact = 1 if tokens_per_frame > 1 else tokens_per_frame
+  big, small = frames * tokens_per_frame, frames * compact
+  unordered = dict(weights=NO_DELTA.weights)  # Table 4: the unordered caches have no future-delta target
+  horizons = tuple(horizons)
+
+  def weights(*on: str) -> Variant:  # the loss weights (vtm, vtc, mlm, delta) with only `on` active
+    w = tuple(1.0 if name in on else 0.0 for name in ("vtm", "vtc", "mlm", "delta"))
+    return FULL if w == FULL.weights else Variant(weights=w)
+
+  return {
+      "cache_structure": {"ordered": (FULL, precision),
+                          "frame_mean": (Variant(cache_structure="frame_mean", **unordered), precision),
+                          "frame_attention": (Variant(cache_structure="frame_attention", **unordered), precision),
+                          "middle_frame": (Variant(cache_structure="middle_frame", **unordered), precision),
+                          "without_delta": (NO_DELTA, precision)},
+      "prior": {"prior_only": (Variant(use_joint=False), precision),
+                "joint_only": (Variant(use_prior=False), precision),
+                "prior_joint": (FULL, precision)},
+      "cache_budget": {f"{p}_{n}": (FULL if m == tokens_per_frame else Variant(tokens_per_frame=m), p)
+                       for n, m in ((big, tokens_per_frame), (small, compact)) for p in PRECISIONS},
+      "delta": {"with_delta": (FULL, precision), "without_delta": (NO_DELTA, precision),
+                "absolute_target": (Variant(absolute_delta=True), precision),
+                f"with_delta_{small}": (Variant(tokens_per_frame=compact), precision),
+                f"without_delta_{small}": (Variant(tokens_per_frame=compact, weights=NO_DELTA.weights), precision)},
+      "horizon": {f"h{h}": (FULL if (h,) == horizons else Variant(horizons=(h,)), precision) for h in (2, 3, 4)},
+      "loss_stack": {"vtm": (weights("vtm"), precision), "vtm_mlm": (weights("vtm", "mlm"), precision),
+                     "vtm_mlm_vtc": (weights("vtm", "mlm", "vtc"), precision), "full": (FULL, precision)},
+      "loss_leave_one_out": {"full": (FULL, precision),
+                             **{f"without_{name}": (weights(*(n for n in ("vtm", "vtc", "mlm", "delta") if n != name)),
+                                                    precision) for name in ("vtm", "vtc", "mlm", "delta")}},
+      "backbone": {"default": (FULL, precision), "control": (Variant(control=True), precision)},
+  }
 
 
 def model_config(mc, variant: Variant, visual_dim: int, patches: int, vtc_dim: int, vocab_size: int) -> V.VedjeConfig:
@@ -507,3 +586,282 @@ def measured_bytes(store: FeatureStore, kind: str) -> int:
     arr = np.load(f, mmap_mode="r")
     total += arr.nbytes
   return int(total // max(n, 1))
+
+
+# ----------------------------------------------------------------------------------------------
+# A run: its config checks, its data and variants (`Session`), the report's sections and the suite.
+
+
+def check_config(config) -> None:
+  """VEDJE's own config keys (the experiment's `validate` adds the dataset and the data source): one clear error
+  naming the key, the value and what was expected."""
+  common.check_choice(config, "data.protocol", PROTOCOLS)
+  common.check_index(config)
+  common.check_choice(config, "data.source", ("store",))
+  common.check_positive_int(config, ("eval.query_chunk", "eval.gallery_chunk"))
+  if config.data.features and not config.data.annotations:
+    common.bad_value("data.annotations", config.data.annotations, "the dataset's annotation file when data.features is set")
+  mc, tcs = config.model, config.train
+  common.check_choice(config, "model.init", ("minilm", "random"))
+  common.check_choice(config, "cache.precision", STORAGE_DTYPES)
+  common.check_positive_int(config, [f"model.{k}" for k in (
+      "frames", "tokens_per_frame", "hidden_size", "num_layers", "num_heads", "intermediate_size", "max_text_len")])
+  common.check_choice(config, "model.dtype", ("float32", "bfloat16"))
+  common.check_positive_int(config, [f"train.{k}" for k in ("batch_size", "epochs", "checkpoint_every", "log_every",
+                                                             "hard_negatives", "candidate_pool")])
+  common.check_positive(config, ["train.lr", "train.tau_vtm", "train.vtc_logit_scale"])
+  common.check_fraction(config, "train.mlm_prob")
+  if len(tcs.loss_weights) != 4 or min(tcs.loss_weights) < 0:
+    common.bad_value("train.loss_weights", tcs.loss_weights, "four weights >= 0 (vtm, vtc, mlm, delta)")
+  common.check_choice(config, "train.vtm_candidates", ("in_batch", "stage1"))
+  if tcs.in_batch_negatives < 0 or 1 + hard_negatives(tcs) + tcs.in_batch_negatives > tcs.batch_size:
+    used = "train.hard_negatives + " if tcs.vtm_candidates == "stage1" else ""
+    common.bad_value("train.in_batch_negatives", tcs.in_batch_negatives,
+                     f">= 0 with 1 + {used}in_batch_negatives <= train.batch_size "
+                     "(the candidates of a query are videos of its batch)")
+  if mc.control.num_layers < 1 or mc.control.hidden_size % mc.control.num_heads:
+    common.bad_value("model.control", dict(mc.control), "an encoder shape (Table 17) with hidden_size divisible by "
+                     "num_heads and num_layers >= 1")
+  common.check_positive_int(config, ["eval.k", "eval.pair_block", "eval.cost_k"])
+  if not all(is_positive_int(k) for k in config.eval.k_sweep):
+    common.bad_value("eval.k_sweep", tuple(config.eval.k_sweep), "positive integers (candidates reranked; () = skip)")
+  if not (is_positive_int(config.eval.scan_pairs) or config.eval.scan_pairs == 0):
+    common.bad_value("eval.scan_pairs", config.eval.scan_pairs, "an integer >= 0 (0 = every pair in one pass)")
+  if any(a not in ABLATIONS for a in config.ablations):
+    common.bad_value("ablations", config.ablations, f"a subset of {ABLATIONS}")
+  if mc.init == "minilm" and mc.num_layers != 6:
+    common.bad_value("model.num_layers", mc.num_layers, "6 with model.init='minilm' (all-MiniLM-L6-v2), or "
+                     "model.init='random' for another depth")
+
+
+class Session:
+  """A run's data, stage 1 and (trained on first use, restored from `workdir` after) VEDJE variants.
+
+  The data is one path: the test and training annotations (`data.annotations`, `data.train_annotations`) through
+  their readers and the feature store `data.features` (kinds `tokens`, `clip`, `text`): a user's, or those a
+  world wrote (`vidjax.experiments.common.world_data`). `train_context()` is the context every training call runs
+  in (the experiment's training precision)."""
+
+  def __init__(self, config, workdir: Path, restore: bool = False,
+               train_context: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext):
+    self.config, self.workdir, self.restore, self.train_context = config, workdir, restore, train_context
+    store = FeatureStore(config.data.features)
+    test_bench = build_benchmark(read_dataset(config.dataset, config.data.annotations, config.data.video_list),
+                                 protocol=config.data.protocol, split=config.data.split or None)
+    train_bench = read_train(config)
+    kinds = [config.data.clip_kind, config.data.tokens_kind]
+    real.check_store(workdir, store, kinds + [config.data.text_kind])
+    kept, skipped = real.present_videos(config, store, kinds, test_bench.corpus, "test videos")
+    kept_train, skipped_train = real.present_videos(config, store, kinds, train_bench.corpus, "training videos")
+    test_bench, train_bench = test_bench.restrict(kept), train_bench.restrict(kept_train)
+    self.path = real.real_path(workdir, store, skipped + skipped_train)
+    self.mc, self.tc = config.model, config.train
+    mc = self.mc
+    self.store, self.test_bench = store, test_bench
+    self.synthetic = bool(store.metadata.get("synthetic", False))
+    self.dataset = dataset_label(config.dataset, store.metadata)
+    folder = mc.minilm_dir or checkpoints.default_minilm_dir()
+    self.tokenizer = WordPieceTokenizer.from_vocab(Path(folder) / "vocab.txt")
+    self.train_split = load_split(train_bench, store, config, self.tokenizer, mc.max_text_len)
+    self.test = load_split(test_bench, store, config, self.tokenizer, mc.max_text_len)
+    print(("SYNTHETIC DATA: " if self.synthetic else "") + f"VEDJE: {len(self.train_split.query_ids)} training "
+          f"queries over {len(self.train_split.video_ids)} videos; test {len(self.test.query_ids)} queries x "
+          f"{len(self.test.video_ids)} videos; queries cut at {mc.max_text_len} tokens: "
+          f"{self.train_split.truncated} training, {self.test.truncated} test", flush=True)
+    token_shape = store.item_shape(config.data.tokens_kind)
+    if len(token_shape) != 3:
+      raise ValueError(f"store kind {config.data.tokens_kind!r} must hold per-frame patch tokens [T, P, d_v], "
+                       f"got item shape {token_shape}")
+    frames, self.patches, self.visual_dim = token_shape
+    if frames != mc.frames:
+      raise ValueError(f"store kind {config.data.tokens_kind!r} has {frames} frames per video, the model expects "
+                       f"model.frames={mc.frames}")
+    self.negatives = stage1_negatives(self.train_split, self.tc)
+    # The caches go to the run's own store (<workdir>/features, or data.cache_store), never into the store the run
+    # reads (a user's, or a world's): that stays as it was prepared.
+    self.cache_store = FeatureStore.create(config.data.cache_store or workdir / "features")
+    self.trained: dict[str, Any] = {}
+    self.indices = stage1_indices(self.test, config.index)
+    self.evaluated: dict[tuple[str, str, int], tuple[dict, dict]] = {}
+
+  @functools.cached_property
+  def patch_table(self) -> pipeline.FeatureTable:
+    """The training videos' patch tokens (in memory within the budget, else streamed from the store)."""
+    return pipeline.FeatureTable(self.store, self.config.data.tokens_kind, self.train_split.video_ids)
+
+  def cfg_of(self, variant: Variant) -> V.VedjeConfig:
+    return model_config(self.mc, variant, self.visual_dim, self.patches, self.train_split.clip.shape[1],
+                        len(self.tokenizer.vocab))
+
+  def params_of(self, variant: Variant):
+    if variant.name not in self.trained and self.restore:  # a finished run: its final checkpoint, nothing trains
+      self.trained[variant.name] = train.load_params(self.workdir / "models" / variant.name)
+    if variant.name not in self.trained:
+      with self.train_context():
+        self.trained[variant.name] = train_variant(variant, self.cfg_of(variant), self.train_split, self.patch_table,
+                                                   self.negatives, self.tc, self.mc, self.tokenizer,
+                                                   self.config.seed, self.workdir / "models" / variant.name)
+    return self.trained[variant.name]
+
+  def kind_of(self, variant: Variant, precision: str) -> str:
+    base = self.config.data.cache_kind
+    return base if (variant, precision) == (FULL, self.config.cache.precision) else f"{base}.{variant.name}.{precision}"
+
+  def scorer(self, variant: Variant, precision: str) -> tuple[VedjeScorer, PairBatches]:
+    """The variant's reranker over the test videos' caches (indexed on first use)."""
+    cfg, params = dataclasses.replace(self.cfg_of(variant), scan_pairs=self.config.eval.scan_pairs), self.params_of(variant)
+    kind = self.kind_of(variant, precision)
+    index_caches(params, cfg, self.store, self.cache_store, self.config.data.tokens_kind, kind, precision,
+                 self.test.video_ids, self.tc.progress)
+    pairs = PairBatches(self.cache_store, kind, self.test.query_ids, self.test.input_ids, self.test.attention_mask,
+                        self.test.video_ids)
+    return VedjeScorer(cfg, params["reranker"], pair_block=self.config.eval.pair_block), pairs
+
+  def evaluate_variant(self, variant: Variant, precision: str, k: int | None = None) -> tuple[dict, dict]:
+    k = self.config.eval.k if k is None else k
+    key = (variant.name, precision, k)
+    if key not in self.evaluated:
+      scorer, pairs = self.scorer(variant, precision)
+      self.evaluated[key] = rerank_metrics(scorer, pairs, self.test, k, self.indices)
+    return self.evaluated[key]
+
+  @property
+  def space(self) -> str:
+    """The feature space of the run's models and benchmarks (`evaluate_all` compares within one): the world its
+    store was written from, or the store."""
+    c, meta = self.config, self.store.metadata
+    return (f"the moving-object world of {c.name} (synthetic, seed {meta.get('seed')})" if "world" in meta else
+            f"the feature store {c.data.features}")
+
+
+def stage1_report(sess: Session) -> dict:
+  """Stage 1 over the full test corpus (the foundation's protocol): R@K, MdR, MnR in both directions."""
+  c, test = sess.config, sess.test
+  full = evaluate.evaluate_gallery(evaluate.CosineScorer(), {"text": test.text}, {"candidates": test.clip},
+                                   test.query_video, query_chunk=c.eval.query_chunk, gallery_chunk=c.eval.gallery_chunk)
+  return {k: round(float(v), 2) for k, v in full.items() if k != "v2t_videos"}
+
+
+def cache_bytes_report(sess: Session) -> tuple[dict, list[str]]:
+  """Cache bytes per video (A.4; on-disk, before container overhead) for both budgets, this run's width and the
+  paper's cache shape (A.2/A.4: T = 16, d_l = 384)."""
+  mc, kind = sess.mc, sess.config.data.cache_kind
+  small_m = 1 if mc.tokens_per_frame > 1 else mc.tokens_per_frame
+  this = {f"{short}_{mc.frames * m}": ops.storage_bytes(mc.frames * m * mc.hidden_size, p)
+          for m in (mc.tokens_per_frame, small_m) for p, short in zip(PRECISIONS, ("bf16", "fp8", "fp4"))}
+  this.update(measured_main_kind=measured_bytes(sess.cache_store, kind), d_l=mc.hidden_size)
+  paper = {f"{short}_{16 * m}": ops.storage_bytes(16 * m * 384, p)
+           for m in (4, 1) for p, short in zip(PRECISIONS, ("bf16", "fp8", "fp4"))}
+  table = evaluate.format_table(
+      {"this run": {k: v for k, v in this.items() if k != "measured_main_kind"}, "paper shape (d_l 384)": paper},
+      f"Cache bytes per video (A.4; measured on disk for the main cache: {this['measured_main_kind']} B)",
+      sess.synthetic, columns=list(paper))
+  return {"cache_bytes": this, "cache_bytes_paper_shape": paper}, [table]
+
+
+def cost_report(sess: Session) -> tuple[dict, list[str]]:
+  """Table 2: the cost profile of both cache budgets at K = eval.cost_k, batch 1, on this machine."""
+  c, mc = sess.config, sess.mc
+  small_m = 1 if mc.tokens_per_frame > 1 else mc.tokens_per_frame
+  cost = {}
+  for m in dict.fromkeys((mc.tokens_per_frame, small_m)):
+    variant = FULL if m == mc.tokens_per_frame else Variant(tokens_per_frame=m)
+    cfg = dataclasses.replace(sess.cfg_of(variant), scan_pairs=c.eval.scan_pairs)
+    params = sess.trained.get(variant.name) or jax.jit(lambda k, c=cfg: V.init_params(V.Vedje(c), k))(
+        jax.random.PRNGKey(c.seed))  # cost does not depend on the values: an untrained 16-token model will do
+    cost[f"{mc.frames * m}_tokens"] = cost_profile(params, cfg, sess.store, c.data.tokens_kind, sess.test, c.eval.cost_k)
+  table = evaluate.format_table(cost, f"Cost profile (Table 2; K = {c.eval.cost_k} clipped to the gallery, batch 1, "
+                                f"{jax.devices()[0].device_kind})", sess.synthetic,
+                                columns=[k for k in next(iter(cost.values())) if k != "k"])
+  return {"cost": cost}, [table]
+
+
+def ablation_report(sess: Session, stage1: dict) -> tuple[dict, list[str]]:
+  """The tables of `config.ablations` (`ablation_plan`; each distinct variant trained once, reused across tables)."""
+  c, mc = sess.config, sess.mc
+  plan = ablation_plan(mc.frames, mc.tokens_per_frame, c.cache.precision, tuple(mc.horizons))
+  out, tables = {}, []
+  for table in c.ablations:
+    rows = {name: sess.evaluate_variant(variant, precision)[0] for name, (variant, precision) in plan[table].items()}
+    if table == "loss_stack":  # Table 15's first row: the stage-1 retriever before reranking
+      rows = {"stage1_only": {k: stage1[k] for k in KEYS}, **rows}
+    if table == "backbone":  # Table 17 reports each encoder's online parameters
+      rows = {name: {**row, "online_params": online_param_count(sess.params_of(plan[table][name][0]))}
+              for name, row in rows.items()}
+    out[table] = rows
+    tables.append(evaluate.format_table(rows, f"Ablation: {table.replace('_', ' ')}", sess.synthetic,
+                                        columns=list(KEYS) + (["online_params"] if table == "backbone" else [])))
+    print(tables[-1] + "\n", flush=True)
+  return {"ablations": out}, tables
+
+
+def k_sweep_report(sess: Session) -> tuple[dict, list[str]]:
+  """A.7: the main model reranking K candidates, keyed by the K actually reranked (a requested K past the gallery
+  reranks all of it); {} when `eval.k_sweep` is empty."""
+  c, n = sess.config, len(sess.test.video_ids)
+  if not c.eval.k_sweep:
+    return {}, []
+  sweep = {}
+  for k in sorted({min(int(k), n) for k in c.eval.k_sweep}):
+    row, info = sess.evaluate_variant(FULL, c.cache.precision, k)
+    sweep[str(k)] = {**row, "latency_ms_per_query": info["latency_ms"]["t2v_rerank"],
+                     "requested": sorted(int(r) for r in c.eval.k_sweep if min(int(r), n) == k)}
+  table = evaluate.format_table({f"K={k}": v for k, v in sweep.items()}, "Candidate-pool size (A.7)", sess.synthetic,
+                                columns=list(KEYS) + ["latency_ms_per_query"])
+  return {"k_sweep": sweep}, [table]
+
+
+def diagnostics_report(sess: Session, main_info: dict) -> tuple[dict, list[str]]:
+  """A.10's dynamics stratification and A.11's MaxSim cache probe, with and without L_delta; {} when
+  `config.diagnostics` is off."""
+  c, test, precision = sess.config, sess.test, sess.config.cache.precision
+  if not c.diagnostics:
+    return {}, []
+  bins = dynamics_bins(dynamics(sess.store, c.data.tokens_kind, test.video_ids))
+  strat = {"with_delta": stratified_r1(main_info, test, bins),
+           "without_delta": stratified_r1(sess.evaluate_variant(NO_DELTA, precision)[1], test, bins)}
+  tables = [evaluate.format_table({f"{name} {b}": v for name, rows in strat.items() for b, v in rows.items()},
+                                  "R@1 by visual dynamics (A.10: quartile bins of adjacent-frame change)",
+                                  sess.synthetic, columns=["t2v_r1", "v2t_r1", "n_videos"])]
+  probe = {}
+  for name, variant in (("with_delta", FULL), ("without_delta", NO_DELTA)):
+    sess.evaluate_variant(variant, precision)
+    probe[name] = cache_probe(sess.params_of(variant), sess.cfg_of(variant), sess.cache_store,
+                              sess.kind_of(variant, precision), test, sess.tokenizer)
+  tables.append(evaluate.format_table(probe, "Token-cache MaxSim probe (A.11)", sess.synthetic,
+                                      columns=[k for k in probe["with_delta"] if not k.startswith("pairs")]))
+  return {"dynamics": strat, "cache_probe": probe}, tables
+
+
+def recorded_data(config, workdir: str | Path):
+  """The config a finished run read its data with: a world run's `data.*` keys as
+  `vidjax.experiments.common.world_data` recorded them (`<workdir>/world/world.json`), else `config`."""
+  record = Path(workdir) / "world" / "world.json"
+  if "world" not in config or config.data.features or not record.is_file():
+    return config
+  out = config.copy_and_resolve_references()
+  with out.unlocked():
+    out.data.update(io.read_json(record, "world record")["data"])
+  out.lock()
+  return out
+
+
+def suite(config, workdir: str | Path) -> tuple[list[evaluate.Model], list[evaluate.Benchmark]]:
+  """Stage 1 (the store's dual-encoder embeddings) and VEDJE (stage-1 top `eval.k` reranked) on the test split's
+  caption-to-video R@K (`configs/evaluate_all.py`). Texts are keyed by caption id, videos by video id."""
+  sess = Session(recorded_data(config, workdir), Path(workdir), restore=True)
+  test, space = sess.test, sess.space
+  text_row, video_row = {q: i for i, q in enumerate(test.query_ids)}, {v: i for i, v in enumerate(test.video_ids)}
+  stage1 = evaluate.dual_encoder("vedje_stage1", space, lambda ids: test.text[[text_row[i] for i in ids]],
+                                 lambda ids: test.clip[[video_row[i] for i in ids]])
+
+  def reranked(data):
+    queries, videos, relevant = data
+    if list(queries) != test.query_ids or list(videos) != test.video_ids:
+      raise ValueError("VEDJE reranks its own test split's stage-1 candidates; this gallery is another one")
+    return sess.evaluate_variant(FULL, config.cache.precision)[0]
+
+  why = "VEDJE's reranker is wired to its own split's caches and stage-1 candidates (R@K)"
+  return ([stage1, evaluate.Model("vedje", space, {"gallery": reranked}, {k: why for k in evaluate.BENCHMARK_KINDS})],
+          [evaluate.Benchmark(f"R@K ({config.name})", "gallery", space,
+                              (test.query_ids, test.video_ids, test.query_video), sess.synthetic)])

@@ -25,11 +25,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from vidjax import evaluate, metrics
-from vidjax.defaults.cast import W_P_GRID, W_V_GRID
 from vidjax.models import cast as cast_models
 from vidjax.ops import cosine
 
 QUERY_KEYS = ("text", "history", "history_mask")
+# The paper's Full-Ensemble grid (App. B, "Inference Details"), `select_ensemble_weights`' default; a run's grid
+# is its config's (`eval.w_v_grid` / `eval.w_p_grid`, configs/cast/common.py: the same values).
+W_V_GRID = tuple(round(0.1 * i, 1) for i in range(6))
+W_P_GRID = tuple(round(0.2 + 0.1 * i, 1) for i in range(14))
 # apply_fn(params, text [Q, D], history [Q, L, D], history_mask [Q, L]) -> v_hat [Q, D]
 PredictFn = Callable[..., jax.Array]
 

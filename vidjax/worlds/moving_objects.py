@@ -42,15 +42,37 @@ Stage 1 (bag of object words against the frame mean; test groups of seeds 0-1, 1
 T2V R@10 of 79-88%; the background weight is 0.05 because at 0.3 the scene vector dominated the frame
 mean and R@10 fell to 18-23%, and the bag leaves out function and direction words (with them R@10 was
 56-63%). The twin ties its base at stage 1 for every query.
+
+The world is data (`write_world`, what `vidjax.experiments.common.world_data` calls): it writes what a user of
+the dataset a config names would have, under one folder, and the runs read it through the real path:
+
+  * release-format annotation files (`RELEASE_FILES`): MSR-VTT's JSFusion test csv (test videos, one caption each)
+    and `MSRVTT_data.json` (every video written, split "train" / "test"); DiDeMo's `test_data.json` / `train_data.json`;
+    ActivityNet Captions' `val_1.json` / `train.json`; MSVD's `youtube_mapping.txt` + `AllVideoDescriptions.txt`
+    (clip names `<world id>_0_<T>`, numbered vid1.. for training and vid1301.. for test, so at most 1,200 training
+    and 670 test videos). Every video has one caption describing the whole video. The files hold the test split,
+    and the training split when the run trains (a config with `data.train_annotations`);
+  * `features/`: a feature store with kinds `tokens` [T, P, dim], `clip` [dim] (keyed by video id as the reader
+    names it) and `text` [dim] (keyed by every caption id the reader gives, and by video id: a one-caption video's
+    paragraph is its caption), its manifest SYNTHETIC and naming the world (`world`, `seed`, `label`, `truth`);
+  * `world_truth.json` (`TRUTH_FILE`), the world truth no release file holds, for world-only diagnostics:
+    {"note", "dataset", "kinds": KINDS, "videos": {video id (reader's): {"group", "kind", "split"}}} (a group is
+    a base video, its time-reversed twin, its end-state variant and its semantic variant).
 """
 from __future__ import annotations
 
+import csv
 import dataclasses
-from typing import Sequence
+import io as io_std
+import math
+from pathlib import Path
+from typing import Mapping, Sequence
 
 import numpy as np
 
+from vidjax import io
 from vidjax.data import comp, genstate
+from vidjax.data.retrieval import read_dataset
 from vidjax.data.features import write_arrays
 from vidjax.data.annotations.types import Caption, RetrievalData, RetrievalVideo
 from vidjax.ops import l2_normalize
@@ -436,13 +458,169 @@ def genstate_triplets(world, split: str = "test", subset_by: str = "objects") ->
   return out
 
 
-def write_store(world: MovingObjectWorld, root, *, seed: int, world_fields) -> None:
+# ---------------------------------------------------------------------------------------------- the world as a
+# user's copy of a retrieval dataset: release-format annotation files, a feature store, and the world truth
+
+TRUTH_FILE = "world_truth.json"
+LABEL = "synthetic moving-object world"  # the store manifest's `label`: results name the dataset "<dataset> (LABEL)"
+# dataset -> (test annotation file(s), training annotation file(s)), as `vidjax.data.retrieval.read_dataset` takes them
+RELEASE_FILES = {
+    "msrvtt": ("MSRVTT_JSFUSION_test.csv", "MSRVTT_data.json"),
+    "didemo": ("test_data.json", "train_data.json"),
+    "activitynet": ("val_1.json", "train.json"),
+    "msvd": ("youtube_mapping.txt,AllVideoDescriptions.txt",) * 2,
+}
+MSVD_TEST_FIRST, MSVD_LIMITS = 1301, {"train": 1200, "test": 670}  # vidjax.data.annotations.msvd's split by number
+
+
+def release_ids(world: MovingObjectWorld, dataset: str) -> dict[str, str]:
+  """{world video id: its id in `dataset`'s release layout}: MSVD names a clip `<youtube id>_<start>_<end>`, so the
+  world's `mow00012_twin` is `mow00012_twin_0_<T>` there (a common suffix: the ids sort as the world's do); the
+  other layouts keep the world's ids."""
+  check_fits(dataset, {})
+  suffix = f"_0_{world.config.frames}" if dataset == "msvd" else ""
+  return {vid: vid + suffix for vid in world.data.video_ids()}
+
+
+def check_fits(dataset: str, counts: Mapping[str, int]) -> None:
+  """One clear error when `counts` ({split: videos}) do not fit `dataset`'s release layout (MSVD's split by clip
+  number: at most 1,200 training and 670 test clips), or a dataset whose layout the world does not write."""
+  if dataset not in RELEASE_FILES:
+    raise ValueError(f"the moving-object world writes the release files of {sorted(RELEASE_FILES)}, not {dataset!r}")
+  if dataset == "msvd" and any(counts.get(s, 0) > MSVD_LIMITS[s] for s in MSVD_LIMITS):
+    raise ValueError(f"MSVD's split by clip number holds at most {MSVD_LIMITS['train']} training and "
+                     f"{MSVD_LIMITS['test']} test videos; this moving-object world has {counts.get('train', 0)} and "
+                     f"{counts.get('test', 0)} ({len(KINDS)} a group): set --config.world.num_train_groups <= "
+                     f"{MSVD_LIMITS['train'] // len(KINDS)} and --config.world.num_eval_groups <= "
+                     f"{MSVD_LIMITS['test'] // len(KINDS)}, or name another dataset")
+
+
+def write_release_files(world: MovingObjectWorld, root, dataset: str, splits: Sequence[str] = ("test", "train")) \
+    -> dict[str, str]:
+  """Writes the world's videos and captions of `splits` as `dataset`'s release annotation files under `root`
+  (module docstring); returns the data keys naming them: {"annotations": test file(s)} and, with "train" in
+  `splits`, {"train_annotations": training file(s)}."""
+  root = Path(root)
+  root.mkdir(parents=True, exist_ok=True)
+  ids, frames = release_ids(world, dataset), world.config.frames
+  split = {v.video_id: v.split for v in world.data.videos}
+  rows = [(ids[c.video_id], c, split[c.video_id]) for c in world.data.captions  # one caption a video, sorted by id
+          if split[c.video_id] in splits]
+  files = dict(zip(("test", "train"), RELEASE_FILES[dataset]))
+  if dataset == "msrvtt":
+    table = io_std.StringIO()
+    csv.writer(table, lineterminator="\n").writerows(
+        [("key", "vid_key", "video_id", "sentence")]
+        + [(c.caption_id, f"msr{i}", vid, c.text) for i, (vid, c, s) in enumerate(rows) if s == "test"])
+    io.atomic_write_text(root / "MSRVTT_JSFUSION_test.csv", table.getvalue())
+    if "train" in splits:  # the training file: every video written, each with its split
+      io.atomic_write_json(root / "MSRVTT_data.json", {
+          "info": {"description": SYNTHETIC_NOTE},
+          "videos": [{"video_id": vid, "category": 0, "url": f"synthetic://moving-objects/{vid}", "start time": 0,
+                      "end time": frames, "split": s, "id": i} for i, (vid, _, s) in enumerate(rows)],
+          "sentences": [{"caption": c.text, "video_id": vid, "sen_id": c.caption_id} for vid, c, _ in rows]})
+  elif dataset == "didemo":  # 5-second chunks at one frame a second; every caption describes the whole video
+    chunks = math.ceil(frames / 5)
+    for s in splits:
+      io.atomic_write_json(root / files[s], [
+          {"annotation_id": c.caption_id, "video": vid, "description": c.text, "times": [[0, chunks - 1]] * 4,
+           "num_segments": chunks, "dl_link": f"synthetic://moving-objects/{vid}"} for vid, c, v_split in rows
+          if v_split == s])
+  elif dataset == "activitynet":
+    for s in splits:
+      io.atomic_write_json(root / files[s], {vid: {"duration": float(frames), "timestamps": [[0.0, float(frames)]],
+                                               "sentences": [c.text]} for vid, c, v_split in rows if v_split == s})
+  else:  # msvd
+    check_fits(dataset, {s: sum(v_split == s for _, _, v_split in rows) for s in MSVD_LIMITS})
+    number, mapping = {"train": 1, "test": MSVD_TEST_FIRST}, []
+    for vid, _, v_split in rows:
+      mapping.append(f"{vid} vid{number[v_split]}")
+      number[v_split] += 1
+    io.atomic_write_text(root / "youtube_mapping.txt", "".join(f"{line}\n" for line in mapping))
+    io.atomic_write_text(root / "AllVideoDescriptions.txt", "".join(
+        f"{line}\n" for line in ["# " + SYNTHETIC_NOTE, "# <clip name> <description>"]
+        + [f"{vid} {c.text}" for vid, c, _ in rows]))
+  test, train = (",".join(str(root / f) for f in files.split(",")) for files in RELEASE_FILES[dataset])
+  return {"annotations": test, **({"train_annotations": train} if "train" in splits else {})}
+
+
+def write_truth(world: MovingObjectWorld, path, dataset: str, splits: Sequence[str] = ("test", "train")) -> None:
+  """`world_truth.json` (module docstring): each video's group, kind and split, keyed by its release id."""
+  ids, split = release_ids(world, dataset), {v.video_id: v.split for v in world.data.videos}
+  io.atomic_write_json(path, {"note": SYNTHETIC_NOTE, "dataset": dataset, "kinds": list(KINDS), "videos": {
+      ids[v]: {"group": world.group[v], "kind": world.kind[v], "split": split[v]} for v in world.data.video_ids()
+      if split[v] in splits}})
+
+
+def read_truth(store) -> dict | None:
+  """The world truth beside a world's feature store (its manifest's `truth`), None for any other store."""
+  name = store.metadata.get("truth")
+  return io.read_json(Path(store.root).parent / name, "moving-object world truth") if name else None
+
+
+def world_checks(store, bench, text: np.ndarray, video: np.ndarray) -> dict:
+  """Stage 1 on the moving-object world's hard cases, from the world truth beside `store` (`read_truth`): how often
+  each negative of a base query scores at least as high as the base video, in % (ties count against the model;
+  100% = chance or worse). `text` [Q, D] and `video` [N, D]: `bench`'s queries and corpus (cosine scores).
+  {} for a store no world wrote."""
+  truth = read_truth(store)
+  if truth is None:
+    return {}
+  scores = text.astype(np.float64) @ video.astype(np.float64).T  # a world's test corpus is small
+  videos = truth["videos"]
+  member = {(t["group"], t["kind"]): vid for vid, t in videos.items()}
+  col = {v: i for i, v in enumerate(bench.corpus)}
+  rows = [i for i, q in enumerate(bench.queries) if videos[q.video_id]["kind"] == "base"]
+  out = {}
+  for kind in KINDS[1:]:
+    hits = [scores[i, col[member[videos[bench.queries[i].video_id]["group"], kind]]]
+            >= scores[i, col[bench.queries[i].video_id]] for i in rows]
+    out[f"{kind}_scores_at_least_base_pct"] = round(100.0 * float(np.mean(hits)), 2)
+  return {**out, "note": SYNTHETIC_NOTE}
+
+
+def write_world(config, root) -> dict[str, str]:
+  """What `vidjax.experiments.common.world_data` calls for a run whose config has a moving-object `world` section:
+  the world of `config.world` and `config.seed` written under `root` as a user's copy of `config.dataset` would be
+  (release annotation files, `features/`, `world_truth.json`: module docstring). What the run reads: the test
+  split, and the training split when the config has `data.train_annotations`. Returns the `data.*` keys naming
+  them (`annotations`, `train_annotations`, `features`)."""
+  root, splits = Path(root), ("test", "train") if "train_annotations" in config.data else ("test",)
+  cfg = world_config_from(config.world)
+  check_fits(config.dataset, {"test": len(KINDS) * cfg.num_eval_groups,
+                              **({"train": len(KINDS) * cfg.num_train_groups} if "train" in splits else {})})
+  world = make_moving_object_world(cfg, seed=config.seed)
+  keys = write_release_files(world, root, config.dataset, splits)
+  # The store is keyed as the real reader names the files' videos and captions (read back, not assumed).
+  records = [read_dataset(config.dataset, path) for path in dict.fromkeys(keys.values())]
+  ids, text_of = release_ids(world, config.dataset), dict(zip(world.data.video_ids(), world.text))
+  split = {v.video_id: v.split for v in world.data.videos}
+  ids = {w: v for w, v in ids.items() if split[w] in splits}
+  world_of = {v: w for w, v in ids.items()}
+  texts = {c.caption_id: text_of[world_of[c.video_id]] for data in records for c in data.captions}
+  texts.update({v: text_of[w] for w, v in ids.items()})  # paragraphs (DiDeMo, ActivityNet): keyed by video id
+  write_store(world, root / "features", seed=config.seed, world_fields=config.world, videos=ids, texts=texts,
+              metadata={"dataset": config.dataset, "label": LABEL, "truth": TRUTH_FILE})
+  write_truth(world, root / TRUTH_FILE, config.dataset, splits)
+  return {**keys, "features": str(root / "features")}
+
+
+def write_store(world: MovingObjectWorld, root, *, seed: int, world_fields, videos: Mapping[str, str] | None = None,
+                texts: Mapping[str, np.ndarray] | None = None, metadata: Mapping = ()) -> None:
   """Writes the world as a user's extraction would: a feature store with kinds `tokens` (per-frame patch tokens),
-  `clip` (the frame-mean embedding) per video id and `text` per caption id, its manifest saying SYNTHETIC."""
-  ids = world.data.video_ids()
-  write_arrays(root, {"tokens": (ids, world.tokens), "clip": (ids, world.clip),
-                      "text": ([c.caption_id for c in world.data.captions], world.text)},
-               {"backbone": "synthetic-moving-object-world", "synthetic": True, "seed": seed, "world": dict(world_fields)})
+  `clip` (the frame-mean embedding) per video id and `text` per caption id, its manifest saying SYNTHETIC.
+  `videos` ({world video id: store id}, default every video as it is) and `texts` ({id: text embedding}, default
+  every caption) choose and key them as a release layout names them (`write_world`); `metadata` adds manifest
+  fields."""
+  row = {v: i for i, v in enumerate(world.data.video_ids())}
+  videos = videos if videos is not None else {v: v for v in row}
+  ids, rows = list(videos.values()), [row[v] for v in videos]
+  if texts is None:
+    texts = dict(zip([c.caption_id for c in world.data.captions], world.text))
+  write_arrays(root, {"tokens": (ids, world.tokens[rows]), "clip": (ids, world.clip[rows]),
+                      "text": (list(texts), np.asarray(list(texts.values()), np.float32))},
+               {"backbone": "synthetic-moving-object-world", "synthetic": True, "seed": seed, "world": dict(world_fields),
+                **dict(metadata)})
 
 
 def write_comp(world: MovingObjectWorld, root, *, seed: int, world_fields, dataset: str = "activitynet") -> dict:

@@ -21,15 +21,46 @@ of q with f_v) over the 1,000 test videos has R@1 0.44-0.45 (R@10 0.89-0.91, R@1
 0-2); over the full corpus of 10,000 R@1 0.18 and R@100 0.90-0.92. The note's prototype on the same
 world measured that one semantic ID per video recalls the target among 150 candidates for ~0.76 of
 the queries and four (one per intent) for ~0.97: the multi-view mechanism GRDR claims.
+
+The world is data (`write_world`, through `vidjax.experiments.common.world_data`): it writes what a user of GRDR
+has, and the experiment reads it as it reads a user's files::
+
+    root/<dataset>/...            the release-format caption files of the config's dataset (MSR-VTT:
+                                  MSRVTT_data.json with the training split's captions + MSRVTT_JSFUSION_test.csv;
+                                  DiDeMo: train_data.json / test_data.json; ActivityNet Captions: train.json /
+                                  val_1.json; LSMDC: LSMDC16_annos_training.csv /
+                                  LSMDC16_challenge_1000_publictect.csv),
+                                  one caption per query, its text "<video> query <j>" (the world's queries are
+                                  vectors: the text only names the query)
+    root/features/                a feature store (manifest: SYNTHETIC, the world's config and seed): `clip` per
+                                  video (f_v), `text` per caption id (the query vector q: the store's "text
+                                  embeddings", read by query_encoder "minilm" / "t5_features", the intents, the
+                                  rerank)
+    root/world_truth.json         world truth no reader sees (`TRUTH_FILE`): each caption id's sense (the facet
+                                  index it mentions, `query_sense`) and each video's facet topics [[coarse, sub]]
+                                  (`video_topics`), for diagnostics of the query intents
+
+A test caption's id is the reader's: MSR-VTT's `ret<i>`, LSMDC's / ActivityNet's `<video>#<j>`, DiDeMo's
+`annotation_id`; under the paragraph protocol (DiDeMo, ActivityNet) a test query is its video's paragraph, id the
+video id, so the world must have one test query per video there.
 """
 from __future__ import annotations
 
+import csv
 import dataclasses
+import io as io_std
+from pathlib import Path
 
 import numpy as np
 
+from vidjax import io
+from vidjax.data.features import write_arrays
 from vidjax.metrics import rank_of_target
 from vidjax.ops import check_positive_fields, l2_normalize
+
+WORLD_NAME = "polysemous"  # the store's `world_name` (results.json's label: "synthetic polysemous world")
+TRUTH_FILE = "world_truth.json"
+FORMATS = ("msrvtt", "didemo", "activitynet", "lsmdc")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,17 +157,115 @@ def dense_recall(world: PolysemousWorld, pool: str = "inductive", ks=(1, 5, 10, 
   return {f"r{k}": float(np.mean(rank <= k)) for k in ks}
 
 
-@dataclasses.dataclass(frozen=True)
-class WorldQueries:
-  """The world's own multi-intent training queries (one facet each), as GRDR's `PseudoQueries` provider: called
-  with the training videos' rows, it returns query vectors and the position in `rows` of the video each describes."""
-  world: PolysemousWorld
+# ----------------------------------------------------------------------------------------------
+# The world as files (the module docstring's layout).
 
-  def __call__(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    position = {int(v): i for i, v in enumerate(rows)}
-    keep = np.asarray([int(v) in position for v in self.world.train_query_video])
-    video = np.asarray([position[int(v)] for v in self.world.train_query_video[keep]], np.int64)
-    return self.world.train_queries[keep], video
+
+def write_world(config, root: str | Path) -> dict[str, str]:
+  """`experiments.common.world_data`'s writer: the world of `config.world` and `config.seed` as the release files of
+  `config.dataset` (its test queries under `config.data.protocol`) and a feature store under `root`; returns the
+  `data.*` keys naming them."""
+  w = config.world
+  world = make_polysemous_world(PolysemousWorldConfig(num_videos=w.num_videos, dim=w.dim,
+                                                      train_queries=w.train_queries, test_queries=w.test_queries),
+                                seed=config.seed)
+  return write_files(world, root, config.dataset, config.data.protocol)
+
+
+def write_files(world: PolysemousWorld, root: str | Path, dataset: str = "msrvtt",
+                protocol: str = "captions") -> dict[str, str]:
+  """Writes `world` under `root` (the module docstring's layout); returns {"annotations", "train_annotations",
+  "features"}: the test and training files and the store."""
+  if dataset not in FORMATS:
+    raise ValueError(f"the polysemous world writes the release formats {FORMATS}, not {dataset!r}")
+  if protocol == "paragraphs" and world.config.test_queries != 1:
+    raise ValueError(f"{dataset}'s paragraph protocol makes one query of each test video's captions: the polysemous "
+                     f"world needs test_queries=1 there, got {world.config.test_queries}")
+  root = Path(root)
+  ids = world.video_ids
+  splits = {}
+  for split, video, facet in (("train", world.train_query_video, world.train_query_facet),
+                              ("test", world.test_query_video, world.test_query_facet)):
+    j = np.arange(len(video)) - np.searchsorted(video, video)  # the query's index within its video
+    splits[split] = [(str(ids[v]), int(k), f"{ids[v]} query {k}") for v, k in zip(video, j)]
+  files, caption_ids = _WRITERS[dataset](root / dataset, world, splits)
+  if protocol == "paragraphs":
+    caption_ids["test"] = [v for v, _, _ in splits["test"]]
+  query_ids = caption_ids["train"] + caption_ids["test"]
+  vectors = np.concatenate([world.train_queries, world.test_queries])
+  write_arrays(root / "features", {"clip": (list(ids), world.features), "text": (query_ids, vectors)},
+               {"backbone": "synthetic-polysemous-world", "synthetic": True, "seed": world.seed,
+                "world": dataclasses.asdict(world.config), "world_name": WORLD_NAME})
+  senses = np.concatenate([world.train_query_facet, world.test_query_facet])
+  io.atomic_write_json(root / TRUTH_FILE, {
+      "note": "SYNTHETIC polysemous world truth (vidjax.worlds.polysemous): query_sense = the facet a caption's "
+              "query mentions; video_topics = each video's facets as [coarse, sub] topics",
+      "query_sense": {q: int(f) for q, f in zip(query_ids, senses)},
+      "video_topics": {str(v): t.tolist() for v, t in zip(ids, world.facet_topics)}})
+  return {**{k: str(v) for k, v in files.items()}, "features": str(root / "features")}
+
+
+def _csv(rows) -> str:
+  out = io_std.StringIO()
+  csv.writer(out, lineterminator="\n").writerows(rows)
+  return out.getvalue()
+
+
+def _write_msrvtt(d: Path, world: PolysemousWorld, splits):
+  """MSRVTT_data.json (every video, the training captions, sen_id = caption id) and the 1k-A-style test csv."""
+  test = set(world.test.tolist())
+  videos = [{"video_id": str(v), "category": 0, "url": f"synthetic://polysemous/{v}", "start time": 0.0,
+             "end time": 10.0, "split": "test" if i in test else "train", "id": i}
+            for i, v in enumerate(world.video_ids)]
+  sentences = [{"caption": text, "video_id": v, "sen_id": i} for i, (v, _, text) in enumerate(splits["train"])]
+  io.atomic_write_json(d / "MSRVTT_data.json", {"info": {"description": "SYNTHETIC polysemous world"},
+                                                 "videos": videos, "sentences": sentences})
+  rows = [("key", "vid_key", "video_id", "sentence")] + [(f"ret{i}", f"msr{v}", v, text)
+                                                         for i, (v, _, text) in enumerate(splits["test"])]
+  io.atomic_write_text(d / "MSRVTT_JSFUSION_test.csv", _csv(rows))
+  return ({"annotations": d / "MSRVTT_JSFUSION_test.csv", "train_annotations": d / "MSRVTT_data.json"},
+          {"train": [str(i) for i in range(len(splits["train"]))],
+           "test": [f"ret{i}" for i in range(len(splits["test"]))]})
+
+
+def _write_didemo(d: Path, world: PolysemousWorld, splits):
+  """train_data.json / test_data.json: one description per query (one 5-second chunk, four annotators)."""
+  files, caption_ids, n = {}, {}, 1
+  for split, name in (("train", "train_data.json"), ("test", "test_data.json")):
+    entries = [{"annotation_id": n + i, "video": v, "description": text, "times": [[0, 0]] * 4, "num_segments": 1,
+                "dl_link": f"synthetic://polysemous/{v}"} for i, (v, _, text) in enumerate(splits[split])]
+    io.atomic_write_json(d / name, entries)
+    files[split], caption_ids[split] = d / name, [str(e["annotation_id"]) for e in entries]
+    n += len(entries)
+  return {"annotations": files["test"], "train_annotations": files["train"]}, caption_ids
+
+
+def _write_activitynet(d: Path, world: PolysemousWorld, splits):
+  """train.json / val_1.json: each video's queries as its sentences, each spanning the whole 10-second video."""
+  files, caption_ids = {}, {}
+  for split, name in (("train", "train.json"), ("test", "val_1.json")):
+    records = {}
+    for v, _, text in splits[split]:
+      r = records.setdefault(v, {"duration": 10.0, "timestamps": [], "sentences": []})
+      r["timestamps"].append([0.0, 10.0])
+      r["sentences"].append(text)
+    io.atomic_write_json(d / name, records)
+    files[split], caption_ids[split] = d / name, [f"{v}#{k:03d}" for v, k, _ in splits[split]]
+  return {"annotations": files["test"], "train_annotations": files["train"]}, caption_ids
+
+
+def _write_lsmdc(d: Path, world: PolysemousWorld, splits):
+  """LSMDC16_annos_training.csv / LSMDC16_challenge_1000_publictect.csv: a line per query, each clip 10 seconds."""
+  files, caption_ids = {}, {}
+  times = "00.00.00.000\t00.00.10.000\t00.00.00.000\t00.00.10.000"
+  for split, name in (("train", "LSMDC16_annos_training.csv"), ("test", "LSMDC16_challenge_1000_publictect.csv")):
+    io.atomic_write_text(d / name, "".join(f"{v}\t{times}\t{text}\n" for v, _, text in splits[split]))
+    files[split], caption_ids[split] = d / name, [f"{v}#{k:03d}" for v, k, _ in splits[split]]
+  return {"annotations": files["test"], "train_annotations": files["train"]}, caption_ids
+
+
+_WRITERS = {"msrvtt": _write_msrvtt, "didemo": _write_didemo, "activitynet": _write_activitynet,
+            "lsmdc": _write_lsmdc}
 
 
 if __name__ == "__main__":

@@ -5,6 +5,12 @@ YouCook2 / COIN / CrossTask so that every CAST experiment runs on a fresh machin
 results demonstrate mechanisms and exercise the code; they are never the paper's numbers, and every
 output that comes from it is labelled synthetic.
 
+A run reads the world as it reads a user's data (`write_world`, called by `vidjax.experiments.common.world_data`):
+the world writes the config's dataset's release annotation files (YouCook2 / COIN / CrossTask, `write_release`),
+a feature store with kinds `clip` and `text` (`write_store`, float32 as generated: the store holds the world's
+arrays bit for bit) and `world_truth.json` beside the store (`write_truth`: what only the world knows, e.g. the
+history world's `reuse_gap`, read by the world-only diagnostics through `read_truth`).
+
 Generative story (all vectors in R^dim, unit-normalized where marked ^):
   * task k has a centroid c_k^ and S_k ordered steps. Step semantics s_kj^ = (c_k + spread u_kj)^ with a
     small `spread`, so steps of one task are semantically close, as real recipe steps are.
@@ -66,9 +72,11 @@ the same accuracy), 3-4 objects per video.
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import numpy as np
 
+from vidjax import io
 from vidjax.data.annotations.types import Clip, Video
 from vidjax.data.features import write_arrays
 from vidjax.ops import l2_normalize
@@ -310,6 +318,124 @@ def calibration(world: ProceduralWorld, seed: int = 0) -> dict:
   return out
 
 
+def write_store(world: ProceduralWorld, root, *, seed: int, world_name: str = "first_order", dataset: str = ""):
+  """Writes the world as a user's extraction would: a feature store with kinds `clip` and `text` (a caption
+  embedding per clip id), its manifest saying SYNTHETIC. Besides the backbone, seed and world, the manifest says how
+  results name this data: `description` (the tables' dataset label) and `space` (the feature space, as
+  `evaluate_all` compares runs)."""
+  return write_arrays(root, {"clip": (world.clip_ids, world.clip_emb), "text": (world.clip_ids, world.text_emb)},
+                      {"backbone": "synthetic-procedural-world", "synthetic": True, "seed": seed,
+                       "world": dataclasses.asdict(world.config), "world_name": world_name,
+                       "description": "synthetic procedural world",
+                       "space": f"the {dataset or 'procedural'} procedural world (synthetic, seed {seed})"})
+
+
+# ----------------------------------------------------------------------------------------------
+# The world as files: release-format annotations, a feature store and the world's truth.
+
+RELEASE_DATASETS = ("youcook2", "coin", "crosstask")
+TRUTH_FILE = "world_truth.json"  # beside the store: what only the world knows (`write_truth`)
+_SUBSET = {"train": "training", "val": "validation", "test": "testing"}  # vidjax split -> release subset name
+
+
+def _step_lists(videos) -> dict[str, list[tuple[str, str]]]:
+  """{task: [(step id, step text), ...]}: every step a task's videos show, in order of first appearance."""
+  steps: dict[str, dict[str, str]] = {}
+  for v in videos:
+    for c in v.clips:
+      steps.setdefault(c.task, {}).setdefault(c.step, c.text)
+  return {task: list(s.items()) for task, s in steps.items()}
+
+
+def write_release(world: ProceduralWorld, root, dataset: str, *, train_split: str = "train",
+                  eval_split: str = "val") -> Path:
+  """Writes the world's videos as `dataset`'s release files (the layouts `vidjax.data.annotations` reads) under
+  `root/<dataset>/`; returns what `data.annotations` names (a file, or CrossTask's folder).
+
+  The training videos carry the subset of `train_split`, the evaluation videos that of `eval_split`:
+    youcook2  youcookii_annotations_trainval.json {"database": {id: {subset, recipe_type, duration,
+              annotations: [{segment, id, sentence}]}}}. The release has no step ids: the reader's clips have
+              step "", as a user's YouCook2 clips do.
+    coin      COIN.json {"database": {id: {subset, recipe_type, class, duration, annotation: [{id, segment,
+              label}]}}}: step ids as the world names them ("0", "1", ..., "prepare3", "use3").
+    crosstask tasks_primary.txt (a task's step list: every step its videos show), videos.csv (training videos),
+              videos_val.csv (evaluation videos), annotations/<task>_<video>.csv (1-based step index, start,
+              end). The CrossTask reader labels the videos with CAST's 80/20 seed-42 split whatever the lists
+              say, as it does for a user's CrossTask.
+  Times are the world's seconds (two decimals), written exactly (JSON / repr floats)."""
+  if dataset not in RELEASE_DATASETS:
+    raise ValueError(f"the procedural world writes the release formats of {RELEASE_DATASETS}, not {dataset!r}")
+  out = Path(root) / dataset
+  split_of = {**{v.video_id: train_split for v in world.train_videos},
+              **{v.video_id: eval_split for v in world.eval_videos}}
+  videos = world.train_videos + world.eval_videos
+  for split in (train_split, eval_split):
+    if split not in _SUBSET:
+      raise ValueError(f"data split {split!r} has no release subset name (known: {sorted(_SUBSET)})")
+  if dataset in ("youcook2", "coin"):
+    entries = {}
+    for v in videos:
+      entry = {"subset": _SUBSET[split_of[v.video_id]], "recipe_type": v.task, "duration": v.duration,
+               "video_url": f"synthetic://procedural/{v.video_id}"}
+      if dataset == "youcook2":
+        entry["annotations"] = [{"segment": [c.start, c.end], "id": c.index, "sentence": c.text} for c in v.clips]
+      else:
+        entry["class"] = f"task {v.task}"
+        entry["annotation"] = [{"id": c.step, "segment": [c.start, c.end], "label": c.text} for c in v.clips]
+      entries[v.video_id] = entry
+    path = out / ("youcookii_annotations_trainval.json" if dataset == "youcook2" else "COIN.json")
+    io.atomic_write_json(path, {"database": entries, "note": SYNTHETIC_NOTE})
+    return path
+  steps = _step_lists(videos)
+  index = {task: {step: i + 1 for i, (step, _) in enumerate(s)} for task, s in steps.items()}
+  blocks = [f"{task}\nsynthetic task {task}\nsynthetic://procedural/task/{task}\n{len(s)}\n"
+            + ",".join(text for _, text in s) for task, s in sorted(steps.items())]
+  io.atomic_write_text(out / "tasks_primary.txt", "\n\n".join(blocks) + "\n")
+  for name, vids in (("videos.csv", world.train_videos), ("videos_val.csv", world.eval_videos)):
+    io.atomic_write_text(out / name, "".join(f"{v.task},{v.video_id},synthetic://procedural/{v.video_id}\n"
+                                             for v in vids))
+  for v in videos:
+    io.atomic_write_text(out / "annotations" / f"{v.task}_{v.video_id}.csv",
+                         "".join(f"{index[v.task][c.step]},{c.start!r},{c.end!r}\n" for c in v.clips))
+  return out
+
+
+def write_truth(world: ProceduralWorld, path, *, seed: int, world_name: str) -> Path:
+  """`world_truth.json`, what only the world knows, for the world-only diagnostics:
+
+      {"world": name, "seed": seed, "note": ...,
+       "reuse_gap": {clip id of a "use m" clip: clips since its "prepare m"}}   (history worlds; else {})
+
+  The CAST experiment's reuse / non-reuse query split and its Acc by prepare-to-use gap read it."""
+  path = Path(path)
+  io.atomic_write_json(path, {"world": world_name, "seed": seed, "note": SYNTHETIC_NOTE,
+                              "reuse_gap": dict(world.reuse_gap)})
+  return path
+
+
+def write_world(config, root) -> dict[str, Path]:
+  """The procedural world of a CAST (or stack) config as the files a user has: `config.dataset`'s release
+  annotations (`write_release`), the feature store (`write_store`, kinds clip and text) and `world_truth.json`
+  beside it (`write_truth`), all under `root`. Returns the `data.*` keys naming them, for
+  `vidjax.experiments.common.world_data`. The world is `config.data.world` with `config.world`'s fields, drawn
+  from `config.seed`."""
+  if config.data.clip_kind != "clip" or config.data.text_kind != "text":
+    raise ValueError("the synthetic world writes kinds 'clip' and 'text'; leave data.clip_kind/text_kind as is")
+  root = Path(root)
+  world = make_procedural_world(world_config_from(config.world, config.data.world), seed=config.seed)
+  annotations = write_release(world, root, config.dataset, train_split=config.data.train_split,
+                              eval_split=config.data.eval_split)
+  write_store(world, root / "features", seed=config.seed, world_name=config.data.world, dataset=config.dataset)
+  write_truth(world, root / TRUTH_FILE, seed=config.seed, world_name=config.data.world)
+  return {"annotations": annotations, "features": root / "features"}
+
+
+def read_truth(store_root) -> dict:
+  """The `world_truth.json` beside a store a world wrote (`write_world`); {} beside any other store."""
+  path = Path(store_root).parent / TRUTH_FILE
+  return io.read_json(path, "world truth") if path.is_file() else {}
+
+
 if __name__ == "__main__":  # pragma: no cover - a calibration aid: python -m vidjax.worlds.procedural [world]
   import sys
   name = sys.argv[1] if len(sys.argv) > 1 else "first_order"
@@ -318,11 +444,3 @@ if __name__ == "__main__":  # pragma: no cover - a calibration aid: python -m vi
     print(f"{name} seed {seed}: reuse {100 * report['reuse_fraction']:.1f}% | " + " | ".join(
         f"{k} acc={m['acc']:.1f} state={m['state_acc']:.1f} ident={m['ident_acc']:.1f}"
         for k, m in report.items() if k != "reuse_fraction"))
-
-
-def write_store(world: ProceduralWorld, root, *, seed: int, world_name: str = "first_order"):
-  """Writes the world as a user's extraction would: a feature store with kinds `clip` and `text` (a caption
-  embedding per clip id), its manifest saying SYNTHETIC."""
-  return write_arrays(root, {"clip": (world.clip_ids, world.clip_emb), "text": (world.clip_ids, world.text_emb)},
-                      {"backbone": "synthetic-procedural-world", "synthetic": True, "seed": seed,
-                       "world": dataclasses.asdict(world.config), "world_name": world_name})

@@ -1,9 +1,16 @@
-"""CAST experiment defaults: the paper's hyperparameters as an `ml_collections.ConfigDict`.
+"""CAST: the paper's settings in one file (../shared/papers/cast.txt Tables 10-11, App. B).
 
-Light on purpose (no jax, no flax): `configs/cast_<dataset>.py` build their configs from here, so
-loading a config is instant; `vidjax.experiments.cast` reads the result. Settings: CAST paper
-Tables 10-11 and App. B (AdamW lr 1e-4, weight decay 1e-3, batch 512, tau 0.07, lambda_s 5,
-lambda_i 1, L = 5, the Full-Ensemble grid w_v in {0..0.5}, w_p in {0.2..1.5}).
+`configs/cast_<dataset>.py` load this file (`vidjax.defaults.common.config_module`) and fill in a few
+dataset-specific values; `vidjax.experiments.cast` runs the result. Light on purpose (no jax, no flax): loading a
+config is instant.
+
+    AdamW lr 1e-4, weight decay 1e-3, batch 512 (Table 11); tau 0.07, lambda_s 5, lambda_i 1 (eq. 6-9);
+    L = 5 context clips, 8 cross-attention heads, Path-1 dropout 0.1 (Tables 10-11);
+    the Full-Ensemble grid w_v in {0, 0.1, .., 0.5}, w_p in {0.2, 0.3, .., 1.5}, chosen on held-out training
+    videos only (App. B "Inference Details").
+
+Variants (`configs/cast_<dataset>.py:<variant>[,<variant>]`): `clip` (the paper's CLIP-feature epochs), `smoke`
+(seconds on a CPU, for tests) and the dataset's own (`real` for YouCook2).
 """
 from __future__ import annotations
 
@@ -14,18 +21,10 @@ import ml_collections
 from vidjax.defaults import common
 from vidjax.worlds.procedural import ProceduralWorldConfig
 
-DATASETS = ("youcook2", "coin", "crosstask")
-METHODS = ("zero_shot", "late_fusion_heuristic", "late_fusion_learned", "early_fusion",
-           "early_fusion_residual", "cast")
-# The next-state predictors, compared like with like (prediction alone; the same ensemble rule).
-ADAPTERS = ("early_fusion", "early_fusion_residual", "cast")
 # Training epochs (Table 11 / App. B): the VideoPrism rows are vidjax's defaults (its backbone);
 # the CLIP rows (the paper's main experiments) are the `clip` variant.
 EPOCHS = {"videoprism": {"youcook2": 30, "coin": 30, "crosstask": 50},
           "clip": {"youcook2": 30, "coin": 20, "crosstask": 50}}
-# The paper's ensemble grid (App. B, "Inference Details").
-W_V_GRID = tuple(round(0.1 * i, 1) for i in range(6))
-W_P_GRID = tuple(round(0.2 + 0.1 * i, 1) for i in range(14))
 
 
 def default_config(*, dataset: str, epochs: int, eval_split: str, identity_rule: str) -> ml_collections.ConfigDict:
@@ -38,7 +37,8 @@ def default_config(*, dataset: str, epochs: int, eval_split: str, identity_rule:
   c.dataset = dataset
   c.data = ml_collections.ConfigDict(dict(
       world="first_order",     # synthetic world when annotations == "": first_order | history | history_control
-      annotations="",          # annotation file (YouCook2/COIN) or release folder (CrossTask); "" = synthetic world
+      annotations="",          # annotation file (YouCook2/COIN) or release folder (CrossTask); "" = synthetic world,
+                               # written as this dataset's release files + a store under <workdir>/world
       features="",             # feature store directory (vidjax.data.features); required with annotations
       clip_kind="clip",        # store kind of clip embeddings (VideoPrism LvT: "clip")
       text_kind="text",        # store kind of caption embeddings, keyed by clip id
@@ -73,8 +73,12 @@ def default_config(*, dataset: str, epochs: int, eval_split: str, identity_rule:
       zero_negatives_in_loss=True,  # App. B: missing negatives are zero vectors (kept in the loss)
       log_every=50, checkpoint_every=1000, progress=True,
   ))
-  c.eval = ml_collections.ConfigDict(dict(w_v_grid=W_V_GRID, w_p_grid=W_P_GRID, chunk=1024))
-  c.sweep = ml_collections.ConfigDict(dict(context_lengths=(0, 1, 2, 3, 4, 5)))
+  c.eval = ml_collections.ConfigDict(dict(
+      w_v_grid=(0.0, 0.1, 0.2, 0.3, 0.4, 0.5),  # App. B: the Full Ensemble's w_v ...
+      w_p_grid=tuple(round(0.2 + 0.1 * i, 1) for i in range(14)),  # ... and w_p in {0.2, 0.3, .., 1.5}
+      chunk=1024,               # queries scored per jitted call
+  ))
+  c.sweep = ml_collections.ConfigDict(dict(context_lengths=(0, 1, 2, 3, 4, 5)))  # Figure 6
   return c
 
 

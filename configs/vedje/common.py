@@ -1,4 +1,5 @@
-"""VEDJE experiment defaults (`configs/vedje_<dataset>.py`): jax-free, instant to load.
+"""VEDJE: the paper's settings and the variants every `configs/vedje_<dataset>.py` shares (jax-free, instant to
+load; each dataset file calls `get_config(<dataset>, arg)`).
 
 The paper's hyperparameters (../shared/papers/vedje.txt App. A.2-A.4) are `model` and `train`:
 T = 16 frames x M = 4 cached tokens of width d_l = 384, a MiniLM-shaped joint encoder, AdamW
@@ -10,98 +11,29 @@ Deviations, each stated where it is set:
     the weights CAST's mining uses) instead of microsoft/MiniLM-L12-H384-uncased (12 layers, 33M),
     which is not available offline. `model.num_layers=12 model.init=random` gives the paper's shape.
   * the embedded SYNTHETIC moving-object world (the `world` variant, `configs/vedje_<dataset>.py:world`)
-    trains a small random-init reranker with its own schedule (a few CPU minutes; see `world`).
+    trains a small random-init reranker with its own schedule (a few CPU minutes; see `world`). The run first
+    writes the world as the dataset's release files and feature store under `<workdir>/world`, then reads them
+    as it reads a user's (`vidjax.worlds.moving_objects.write_world`).
 """
 from __future__ import annotations
 
-import dataclasses
-from typing import Optional
+from pathlib import Path
 
 import ml_collections
 
-from vidjax.defaults import common, retrieval
+from vidjax.defaults import common
 
-# Ablation tables (results.json "ablations"), in print order.
-ABLATIONS = ("cache_structure", "prior", "cache_budget", "delta", "horizon", "loss_stack", "loss_leave_one_out",
-             "backbone")
-PRECISIONS = ("bfloat16", "float8_e4m3", "float4_e2m1")
+retrieval = common.config_module(Path(__file__).parent.parent / "retrieval" / "common.py")  # stage 1's settings
+# Every ablation table (`:all`), in print order: the tables `vidjax.methods.vedje.ablation_plan` builds.
+ALL_TABLES = ("cache_structure", "prior", "cache_budget", "delta", "horizon", "loss_stack", "loss_leave_one_out",
+              "backbone")
+
 # The reader split of each dataset's training file: MSR-VTT's JSON marks "train" (an id list, the standard 9k
 # train_list_jsfusion.txt, replaces it), MSVD's numbering gives "train", DiDeMo and ActivityNet have one file each.
 TRAIN_SPLIT = {"msrvtt": "train", "msvd": "train", "didemo": "", "activitynet": ""}
 # Variants that contradict each other (`common.apply_variants`): `rendered` runs on the rendered corpus's store, which
 # the embedded world (`world`, and `smoke`, which implies it) replaces; `fast` drops the tables `all` asks for.
 EXCLUSIVE = (("world", "rendered"), ("smoke", "rendered"), ("fast", "all"))
-
-
-@dataclasses.dataclass(frozen=True)
-class Variant:
-  """One trained VEDJE model (the defaults are the full model of the config)."""
-  tokens_per_frame: Optional[int] = None    # None = the config's M
-  cache_structure: str = "ordered"
-  use_prior: bool = True
-  use_joint: bool = True
-  weights: tuple[float, ...] = (1.0, 1.0, 1.0, 1.0)  # multiplies train.loss_weights (vtm, vtc, mlm, delta)
-  horizons: Optional[tuple[int, ...]] = None
-  absolute_delta: bool = False
-  control: bool = False   # Table 17: the joint encoder takes `model.control`'s (larger) shape
-
-
-  @property
-  def name(self) -> str:
-    parts = [f"m{self.tokens_per_frame}" if self.tokens_per_frame else "", self.cache_structure,
-             "" if self.use_prior else "noprior", "" if self.use_joint else "nojoint",
-             "" if self.weights == (1.0, 1.0, 1.0, 1.0) else "w" + "-".join(f"{w:g}" for w in self.weights),
-             "h" + "-".join(map(str, self.horizons)) if self.horizons else "", "abs" if self.absolute_delta else "",
-             "control" if self.control else ""]
-    return "_".join(p for p in parts if p)
-
-
-FULL = Variant()
-NO_DELTA = Variant(weights=(1.0, 1.0, 1.0, 0.0))
-
-
-def ablation_plan(frames: int, tokens_per_frame: int, precision: str, horizons=(3,)) \
-    -> dict[str, dict[str, tuple[Variant, str]]]:
-  """{table: {row: (variant, cache precision)}}: the paper's ablations (§3.3-3.6, A.12-A.15).
-
-  cache_structure: Table 4 (its "w/o L_delta" row is `without_delta`); prior: Table 6; cache_budget: Table 3 and A.8;
-  delta: Tables 5 and 14; horizon: Table 16, one single-horizon model per h (the row equal to `model.horizons` is
-  the full model); loss_stack: Table 15, the losses added cumulatively (VTM, +MLM, +VTC, +L_delta; the run adds the
-  stage-1 row); loss_leave_one_out: one loss dropped at a time (not in the paper); backbone: Table 17, the joint
-  encoder at `model.control`'s shape (BERT-base on the dataset configs).
-  """
-  compact = 1 if tokens_per_frame > 1 else tokens_per_frame
-  big, small = frames * tokens_per_frame, frames * compact
-  unordered = dict(weights=NO_DELTA.weights)  # Table 4: the unordered caches have no future-delta target
-  horizons = tuple(horizons)
-
-  def weights(*on: str) -> Variant:  # the loss weights (vtm, vtc, mlm, delta) with only `on` active
-    w = tuple(1.0 if name in on else 0.0 for name in ("vtm", "vtc", "mlm", "delta"))
-    return FULL if w == FULL.weights else Variant(weights=w)
-
-  return {
-      "cache_structure": {"ordered": (FULL, precision),
-                          "frame_mean": (Variant(cache_structure="frame_mean", **unordered), precision),
-                          "frame_attention": (Variant(cache_structure="frame_attention", **unordered), precision),
-                          "middle_frame": (Variant(cache_structure="middle_frame", **unordered), precision),
-                          "without_delta": (NO_DELTA, precision)},
-      "prior": {"prior_only": (Variant(use_joint=False), precision),
-                "joint_only": (Variant(use_prior=False), precision),
-                "prior_joint": (FULL, precision)},
-      "cache_budget": {f"{p}_{n}": (FULL if m == tokens_per_frame else Variant(tokens_per_frame=m), p)
-                       for n, m in ((big, tokens_per_frame), (small, compact)) for p in PRECISIONS},
-      "delta": {"with_delta": (FULL, precision), "without_delta": (NO_DELTA, precision),
-                "absolute_target": (Variant(absolute_delta=True), precision),
-                f"with_delta_{small}": (Variant(tokens_per_frame=compact), precision),
-                f"without_delta_{small}": (Variant(tokens_per_frame=compact, weights=NO_DELTA.weights), precision)},
-      "horizon": {f"h{h}": (FULL if (h,) == horizons else Variant(horizons=(h,)), precision) for h in (2, 3, 4)},
-      "loss_stack": {"vtm": (weights("vtm"), precision), "vtm_mlm": (weights("vtm", "mlm"), precision),
-                     "vtm_mlm_vtc": (weights("vtm", "mlm", "vtc"), precision), "full": (FULL, precision)},
-      "loss_leave_one_out": {"full": (FULL, precision),
-                             **{f"without_{name}": (weights(*(n for n in ("vtm", "vtc", "mlm", "delta") if n != name)),
-                                                    precision) for name in ("vtm", "vtc", "mlm", "delta")}},
-      "backbone": {"default": (FULL, precision), "control": (Variant(control=True), precision)},
-  }
 
 
 def _reranker(**kw) -> ml_collections.ConfigDict:
@@ -203,6 +135,8 @@ def world(c: ml_collections.ConfigDict) -> None:
   """The embedded SYNTHETIC moving-object world and a reranker sized for it: random init, d_l 64, 2 layers (its
   videos are 16 frames of 16 patch tokens of width 32, its captions use ~30 words), a few CPU minutes."""
   c.world = retrieval.get_config(c.dataset).world
+  if c.dataset == "msvd":  # MSVD's release numbers 1,200 training videos: the world's 4 a group fit 300 groups
+    c.world.num_train_groups = 300
   _small(c)
 
 
@@ -272,4 +206,4 @@ def fast(c: ml_collections.ConfigDict) -> None:
 
 def all_tables(c: ml_collections.ConfigDict) -> None:
   """Every ablation table."""
-  c.ablations = ABLATIONS
+  c.ablations = ALL_TABLES

@@ -1,4 +1,13 @@
-"""GRDR experiment defaults (`configs/grdr_<dataset>.py`): jax-free, instant to load.
+"""GRDR: the paper's settings in one file (../shared/papers/grdr.txt §4.3), and the variants.
+
+`configs/grdr_<dataset>.py` load this file (`vidjax.defaults.common.config_module`) and return
+`get_config(<dataset>, arg)`; `vidjax.experiments.grdr` runs the result. Light on purpose (no jax, no flax): loading
+a config is instant.
+
+Variants (`configs/grdr_<dataset>.py:<variant>[,<variant>]`): `world` (the embedded SYNTHETIC polysemous world,
+written as release files and a store under `<workdir>/world`, and its small retriever), `smoke` (a tiny world,
+seconds: tests), `tiny` (a tiny model on any data), `rendered` (the rendered release corpus's store), `sweep`
+(Figure 7).
 
 The paper's hyperparameters (../shared/papers/grdr.txt §4.3): N_v = 4 views, M = 3 codebook layers of
 K = 128 codes (LSMDC: N_v = 1, K = 200); T5-Small retriever; AdamW lr 1e-4, batch 512; per layer

@@ -1,9 +1,12 @@
-"""Stage-1 text-video retrieval defaults (`configs/retrieval_<dataset>.py`): jax-free, instant to load.
+"""Stage-1 text-video retrieval: the settings every `configs/retrieval_<dataset>.py` shares (jax-free, instant to
+load; each dataset file calls `get_config(<dataset>, arg)`).
 
 Zero-shot dual-encoder retrieval from a feature store (text and clip kinds, e.g. VideoPrism-LvT
 embeddings from configs/extract_videoprism.py), evaluated with the standard R@K protocol in both
-directions (`vidjax.data.retrieval`). With `data.features` empty the run uses the embedded SYNTHETIC
-moving-object world (`vidjax.worlds.moving_objects`) and labels every output synthetic.
+directions (`vidjax.data.retrieval`; its `DATASETS` gives each dataset's protocol and split). With
+`data.features` empty the run writes the embedded SYNTHETIC moving-object world (`vidjax.worlds.moving_objects`)
+as the dataset's release files and store under `<workdir>/world`, reads them as a user's, and labels every
+output synthetic.
 """
 from __future__ import annotations
 
@@ -11,16 +14,9 @@ import dataclasses
 
 import ml_collections
 
+from vidjax.data.retrieval import DATASETS
 from vidjax.defaults import common
 from vidjax.worlds.moving_objects import MovingObjectWorldConfig
-
-# dataset -> (reader protocol, evaluation split) of its standard text-to-video benchmark.
-DATASETS = {
-    "msrvtt": ("captions", ""),         # 1k-A: 1,000 test videos, one caption each (JSFusion csv)
-    "didemo": ("paragraphs", ""),       # test_data.json: all descriptions of a video, in time order
-    "activitynet": ("paragraphs", ""),  # val_1.json: paragraph-to-video
-    "msvd": ("captions", "test"),       # youtube_mapping.txt,AllVideoDescriptions.txt: the 670 test clips
-}
 
 
 def get_config(dataset: str, arg: str | None = None) -> ml_collections.ConfigDict:
@@ -37,7 +33,8 @@ def get_config(dataset: str, arg: str | None = None) -> ml_collections.ConfigDic
   c.data = ml_collections.ConfigDict(dict(
       annotations="",     # the dataset's annotation file (see configs/retrieval_<dataset>.py)
       video_list="",      # MSR-VTT: optional id-list file restricting the videos (e.g. val_list_jsfusion.txt)
-      features="",        # feature store directory; "" = the synthetic moving-object world
+      features="",        # feature store directory; "" = the synthetic moving-object world (written to
+                          # <workdir>/world with its annotation files, which set data.annotations)
       clip_kind="clip",   # store kind of video embeddings, keyed by video id
       text_kind="text",   # store kind of caption embeddings, keyed by caption id (paragraphs: video id)
       protocol=protocol,  # "captions" (one query per caption) or "paragraphs" (one per video)
