@@ -5,7 +5,7 @@
 
 Renders mp4 clips of coloured shapes (position, quantity, actor and relation changes, each with a temporal
 and a semantic hard negative) with their GenState metadata files, extracts them through the one extraction
-(`vidjax.methods.extraction`) with the STAND-IN pixel-statistics backbone (not VideoPrism:
+(`vidjax.extract.extract_into`) with the STAND-IN pixel-statistics backbone (not VideoPrism:
 `--config.extract.model.name=videoprism_lvt_public_v1_base --config.extract.model.checkpoint=<.npz>
 --config.extract.model.spm_path=<spm>` uses VideoPrism), evaluates an order-blind zero-shot dual encoder and a
 VidCLIP trained on the world's training prompts, and writes the Table-3-shaped metrics, the order histogram

@@ -8,13 +8,17 @@
 CAST's benchmark asks for the next clip among 10 candidates; here the pool is every clip of every evaluation
 video. Dense recall (text -> clip cosine, K = 100) -> rerank (K = 20) -> CAST Full-Ensemble consistency with
 the query's context clips (eq. 13) -> top 10. The CAST half is `configs/cast_coin.py` unchanged (its world,
-benchmark, training and ensemble grid); see `vidjax.defaults.stack` for the stack's fields and why the rerank
+benchmark, training and ensemble grid); see `configs/stack/common.py` for the stack's fields and why the rerank
 stage on one-embedding-per-clip features is a pair reranker rather than VEDJE.
 
 Data: with `data.annotations` empty, the embedded SYNTHETIC procedural world; for real COIN pass
 `--config.data.annotations` and `--config.data.features` as for configs/cast_coin.py.
 """
-from vidjax.defaults import stack
+from pathlib import Path
+
+from vidjax.defaults.common import config_module
+
+stack = config_module(Path(__file__).parent / "stack" / "common.py")
 
 
 def get_config(arg=None):

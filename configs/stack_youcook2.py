@@ -8,9 +8,13 @@
 Without `data.annotations` the run uses the embedded SYNTHETIC procedural world, as configs/cast_youcook2.py
 does; the `real` variant mines identity negatives by caption similarity (all-MiniLM-L6-v2). YouCook2 has no
 step labels, so at corpus scale an "identity" confusion is a clip of another video of the same recipe.
-See configs/stack_coin.py and `vidjax.defaults.stack`.
+See configs/stack_coin.py and `configs/stack/common.py`.
 """
-from vidjax.defaults import stack
+from pathlib import Path
+
+from vidjax.defaults.common import config_module
+
+stack = config_module(Path(__file__).parent / "stack" / "common.py")
 
 
 def get_config(arg=None):

@@ -63,7 +63,7 @@ def test_checkpoint_loads_through_the_official_loader_with_the_trained_embedding
   assert set(flat(variables["params"])) == set(flat(trained))
 
   videos = [v for v in read_annotations("youcook2", config.data.annotations) if v.split != "train"][:2]
-  from vidjax.methods.extraction import index_videos  # pylint: disable=g-import-not-at-top
+  from vidjax.data.video import index_videos  # pylint: disable=g-import-not-at-top
   index = index_videos(config.data.videos)
   frames = np.concatenate([video_lib.decode_clips(index[v.video_id], [None], config.num_frames, config.resolution,
                                                   uint8=True).frames for v in videos])

@@ -174,7 +174,7 @@ def test_a_batch_larger_than_the_training_set_fails_before_anything_is_written(t
 
 
 def test_a_workdir_trained_on_other_features_is_refused_before_any_checkpoint_is_read(tmp_path):
-  from vidjax.methods.real import check_store  # pylint: disable=g-import-not-at-top
+  from vidjax.data.provenance import check_store  # pylint: disable=g-import-not-at-top
   ids = ["a", "b"]
   store = write_arrays(tmp_path / "store", {"clip": (ids, np.ones((2, 8), np.float32))}, {"backbone": "lvt_base"})
   check_store(tmp_path / "run", store, ["clip", "text"])  # first use: recorded

@@ -8,6 +8,7 @@ import pytest
 
 from vidjax.data import comp
 from vidjax.experiments import comp as E
+from vidjax.experiments import common
 from vidjax.experiments.common import load_config
 from vidjax.methods import comp as M
 from vidjax.methods.comp import METHODS, METRICS
@@ -260,7 +261,7 @@ def test_the_suite_reads_the_finished_runs_files_and_reproduces_its_numbers(smok
   and its models score the run's own Comp benchmark as the run did."""
   workdir, results = smoke_run
   config = load_config(ROOT / "configs/comp_activitynet.py:smoke")
-  models, benchmarks = M.suite(config, workdir)
+  models, benchmarks = M.suite(common.recorded_world_data(config, workdir), workdir)
   assert [m.name for m in models] == list(METHODS)
   space = f"the feature store {workdir / 'world' / 'store'}"
   assert {b.space for b in benchmarks} == {m.space for m in models} == {space}

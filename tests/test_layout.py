@@ -28,7 +28,7 @@ ALLOWED = {
     "checkpoints": {"ops", "io", "models", "tokenizers"},
     "train": {"io", "sharding", "losses", "progress", "data"},  # data: the Grain index batches of fit_epochs
     "evaluate": {"metrics", "ops", "retrieval"},
-    "extract": {"data", "sharding", "progress", "checkpoints", "models", "ops"},  # + the backbone it runs
+    "extract": {"data", "sharding", "progress", "checkpoints", "models", "ops", "tokenizers"},  # + the backbone it runs
     "scorers": {"evaluate", "metrics", "models", "ops", "defaults", "data"},  # data: the feature store a scorer reads
     # A method's library code: its model built from a config, its loss in the one loop, restore, index.
     "methods": {"checkpoints", "data", "defaults", "evaluate", "extract", "io", "losses", "metrics", "models", "ops",
@@ -39,7 +39,7 @@ ALLOWED = {
     "main": {"experiments", "methods", "sharding"},  # methods: the table a method's run is dispatched through
     # The index format (retrieval.index) and each stage kind's model / scorer; a method's code only inside the builder
     # of an index that needs it (test_search_imports_no_method).
-    "search": {"defaults", "methods", "models", "retrieval", "scorers"},
+    "search": {"defaults", "extract", "methods", "models", "retrieval", "scorers"},  # extract: a store's text tower
     "real_path": {"io", "methods"},  # the summary of launch/real_path.sh: results.json files and the methods' lines
 }
 

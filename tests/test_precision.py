@@ -131,7 +131,8 @@ def test_a_bad_value_is_one_clear_error_before_any_work(tmp_path, key, value):
 
 def test_results_record_the_policy(tmp_path):
   config = config_with(train="high")
-  world = common.results_dict(config, dataset="d", synthetic=True, metrics={}, **common.WORLD_PATH)
+  world = common.results_dict(config, dataset="d", synthetic=True, metrics={}, path="world",
+                                skipped_videos={"count": 0, "file": ""})
   assert world["config"]["precision"] == {"train": "high", "extract": "highest", "eval": "highest"}
   store = {"backbone": "b", "store": "/s"}
   real = common.results_dict(config, dataset="d", synthetic=False, metrics={}, path="real", provenance=store,

@@ -12,7 +12,7 @@ from vidjax.data import comp
 from vidjax.data import genstate
 from vidjax.data import video
 from vidjax.data.annotations import msrvtt as msrvtt_lib
-from vidjax.methods.extraction import index_videos
+from vidjax.data.video import index_videos
 from vidjax.worlds import release
 
 CFG = release.SIZES["smoke"]

@@ -11,6 +11,7 @@ import pytest
 
 from vidjax import evaluate, metrics, ops, train
 from vidjax.data import features
+from vidjax.experiments import common
 from vidjax.experiments import vedje as E
 from vidjax.methods import vedje as VM
 from vidjax.experiments.common import load_config
@@ -42,7 +43,7 @@ def test_smoke_run_writes_the_results_contract(smoke_run):
   assert (workdir / "world" / "world_truth.json").is_file() and on_disk["provenance"]["backbone"] == \
       "synthetic-moving-object-world"
   # A finished world run's suite reads the files its run read (the world record), from the run's own config.
-  recorded = VM.recorded_data(load_config(ROOT / "configs/vedje_msrvtt.py:smoke"), workdir)
+  recorded = common.recorded_world_data(load_config(ROOT / "configs/vedje_msrvtt.py:smoke"), workdir)
   assert recorded.data.features == str(workdir / "world" / "features") == on_disk["config"]["data"]["features"]
   assert plan["prior"]["prior_joint"] == (VM.FULL, "bfloat16")  # the main model, reused
   assert not plan["prior"]["prior_only"][0].use_joint and not plan["prior"]["joint_only"][0].use_prior

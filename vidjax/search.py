@@ -56,8 +56,8 @@ def _grdr_recall(section, params, vectors, ids, dim):
 
 
 def _text_tower(tower):
-  from vidjax.methods import extraction  # pylint: disable=g-import-not-at-top  (a store's text tower only)
-  return extraction.make_query_encoder(tower)
+  from vidjax import extract  # pylint: disable=g-import-not-at-top  (a store's text tower only)
+  return extract.make_query_encoder(tower)
 
 
 # What each kind an index's manifest names is built with.

@@ -57,7 +57,7 @@ def default_config(name: str = "genstate_rendered") -> ml_collections.ConfigDict
   # 800 training queries per category (9,600 training clips): fewer and the model memorizes its training triplets
   # (BENCHMARKS.md, "GenState", has the measurements).
   c.world = ml_collections.ConfigDict({**dataclasses.asdict(RenderedWorldConfig()), "num_train": 800})
-  # How the world's clips are extracted (`vidjax.methods.extraction`; frames and resolution are the world's).
+  # How the world's clips are extracted (`vidjax.extract.extract_into`; frames and resolution are the world's).
   c.extract = ml_collections.ConfigDict(dict(
       seed=0,
       model=ml_collections.ConfigDict(dict(

@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+from pathlib import Path
 from typing import Sequence
 
 import io
@@ -274,3 +275,34 @@ def encode_video(frames: np.ndarray, fps: int = 8, quantizer: int = 2) -> bytes:
 def write_video(path: str | os.PathLike, frames: np.ndarray, fps: int = 8, quantizer: int = 2) -> None:
   """Writes `frames` as an mp4 file atomically (`encode_video`)."""
   io_lib.atomic_write_bytes(path, encode_video(frames, fps, quantizer))
+
+
+# ----------------------------------------------------------------------------------------------
+# Finding a dataset's videos in a folder, by id.
+
+VIDEO_EXTENSIONS = (".mp4", ".mkv", ".webm", ".avi", ".mov", ".m4v", ".mpg", ".mpeg", ".flv")
+def is_video(path: Path) -> bool:
+  return path.is_file() and path.suffix.lower() in VIDEO_EXTENSIONS
+
+
+def index_videos(folder: str | os.PathLike) -> dict[str, str]:
+  """`{file stem: path}` of every video under `folder` (recursive); the first extension in
+  `VIDEO_EXTENSIONS` order wins when one id has several files."""
+  folder = Path(folder)
+  if not folder.is_dir():
+    raise FileNotFoundError(f"config.data.videos: video folder not found: {folder}")
+  rank = {ext: i for i, ext in enumerate(VIDEO_EXTENSIONS)}
+  found: dict[str, Path] = {}
+  for path in sorted(folder.rglob("*")):
+    if is_video(path):
+      old = found.get(path.stem)
+      if old is None or rank[path.suffix.lower()] < rank[old.suffix.lower()]:
+        found[path.stem] = path
+  return {k: str(v) for k, v in found.items()}
+
+
+def video_finder(folder: str | os.PathLike):
+  """`video id -> path or None` over the videos under `folder` (`index_videos`), matched by id or by the id's stem
+  (DiDeMo's ids carry an extension the files may not)."""
+  index = index_videos(folder)
+  return lambda video_id: index.get(video_id) or index.get(Path(video_id).stem)

@@ -29,10 +29,12 @@ import numpy as np
 from vidjax import checkpoints, evaluate, io, train
 from vidjax import extract as engine
 from vidjax.data.annotations import read_annotations
+from vidjax.defaults.common import bad_value, check_choice, check_positive, check_positive_int, get_key
+from vidjax.sharding import barrier, is_writer
 from vidjax.experiments import common
 from vidjax.methods import backbone as B
-from vidjax.methods import real
-from vidjax.methods.extraction import video_finder
+from vidjax.data import provenance
+from vidjax.data.video import video_finder
 from vidjax.models import videoprism as vp
 
 FORMATS = ("youcook2", "coin", "crosstask")  # releases whose annotations give timed step captions per video
@@ -41,21 +43,21 @@ SUMMARY = "corpus_summary.json"
 
 
 def validate(config) -> None:
-  common.check_choice(config, "data.format", FORMATS)
+  check_choice(config, "data.format", FORMATS)
   for key in ("data.videos", "data.annotations"):
-    if not common.get_key(config, key):
-      common.bad_value(key, "", "a path (the release's video folder / annotation files)")
+    if not get_key(config, key):
+      bad_value(key, "", "a path (the release's video folder / annotation files)")
   if not config.model.name.startswith("videoprism_lvt"):
-    common.bad_value("model.name", config.model.name, "an LvT model (videoprism_lvt_*): the backbone needs both towers")
+    bad_value("model.name", config.model.name, "an LvT model (videoprism_lvt_*): the backbone needs both towers")
   if not Path(config.model.spm_path).is_file():
-    common.bad_value("model.spm_path", config.model.spm_path, "a local SentencePiece model file")
-  common.check_positive_int(config, ["num_frames", "resolution", "train.epochs", "train.batch_size",
+    bad_value("model.spm_path", config.model.spm_path, "a local SentencePiece model file")
+  check_positive_int(config, ["num_frames", "resolution", "train.epochs", "train.batch_size",
                                      "eval.batch_size"])
-  common.check_positive(config, ["train.lr", "train.tau"])
+  check_positive(config, ["train.lr", "train.tau"])
   weight = config.train.identity_weight
   if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not weight >= 0:
-    common.bad_value("train.identity_weight", weight, "a number >= 0")
-  common.check_choice(config, "train.identity_positive", ("video", "clip"))
+    bad_value("train.identity_weight", weight, "a number >= 0")
+  check_choice(config, "train.identity_positive", ("video", "clip"))
 
 
 def _skipped(config, skipped: dict[str, str]) -> None:
@@ -77,12 +79,12 @@ def run(config, workdir: str) -> dict:
     raise ValueError(f"{config.data.annotations}: the backbone needs training and held-out videos, the annotations "
                      f"have {len(train_videos)} and {len(test_videos)}")
   path_of = video_finder(config.data.videos)
-  synthetic = real.is_rendered(config.data.videos)
+  synthetic = provenance.is_rendered(config.data.videos)
   from vidjax.tokenizers.sentencepiece import SentencePieceTokenizer  # pylint: disable=g-import-not-at-top
   tokenizer = SentencePieceTokenizer(config.model.spm_path)
   model = engine.build_model(config)
   if tokenizer.vocab_size > model.vocabulary_size:
-    common.bad_value("model.spm_path", config.model.spm_path, f"at most {model.vocabulary_size} pieces (the model's "
+    bad_value("model.spm_path", config.model.spm_path, f"at most {model.vocabulary_size} pieces (the model's "
                      f"vocabulary_size), it has {tokenizer.vocab_size}")
 
   decode = dict(num_frames=config.num_frames, resolution=config.resolution, aspect=config.aspect,
@@ -109,9 +111,9 @@ def run(config, workdir: str) -> dict:
                              description="backbone (contrastive)")
   params = jax.device_get(state.params)
   path = Path(config.output or workdir / "backbone.npz").absolute()
-  if common.is_writer():
+  if is_writer():
     checkpoints.save_npz({"params": B.fold_pixel_norm(params["model"], pixel_mean, pixel_std)}, path)
-  common.barrier("backbone checkpoint written")
+  barrier("backbone checkpoint written")
 
   # Read back through the loader a store's extraction uses, at extraction's precision: the summary is what
   # `configs/prepare.py` will see.
@@ -138,7 +140,7 @@ def run(config, workdir: str) -> dict:
       "skipped_videos": len(skipped), "retrieval": retrieval,
       "prepare": f"python -m vidjax.main --config configs/prepare.py:rendered --config.model.checkpoint={path}",
   }
-  if common.is_writer():
+  if is_writer():
     io.atomic_write_json(workdir / SUMMARY, summary)
   results = common.results_dict(config, dataset=config.data.format, synthetic=synthetic, metrics=retrieval,
                                 path="real", checkpoint=str(path), skipped_videos={"count": len(skipped)})

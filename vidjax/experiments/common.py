@@ -4,13 +4,14 @@ An experiment module (`vidjax/experiments/<kind>.py`) reads as validate -> data 
 calls
 
   @precision_policy                      on `run`: the run traces at `config.precision.eval`; its training
-  precision(config, "train" | "extract")   and extraction calls run inside these contexts (README "Precision")
+  precision(config, "train" | "extract")   and extraction calls run inside these contexts (docs/scaling.md)
   start_run(config, workdir, validate)   one clear error per bad config value (the `check_*` helpers of
                                          `vidjax.defaults.common`) or missing input, then the workdir, refusing
                                          one made by a different config (`RESUMABLE` says what may change between
                                          runs; `record_config` says when a failed run's record binds)
   check_data_source(config, has_data)    the :world variant and a user's data exclude each other
-  on_writer(name, write)                 multi-host: process 0 writes the files every process needs, all wait
+  world_data(config, workdir, write)     a world writes a user's files once; the run reads them as a user's
+  recorded_world_data(config, workdir)   a finished world run's config with the files it read (for suites)
   write_results(config, workdir, ...)    results.json (process 0) + printed tables
   pyplot() / save_figure(fig, path)      the one matplotlib setup (Agg, atomic PNG)
 
@@ -32,12 +33,9 @@ import jax
 import jax.numpy as jnp
 
 from vidjax import io
-from vidjax.sharding import barrier, is_writer, on_writer  # noqa: F401  (the experiments' multi-host helpers)
-from vidjax.defaults.common import (bad_value, check_choice, check_fraction, check_index, check_positive,  # noqa: F401
-                                    check_heads, check_positive_int, check_precision, check_ranges, get_key)
-from vidjax.ops import is_positive_int  # noqa: F401  (re-exported for the experiments' checks)
-from vidjax.methods.real import (PREPARE, SKIP_FILE, WORLD_PATH, check_store, present_videos,  # noqa: F401
-                                 real_path, store_benchmark)  # (re-exported)
+from vidjax.sharding import is_writer, on_writer
+from vidjax.defaults.common import bad_value, check_choice, check_heads, check_precision, check_ranges, get_key
+from vidjax.data.provenance import PREPARE
 
 REQUIRED_KEYS = ("experiment", "dataset", "synthetic", "path", "skipped_videos", "config", "metrics")
 # Keys that may change between runs in one workdir, by one rule: nothing written there depends on them.
@@ -335,6 +333,20 @@ def world_data(config, workdir: str | Path, write_world: Callable[[Any, Path], M
   with out.unlocked():
     for key, value in keys.items():
       out.data[key] = value
+  out.lock()
+  return out
+
+
+def recorded_world_data(config, workdir: str | Path):
+  """The config a finished run read its data with: for a world's run, `config` (as `config.json` recorded it) with
+  the `data.*` keys its `world_data` recorded in `<workdir>/world/world.json`; else `config`. What every suite
+  reads (`vidjax.experiments.evaluate_all` applies it before calling one)."""
+  record = Path(workdir) / WORLD_DIR / WORLD_RECORD
+  if not runs_world(config) or not record.is_file():
+    return config
+  out = config.copy_and_resolve_references()
+  with out.unlocked():
+    out.data.update(io.read_json(record, "world record")["data"])
   out.lock()
   return out
 

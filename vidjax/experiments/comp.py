@@ -33,6 +33,8 @@ import numpy as np
 
 from vidjax import evaluate
 from vidjax.data import comp
+from vidjax.defaults.common import bad_value, check_choice, check_fraction, check_positive, check_positive_int, get_key
+from vidjax.sharding import on_writer
 from vidjax.experiments import common
 from vidjax.methods import comp as method
 from vidjax.methods.comp import FINETUNES, METHODS, METRICS, TABLE5
@@ -42,36 +44,36 @@ RESUMABLE = ()  # the rule of `common.is_resumable` covers the logging and evalu
 
 
 def validate(config) -> None:
-  common.check_choice(config, "dataset", ("activitynet", "youcook2"))
+  check_choice(config, "dataset", ("activitynet", "youcook2"))
   common.check_data_source(config, bool(config.data.features), f"configs/comp_{config.dataset}.py")
-  common.check_positive_int(config, [f"model.{k}" for k in (
+  check_positive_int(config, [f"model.{k}" for k in (
       "frames", "width", "pool_queries", "pool_heads", "pool_mlp", "embed_dim", "text_hidden", "text_layers",
       "text_heads", "text_mlp", "max_text_len")])
   check_text_tower(config, "model")
   common.compute_dtype(config, "model.dtype")
-  common.check_fraction(config, "model.init_temperature")
-  common.check_choice(config, "model.pool_init", ("mean", "random"))
+  check_fraction(config, "model.init_temperature")
+  check_choice(config, "model.pool_init", ("mean", "random"))
   for section in ("pretrain", "finetune"):
-    common.check_positive_int(config, [f"{section}.{k}" for k in ("batch_size", "steps", "checkpoint_every",
+    check_positive_int(config, [f"{section}.{k}" for k in ("batch_size", "steps", "checkpoint_every",
                                                                   "log_every")])
-    common.check_positive(config, [f"{section}.lr", f"{section}.video_lr", f"{section}.lam"])
-    tc = common.get_key(config, section)
+    check_positive(config, [f"{section}.lr", f"{section}.video_lr", f"{section}.lam"])
+    tc = get_key(config, section)
     if tc.weight_decay < 0 or tc.warmup_steps < 0:
-      common.bad_value(f"{section}.weight_decay", (tc.weight_decay, tc.warmup_steps), "weight decay and warm-up >= 0")
+      bad_value(f"{section}.weight_decay", (tc.weight_decay, tc.warmup_steps), "weight decay and warm-up >= 0")
   if tuple(config.pretrain.hierarchy) not in (("reorder", "partial"), ("partial", "reorder")):
-    common.bad_value("pretrain.hierarchy", config.pretrain.hierarchy, "an order of ('reorder', 'partial')")
+    bad_value("pretrain.hierarchy", config.pretrain.hierarchy, "an order of ('reorder', 'partial')")
   h = tuple(config.finetune.hierarchy)
   if not h or len(set(h)) != len(h) or not set(h) <= set(comp.TRAIN_TYPES):
-    common.bad_value("finetune.hierarchy", h, f"distinct types of {comp.TRAIN_TYPES}, less disrupted first")
+    bad_value("finetune.hierarchy", h, f"distinct types of {comp.TRAIN_TYPES}, less disrupted first")
   for section in ("pretrain", "finetune"):
-    levels, h = tuple(common.get_key(config, f"{section}.levels")), common.get_key(config, f"{section}.hierarchy")
+    levels, h = tuple(get_key(config, f"{section}.levels")), get_key(config, f"{section}.hierarchy")
     if len(levels) != len(h) or list(levels) != sorted(levels):
-      common.bad_value(f"{section}.levels", levels, f"one non-decreasing disruption level per entry of {section}.hierarchy")
-  common.check_positive_int(config, ["pretrain.stack"])
+      bad_value(f"{section}.levels", levels, f"one non-decreasing disruption level per entry of {section}.hierarchy")
+  check_positive_int(config, ["pretrain.stack"])
   if config.model.frames % config.pretrain.stack:
-    common.bad_value("model.frames", config.model.frames, "a multiple of the CompPretrain stack size")
-  common.check_positive_int(config, ["eval.chunk"])
-  common.check_choice(config, "benchmark.connectives", (True, False))
+    bad_value("model.frames", config.model.frames, "a multiple of the CompPretrain stack size")
+  check_positive_int(config, ["eval.chunk"])
+  check_choice(config, "benchmark.connectives", (True, False))
 
 
 @common.precision_policy
@@ -79,7 +81,7 @@ def run(config, workdir: str | Path) -> dict:
   workdir = common.start_run(config, workdir, validate, RESUMABLE)
   # Data: the annotation files and the token store (a world's are written first, under <workdir>/world).
   data = method.load(common.world_data(config, workdir, method.write_world), workdir)
-  common.on_writer("comp_benchmark", lambda: method.write_benchmark(config, workdir, data))
+  on_writer("comp_benchmark", lambda: method.write_benchmark(config, workdir, data))
   prepared = method.Prepared(config, data)
 
   # Fit: the two pretrainings, then every fine-tuning (each resumes from its checkpoints).

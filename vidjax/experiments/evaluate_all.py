@@ -19,6 +19,8 @@ import ml_collections
 
 import vidjax
 from vidjax import evaluate, io
+from vidjax.defaults.common import bad_value
+from vidjax.sharding import is_writer
 from vidjax.experiments import common
 from vidjax.methods import METHODS
 
@@ -27,11 +29,11 @@ def validate(config) -> None:
   for key in ("workdirs", "runs"):
     value = config[key]
     if not isinstance(value, (tuple, list)) or not all(isinstance(v, str) and v for v in value):
-      common.bad_value(key, value, "a tuple of non-empty strings")
+      bad_value(key, value, "a tuple of non-empty strings")
   if isinstance(config.seed, bool) or not isinstance(config.seed, int) or config.seed < 0:
-    common.bad_value("seed", config.seed, "a non-negative integer")
+    bad_value("seed", config.seed, "a non-negative integer")
   if not config.workdirs and not config.runs:
-    common.bad_value("runs", config.runs, "at least one config to train when config.workdirs is empty")
+    bad_value("runs", config.runs, "at least one config to train when config.workdirs is empty")
 
 
 def config_path(spec: str) -> str:
@@ -73,7 +75,7 @@ def load_run(workdir: str | Path) -> tuple[list[evaluate.Model], list[evaluate.B
   kind = config.get("experiment")
   if kind not in METHODS:
     raise ValueError(f"{workdir}: experiment {kind!r} has no models to compare (known: {sorted(METHODS)})")
-  models, benchmarks = METHODS[kind].suite(config, workdir)
+  models, benchmarks = METHODS[kind].suite(common.recorded_world_data(config, workdir), workdir)
   for m in models:
     m.name = f"{config.name}/{m.name}"
   return models, benchmarks
@@ -147,7 +149,7 @@ def run(config, workdir: str | Path) -> dict:
                                 synthetic=synthetic, metrics=comparison,
                                 benchmarks={benchmark_key(b): {"kind": b.kind, "space": b.space} for b in benchmarks},
                                 workdirs=[str(d) for d in dirs], **paths(dirs))
-  if common.is_writer():
+  if is_writer():
     io.atomic_write_json(workdir / "comparison.json", comparison)
     io.atomic_write_text(workdir / "comparison.md", table + "\n")
     common.write_results(workdir, results, [table])

@@ -34,7 +34,8 @@ from vidjax import extract as engine
 from vidjax import io
 from vidjax.data.annotations import READERS, RETRIEVAL_READERS, paragraphs, read_annotations
 from vidjax.experiments import common
-from vidjax.methods.extraction import VIDEO_EXTENSIONS, extract_into, index_videos, is_video
+from vidjax.data.video import VIDEO_EXTENSIONS, index_videos, is_video
+from vidjax.extract import extract_into
 
 _LOG = logging.getLogger(__name__)
 

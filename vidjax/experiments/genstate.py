@@ -25,10 +25,11 @@ import numpy as np
 
 from vidjax import evaluate, losses
 from vidjax import progress as progress_lib
+from vidjax.defaults.common import bad_value, check_choice, check_fraction, check_positive, check_positive_int
 from vidjax.experiments import common
 from vidjax.methods import genstate as method
 from vidjax.methods import vidclip
-from vidjax.methods.real import real_path
+from vidjax.data.provenance import real_path
 from vidjax.models import pixelstats
 
 # Besides `common.is_resumable`'s rule: the extraction's batching does not change the features it writes.
@@ -37,35 +38,35 @@ RESUMABLE = ("extract.batch_size", "extract.decode_workers", "extract.text_batch
 
 def validate(config) -> None:
   if bool(config.data.metadata) != bool(config.data.features):
-    common.bad_value("data.metadata", config.data.metadata, "set together with data.features (a user's benchmark) "
+    bad_value("data.metadata", config.data.metadata, "set together with data.features (a user's benchmark) "
                      "or both empty (the rendered world)")
   if config.data.train_metadata and not config.data.metadata:
-    common.bad_value("data.train_metadata", config.data.train_metadata, "set with data.metadata and data.features "
+    bad_value("data.train_metadata", config.data.train_metadata, "set with data.metadata and data.features "
                      "(a user's benchmark); the rendered world brings its own training triplets")
   try:
     method.world_config(config)
   except (TypeError, ValueError) as e:
     raise ValueError(f"config.world: {e}") from None
-  common.check_positive_int(config, [f"model.{k}" for k in (
+  check_positive_int(config, [f"model.{k}" for k in (
       "frames", "width", "pool_queries", "pool_heads", "pool_mlp", "embed_dim", "text_hidden", "text_layers",
       "text_heads", "text_mlp", "max_text_len")])
   vidclip.check_text_tower(config, "model")
-  common.check_choice(config, "model.frame_input", ("frame", "patches"))
+  check_choice(config, "model.frame_input", ("frame", "patches"))
   common.compute_dtype(config, "model.dtype")
-  common.check_fraction(config, "model.init_temperature")
-  common.check_positive_int(config, [f"train.{k}" for k in ("batch_size", "group", "steps", "checkpoint_every",
+  check_fraction(config, "model.init_temperature")
+  check_positive_int(config, [f"train.{k}" for k in ("batch_size", "group", "steps", "checkpoint_every",
                                                            "log_every")])
-  common.check_positive(config, ["train.lr"])
-  common.check_choice(config, "train.mode", losses.COMP_MODES)
+  check_positive(config, ["train.lr"])
+  check_choice(config, "train.mode", losses.COMP_MODES)
   if config.train.batch_size % config.train.group:
-    common.bad_value("train.batch_size", config.train.batch_size, f"a multiple of train.group={config.train.group}")
+    bad_value("train.batch_size", config.train.batch_size, f"a multiple of train.group={config.train.group}")
   if config.train.group not in (1, 3):
-    common.bad_value("train.group", config.train.group, "1 (shuffled clips) or 3 (a query's three clips together)")
-  common.check_positive_int(config, ["eval.chunk", "extract.batch_size", "extract.decode_workers"])
+    bad_value("train.group", config.train.group, "1 (shuffled clips) or 3 (a query's three clips together)")
+  check_positive_int(config, ["eval.chunk", "extract.batch_size", "extract.decode_workers"])
   if config.extract.model.name == pixelstats.NAME and config.extract.model.checkpoint:
-    common.bad_value("extract.model.name", pixelstats.NAME, "a VideoPrism model name with extract.model.checkpoint")
+    bad_value("extract.model.name", pixelstats.NAME, "a VideoPrism model name with extract.model.checkpoint")
   if config.extract.model.name != pixelstats.NAME and not config.extract.model.checkpoint:
-    common.bad_value("extract.model.checkpoint", "", f"a VideoPrism checkpoint for {config.extract.model.name!r} "
+    bad_value("extract.model.checkpoint", "", f"a VideoPrism checkpoint for {config.extract.model.name!r} "
                      f"(or extract.model.name={pixelstats.NAME!r}, the stand-in)")
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from vidjax import evaluate, metrics
+from vidjax.defaults.common import bad_value, check_choice, check_index, check_positive, check_positive_int
 from vidjax.experiments import common
 from vidjax.methods.grdr import (SETTINGS, check_budget, dense_setting, evaluate_row, read_corpus, recall_curve,
                                  recipes, sweep_rows, trained_row)
@@ -35,27 +36,27 @@ KEYS = ("t2v_r1", "t2v_r5", "t2v_r10", "candidate_recall", "num_candidates")
 
 
 def validate(config) -> None:
-  common.check_index(config)
-  common.check_positive_int(config, ("train.batch_size", "train.first_align_epochs",
+  check_index(config)
+  check_positive_int(config, ("train.batch_size", "train.first_align_epochs",
                                      "train.cotrain_epochs", "train.kmeans_iters", "eval.beam_width",
                                      "eval.candidates", "eval.latency_queries"))
-  common.check_positive(config, ("train.lr",))
+  check_positive(config, ("train.lr",))
   if config.train.align_epochs < 0 or config.train.weight_decay < 0:
-    common.bad_value("train.align_epochs / train.weight_decay", (config.train.align_epochs, config.train.weight_decay),
+    bad_value("train.align_epochs / train.weight_decay", (config.train.align_epochs, config.train.weight_decay),
                      "non-negative")
   if len(config.train.loss_weights) != 4:
-    common.bad_value("train.loss_weights", config.train.loss_weights, "four weights (lambda_1..4)")
+    bad_value("train.loss_weights", config.train.loss_weights, "four weights (lambda_1..4)")
   common.check_data_source(config, bool(config.data.features), f"configs/grdr_{config.dataset}.py")
   if config.model.num_codes < 2:
-    common.bad_value("model.num_codes", config.model.num_codes, "at least 2 codes per codebook")
-  common.check_choice(config, "model.query_encoder", ("t5", "minilm", "t5_features"))
-  common.check_choice(config, "train.schedule", ("progressive", "tokenizer_first"))
+    bad_value("model.num_codes", config.model.num_codes, "at least 2 codes per codebook")
+  check_choice(config, "model.query_encoder", ("t5", "minilm", "t5_features"))
+  check_choice(config, "train.schedule", ("progressive", "tokenizer_first"))
   if config.train.schedule == "tokenizer_first":
-    common.check_positive_int(config, ("train.view_epochs", "train.view_batch_size", "train.retriever_epochs"))
-    common.check_positive(config, ("train.view_lr", "train.retriever_lr"))
+    check_positive_int(config, ("train.view_epochs", "train.view_batch_size", "train.retriever_epochs"))
+    check_positive(config, ("train.view_lr", "train.retriever_lr"))
     mc = config.model
     if mc.latent_dim != mc.query_dim:
-      common.bad_value("model.latent_dim", mc.latent_dim,
+      bad_value("model.latent_dim", mc.latent_dim,
                        f"equal to model.query_dim={mc.query_dim}: train.schedule='tokenizer_first' aligns the "
                        "views with query-cluster centres in the query space")
 

@@ -37,11 +37,14 @@ from vidjax.data import genstate
 from vidjax.data.annotations import annotation_paths, paragraphs, read_annotations
 from vidjax.data.features import FeatureStore
 from vidjax.data.retrieval import read_dataset
+from vidjax.data.provenance import SKIP_FILE
+from vidjax.defaults.common import bad_value, check_choice, check_positive_int
+from vidjax.sharding import is_writer
 from vidjax.experiments import common
-from vidjax.methods import real
-from vidjax.methods.extraction import extract_into, video_finder
+from vidjax.data import provenance
+from vidjax.data.video import video_finder
+from vidjax.extract import extract_into
 
-SKIP_FILE = common.SKIP_FILE
 CVR = ("youcook2", "coin", "crosstask")
 RETRIEVAL = ("msrvtt", "didemo", "activitynet", "msvd", "lsmdc")
 DATASETS = CVR + RETRIEVAL + ("genstate",)
@@ -101,17 +104,17 @@ def plan(dataset: str, annotations: str) -> Plan:
         for video_id in (t.main, t.temporal_negative, t.semantic_negative, *t.distractors):
           out.segments.setdefault(video_id, [(video_id, None, None)])
   else:
-    common.bad_value("dataset", dataset, f"one of {DATASETS}")
+    bad_value("dataset", dataset, f"one of {DATASETS}")
   return out
 
 
 def validate(config) -> None:
-  common.check_choice(config, "dataset", DATASETS)
+  check_choice(config, "dataset", DATASETS)
   if not config.data.videos:
-    common.bad_value("data.videos", "", "the folder of the dataset's videos (searched recursively, by video id)")
+    bad_value("data.videos", "", "the folder of the dataset's videos (searched recursively, by video id)")
   if not config.data.annotations:
-    common.bad_value("data.annotations", "", "the dataset's release annotation file(s), comma-separated")
-  common.check_positive_int(config, ["batch_size", "text_batch_size", "resolution"])
+    bad_value("data.annotations", "", "the dataset's release annotation file(s), comma-separated")
+  check_positive_int(config, ["batch_size", "text_batch_size", "resolution"])
 
 
 @common.precision_policy
@@ -134,14 +137,14 @@ def run(config, workdir: str) -> dict:
   with common.precision(config, "extract"):
     metrics, meta = extract_into(config, store_root, clips, texts, config.dataset, len(skipped),
                                  num_frames=frames(config))
-  synthetic = real.is_rendered(config.data.videos)
+  synthetic = provenance.is_rendered(config.data.videos)
   store = FeatureStore(store_root)
   clip_ids = [c.clip_id for c in clips]
   valid = store.complete(["clip_mean"], clip_ids)
   for v, segs in wanted.segments.items():
     if v not in skipped and any(clip_id not in valid for clip_id, _, _ in segs):
       skipped[v] = "does not decode"
-  if common.is_writer():
+  if is_writer():
     io.atomic_write_text(Path(store_root) / SKIP_FILE, "".join(f"{v}\t{why}\n" for v, why in sorted(skipped.items())))
     store.update_metadata({"synthetic": synthetic, "skipped_videos": len(skipped)})
   if skipped:

@@ -25,8 +25,9 @@ from vidjax import evaluate
 from vidjax.data.features import FeatureStore, MissingFeatureError
 from vidjax.data.retrieval import (DATASETS, PROTOCOLS, RetrievalBenchmark, build_benchmark, dataset_label, embeddings,
                                    read_dataset)
+from vidjax.defaults.common import bad_value, check_choice, check_index, check_positive_int
 from vidjax.experiments import common
-from vidjax.methods.real import store_benchmark
+from vidjax.data.provenance import store_benchmark
 from vidjax.retrieval import DenseIndex
 from vidjax.worlds import moving_objects
 
@@ -34,19 +35,19 @@ RESUMABLE = ()  # the rule of `common.is_resumable` covers eval.*
 
 
 def validate(config) -> None:
-  common.check_choice(config, "dataset", tuple(DATASETS))
-  common.check_choice(config, "data.protocol", PROTOCOLS)
-  common.check_positive_int(config, ("eval.query_chunk", "eval.gallery_chunk"))
+  check_choice(config, "dataset", tuple(DATASETS))
+  check_choice(config, "data.protocol", PROTOCOLS)
+  check_positive_int(config, ("eval.query_chunk", "eval.gallery_chunk"))
   if config.data.features and not config.data.annotations:
-    common.bad_value("data.annotations", config.data.annotations,
+    bad_value("data.annotations", config.data.annotations,
                      "the dataset's annotation file when data.features is set")
-  common.check_choice(config, "data.source", ("store", "tfds"))
-  common.check_index(config)
+  check_choice(config, "data.source", ("store", "tfds"))
+  check_index(config)
   if config.data.source == "tfds" and not (config.data.tfds and config.data.split):
-    common.bad_value("data.tfds / data.split", (config.data.tfds, config.data.split),
+    bad_value("data.tfds / data.split", (config.data.tfds, config.data.split),
                      "a built VidjaxRetrieval version folder and one of its splits when data.source='tfds'")
   if config.data.source == "tfds" and (config.data.annotations or config.data.features):
-    common.bad_value("data.annotations / data.features", (config.data.annotations, config.data.features),
+    bad_value("data.annotations / data.features", (config.data.annotations, config.data.features),
                      "empty when data.source='tfds': the TFDS dataset carries the queries and embeddings")
 
 

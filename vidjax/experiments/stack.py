@@ -31,8 +31,11 @@ from pathlib import Path
 import numpy as np
 
 from vidjax import evaluate, sharding
+from vidjax.defaults.common import bad_value, check_choice, check_index, check_positive, check_positive_int
+from vidjax.sharding import is_writer
 from vidjax.experiments import common
-from vidjax.methods import cast, extraction
+from vidjax.extract import text_tower
+from vidjax.methods import cast
 from vidjax.methods.stack import (RECALLS, ROWS, Corpus, budgets, check_rerank_inputs, grdr_recall, latency,
                                   row_metrics, split_videos, stacks, table, train_grdr, train_reranker, vedje_stage,
                                   write_index)
@@ -49,26 +52,26 @@ RESUMABLE = ("train.epochs", "stack")
 
 def validate(config) -> None:
   cast.validate(config)
-  common.check_index(config)
+  check_index(config)
   if config.data.source == "tfds":
-    common.bad_value("data.source", config.data.source, "'store': the corpus needs every clip of the evaluation "
+    bad_value("data.source", config.data.source, "'store': the corpus needs every clip of the evaluation "
                      "videos, which a VidjaxCvr TFDS dataset does not carry")
-  common.check_positive_int(config, ("stack.k_recall", "stack.rerank_k", "stack.k", "stack.query_batch",
+  check_positive_int(config, ("stack.k_recall", "stack.rerank_k", "stack.k", "stack.query_batch",
                                      "stack.latency_queries", "rerank.candidates",
                                      "rerank.epochs", "rerank.batch_size", "rerank.log_every",
                                      "rerank.checkpoint_every"))
-  common.check_positive(config, ("rerank.tau", "rerank.lr"))
-  common.check_choice(config, "stack.recall", RECALLS)
-  common.check_choice(config, "stack.reranker", ("pair", "vedje"))
+  check_positive(config, ("rerank.tau", "rerank.lr"))
+  check_choice(config, "stack.recall", RECALLS)
+  check_choice(config, "stack.reranker", ("pair", "vedje"))
   s = config.stack
   if not 10 <= s.k <= s.rerank_k <= s.k_recall:
-    common.bad_value("stack.k / stack.rerank_k / stack.k_recall", (s.k, s.rerank_k, s.k_recall),
+    bad_value("stack.k / stack.rerank_k / stack.k_recall", (s.k, s.rerank_k, s.k_recall),
                      "10 <= k <= rerank_k <= k_recall (no stage keeps more than it receives; R@10 needs 10)")
   for k in s.rerank_k_sweep:
     if not (isinstance(k, int) and s.k <= k <= s.k_recall):
-      common.bad_value("stack.rerank_k_sweep", tuple(s.rerank_k_sweep), f"integers in [k={s.k}, k_recall={s.k_recall}]")
+      bad_value("stack.rerank_k_sweep", tuple(s.rerank_k_sweep), f"integers in [k={s.k}, k_recall={s.k_recall}]")
   if config.rerank.candidates < 2:
-    common.bad_value("rerank.candidates", config.rerank.candidates, "at least 2 (a positive and a negative)")
+    bad_value("rerank.candidates", config.rerank.candidates, "at least 2 (a positive and a negative)")
 
 
 def plot(results: dict, path: Path, title: str, synthetic: bool) -> Path:
@@ -164,11 +167,11 @@ def run(config, workdir: str | Path) -> dict:
                                   columns=["r1", "r5", "r10", "state_confusion", "ident_confusion", "ms_recall",
                                            "ms_rerank", "ms_cast", "ms_total"])]
   plot(results_rows, workdir / "stack.png", dataset, data.synthetic)
-  if common.is_writer():
+  if is_writer():
     all_texts = table(data, config, config.data.text_kind, [c.clip_id for v in data.videos for c in v.clips])
     write_index(workdir / "index", corpus=corpus, vectors=vectors, texts=all_texts, videos=data.videos,
                 config=config, backbone=backbone, synthetic=data.synthetic, rerank=rerank_parts,
                 cast_parts=(model, cast_params, cast_scorer), grdr_parts=grdr_parts,
-                text_tower=extraction.text_tower(data.features))
+                text_tower=text_tower(data.features))
   common.write_results(workdir, results, tables)
   return results

@@ -32,6 +32,7 @@ from pathlib import Path
 
 from vidjax import evaluate
 from vidjax.data.retrieval import DATASETS
+from vidjax.defaults.common import check_choice
 from vidjax.experiments import common
 from vidjax.methods.vedje import (FULL, KEYS, Session, ablation_report, cache_bytes_report, check_config, cost_report,
                                   diagnostics_report, k_sweep_report, online_param_count, stage1_report)
@@ -43,7 +44,7 @@ RESUMABLE = ("ablations", "diagnostics")
 
 
 def validate(config) -> None:
-  common.check_choice(config, "dataset", tuple(DATASETS))
+  check_choice(config, "dataset", tuple(DATASETS))
   common.check_data_source(config, bool(config.data.features), f"configs/vedje_{config.dataset}.py")
   check_config(config)
 

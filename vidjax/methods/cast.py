@@ -30,7 +30,7 @@ from vidjax.data.annotations import read_annotations
 from vidjax.data.features import FeatureStore
 from vidjax.data.pipeline import FeatureTable
 from vidjax.defaults import common
-from vidjax.methods import real
+from vidjax.data import provenance
 from vidjax.models import cast as cast_models
 from vidjax.scorers import cast as cast_scorers
 from vidjax.worlds import procedural
@@ -181,7 +181,7 @@ def prepare_data(config, workdir: Path, finished: bool = False) -> CVRData:
       heldout_fraction=config.data.heldout_fraction, seed=config.seed,
       check=lambda files: _check_batch_size(config, files))
   files = (None if finished else sharding.on_writer("vidjax_cast_cvr", build)) or cvr.read_cvr(out, config.dataset)
-  real.check_store(workdir, store, kinds)  # after the CVR files' checks (a run refused there writes nothing)
+  provenance.check_store(workdir, store, kinds)  # after the CVR files' checks (a run refused there writes nothing)
   is_synthetic = bool(store.metadata.get("synthetic", False))
   stats = dict(files.stats)
   stats["dropped_videos"] = {"count": len(dropped), "ids": dropped[:100],
@@ -199,12 +199,12 @@ def prepare_data(config, workdir: Path, finished: bool = False) -> CVRData:
 
 
 def result_path(config, workdir, data) -> dict:
-  """results.json's `path` keys: a store's (`real.real_path`: "world" for a store a world wrote), or a TFDS
+  """results.json's `path` keys: a store's (`provenance.real_path`: "world" for a store a world wrote), or a TFDS
   dataset's."""
   del config  # the data say where they came from
   if data.arrays is not None:
     return {"path": "real", "provenance": dict(data.features), "skipped_videos": {"count": 0, "file": ""}}
-  return real.real_path(workdir, data.store, data.skipped)
+  return provenance.real_path(workdir, data.store, data.skipped)
 
 
 def names(config, data) -> dict[str, str]:
@@ -468,15 +468,11 @@ def suite(config, workdir: str | Path) -> tuple[list[evaluate.Model], list[evalu
   """A finished run's CAST (Full Ensemble, with the (w_v, w_p) its results.json recorded, restored from its
   checkpoint) and the zero-shot dual encoder on its CVR benchmark (`configs/evaluate_all.py`). Nothing trains.
 
-  The run reads the data its results.json's `data` keys name (a world run: the files its world wrote). CAST's scorer
+  `config` names the data the run read (a world run's files: `experiments.common.recorded_world_data`). CAST's scorer
   reads the query's visual history, so it takes the CVR pools only; the zero-shot cosine reads the space's raw
   embeddings, so it takes them too."""
   workdir = Path(workdir)
   results = io.read_json(workdir / "results.json", "results file")
-  config = config.copy_and_resolve_references()
-  with config.unlocked():
-    config.data.update(results.get("data", {}))
-  config.lock()
   data, clips, _, bench, _, _ = setup(config, workdir, finished=True)
   params = train.load_params(workdir / "train" / "cast")
   w = results["ensemble"]

@@ -30,7 +30,7 @@ from vidjax.data import comp, pipeline
 from vidjax.data.annotations import read_activitynet_captions, read_youcook2
 from vidjax.data.features import FeatureStore
 from vidjax.defaults.common import bad_value
-from vidjax.methods import real
+from vidjax.data import provenance
 from vidjax.methods.vidclip import Encoder, Examples, TextTable, train_model, vidclip_setup
 from vidjax.worlds import moving_objects
 
@@ -71,7 +71,7 @@ class CompData:
       (video id, span, caption) short clips.
     counts: Table-1-shaped counts of the built splits ([] for release files).
     rewriter: joins captions into paragraphs (CompPretrain uses it too).
-    path: results.json's `path`, `provenance` and `skipped_videos` (`vidjax.methods.real.real_path`).
+    path: results.json's `path`, `provenance` and `skipped_videos` (`vidjax.methods.provenance.real_path`).
     tokens: the features of every row in memory, float32 [V, T, N, D], when they fit the memory budget (training
       then gathers them on the device: `vidjax.methods.vidclip.train_model`); None: `gather` streams them.
     description: what the features are, for the printed tables; note: results.json's `note` (the store's).
@@ -147,8 +147,8 @@ def load(config, workdir: Path) -> CompData:
   for t in built["train"] + built["eval"]:
     durations.setdefault(t.video_id, t.original[1])
   store = FeatureStore(d.features)
-  real.check_store(workdir, store, [d.tokens_kind])
-  ids, skipped = real.present_videos(config, store, [d.tokens_kind], sorted(durations), "benchmark videos")
+  provenance.check_store(workdir, store, [d.tokens_kind])
+  ids, skipped = provenance.present_videos(config, store, [d.tokens_kind], sorted(durations), "benchmark videos")
   keep = set(ids)
   built = {split: [t for t in triplets if t.video_id in keep] for split, triplets in built.items()}
   events = {split: [v for v in videos if v.video_id in keep] for split, videos in events.items()}
@@ -179,7 +179,7 @@ def load(config, workdir: Path) -> CompData:
       f"{config.dataset}, SYNTHETIC rendered videos" if synthetic else config.dataset)
   return CompData(synthetic, ids, np.array([durations[v] for v in ids]),
                   gather if tokens is None else lambda vr, fr: tokens[vr, fr], shape[0], built["train"], built["eval"],
-                  clips, counts, rewrite, real.real_path(workdir, store, skipped), tokens, description,
+                  clips, counts, rewrite, provenance.real_path(workdir, store, skipped), tokens, description,
                   store.metadata.get("note", ""))
 
 
@@ -365,27 +365,11 @@ def tables(scores: dict[str, dict], stack: int) -> dict[str, dict]:
 # The finished run's models and benchmarks (`vidjax.experiments.evaluate_all`).
 
 
-WORLD_RECORD = Path("world") / "world.json"  # `vidjax.experiments.common.world_data`'s record of a world's files
-
-
-def data_config(config, workdir: str | Path):
-  """`config` (as a run recorded it) with the `data.*` keys of the world files its run wrote, where it wrote a
-  world (`<workdir>/world/world.json`); else `config`."""
-  record = Path(workdir) / WORLD_RECORD
-  if not record.exists():
-    return config
-  out = config.copy_and_resolve_references()
-  with out.unlocked():
-    out.data.update(io.read_json(record, "world record")["data"])
-  return out
-
-
 def suite(config, workdir: str | Path) -> tuple[list[evaluate.Model], list[evaluate.Benchmark]]:
   """Every method as a dual encoder on the Comp benchmark and on paragraph-to-video R@K over its positive
   pairs (`configs/evaluate_all.py`), each read from the run's final checkpoint. Videos are keyed by
   evaluation-input row, texts by paragraph."""
   workdir = Path(workdir)
-  config = data_config(config, workdir)
   data = load(config, workdir)
   p = Prepared(config, data)
   params = restore(workdir)

@@ -2,7 +2,7 @@
 
 One data path: a GenState metadata file (`vidjax.data.genstate`) and a feature store, whether a user's (a store
 prepared by `configs/prepare.py --config.dataset=genstate`) or the rendered world's (`write_world`: the world
-writes its mp4 clips and metadata files, then the one extraction, `vidjax.methods.extraction`, embeds them).
+writes its mp4 clips and metadata files, then the one extraction, `vidjax.extract.extract_into`, embeds them).
 
   load(config)              the test (and training) triplets whose videos the store has (`data.skip_missing`)
   encoders(config, ...)     every method as two encoders (prompt texts -> [N, D], clip ids -> [N, D]; the cosine of
@@ -17,24 +17,23 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Sequence
 
 import ml_collections
 import numpy as np
 
-from vidjax import evaluate, io, train
+from vidjax import evaluate, train
 from vidjax import extract as engine
 from vidjax.data import genstate
 from vidjax.data.features import FeatureStore
-from vidjax.methods import extraction, vidclip
-from vidjax.methods.real import check_store, present_videos
+from vidjax.data.provenance import check_store, present_videos
+from vidjax.methods import vidclip
 from vidjax.models import pixelstats
 from vidjax.worlds import rendered
 
 METHODS = ("zero_shot", "vidclip")
 METRICS = ("r1", "r5", "r10", "acc_temp", "acc_sem", "acc_tri")
 WORLD_NAME = "rendered"  # the rendered world's `data.name`: its tables say "GenState (rendered)"
-WORLD_RECORD = Path("world") / "world.json"  # what `experiments.common.world_data` records in a workdir
 
 Encoders = dict[str, tuple[Callable[[Sequence[str]], np.ndarray], Callable[[Sequence[str]], np.ndarray]]]
 
@@ -50,7 +49,7 @@ def world_config(config) -> rendered.RenderedWorldConfig:
 
 
 def extraction_config(config, wc: rendered.RenderedWorldConfig) -> ml_collections.ConfigDict:
-  """`config.extract` as `extraction.extract_into` reads it: the world's frames and size, squashed, with tokens."""
+  """`config.extract` as `engine.extract_into` reads it: the world's frames and size, squashed, with tokens."""
   ex = config.extract.copy_and_resolve_references()
   with ex.unlocked():
     ex.update(num_frames=wc.frames, resolution=wc.size, aspect="squash", save_tokens=True, progress=config.progress)
@@ -74,7 +73,7 @@ def write_world(config, root: Path, bar=None) -> dict[str, str]:
   files = rendered.write_release(world, root, bar)
   clips = [engine.VideoSegment(c.clip_id, str(world.path(c.clip_id))) for c in world.all_clips()]
   store_root = Path(root) / "features"
-  counts, _ = extraction.extract_into(extraction_config(config, world.config), str(store_root), clips,
+  counts, _ = engine.extract_into(extraction_config(config, world.config), str(store_root), clips,
                                       genstate.prompt_texts(world.triplets["test"]), "rendered_genstate (SYNTHETIC)",
                                       text_fn=stand_in_texts)
   store = FeatureStore(store_root)
@@ -82,19 +81,6 @@ def write_world(config, root: Path, bar=None) -> dict[str, str]:
                          "note": rendered.SYNTHETIC_NOTE, "world_extract": counts})
   return {"metadata": files["metadata"], "train_metadata": files["train_metadata"], "features": store_root,
           "video_kind": "clip" if "clip" in store.kinds() else "clip_mean", "name": WORLD_NAME}
-
-
-def finished_config(config, workdir: str | Path):
-  """The config a finished run read its data with: a world run's `data.*` keys are those its world recorded in
-  `<workdir>/world/world.json` (`experiments.common.world_data`); a user's config as it is."""
-  record = Path(workdir) / WORLD_RECORD
-  if config.data.features or not record.is_file():
-    return config
-  out = config.copy_and_resolve_references()
-  with out.unlocked():
-    out.data.update(io.read_json(record, "world record")["data"])
-  out.lock()
-  return out
 
 
 # ----------------------------------------------------------------------------------------------
@@ -283,7 +269,6 @@ def suite(config, workdir: str | Path) -> tuple[list[evaluate.Model], list[evalu
   on Comp-style text pairs (each main clip against its temporal / semantic negative's prompt) where the store
   embedded the negatives' prompts, and on R@K of every test prompt the store embedded over every test video."""
   workdir = Path(workdir)
-  config = finished_config(config, workdir)
   data = load(config)
   test, name = data.test, benchmark_name(config, short=True)
   space = f"the feature store {data.store.root}"

@@ -25,12 +25,12 @@ import ml_collections
 import numpy as np
 import optax
 
-from vidjax import evaluate, io, losses, metrics, ops, train
+from vidjax import evaluate, losses, metrics, ops, train
 from vidjax.data import pipeline
 from vidjax.defaults import common as config_common
 from vidjax.data.features import FeatureStore
 from vidjax.data.retrieval import build_benchmark, embeddings, read_dataset
-from vidjax.methods import real
+from vidjax.data import provenance
 from vidjax.models.grdr import GRDR, RetrieverConfig, TokenizerConfig, match_views
 from vidjax.models.t5 import T5Config
 from vidjax.retrieval import DenseIndex, GenerativeRecall, SemanticIdTrie, TwoStage
@@ -551,7 +551,7 @@ class Corpus:
   test_query_video: np.ndarray
   train_queries: np.ndarray
   train_query_video: np.ndarray
-  path: dict  # results.json's path keys (`vidjax.methods.real.real_path`)
+  path: dict  # results.json's path keys (`vidjax.methods.provenance.real_path`)
   synthetic: bool
   world: str = ""  # the name of the world that wrote the store (its manifest's `world_name`), else ""
   # query_encoder "t5": the queries' text as token ids (int [N, L], 0 = padding) and the vocabulary size
@@ -586,15 +586,15 @@ def read_corpus(config, workdir: Path) -> Corpus:
     if not config_common.get_key(config, key):
       config_common.bad_value(key, "", "the test / training split's annotation file with data.features")
   store = FeatureStore(d.features)
-  real.check_store(workdir, store, (d.clip_kind, d.text_kind))
+  provenance.check_store(workdir, store, (d.clip_kind, d.text_kind))
   test = build_benchmark(read_dataset(config.dataset, d.annotations, d.video_list), protocol=d.protocol,
                          split=d.split or None)
   train_split = None if d.train_video_list else d.train_split or None
   train_set = build_benchmark(read_dataset(config.dataset, d.train_annotations, d.train_video_list), protocol="captions",
                               split=train_split)
   kinds = [d.clip_kind]
-  kept_test, skipped = real.present_videos(config, store, kinds, test.corpus, "test videos")
-  kept_train, skipped_train = real.present_videos(config, store, kinds, train_set.corpus, "training videos")
+  kept_test, skipped = provenance.present_videos(config, store, kinds, test.corpus, "test videos")
+  kept_train, skipped_train = provenance.present_videos(config, store, kinds, train_set.corpus, "training videos")
   test, train_set = test.restrict(kept_test), train_set.restrict(set(kept_train) - set(kept_test))
   # the corpus in id order, training and test videos interleaved as their ids fall: videos that share a semantic ID
   # come out of the trie in this order (`SemanticIdTrie`), so neither split goes first at the candidate budget's cut
@@ -617,13 +617,13 @@ def read_corpus(config, workdir: Path) -> Corpus:
       np.asarray([row[q.video_id] for q in test.queries], np.int64),
       embeddings(store, d.text_kind, train_set.query_ids, "training queries"),
       np.asarray([row[q.video_id] for q in train_set.queries], np.int64),
-      real.real_path(workdir, store, skipped + skipped_train), bool(store.metadata.get("synthetic", False)),
+      provenance.real_path(workdir, store, skipped + skipped_train), bool(store.metadata.get("synthetic", False)),
       str(store.metadata.get("world_name", "")), **tokens)
 
 
 def query_tokenizer(config, store: FeatureStore):
   """The SentencePiece model of the T5 query encoder: `data.tokenizer`, else the one the store's text tower used."""
-  from vidjax.methods.extraction import text_tower  # pylint: disable=g-import-not-at-top
+  from vidjax.extract import text_tower  # pylint: disable=g-import-not-at-top
   from vidjax.tokenizers.sentencepiece import SentencePieceTokenizer  # pylint: disable=g-import-not-at-top
   path = config.data.tokenizer or (text_tower(store.metadata) or {}).get("spm_path") or ""
   if not path:
@@ -779,24 +779,10 @@ def sweep_rows(config, workdir: Path, corpus: Corpus, pools, trained: dict, prec
   return out
 
 
-def run_data(config, workdir: str | Path):
-  """The config a finished run read its data with: a world's run (`experiments.common.world_data`) recorded the
-  `data.*` keys of the files it wrote in `<workdir>/world/world.json`; set here as that run set them. Else
-  `config`. (Read here, not through `world_data`: methods import no experiment.)"""
-  record = Path(workdir) / "world" / "world.json"
-  if config.data.features or not record.is_file():
-    return config
-  out = config.copy_and_resolve_references()
-  with out.unlocked():
-    out.data.update(io.read_json(record, "world record")["data"])
-  return out
-
-
 def suite(config, workdir: str | Path) -> tuple[list[evaluate.Model], list[evaluate.Benchmark]]:
   """Dense cosine and GRDR (generative recall of `eval.candidates`, dense rerank) on the run's test queries over the
   whole corpus (`configs/evaluate_all.py`), the model read from the run's last checkpoint (nothing trains); queries
-  and videos are keyed by row. A world's run reads the files the run wrote (`run_data`)."""
-  config = run_data(config, workdir)
+  and videos are keyed by row."""
   corpus = read_corpus(config, Path(workdir))
   model, params, coder = trained_row(config, Path(workdir), corpus, recipes(config)["grdr"], "grdr", train=False)
   space = (f"the {corpus.source} (synthetic, seed {config.seed})" if corpus.world else

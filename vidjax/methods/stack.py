@@ -124,7 +124,7 @@ def vedje_stage(config, workdir: Path, data: cast_method.CVRData, train_videos, 
   check_rerank_inputs(config, store)
   frames, patches, visual_dim = store.item_shape(vc.tokens_kind)
   mc = ml_collections.ConfigDict(vc.model.to_dict())
-  mc.frames = frames  # the store's T (the `_vedje` docstring in vidjax/defaults/stack.py)
+  mc.frames = frames  # the store's T (the `_vedje` docstring in configs/stack/common.py)
   tokenizer = WordPieceTokenizer.from_vocab(Path(mc.minilm_dir or checkpoints.default_minilm_dir()) / "vocab.txt")
   clips = [c for v in train_videos for c in v.clips]
   ids = [c.clip_id for c in clips]
@@ -252,7 +252,7 @@ def write_index(path: Path, *, corpus: Corpus, vectors: np.ndarray, texts: Featu
                 backbone: str, synthetic: bool, rerank, cast_parts, grdr_parts=None, text_tower: dict | None = None) -> Path:
   """Writes the stack's index at `path` (`vidjax.retrieval.index.write_index`): the corpus, every caption's mean text
   embedding (the query encoder of a space without a text tower), rerank.npz / cast.npz (/ grdr.npz) parameters.
-  `text_tower` (`extraction.text_tower` of the store): typed queries are encoded by the text tower that embedded the
+  `text_tower` (`vidjax.extract.text_tower` of the store): typed queries are encoded by the text tower that embedded the
   captions."""
   path.mkdir(parents=True, exist_ok=True)
   clips = [c for v in videos for c in v.clips]

@@ -21,12 +21,12 @@ from typing import Any, Callable, Optional, Sequence
 import jax
 import numpy as np
 
-from vidjax import checkpoints, evaluate, extract, io, losses, metrics, ops, train
+from vidjax import checkpoints, evaluate, extract, losses, metrics, ops, train
 from vidjax.data import lexicon, pipeline
 from vidjax.data.features import STORAGE_DTYPES, FeatureStore
 from vidjax.data.retrieval import PROTOCOLS, build_benchmark, dataset_label, embeddings, read_dataset
 from vidjax.defaults import common
-from vidjax.methods import real
+from vidjax.data import provenance
 from vidjax.models import vedje as V
 from vidjax.models.bert import BertConfig
 from vidjax.retrieval import DenseIndex, TwoStage
@@ -650,11 +650,11 @@ class Session:
                                  protocol=config.data.protocol, split=config.data.split or None)
     train_bench = read_train(config)
     kinds = [config.data.clip_kind, config.data.tokens_kind]
-    real.check_store(workdir, store, kinds + [config.data.text_kind])
-    kept, skipped = real.present_videos(config, store, kinds, test_bench.corpus, "test videos")
-    kept_train, skipped_train = real.present_videos(config, store, kinds, train_bench.corpus, "training videos")
+    provenance.check_store(workdir, store, kinds + [config.data.text_kind])
+    kept, skipped = provenance.present_videos(config, store, kinds, test_bench.corpus, "test videos")
+    kept_train, skipped_train = provenance.present_videos(config, store, kinds, train_bench.corpus, "training videos")
     test_bench, train_bench = test_bench.restrict(kept), train_bench.restrict(kept_train)
-    self.path = real.real_path(workdir, store, skipped + skipped_train)
+    self.path = provenance.real_path(workdir, store, skipped + skipped_train)
     self.mc, self.tc = config.model, config.train
     mc = self.mc
     self.store, self.test_bench = store, test_bench
@@ -833,23 +833,10 @@ def diagnostics_report(sess: Session, main_info: dict) -> tuple[dict, list[str]]
   return {"dynamics": strat, "cache_probe": probe}, tables
 
 
-def recorded_data(config, workdir: str | Path):
-  """The config a finished run read its data with: a world run's `data.*` keys as
-  `vidjax.experiments.common.world_data` recorded them (`<workdir>/world/world.json`), else `config`."""
-  record = Path(workdir) / "world" / "world.json"
-  if "world" not in config or config.data.features or not record.is_file():
-    return config
-  out = config.copy_and_resolve_references()
-  with out.unlocked():
-    out.data.update(io.read_json(record, "world record")["data"])
-  out.lock()
-  return out
-
-
 def suite(config, workdir: str | Path) -> tuple[list[evaluate.Model], list[evaluate.Benchmark]]:
   """Stage 1 (the store's dual-encoder embeddings) and VEDJE (stage-1 top `eval.k` reranked) on the test split's
   caption-to-video R@K (`configs/evaluate_all.py`). Texts are keyed by caption id, videos by video id."""
-  sess = Session(recorded_data(config, workdir), Path(workdir), restore=True)
+  sess = Session(config, Path(workdir), restore=True)
   test, space = sess.test, sess.space
   text_row, video_row = {q: i for i, q in enumerate(test.query_ids)}, {v: i for i, v in enumerate(test.video_ids)}
   stage1 = evaluate.dual_encoder("vedje_stage1", space, lambda ids: test.text[[text_row[i] for i in ids]],

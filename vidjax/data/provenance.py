@@ -1,5 +1,5 @@
-"""The real path's bookkeeping, shared by every method: which videos a run evaluates (`data.skip_missing`) and
-where its features came from (results.json's `path`, `provenance` and `skipped_videos`)."""
+"""Provenance, shared by every method, for a user's store and a world's alike: which videos a run evaluates
+(`data.skip_missing`) and where its features came from (results.json's `path`, `provenance` and `skipped_videos`)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -12,7 +12,6 @@ SKIP_FILE = "skipped_videos.txt"
 MARKER = "SYNTHETIC"  # what vidjax.worlds.release writes beside a rendered corpus's videos
 STORE_RECORD = "store.json"
 PREPARE = "python -m vidjax.main --config configs/prepare.py --config.dataset=DATASET"
-WORLD_PATH = {"path": "world", "skipped_videos": {"count": 0, "file": ""}}  # results.json's keys of a world run
 
 
 def is_rendered(videos: str | Path) -> bool:

@@ -1,4 +1,4 @@
-"""Composed-stack defaults (`configs/stack_<dataset>.py`): a CAST config plus the stack's stages (jax-free).
+"""The composed stack's settings (`configs/stack_<dataset>.py` load this file): a CAST config plus the stack's stages.
 
 The stack (`vidjax.experiments.stack`) trains and reads the CAST run of the same config (its world or feature
 store, its CVR benchmark, its trained CAST and Full-Ensemble weights), adds a rerank stage and evaluates
@@ -32,10 +32,10 @@ import ml_collections
 
 from vidjax.defaults import common
 
-vedje_defaults = common.config_module(Path(__file__).resolve().parents[2] / "configs" / "vedje" / "common.py")
-grdr = common.config_module(Path(__file__).resolve().parents[2] / "configs" / "grdr" / "common.py")  # GRDR's recall
-
-cast = common.config_module(Path(__file__).resolve().parents[2] / "configs" / "cast" / "common.py")  # CAST's half
+_CONFIGS = Path(__file__).resolve().parents[1]
+vedje_defaults = common.config_module(_CONFIGS / "vedje" / "common.py")  # the VEDJE rerank stage
+grdr = common.config_module(_CONFIGS / "grdr" / "common.py")  # GRDR's recall
+cast = common.config_module(_CONFIGS / "cast" / "common.py")  # CAST's half
 
 
 def get_config(dataset: str, arg: str | None, *, eval_split: str, identity_rule: str,
