@@ -75,6 +75,11 @@ def test_every_cell_is_metrics_or_a_reason_and_matches_the_runs_own_numbers(comp
   for m in ("zero_shot", "vidclip"):
     for b in ("GenState (rendered)", "Comp pairs (rendered)", "R@K (rendered)"):
       assert "n/a" not in table[f"genstate_rendered/{m}"][f"{b} [SYNTHETIC]"]
+  # Provenance: every run's path, synthetic flag and store provenance; skips counted once per store.
+  assert [r["workdir"] for r in results["runs"]] == [str(runs[k][0]) for k in KINDS]
+  assert all(set(r) == {"workdir", "name", "path", "synthetic", "provenance"} for r in results["runs"])
+  assert isinstance(results["provenance"]["stores"], list)
+  assert results["skipped_videos"]["count"] == sum(results["skipped_videos"]["by_store"].values())
   md = (workdir / "comparison.md").read_text()
   assert md.startswith("**SYNTHETIC DATA") and "other space" in md and "\nS1: the coin procedural world" in md
   assert md.count("\n| ") == 1 + len(names)
@@ -180,3 +185,39 @@ def test_a_new_method_is_one_table_entry_plus_its_own_files(tmp_path, monkeypatc
   # the real path's summary
   summary = real_path.summarize(tmp_path)
   assert [l["holds"] for l in summary["lines"] if l["method"] == "toy"] == [True]
+
+
+def test_a_model_that_cannot_encode_a_benchmark_of_its_space_gets_a_reason():
+  """Two runs on one store share its space but key their items differently (VEDJE's captions by id, a VideoComp
+  benchmark's texts by row): the cell says so instead of a bare KeyError."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  ids = {"c1": 0, "c2": 1}
+  table = np.eye(2, dtype=np.float32)
+  encode = lambda ks: table[[ids[k] for k in ks]]  # noqa: E731  keys by caption id
+  by_id = E.evaluate.dual_encoder("vedje_run/vedje_stage1", "store S", encode, encode)
+  rows = E.evaluate.Benchmark("R@K (comp_run)", "gallery", "store S", ([0, 1], [0, 1], np.arange(2)))
+  own = E.evaluate.Benchmark("R@K (vedje_run)", "gallery", "store S", (["c1", "c2"], ["c1", "c2"], np.arange(2)))
+  table_ = E.compare([by_id], [rows, own])
+  why = table_["vedje_run/vedje_stage1"][E.benchmark_key(rows)]["n/a"]
+  assert "cannot encode the items of R@K (comp_run)" in why and "0" in why
+  assert table_["vedje_run/vedje_stage1"][E.benchmark_key(own)]["t2v_r1"] == 100.0
+
+
+def test_a_shared_stores_skipped_videos_count_once(tmp_path):
+  """Two runs on one store (overlapping skip lists) and one on another: the skips are the union per store."""
+  def run(name, store, skipped):
+    d = tmp_path / name
+    d.mkdir()
+    (d / "skipped_videos.txt").write_text("".join(f"{v}\n" for v in skipped))
+    (d / "results.json").write_text(json.dumps({
+        "path": "real", "synthetic": False, "config": {"name": name},
+        "provenance": {"store": store, "fingerprint": store + "-fp"},
+        "skipped_videos": {"count": len(skipped), "file": "skipped_videos.txt" if skipped else ""}}))
+    return d
+  dirs = [run("vedje_msrvtt", "/s/a", ["v1", "v2", "v3"]), run("comp_msrvtt", "/s/a", ["v2", "v3", "v4"]),
+          run("cast_coin", "/s/b", ["w1"])]
+  out = E.paths(dirs)
+  assert out["skipped_videos"]["by_store"] == {"/s/a": 4, "/s/b": 1} and out["skipped_videos"]["count"] == 5
+  assert out["path"] == "real" and [r["name"] for r in out["runs"]] == ["vedje_msrvtt", "comp_msrvtt", "cast_coin"]
+  assert [p["store"] for p in out["provenance"]["stores"]] == ["/s/a", "/s/b"]
+  assert out["runs"][0]["provenance"]["fingerprint"] == "/s/a-fp" and out["runs"][0]["synthetic"] is False

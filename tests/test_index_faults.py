@@ -9,6 +9,7 @@ ragged, so the jitted programs are the ones that file compiles.
 import errno
 import json
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -386,3 +387,32 @@ def test_save_refuses_to_replace_what_is_not_an_index(saved, tmp_path):
   assert (tmp_path / "data" / "notes.txt").read_text() == "mine" and (tmp_path / "file").read_text() == "mine"
   (tmp_path / "empty").mkdir()
   np.testing.assert_array_equal(DenseIndex.load(index.save(tmp_path / "empty")).search(q, 5)[0], index.search(q, 5)[0])
+
+
+def test_search_names_the_stages_it_ran_and_those_the_index_does_not_keep(tmp_path, capsys):
+  """Issue 52: a stack built with reranker="vedje" keeps no VEDJE stage in its index; search says so on its first
+  output line (and in --json) instead of answering as if the query went through recall -> rerank."""
+  from vidjax.experiments.common import load_config  # pylint: disable=g-import-not-at-top
+  from vidjax.methods.stack import omitted_stages  # pylint: disable=g-import-not-at-top
+  config = load_config(Path(__file__).resolve().parents[1] / "configs/stack_coin.py:smoke")
+  assert omitted_stages(config) == []
+  config.stack.reranker = "vedje"
+  omitted = omitted_stages(config)
+  rng = np.random.default_rng(5)
+  ids, captions = [f"clip{i:03d}" for i in range(12)], [f"step {i % 4}" for i in range(12)]
+  path = index_format.write_index(
+      tmp_path / "index", ids=ids, vectors=rng.normal(size=(12, D)).astype(np.float32), captions=captions,
+      videos=[f"v{i // 3}" for i in range(12)], text_captions=sorted(set(captions)),
+      text_vectors=rng.normal(size=(4, D)).astype(np.float32), dataset="test", synthetic=True, backbone="b",
+      text_encoder={"kind": "caption_lookup", "file": "texts.npz", "backbone": "b"},
+      recall={"kind": "dense", "file": "corpus.npz", "k": 10, "backbone": "b",
+              "index": {"backend": "jax", "dtype": "float32", "params": {}}}, stages=[], omitted=omitted)
+  assert search.main(["--index", str(path), "step 1", "--k", "3"]) == 0
+  first = capsys.readouterr().out.split("\n")[0]
+  assert first.startswith("stages: dense recall (the index keeps no vedje stage: built with reranker=vedje"), first
+  assert search.main(["--index", str(path), "step 1", "--k", "3", "--json"]) == 0
+  out = json.loads(capsys.readouterr().out)
+  assert out["stages"] == ["recall"] and out["omitted_stages"] == omitted and out["stages_line"] == first
+  old, _ = _stack_index(tmp_path / "old")  # an index written before omitted stages were recorded: none named
+  assert search.main(["--index", str(old), "step 1", "--k", "3"]) == 0
+  assert capsys.readouterr().out.split("\n")[0] == "stages: dense recall"

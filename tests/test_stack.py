@@ -137,3 +137,78 @@ def test_the_index_format_takes_its_stage_kinds_from_the_reader(tmp_path):
   with pytest.raises(ValueError, match="stage 'projected' has unknown kind 'projection' .known: pair_reranker, "
                      "cast_ensemble"):
     search.open_index(path)
+
+
+def test_a_vedje_stage_over_a_corpus_smaller_than_k_recall_masks_the_padding():
+  """Issue 52: the recall stage pads with -inf (here: each query's context clips dropped from a corpus of exactly
+  k_recall clips); the VEDJE stage scores the real pairs only (padding never reaches the reranker, in blocks of
+  `pair_block`) and the padded candidates stay last with -inf."""
+  import jax  # pylint: disable=g-import-not-at-top
+  from vidjax.models import vedje as V  # pylint: disable=g-import-not-at-top
+  from vidjax.models.bert import BertConfig  # pylint: disable=g-import-not-at-top
+  from vidjax.scorers.vedje import VedjeScorer  # pylint: disable=g-import-not-at-top
+  cfg = V.VedjeConfig(frames=2, tokens_per_frame=2, patches=3, visual_dim=4, max_text_len=6,
+                      text=BertConfig(vocab_size=30, hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32),
+                      compressor_heads=2, compressor_mlp=32, predictor_heads=2, predictor_mlp=32, vtc_dim=4,
+                      prior_hidden=4)
+  scorer = VedjeScorer(cfg, V.init_params(V.JointReranker(cfg), jax.random.PRNGKey(0)), pair_block=4)
+  corpus, queries, ids, _ = _world(n=6, q=3)
+  rng = np.random.default_rng(1)
+  caches = dict(zip(ids, rng.normal(size=(len(ids), cfg.cache_len, cfg.hidden_size)).astype(np.float32)))
+  text = rng.integers(1, 30, size=(3, 6)).astype(np.int32)
+
+  def batch_fn(rows, cand, prior):
+    k = cand.shape[1]
+    return {"input_ids": np.repeat(text[rows["row"]][:, None], k, 1), "attention_mask": np.ones((len(cand), k, 6), np.int32),
+            "cache": np.stack([[caches[c] for c in row] for row in cand]), "prior": prior}
+
+  stack = Stack(DenseIndex(ids, corpus), 6, [Stage("rerank", scorer, 6, batch_fn=batch_fn)], query_batch=2)
+  exclude = [list(ids[:2]), list(ids[2:4]), []]
+  result = stack.search({"text": queries, "row": np.arange(3)}, 6, exclude=exclude)
+  for i, e in enumerate(exclude):
+    assert np.isneginf(result.scores[i, len(ids) - len(e):]).all() and set(result.ids[i, len(ids) - len(e):]) == set(e)
+    assert np.isfinite(result.scores[i, :len(ids) - len(e)]).all()
+  # The real pairs score what they score without any padding around them.
+  alone = Stack(DenseIndex(ids, corpus), 6, [Stage("rerank", scorer, 6, batch_fn=batch_fn)], query_batch=1)
+  free = alone.search({"text": queries[2:], "row": np.array([2])}, 6)
+  np.testing.assert_allclose(np.sort(free.scores[0]), np.sort(result.scores[2]), rtol=1e-5, atol=1e-5)
+  with pytest.raises(ValueError, match="NaN or Inf"):  # NaN is still a broken stage 1
+    scorer.score({**batch_fn({"row": np.arange(1)}, ids[None, :2], np.zeros((1, 2), np.float32)),
+                  "prior": np.array([[0.0, np.nan]], np.float32)})
+
+
+def test_vedje_training_pairs_run_in_blocks_bounded_by_a_budget():
+  """Issue 52: the stack's VEDJE stage at the paper's batch (64 x 64 joint passes a step) asked XLA for ~159 GB.
+  A step's pairs now run in rematerialized blocks of `train_pairs` (from `vedje.train_memory_gb`): the same
+  gradients (dropout off), XLA's temporary memory bounded by the block."""
+  import jax  # pylint: disable=g-import-not-at-top
+  from vidjax.methods.stack import pair_bytes, train_pairs  # pylint: disable=g-import-not-at-top
+  from vidjax.models import vedje as V  # pylint: disable=g-import-not-at-top
+  from vidjax.models.bert import BertConfig  # pylint: disable=g-import-not-at-top
+
+  def config(pairs):
+    return V.VedjeConfig(frames=2, tokens_per_frame=2, patches=3, visual_dim=4, max_text_len=12, train_pairs=pairs,
+                         text=BertConfig(vocab_size=30, hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64,
+                                         dropout_rate=0.0, attention_dropout_rate=0.0),
+                         compressor_heads=2, compressor_mlp=32, predictor_heads=2, predictor_mlp=32, vtc_dim=4,
+                         prior_hidden=4, decoder_dropout=0.0)
+  n, budget = 96, 8 * pair_bytes(config(0))
+  assert train_pairs(config(0), budget) == 8 and train_pairs(config(0), 1) == 1
+  rng = np.random.default_rng(0)
+  ids = rng.integers(1, 30, size=(n, 12)).astype(np.int32)
+  mask = np.ones((n, 12), np.int32)
+  cache = rng.normal(size=(n, 4, 32)).astype(np.float32)
+  prior = rng.normal(size=(n,)).astype(np.float32)
+  params = V.init_params(V.JointReranker(config(0)), jax.random.PRNGKey(0))
+
+  def grad_fn(pairs):
+    model = V.JointReranker(config(pairs))
+    loss = lambda p: model.apply({"params": p}, ids, mask, cache, prior, False, method=model.score_pairs,  # noqa: E731
+                                 rngs={"dropout": jax.random.PRNGKey(1)}).sum()
+    return jax.jit(jax.grad(loss))
+
+  whole, blocked = grad_fn(0), grad_fn(train_pairs(config(0), budget))
+  for a, b in zip(jax.tree_util.tree_leaves(whole(params)), jax.tree_util.tree_leaves(blocked(params))):
+    np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-5)
+  temp = lambda f: f.lower(params).compile().memory_analysis().temp_size_in_bytes  # noqa: E731
+  assert temp(blocked) < temp(whole) / 3, (temp(blocked), temp(whole))

@@ -92,7 +92,8 @@ def test_search_prints_ranked_results_and_json(run, capsys):
   caption, context = index.captions[1], index.ids[:1]
   assert search.main(["--index", str(workdir / "index"), caption, "--context", *context, "--k", "5"]) == 0
   text = capsys.readouterr().out
-  assert "SYNTHETIC" in text and text.count("\n") >= 7 and "cast" in text and context[0] not in text.split("\n", 1)[1]
+  assert text.startswith("stages: dense recall -> rerank -> cast\n")  # the first line: the stages it ran
+  assert "SYNTHETIC" in text and text.count("\n") >= 8 and "cast" in text and context[0] not in text.split("\n", 2)[2]
   assert search.main(["--index", str(workdir / "index"), caption, "--json"]) == 0
   out = json.loads(capsys.readouterr().out)
   assert out["stages"] == ["recall", "rerank"] and len(out["results"]) == 10 and out["synthetic"] is True

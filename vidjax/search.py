@@ -3,9 +3,10 @@
     python -m vidjax.search --index DIR "a query" [--context CLIP_ID ...] [--k 10] [--json]
 
 DIR is `<workdir>/index` of a `configs/stack_<dataset>.py` run (its format: `vidjax.retrieval.index`): the
-corpus, the query encoder and the stages named in its manifest, each stage kind built by `KINDS` here. The query goes through recall -> rerank, and
-through CAST consistency when `--context` names the clips the user has already seen (oldest first; they are
-never returned). Prints the ranked clips with each stage's score and the time each stage took, or one JSON
+corpus, the query encoder and the stages named in its manifest, each stage kind built by `KINDS` here. The query goes through the stages the index keeps (recall -> rerank, and
+CAST consistency when `--context` names the clips the user has already seen, oldest first; they are never
+returned); the first output line names the stages it ran and any stage of the run the index does not keep (a
+VEDJE rerank stage: "stages: dense recall -> cast (the index keeps no vedje stage: ...)"). Prints the ranked clips with each stage's score and the time each stage took, or one JSON
 object with `--json`. It computes at the evaluation phase's default precision ("highest": full float32 matmuls on a
 GPU too, README "Precision"), so its ranks do not move with the backend. Every bad input (index directory, query, context
 clip, --k) is one line on stderr (a long query or clip id quoted by its first 80 characters and its length) and
@@ -91,6 +92,7 @@ def search(args: argparse.Namespace) -> dict:
                  "score": float(score),
                  "scores": {stage: round(result.score_of(stage, 0, clip), 6) for stage in ["recall", *stages]}})
   return {"query": args.query, "context": list(args.context), "stages": ["recall", *stages],
+          "stages_line": index.stages_line(stages), "omitted_stages": index.omitted,
           "synthetic": index.synthetic, "backbone": index.manifest["backbone"], "results": rows,
           "latency_ms": {k: round(v, 4) for k, v in result.latency_ms.items()}}
 
@@ -98,7 +100,7 @@ def search(args: argparse.Namespace) -> dict:
 def render(out: dict) -> str:
   stages = out["stages"]
   query = out['query'] if len(out['query']) <= 80 else f"{out['query'][:80]}... ({len(out['query']):,} characters)"
-  lines = [("SYNTHETIC index: " if out["synthetic"] else "") + repr(query)
+  lines = [out["stages_line"], ("SYNTHETIC index: " if out["synthetic"] else "") + repr(query)
            + (f" after {', '.join(out['context'])}" if out["context"] else " (no context: CAST consistency skipped)")]
   head = f"{'rank':>4}  {'clip':<16} {'caption':<28} " + " ".join(f"{s:>9}" for s in stages)
   lines += [head, "-" * len(head)]

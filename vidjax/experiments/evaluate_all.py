@@ -93,7 +93,19 @@ def compare(models: Sequence[evaluate.Model], benchmarks: Sequence[evaluate.Benc
     twice = sorted({x for x in items if items.count(x) > 1})
     if twice:
       raise ValueError(f"evaluate_all: {what} names {twice} occur twice (two workdirs of one config?)")
-  return {m.name: {benchmark_key(b): m.evaluate(b) for b in benchmarks} for m in models}
+  return {m.name: {benchmark_key(b): cell(m, b) for b in benchmarks} for m in models}
+
+
+def cell(model: evaluate.Model, bench: evaluate.Benchmark) -> dict[str, Any]:
+  """`model.evaluate(bench)`, or {"n/a": why} when the model's encoders know none of the benchmark's item keys:
+  two runs on one store share a feature space, but each method keys its items its own way (VEDJE's captions by
+  caption id, a VideoComp benchmark's texts by row), so such a model cannot read the other's benchmark."""
+  try:
+    return model.evaluate(bench)
+  except KeyError as e:
+    key = e.args[0] if e.args else "?"
+    return {"n/a": f"{model.name} cannot encode the items of {bench.name} (its encoders have no item {key!r}: "
+                   f"the two runs key their {bench.kind} items differently, though on one store)"}
 
 
 def markdown(comparison: Mapping[str, Mapping[str, Mapping[str, Any]]], models: Sequence[evaluate.Model],
@@ -125,12 +137,41 @@ def markdown(comparison: Mapping[str, Mapping[str, Mapping[str, Any]]], models: 
   return "\n".join(lines)
 
 
+def skipped_ids(workdir: Path, record: Mapping[str, Any]) -> set[str] | None:
+  """The video ids a run skipped (its skip file), or None when it recorded a count but no readable list."""
+  name = record.get("file", "")
+  if not record.get("count", 0):
+    return set()
+  if not name or not (workdir / name).is_file():
+    return None
+  return {line.strip() for line in (workdir / name).read_text().splitlines() if line.strip()}
+
+
 def paths(dirs) -> dict:
-  """results.json's path keys of the comparison: "real" only when every run it reads is; skipped videos summed."""
+  """results.json's path keys of the comparison: "real" only when every run it reads is; `runs`: each run's path,
+  synthetic flag and store provenance; `skipped_videos` counted once per store (the union of the ids its runs
+  skipped; a run with a count but no list adds its count only when it is more than the store's union so far)."""
+  dirs = [Path(d) for d in dirs]
   runs = [common.read_results(d) for d in dirs]
   kinds = {r.get("path", "world") for r in runs}
+  per_store: dict[str, tuple[set[str], int]] = {}
+  for d, r in zip(dirs, runs):
+    record = r.get("skipped_videos", {})
+    store = (r.get("provenance") or {}).get("store") or str(d)  # no store recorded: the run is its own
+    ids, count = per_store.get(store, (set(), 0))
+    listed = skipped_ids(d, record)
+    if listed is None:
+      count = max(count, record.get("count", 0))
+    else:
+      ids |= listed
+    per_store[store] = (ids, count)
+  by_store = {store: max(len(ids), count) for store, (ids, count) in per_store.items()}
+  stores = {p["store"]: p for p in (r.get("provenance") for r in runs) if isinstance(p, Mapping) and p.get("store")}
   return {"path": kinds.pop() if len(kinds) == 1 else "mixed",
-          "skipped_videos": {"count": sum(r.get("skipped_videos", {}).get("count", 0) for r in runs), "file": ""}}
+          "provenance": {"stores": list(stores.values())},
+          "runs": [{"workdir": str(d), "name": r.get("config", {}).get("name", d.name), "path": r.get("path", "world"),
+                    "synthetic": r.get("synthetic"), "provenance": r.get("provenance")} for d, r in zip(dirs, runs)],
+          "skipped_videos": {"count": sum(by_store.values()), "by_store": by_store, "file": ""}}
 
 
 @common.precision_policy

@@ -60,7 +60,7 @@ def validate(config) -> None:
                                      "stack.latency_queries", "rerank.candidates",
                                      "rerank.epochs", "rerank.batch_size", "rerank.log_every",
                                      "rerank.checkpoint_every"))
-  check_positive(config, ("rerank.tau", "rerank.lr"))
+  check_positive(config, ("rerank.tau", "rerank.lr", "vedje.train_memory_gb"))
   check_choice(config, "stack.recall", RECALLS)
   check_choice(config, "stack.reranker", ("pair", "vedje"))
   s = config.stack

@@ -133,6 +133,7 @@ def vedje_stage(config, workdir: Path, data: cast_method.CVRData, train_videos, 
                       store.get(config.data.text_kind, ids), ids, store.get(config.data.clip_kind, ids))
   negatives = vedje.stage1_negatives(split, vc.train)
   cfg = vedje.model_config(mc, FULL, visual_dim, patches, split.clip.shape[1], len(tokenizer.vocab))
+  cfg = dataclasses.replace(cfg, train_pairs=train_pairs(cfg, vc.train_memory_gb * 1e9))
   with jax.default_matmul_precision(config.precision.train):  # config.precision's training phase
     params = vedje.train_variant(FULL, cfg, split, pipeline.FeatureTable(store, vc.tokens_kind, ids),
                                  negatives, vc.train, mc, tokenizer, config.seed, workdir / "train" / "vedje")
@@ -144,6 +145,20 @@ def vedje_stage(config, workdir: Path, data: cast_method.CVRData, train_videos, 
                       queries["attention_mask"])
   return Stage("rerank", VedjeScorer(cfg, params["reranker"], pair_block=vc.pair_block), config.stack.rerank_k,
                batch_fn=pairs.text_to_video)
+
+
+def pair_bytes(cfg) -> int:
+  """Bytes of activations one (text, cache) pair's joint pass keeps for the backward pass (float32): per layer,
+  L = S + T*M tokens of width d (about 16 d-wide and 4 FFN-wide tensors each) and the heads' L x L attention (4).
+  Within 4% of XLA's own count at the paper's shapes (37.6 MB a pair: 154 GB for 4096 pairs, `memory_analysis`)."""
+  t = cfg.text
+  length = cfg.max_text_len + cfg.cache_len
+  return 4 * t.num_layers * (length * (16 * t.hidden_size + 4 * t.intermediate_size) + 4 * t.num_heads * length ** 2)
+
+
+def train_pairs(cfg, budget_bytes: float) -> int:
+  """Pairs per rematerialized training block (`VedjeConfig.train_pairs`) whose activations fit `budget_bytes`."""
+  return max(1, int(budget_bytes // pair_bytes(cfg)))
 
 
 def train_reranker(config, workdir: Path, data: cast_method.CVRData, train_videos, texts: FeatureTable, mesh):
@@ -261,7 +276,7 @@ def write_index(path: Path, *, corpus: Corpus, vectors: np.ndarray, texts: Featu
   sums = np.zeros((len(captions), texts.dim), np.float32)
   np.add.at(sums, [which[c.text] for c in clips], texts.gather(np.array([texts.index[c.clip_id] for c in clips])))
   cast_model, cast_params, ensemble = cast_parts
-  if rerank is not None:  # the pair reranker (a VEDJE stage reads its run's caches: not in the index yet)
+  if rerank is not None:  # the pair reranker (a VEDJE stage reads its run's caches: not in the index, `omitted`)
     checkpoints.save_npz(rerank[1], path / "rerank.npz")
   checkpoints.save_npz(cast_params, path / "cast.npz")
   s = config.stack
@@ -283,4 +298,13 @@ def write_index(path: Path, *, corpus: Corpus, vectors: np.ndarray, texts: Featu
   return index_format.write_index(
       path, ids=corpus.ids, vectors=vectors, captions=corpus.captions, videos=corpus.video_ids,
       text_captions=captions, text_vectors=l2_normalize(sums), dataset=config.dataset, synthetic=synthetic,
-      backbone=backbone, text_encoder=text_encoder, recall=recall, stages=stages)
+      backbone=backbone, text_encoder=text_encoder, recall=recall, stages=stages, omitted=omitted_stages(config))
+
+
+def omitted_stages(config) -> list[dict]:
+  """The run's stages its index does not keep: a VEDJE rerank stage (it reads the run's caches of the evaluation
+  clips and a tokenizer, which the index does not carry), so `python -m vidjax.search` says it ran without it."""
+  if config.stack.reranker != "vedje":
+    return []
+  return [{"name": "rerank", "kind": "vedje", "why": "built with reranker=vedje, whose caches and tokenizer the "
+           "index does not carry; search runs recall -> cast"}]

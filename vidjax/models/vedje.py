@@ -144,8 +144,13 @@ class VedjeConfig:
   # Inference only: `JointReranker.rerank` runs its pairs in blocks of this many (a scan; the last block
   # padded), so each block's [pairs * L, FFN] activations stay in cache on a CPU: 62-65% -> 80-86% of
   # the matmul rate for K = 100, 64-token caches (bench/vedje_rerank.py). 0 = every pair in one pass
-  # (what an accelerator wants). Training passes (dropout on) always run in one pass.
+  # (what an accelerator wants).
   scan_pairs: int = 20
+  # Training only: a step's joint passes (B queries x K candidates) run in rematerialized blocks of this many
+  # pairs, so their activations are bounded by the block (recomputed in the backward pass) instead of growing with
+  # B*K: at the paper's shapes one pair holds ~38 MB, and B = 64 in-batch pairs is 4096 passes, ~154 GB at once.
+  # 0 = every pair in one pass (the default; a step with at most this many pairs also runs in one pass).
+  train_pairs: int = 0
 
   def __post_init__(self):
     object.__setattr__(self, "horizons", tuple(int(h) for h in self.horizons))
@@ -170,6 +175,8 @@ class VedjeConfig:
       problems.append(f"cache_structure={self.cache_structure!r} is not one of {CACHE_STRUCTURES}")
     if self.scan_pairs < 0:
       problems.append(f"scan_pairs={self.scan_pairs} must be >= 0 (0 = all pairs in one pass)")
+    if self.train_pairs < 0:
+      problems.append(f"train_pairs={self.train_pairs} must be >= 0 (0 = all pairs in one pass)")
     if not (self.use_prior or self.use_joint):
       problems.append("use_prior and use_joint are both False: the score would read nothing")
     jnp.dtype(self.dtype)  # fails loudly on an unknown dtype name
@@ -514,9 +521,17 @@ class JointReranker(nn.Module):
     """`__call__` on n flat pairs (input_ids/attention_mask [n, S], caches [n, N, d], priors [n]) -> [n],
     at inference in blocks of `config.scan_pairs` pairs (see there)."""
     pairs = (input_ids, attention_mask, caches, priors)
-    block, n = self.config.scan_pairs, priors.shape[0]
-    if not deterministic or block == 0 or n <= block:
+    block, n = (self.config.scan_pairs if deterministic else self.config.train_pairs), priors.shape[0]
+    if block == 0 or n <= block:
       return self(*pairs, deterministic)
+    if not deterministic:  # training: blocks rematerialized in the backward pass, each its own dropout draw
+      pad = -n % block
+      blocks = tuple(jnp.concatenate([a, jnp.repeat(a[:1], pad, axis=0)]).reshape(-1, block, *a.shape[1:])
+                     for a in pairs)
+      body = nn.remat(lambda mdl, carry, xs: (carry, mdl(*xs, False)))
+      scan = nn.scan(body, variable_broadcast="params", split_rngs={"params": False, "dropout": True})
+      _, scores = scan(self, None, blocks)
+      return scores.reshape(-1)[:n]
     # Blocks of `scan_pairs` pairs through one scan (parameters broadcast, not copied); the last block
     # is padded with copies of the first pair and its scores dropped.
     pad = -n % block

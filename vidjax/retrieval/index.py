@@ -56,11 +56,13 @@ def _npz_bytes(**arrays) -> bytes:
 
 def write_index(path: Path, *, ids: Sequence[str], vectors: np.ndarray, captions: Sequence[str],
                 videos: Sequence[str], text_captions: Sequence[str], text_vectors: np.ndarray, dataset: str,
-                synthetic: bool, backbone: str, text_encoder: dict, recall: dict, stages: Sequence[dict]) -> Path:
+                synthetic: bool, backbone: str, text_encoder: dict, recall: dict, stages: Sequence[dict],
+                omitted: Sequence[dict] = ()) -> Path:
   """Writes `<path>/`: corpus.npz (`ids` [N], `vectors` [N, D], `captions` [N], `videos` [N]), texts.npz
   (`text_captions` [C], `text_vectors` [C, D]) and, last, manifest.json with the given sections. The files the
   recall and the stages name (their parameters) must be in `path` already: the manifest records every named file's
-  size and SHA-256, which `StackIndex` checks."""
+  size and SHA-256, which `StackIndex` checks. `omitted`: the stages the run had that the index does not keep
+  ({"name", "kind", "why"} each; `python -m vidjax.search` names them on its first output line)."""
   path.mkdir(parents=True, exist_ok=True)
   io.atomic_write_bytes(path / "texts.npz", _npz_bytes(captions=np.array(text_captions),
                                                        vectors=np.asarray(text_vectors)))
@@ -68,7 +70,7 @@ def write_index(path: Path, *, ids: Sequence[str], vectors: np.ndarray, captions
                                                         captions=np.array(captions), videos=np.array(videos)))
   manifest = {"format": INDEX_FORMAT, "dataset": dataset, "synthetic": synthetic, "backbone": backbone,
               "dim": int(np.shape(vectors)[1]), "clips": len(ids), "text_encoder": text_encoder, "recall": recall,
-              "stages": list(stages)}
+              "stages": list(stages), "omitted_stages": [dict(o) for o in omitted]}
   named = ["corpus.npz", text_encoder["file"], recall["file"], *(st["file"] for st in stages)]
   manifest["files"] = {name: files.file_record(path / name) for name in dict.fromkeys(named)}  # checked on open
   io.atomic_write_json(path / MANIFEST, manifest)
@@ -152,6 +154,17 @@ class StackIndex:
       if s.get("needs_context"):
         self.needs_context.add(s["name"])
       self.stages.append(Stage(s["name"], scorer, int(s["k"])))
+    self.omitted = list(m.get("omitted_stages", []))  # an index written before it was recorded: none named
+
+  def stages_line(self, ran: Sequence[str]) -> str:
+    """One line naming the stages a search ran, and the run's stages this index does not keep (with why)."""
+    recall = self.manifest["recall"]["kind"]
+    line = "stages: " + " -> ".join([f"{recall} recall", *ran])
+    notes = [f"the index keeps no {o.get('kind', o.get('name', '?'))} stage: {o.get('why', '')}".rstrip(": ")
+             for o in self.omitted]
+    skipped = [s.name for s in self.stages if s.name not in ran]
+    notes += [f"{name} skipped: no --context" for name in skipped]
+    return line + (f" ({'; '.join(notes)})" if notes else "")
 
   def _bad(self, name: str, problem: str) -> ValueError:
     return files.IndexFileError(f"index {self.path}: {name} {problem}; the index is damaged or was changed after it "

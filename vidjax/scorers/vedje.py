@@ -45,12 +45,15 @@ class VedjeScorer:
     if prior.ndim != 2:
       raise ValueError(f"VEDJE rerank: prior must be [Q, K] stage-1 scores, got shape {prior.shape}")
     q, k = prior.shape
-    bad = ~np.isfinite(prior)
+    # -inf is a recall stage's padding (a corpus with fewer candidates than K, or a query's excluded context
+    # clips): not a score; `score` gives such pairs -inf without running them. NaN / +Inf is a broken stage 1.
+    bad = ~np.isfinite(prior) & (prior != -np.inf)
     if bad.any():
       rows = np.flatnonzero(bad.any(axis=1))
       raise ValueError(f"VEDJE rerank: {int(bad.sum())} stage-1 scores are NaN or Inf (query rows "
                        f"{rows[:5].tolist()}{' ...' if len(rows) > 5 else ''} of this batch); the prior "
-                       "rho(q, v) must be finite: check the stage-1 embeddings")
+                       "rho(q, v) must be finite (only -inf, a recall stage's padding, is allowed): check the stage-1 "
+                       "embeddings")
     cache = batch["cache"]
     want = (q, k, self.config.cache_len, self.config.hidden_size)
     if tuple(np.shape(cache)) != want:
@@ -66,19 +69,24 @@ class VedjeScorer:
     return q, k
 
   def score(self, batch: Mapping[str, Any]) -> np.ndarray:
+    """[Q, K] scores; a padded pair (prior -inf) scores -inf and is not run. The cache is converted to float32 one
+    block of `pair_block` pairs at a time (host memory bounded by the block, not by Q*K)."""
     q, k = self.check(batch)
     n = q * k
     flat = {key: np.asarray(batch[key]).reshape((n,) + np.shape(batch[key])[2:])
             for key in ("input_ids", "attention_mask", "cache", "prior")}
-    flat["cache"] = flat["cache"].astype(np.float32)
-    out = np.empty(n, np.float32)
-    for start in range(0, n, self.pair_block):
-      stop = min(start + self.pair_block, n)
-      part = {key: v[start:stop] for key, v in flat.items()}
+    padding = flat["prior"] == -np.inf
+    out = np.full(n, -np.inf, np.float32)
+    real = np.flatnonzero(~padding)
+    flat = {key: v[real] if key != "cache" else v for key, v in flat.items()}
+    for start in range(0, len(real), self.pair_block):
+      stop = min(start + self.pair_block, len(real))
+      part = {key: v[start:stop] for key, v in flat.items() if key != "cache"}
+      part["cache"] = flat["cache"][real[start:stop]].astype(np.float32)
       if stop - start < self.pair_block:  # pad to one shape: one compile
         part = {key: np.concatenate([v, np.repeat(v[:1], self.pair_block - (stop - start), 0)]) for key, v in part.items()}
       scores = self._fn(self.params, part["input_ids"], part["attention_mask"], part["cache"], part["prior"])
-      out[start:stop] = np.asarray(scores)[:stop - start]
+      out[real[start:stop]] = np.asarray(scores)[:stop - start]
     return out.reshape(q, k)
 
 
