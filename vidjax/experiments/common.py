@@ -34,7 +34,8 @@ import jax.numpy as jnp
 from vidjax import io
 from vidjax.sharding import barrier, is_writer, on_writer  # noqa: F401  (the experiments' multi-host helpers)
 from vidjax.defaults.common import (bad_value, check_choice, check_fraction, check_index, check_positive,  # noqa: F401
-                                    check_heads, check_positive_int, check_precision, check_ranges, get_key)
+                                    check_heads, check_positive_int, check_precision, check_ranges, check_strict,
+                                    get_key)
 from vidjax.ops import is_positive_int  # noqa: F401  (re-exported for the experiments' checks)
 from vidjax.methods.real import (PREPARE, SKIP_FILE, WORLD_PATH, check_store, present_videos,  # noqa: F401
                                  real_path, store_benchmark)  # (re-exported)
@@ -45,7 +46,8 @@ REQUIRED_KEYS = ("experiment", "dataset", "synthetic", "path", "skipped_videos",
 # run re-evaluates without retraining); an experiment adds what else its own files do not depend on.
 RESUMABLE_LEAVES = ("progress", "log_every", "checkpoint_every")
 RESUMABLE_SECTIONS = ("eval",)
-RESUMABLE_KEYS = ("precision.eval",)  # evaluation's precision, by the same rule as `eval.*`
+RESUMABLE_KEYS = ("precision.eval",  # evaluation's precision, by the same rule as `eval.*`
+                  "strict")  # refuses or clips (`clip_to_data`): the files depend on the values used, not on it
 
 
 def load_config(spec: str | Path):
@@ -148,6 +150,7 @@ def start_run(config, workdir: str | Path, validate, resumable: Iterable[str] = 
   if isinstance(config.get("seed"), bool) or not isinstance(config.get("seed"), int) or config.seed < 0:
     bad_value("seed", config.get("seed"), "a non-negative integer (it seeds every random choice of the run)")
   check_precision(config)
+  check_strict(config)
   check_ranges(config)
   check_heads(config)
   validate(config)
@@ -374,12 +377,15 @@ def with_precision_record(config, keys: Mapping) -> dict:
   return keys
 
 
-def results_dict(config, *, dataset: str, synthetic: bool, metrics: Mapping, **extra) -> dict:
-  """The results contract: {"experiment", "dataset", "synthetic", "config", "metrics", ...extra}; a real-path
-  `provenance` also records the precision the run used (`precision_record`)."""
+def results_dict(config, *, dataset: str, synthetic: bool, metrics: Mapping, clipped: Mapping | None = None,
+                 **extra) -> dict:
+  """The results contract: {"experiment", "dataset", "synthetic", "config", "metrics", "clipped", ...extra}; a
+  real-path `provenance` also records the precision the run used (`precision_record`). `clipped`: what
+  `clip_to_data` fitted to the data, {key: [asked, used]} ({} when nothing was)."""
   extra = with_precision_record(config, extra)
-  return {"experiment": config.get("name") or config.experiment, "dataset": dataset, "synthetic": bool(synthetic), "metrics": dict(metrics),
-          **extra, "config": json.loads(config.to_json_best_effort())}
+  return {"experiment": config.get("name") or config.experiment, "dataset": dataset, "synthetic": bool(synthetic),
+          "metrics": dict(metrics), "clipped": dict(clipped or {}), **extra,
+          "config": json.loads(config.to_json_best_effort())}
 
 
 def write_results(workdir: str | Path, results: Mapping, tables: Sequence[str] = ()) -> Path | None:

@@ -33,6 +33,7 @@ import numpy as np
 
 from vidjax import evaluate
 from vidjax.data import comp
+from vidjax.defaults.common import clip_to_data
 from vidjax.experiments import common
 from vidjax.methods import comp as method
 from vidjax.methods.comp import FINETUNES, METHODS, METRICS, TABLE5
@@ -79,6 +80,7 @@ def run(config, workdir: str | Path) -> dict:
   workdir = common.start_run(config, workdir, validate, RESUMABLE)
   # Data: the annotation files and the token store (a world's are written first, under <workdir>/world).
   data = method.load(common.world_data(config, workdir, method.write_world), workdir)
+  config, clipped = clip_to_data(config, method.limits(config, data))  # sizes fit the data, before any file
   common.on_writer("comp_benchmark", lambda: method.write_benchmark(config, workdir, data))
   prepared = method.Prepared(config, data)
 
@@ -107,7 +109,7 @@ def run(config, workdir: str | Path) -> dict:
                             data.synthetic, ["t2v_r1", "v2t_r1"]),
   ]
   results = common.results_dict(
-      config, dataset=config.dataset, synthetic=data.synthetic, metrics=table_metrics, note=data.note,
+      config, dataset=config.dataset, synthetic=data.synthetic, metrics=table_metrics, clipped=clipped, note=data.note,
       tables=tables, **data.path,
       counts={"eval": {t: len(es.by_type[t][0]) for t in comp.EVAL_TYPES},
               "train_groups": len(prepared.finetune.positive), "pretrain_clips": len(data.clips),
