@@ -267,12 +267,12 @@ def precision_section() -> ml_collections.ConfigDict:
 def clip_to_data(config, limits: Mapping[str, tuple], say: bool = True):
   """Sizes that do not fit the data, fitted to it once per run, right after the data are known.
 
-  `limits`: {dotted config key: (the most that fits, why: what the data hold[, the least the run needs, 1])}. A key's value is an int (a batch
-  size, a budget) or a sequence of ints (e.g. evaluation ks); a value larger than what fits is clipped to it (each
-  element of a sequence, duplicates dropped), with one printed line naming the key, the asked and the used value
-  and why. With `config.strict` (a top-level key, default False) such a value is refused instead: one `ValueError`
-  naming the key, the value, what fits and `strict` (a run that must match a paper's numbers). Nothing fits (less
-  than the least the run needs) is an error either way.
+  `limits`: {dotted config key: (the most that fits, why: what the data hold[, the least the run needs: 1])}. A
+  key's value is an int (a batch size, a budget) or a sequence of ints (e.g. evaluation ks); a value larger than
+  what fits is clipped to it (each element of a sequence, duplicates dropped), with one printed line naming the
+  key, the asked and the used value and why. With `config.strict` (a top-level key, default False) such a value is
+  refused instead: one `ValueError` naming the key, the value, what fits and `strict` (a run that must match a
+  paper's numbers). Nothing fits (less than the least the run needs) is an error either way.
 
   `say=False`: the refusals only, nothing printed (a check before the data's files are written, when the run
   clips again, and says so, once its data are known).

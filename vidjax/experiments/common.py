@@ -10,13 +10,16 @@ calls
                                          one made by a different config (`RESUMABLE` says what may change between
                                          runs; `record_config` says when a failed run's record binds)
   check_data_source(config, has_data)    the :world variant and a user's data exclude each other
+  clip_to_data(config, limits)           (`vidjax.defaults.common`) once the data are known: a batch size or budget
+                                         larger than they hold is clipped (one printed line, results.json's
+                                         `clipped`: {key: [asked, used]}), or refused with `config.strict`
   on_writer(name, write)                 multi-host: process 0 writes the files every process needs, all wait
   write_results(config, workdir, ...)    results.json (process 0) + printed tables
   pyplot() / save_figure(fig, path)      the one matplotlib setup (Agg, atomic PNG)
 
 `results.json` always holds `{"experiment", "dataset", "synthetic", "config", "metrics": {method: {metric:
-value}}}`, recalls and accuracies in percent; synthetic results say so in the file, in the printed tables and
-in plot titles. The config carries the precision policy; on the real path `provenance.precision` also records it
+value}}}` (and, through `results_dict`, `clipped`), recalls and accuracies in percent; synthetic results say so
+in the file, in the printed tables and in plot titles. The config carries the precision policy; on the real path `provenance.precision` also records it
 with the platform and device it ran on.
 """
 from __future__ import annotations

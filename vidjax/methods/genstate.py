@@ -227,8 +227,8 @@ def limits(config, data: Data) -> dict[str, tuple[int, str]]:
   items, _ = training_items(data.train)
   group = config.train.group
   whole = f", in whole groups of train.group={group}" if group > 1 else ""
-  return {"train.batch_size": (len(items) // group * group,
-                               f"the {len(items)} VidCLIP training items of {len(data.train)} training triplets{whole}")}
+  why = f"the {len(items)} VidCLIP training items of {len(data.train)} training triplets{whole}"
+  return {"train.batch_size": (len(items) // group * group, why)}
 
 
 def text_ids(config, data: Data) -> dict[str, str]:
