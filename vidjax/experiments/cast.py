@@ -41,7 +41,9 @@ def run(config, workdir: str | Path) -> dict:
   # A world is written as a user's files, once (a TFDS dataset carries its records and embeddings itself).
   data_config = config if config.data.source == "tfds" else common.world_data(config, workdir, procedural.write_world)
   data, clips, texts, bench, heldout, source = cast.setup(data_config, workdir)
-  config, clipped = clip_to_data(config, cast.limits(len(data.instances), config.dataset))  # sizes fit the data
+  ran = config.copy_and_resolve_references()  # results.json's config: the identity rule that ran (a world's own)
+  ran.data.identity_rule = data_config.data.identity_rule
+  config, clipped = clip_to_data(ran, cast.limits(len(data.instances), config.dataset))  # sizes fit the data
   seconds = {"data": time.time() - start, "train": 0.0}  # host stages vs the training loops (BENCHMARKS "On one GPU")
 
   mesh = sharding.make_mesh()
