@@ -116,6 +116,7 @@ def test_real_format_annotations_with_a_store(tmp_path, capsys):
   _store_for(videos, tmp_path / "store")
   config = _crosstask_config(tmp_path / "store")
   config.train.batch_size = 512  # the paper's, larger than this small store's training set: clipped to what fits
+  config.train.epochs = 1  # the clipped batch is the whole training set: one step per epoch
   results = cast.run(config, tmp_path / "run")
   fits = len(json.loads((tmp_path / "run" / "cvr" / "crosstask_train.json").read_text()))
   assert results["clipped"] == {"train.batch_size": [512, fits]} and results["config"]["train"]["batch_size"] == fits
