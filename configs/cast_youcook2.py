@@ -10,9 +10,10 @@ by all-MiniLM-L6-v2 cosine similarity (App. B), computed with vidjax's Flax BERT
 
 Data: with `data.annotations` empty the run uses the embedded SYNTHETIC procedural world, written as a YouCook2
 release file + a store under <workdir>/world and read like a user's; every output says synthetic. Its captions
-are synthetic, so it keeps the task+step identity rule instead of caption similarity; YouCook2's release has no step
-ids, so that rule takes identity negatives from other videos of the same task (the CVR builder's task fallback), as
-it would on a user's YouCook2. For real YouCook2:
+are synthetic, so the world brings its own identity rule (task + step; YouCook2's release has no step ids, so that
+rule takes identity negatives from other videos of the same task: the CVR builder's task fallback), which its
+`data.*` keys set (`vidjax.worlds.procedural.write_world`). On a user's store the plain config runs the paper's
+rule, caption similarity. For real YouCook2:
 `--config.data.annotations=../shared/data/youcook2/youcookii_annotations_trainval.json
  --config.data.features=<feature store with kinds clip and text>`.
 """
@@ -24,8 +25,9 @@ _common = config_module(Path(__file__).parent / "cast" / "common.py")
 
 
 def get_config(arg=None):
-  # The synthetic world has no real captions to embed, so by default its identity negatives are mined
-  # structurally (task + step; YouCook2 files have no step ids: the same task); the `real` variant mines caption
-  # neighbours with all-MiniLM-L6-v2, the paper's rule.
+  # The paper's rule (App. B): identity negatives are cross-video caption neighbours by all-MiniLM-L6-v2. The
+  # synthetic world replaces it with its own (task + step) through the data keys it writes; `real` is kept as a
+  # name for the default (commands that add it run as before).
   real = lambda c: c.data.update(identity_rule="caption_similarity")  # noqa: E731
-  return _common.get_config("youcook2", arg, eval_split="val", identity_rule="task_step", variants={"real": real})
+  return _common.get_config("youcook2", arg, eval_split="val", identity_rule="caption_similarity",
+                            variants={"real": real})

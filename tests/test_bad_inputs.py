@@ -162,15 +162,20 @@ def test_a_shard_is_on_disk_whole_or_not_at_all(tmp_path):
   np.testing.assert_array_equal(FeatureStore(tmp_path).get("clip", ["a", "b"]), [[1, 1, 1], [2, 2, 2]])
 
 
-def test_a_batch_larger_than_the_training_set_fails_before_anything_is_written(tmp_path):
+def test_strict_refuses_a_batch_larger_than_the_training_set_before_anything_is_written(tmp_path):
+  """`strict=True`: the size is refused (not clipped), naming the key, the value, what fits and `strict`; the run
+  wrote nothing but its pending config record and the world it read."""
   from pathlib import Path
   from vidjax.experiments import cast
   from vidjax.experiments.common import load_config
   config = load_config(Path(__file__).resolve().parents[1] / "configs/cast_coin.py:smoke")
   config.train.batch_size = 100_000
-  with pytest.raises(ValueError, match=r"config.train.batch_size=100000 is invalid: expected at most the \d+ training"):
+  config.strict = True
+  with pytest.raises(ValueError, match=r"config.train.batch_size=100000 does not fit the data: at most \d+ fits "
+                                       r"\(the \d+ training instances of this coin benchmark\); strict=True refuses"):
     cast.run(config, tmp_path / "run")
-  assert not (tmp_path / "run" / "cvr").exists() and not (tmp_path / "run" / "features").exists()
+  written = {p.relative_to(tmp_path / "run").parts[0] for p in (tmp_path / "run").rglob("*") if p.is_file()}
+  assert written == {"config.pending.json", "world"}
 
 
 def test_a_workdir_trained_on_other_features_is_refused_before_any_checkpoint_is_read(tmp_path):

@@ -111,10 +111,17 @@ def _crosstask_config(store_dir):
   return config
 
 
-def test_real_format_annotations_with_a_store(tmp_path):
+def test_real_format_annotations_with_a_store(tmp_path, capsys):
   videos = read_crosstask(CROSSTASK)
   _store_for(videos, tmp_path / "store")
-  results = cast.run(_crosstask_config(tmp_path / "store"), tmp_path / "run")
+  config = _crosstask_config(tmp_path / "store")
+  config.train.batch_size = 512  # the paper's, larger than this small store's training set: clipped to what fits
+  config.train.epochs = 1  # the clipped batch is the whole training set: one step per epoch
+  results = cast.run(config, tmp_path / "run")
+  fits = len(json.loads((tmp_path / "run" / "cvr" / "crosstask_train.json").read_text()))
+  assert results["clipped"] == {"train.batch_size": [512, fits]} and results["config"]["train"]["batch_size"] == fits
+  assert f"clipped config.train.batch_size: asked 512, used {fits} (the {fits} training instances" in \
+      capsys.readouterr().out
   assert (tmp_path / "run" / "cvr" / "crosstask_test.json").exists()
   assert (tmp_path / "run" / "cvr" / "crosstask_train.json").exists()
   assert results["synthetic"] is True  # the store says its features are random

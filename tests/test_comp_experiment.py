@@ -270,3 +270,20 @@ def test_the_suite_reads_the_finished_runs_files_and_reproduces_its_numbers(smok
     cell = model.evaluate(bench)
     for kind in (*comp.EVAL_TYPES, "all"):
       assert cell[kind] == pytest.approx(results["metrics"][model.name][kind], abs=0.011), (model.name, kind)
+
+
+def test_table1_counts_are_of_the_triplets_the_run_uses():
+  """The printed Table 1 counts what was built and kept (videos with features) or read from a release file, not
+  everything the annotation files could give."""
+  from types import SimpleNamespace
+  t = lambda v, kind: SimpleNamespace(video_id=v, type=kind)  # noqa: E731
+  built = {"eval": [t("a", "temp_reorder"), t("a", "multi")], "train": [t("b", "seg_mismatch"), t("c", "multi")]}
+  made = {"eval": {"split": "eval", "videos": 4_900, "temp_reorder": 18_000, "total": 18_214,
+                   "dropped_validation": {"x": 2}, "skipped": {}},
+          "train": {"split": "train", "videos": 10_000, "total": 37_231, "dropped_validation": {}, "skipped": {}}}
+  counts = M.used_counts(built, {"eval": ["A"], "train": ["B", "C", "D"]}, made, released={"train"})
+  assert [(c["split"], c["source"], c["videos"], c["total"]) for c in counts] == [
+      ("eval", "annotations", 1, 2), ("train", "release file", 2, 2)]
+  assert counts[0]["temp_reorder"] == counts[0]["multi"] == 1 and counts[0]["dropped_validation"] == {"x": 2}
+  assert counts[1]["seg_mismatch"] == 1 and counts[1]["dropped_validation"] == {}
+  assert "18214" not in comp.format_counts(counts) and "37231" not in comp.format_counts(counts)

@@ -47,8 +47,22 @@ def test_crosstask_split_is_the_papers():
   assert (c.data.crosstask_test_fraction, c.data.crosstask_split_seed) == (0.2, 42)
 
 
-def test_youcook2_real_variant_mines_captions():
+def test_youcook2_plain_config_mines_captions_as_the_paper_and_the_world_keeps_its_rule(tmp_path):
+  """The plain config runs the paper's identity rule (caption similarity, App. B) on a user's store; `real` names
+  the same; the procedural world brings its own (task + step) through the data keys it writes."""
+  from vidjax.experiments.common import world_data  # pylint: disable=g-import-not-at-top
+  from vidjax.worlds import procedural  # pylint: disable=g-import-not-at-top
+  assert load("cast_youcook2.py").data.identity_rule == "caption_similarity"
   assert load("cast_youcook2.py", "real").data.identity_rule == "caption_similarity"
+  world = world_data(load("cast_youcook2.py", "smoke"), tmp_path, lambda c, root: {
+      "annotations": root / "a.json", "features": root / "f", "identity_rule": procedural.IDENTITY_RULE})
+  assert world.data.identity_rule == procedural.IDENTITY_RULE == "task_step"
+
+
+def test_every_method_config_has_strict_off():
+  for name in ("cast_coin.py", "comp_activitynet.py", "genstate_rendered.py", "grdr_msrvtt.py", "vedje_msrvtt.py",
+               "retrieval_msrvtt.py"):
+    assert load(name).strict is False
 
 
 def test_locked_config_rejects_new_keys():

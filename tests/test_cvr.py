@@ -321,6 +321,12 @@ def test_builder_errors():
     cvr.build_benchmark(videos[:2], identity_rule="task_step")
   with pytest.raises(ValueError, match="video-disjoint"):
     cvr.build_cvr(videos, videos[:1], "/tmp/never_written", identity_rule="task_step")
+  # A held-out subset too small for its pools says it is the held-out subset and names the setting that sized it.
+  with pytest.raises(ValueError, match=r"the held-out subset \(1 of the \d+ training videos: "
+                                       r"config.data.heldout_fraction=0.25, .*needs \d+ easy negatives.*raise "
+                                       r"data.heldout_fraction"):
+    cvr.build_cvr(videos[2:], videos[:2], "/tmp/never_written", identity_rule="task_step", heldout_fraction=0.25,
+                  pool_size=4, num_state=1, num_identity=1)
   with pytest.raises(ValueError, match="embed_fn must return finite"):
     cvr.build_benchmark(videos, identity_rule="caption_similarity", embed_fn=lambda t: np.zeros((1, 4)))
   with pytest.raises(ValueError, match="pool_size=5 leaves fewer"):

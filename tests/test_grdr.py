@@ -479,3 +479,14 @@ def test_generative_recall_in_query_chunks_equals_one_pass(monkeypatch):
   assert len(set(map(tuple, ids))) > 1  # the queries' states matter
   with pytest.raises(ValueError, match="beam_state_bytes must be a positive integer"):
     GenerativeRecall(trie, lambda p, q: q, _state_logp, None, width=4, beam_state_bytes=0)
+
+
+def test_fewer_ranked_ids_than_k_count_as_misses_and_the_sizes_fit_the_training_split():
+  """A small pool ranks fewer than 10 ids: R@10 counts the queries whose video is among them (no "ks exceed" error);
+  the batch sizes' limits are the training queries and the training videos."""
+  from types import SimpleNamespace  # pylint: disable=g-import-not-at-top
+  ids = np.array([["a", "b", "c", "d", "e", "f"], ["b", "a", "", "", "", ""]])
+  assert GM.recall_at(ids, np.array(["f", "z"])) == {"t2v_r1": 0.0, "t2v_r5": 0.0, "t2v_r10": 50.0}
+  corpus = SimpleNamespace(train_queries=np.zeros((40, 4)), train=np.arange(12))
+  limits = GM.limits(None, corpus)
+  assert {k: v[0] for k, v in limits.items()} == {"train.batch_size": 40, "train.view_batch_size": 12}

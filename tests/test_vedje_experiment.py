@@ -236,3 +236,15 @@ def test_candidates_that_do_not_fit_the_batch_are_a_config_error():
     config.train.in_batch_negatives = config.train.batch_size - config.train.hard_negatives
   with pytest.raises(ValueError, match="train.in_batch_negatives=.* is invalid"):
     E.validate(config)
+
+
+def test_a_batch_larger_than_the_training_queries_is_clipped_with_its_in_batch_negatives():
+  """Fewer training queries than `train.batch_size`: the batch is clipped to them and a query's in-batch VTM
+  negatives to what that batch holds besides its own video and its stage-1 negatives."""
+  from vidjax.defaults.common import clip_to_data  # pylint: disable=g-import-not-at-top
+  config = load_config(ROOT / "configs/vedje_msrvtt.py:smoke")
+  config.train.update(batch_size=16, hard_negatives=3, in_batch_negatives=12, vtm_candidates="stage1")
+  out, clipped = clip_to_data(config, VM.limits(config, 10))
+  assert clipped == {"train.batch_size": [16, 10], "train.in_batch_negatives": [12, 6]}
+  assert 1 + out.train.hard_negatives + out.train.in_batch_negatives <= out.train.batch_size
+  assert clip_to_data(config, VM.limits(config, 100))[1] == {}

@@ -34,6 +34,7 @@ def default_config(*, dataset: str, epochs: int, eval_split: str, identity_rule:
   c.name = f"cast_{dataset}"
   c.seed = 0  # drives the world, splits, negative sampling, initialization and data order
   c.precision = common.precision_section()  # matmul precision per phase (README "Precision")
+  c.strict = common.STRICT  # True: a batch size / budget larger than the data is an error, not clipped
   c.dataset = dataset
   c.data = ml_collections.ConfigDict(dict(
       world="first_order",     # synthetic world when annotations == "": first_order | history | history_control

@@ -99,6 +99,7 @@ def get_config(dataset: str, arg: str | None = None) -> ml_collections.ConfigDic
   c.name = f"comp_{dataset}"
   c.seed = 0
   c.precision = common.precision_section()  # matmul precision per phase (README "Precision")
+  c.strict = common.STRICT  # True: a batch size / budget larger than the data is an error, not clipped
   c.dataset = dataset
   c.data = ml_collections.ConfigDict(dict(
       features="",           # feature store with per-frame tokens [T, N, D] keyed by video id (the :world variant: empty)

@@ -46,6 +46,7 @@ def default_config(name: str = "genstate_rendered") -> ml_collections.ConfigDict
   c.name = name
   c.seed = 0  # drives the world, the model's initialization and the data order
   c.precision = common.precision_section()  # matmul precision per phase (README "Precision")
+  c.strict = common.STRICT  # True: a batch size / budget larger than the data is an error, not clipped
   # A user's own benchmark: a GenState metadata file (vidjax.data.genstate) + a feature store holding `video_kind`
   # for every video id and `text_kind` for every query id (e.g. VideoPrism LvT `clip` and `text`). Left empty: the
   # rendered world writes both (and sets these keys) under <workdir>/world.

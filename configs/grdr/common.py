@@ -107,6 +107,7 @@ def get_config(dataset: str, arg: str | None = None) -> ml_collections.ConfigDic
   c.dataset = dataset
   c.seed = 0
   c.precision = common.precision_section()  # matmul precision per phase (README "Precision")
+  c.strict = common.STRICT  # True: a batch size / budget larger than the data is an error, not clipped
   c.model = _model(**(dict(num_views=1, num_codes=200) if dataset == "lsmdc" else {}))
   c.train = _train()
   c.eval = ml_collections.ConfigDict(dict(

@@ -29,6 +29,7 @@ def get_config(dataset: str, arg: str | None = None) -> ml_collections.ConfigDic
   c.name = f"retrieval_{dataset}"
   c.seed = 0  # drives the synthetic world
   c.precision = common.precision_section()  # matmul precision per phase (README "Precision")
+  c.strict = common.STRICT  # True: a batch size / budget larger than the data is an error, not clipped
   c.dataset = dataset
   c.data = ml_collections.ConfigDict(dict(
       annotations="",     # the dataset's annotation file (see configs/retrieval_<dataset>.py)

@@ -506,7 +506,13 @@ def build_cvr(videos_train: Sequence[Video], videos_eval: Sequence[Video], out_d
                 context_len=context_len, num_state=num_state, num_identity=num_identity,
                 caption_topk=caption_topk, seed=seed)
   benchmark, benchmark_stats = build_benchmark(videos_eval, easy_rule=easy_rule, pool_size=pool_size, **mining)
-  heldout, heldout_stats = build_benchmark(heldout_videos, easy_rule=easy_rule, pool_size=pool_size, **mining)
+  try:
+    heldout, heldout_stats = build_benchmark(heldout_videos, easy_rule=easy_rule, pool_size=pool_size, **mining)
+  except ValueError as e:  # name the subset and the setting that sized it (config.data.heldout_fraction)
+    raise ValueError(f"the held-out subset ({len(heldout_videos)} of the {len(videos_train)} training videos: "
+                     f"config.data.heldout_fraction={heldout_fraction}, the subset the Full-Ensemble weights are "
+                     f"selected on) cannot build its 1-vs-{pool_size} pools: {e}; raise data.heldout_fraction or use "
+                     "more training videos") from None
   train, train_stats = build_training_instances(train_videos, **mining)
   out = Path(out_dir)
   config = {k: v for k, v in mining.items() if k != "embed_fn"}

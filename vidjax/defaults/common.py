@@ -264,6 +264,72 @@ def precision_section() -> ml_collections.ConfigDict:
   return ml_collections.ConfigDict(dict(PRECISION_DEFAULTS))
 
 
+def clip_to_data(config, limits: Mapping[str, tuple], say: bool = True):
+  """Sizes that do not fit the data, fitted to it once per run, right after the data are known.
+
+  `limits`: {dotted config key: (the most that fits, why: what the data hold[, the least the run needs: 1])}. A
+  key's value is an int (a batch size, a budget) or a sequence of ints (e.g. evaluation ks); a value larger than
+  what fits is clipped to it (each element of a sequence, duplicates dropped), with one printed line naming the
+  key, the asked and the used value and why. With `config.strict` (a top-level key, default False) such a value is
+  refused instead: one `ValueError` naming the key, the value, what fits and `strict` (a run that must match a
+  paper's numbers). Nothing fits (less than the least the run needs) is an error either way.
+
+  `say=False`: the refusals only, nothing printed (a check before the data's files are written, when the run
+  clips again, and says so, once its data are known).
+
+  Returns (config, clipped): the config with the used values (an unlocked copy, locked again: downstream code
+  reads it as before, and results.json's `config` shows what ran; `config` itself when nothing was clipped), and
+  the record {key: [asked, used]} results.json keeps as `clipped` ({} when nothing was clipped)."""
+  strict = bool(config.get("strict", STRICT))
+  changed: dict[str, Any] = {}
+  clipped: dict[str, list] = {}
+  for key, (most, why, *least) in limits.items():
+    most, least = int(most), int(least[0]) if least else 1
+    value = get_key(config, key)
+    values = list(value) if isinstance(value, (list, tuple)) else [value]
+    if not values or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+      continue  # a malformed value is its validate's error
+    if max(values) <= most:
+      continue
+    if most < least:
+      raise ValueError(f"config.{key}={value!r} does not fit the data: nothing fits ({why})")
+    if strict:
+      raise ValueError(f"config.{key}={value!r} does not fit the data: at most {most} fits ({why}); strict=True "
+                       f"refuses instead of clipping it (--config.strict=False clips it to {most})")
+    used = list(dict.fromkeys(min(v, most) for v in values))
+    used_value = type(value)(used) if isinstance(value, (list, tuple)) else used[0]
+    if say:
+      print(f"clipped config.{key}: asked {value!r}, used {used_value!r} ({why}; --config.strict=True refuses instead)",
+            flush=True)
+    changed[key] = used_value
+    clipped[key] = [list(value) if isinstance(value, (list, tuple)) else value,
+                    used if isinstance(value, (list, tuple)) else used_value]
+  if not changed:
+    return config, clipped
+  out = config.copy_and_resolve_references()
+  with out.unlocked():
+    for key, value in changed.items():
+      *parents, leaf = key.split(".")
+      section = out
+      for part in parents:
+        section = section[part]
+      section[leaf] = value
+  out.lock()
+  return out, clipped
+
+
+# `config.strict`, every method config's: False (the default) clips a batch size or budget that does not fit the
+# data to what fits, says so in one printed line and records it in results.json's `clipped`; True refuses instead
+# (a run that must match a paper's settings). `clip_to_data` applies it.
+STRICT = False
+
+
+def check_strict(config) -> None:
+  """`config.strict`, where a config has it, is True or False; else the one clear error naming the key."""
+  if "strict" in config and not isinstance(config.strict, bool):
+    bad_value("strict", config.strict, "True (refuse a batch size or budget larger than the data) or False (clip it)")
+
+
 def check_precision(config) -> None:
   """`config.precision` holds one of `PRECISIONS` per phase; else the one clear error naming the key."""
   if "precision" not in config or not isinstance(config.precision, ml_collections.ConfigDict):

@@ -24,6 +24,7 @@ from typing import Mapping
 import numpy as np
 
 from vidjax import sharding
+from vidjax.defaults.common import clip_to_data
 from vidjax.experiments import common
 from vidjax.methods import cast
 from vidjax.worlds import procedural
@@ -40,6 +41,9 @@ def run(config, workdir: str | Path) -> dict:
   # A world is written as a user's files, once (a TFDS dataset carries its records and embeddings itself).
   data_config = config if config.data.source == "tfds" else common.world_data(config, workdir, procedural.write_world)
   data, clips, texts, bench, heldout, source = cast.setup(data_config, workdir)
+  ran = config.copy_and_resolve_references()  # results.json's config: the identity rule that ran (a world's own)
+  ran.data.identity_rule = data_config.data.identity_rule
+  config, clipped = clip_to_data(ran, cast.limits(len(data.instances), config.dataset))  # sizes fit the data
   seconds = {"data": time.time() - start, "train": 0.0}  # host stages vs the training loops (BENCHMARKS "On one GPU")
 
   mesh = sharding.make_mesh()
@@ -66,7 +70,7 @@ def run(config, workdir: str | Path) -> dict:
   names = cast.names(data_config, data)
   scorer = evaluation["scorer"]
   results = common.results_dict(
-      config, dataset=names["dataset"], synthetic=data.synthetic, metrics=evaluation["metrics"],
+      config, dataset=names["dataset"], synthetic=data.synthetic, metrics=evaluation["metrics"], clipped=clipped,
       ensemble={"w_v": scorer.w_v, "w_p": scorer.w_p, "selected_on": "heldout subset of train"},
       top1_breakdown=evaluation["top1_breakdown"],
       inference_ablation=evaluation["inference_ablation"],

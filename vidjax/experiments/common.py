@@ -12,12 +12,15 @@ calls
   check_data_source(config, has_data)    the :world variant and a user's data exclude each other
   world_data(config, workdir, write)     a world writes a user's files once; the run reads them as a user's
   recorded_world_data(config, workdir)   a finished world run's config with the files it read (for suites)
+  clip_to_data(config, limits)           (`vidjax.defaults.common`) once the data are known: a batch size or budget
+                                         larger than they hold is clipped (one printed line, results.json's
+                                         `clipped`: {key: [asked, used]}), or refused with `config.strict`
   write_results(config, workdir, ...)    results.json (process 0) + printed tables
   pyplot() / save_figure(fig, path)      the one matplotlib setup (Agg, atomic PNG)
 
 `results.json` always holds `{"experiment", "dataset", "synthetic", "config", "metrics": {method: {metric:
-value}}}`, recalls and accuracies in percent; synthetic results say so in the file, in the printed tables and
-in plot titles. The config carries the precision policy; on the real path `provenance.precision` also records it
+value}}}` (and, through `results_dict`, `clipped`), recalls and accuracies in percent; synthetic results say so
+in the file, in the printed tables and in plot titles. The config carries the precision policy; on the real path `provenance.precision` also records it
 with the platform and device it ran on.
 """
 from __future__ import annotations
@@ -34,7 +37,8 @@ import jax.numpy as jnp
 
 from vidjax import io
 from vidjax.sharding import is_writer, on_writer
-from vidjax.defaults.common import bad_value, check_choice, check_heads, check_precision, check_ranges, get_key
+from vidjax.defaults.common import (bad_value, check_choice, check_heads, check_precision, check_ranges, check_strict,
+                                    get_key)
 from vidjax.data.provenance import PREPARE
 
 REQUIRED_KEYS = ("experiment", "dataset", "synthetic", "path", "skipped_videos", "config", "metrics")
@@ -43,7 +47,8 @@ REQUIRED_KEYS = ("experiment", "dataset", "synthetic", "path", "skipped_videos",
 # run re-evaluates without retraining); an experiment adds what else its own files do not depend on.
 RESUMABLE_LEAVES = ("progress", "log_every", "checkpoint_every")
 RESUMABLE_SECTIONS = ("eval",)
-RESUMABLE_KEYS = ("precision.eval",)  # evaluation's precision, by the same rule as `eval.*`
+RESUMABLE_KEYS = ("precision.eval",  # evaluation's precision, by the same rule as `eval.*`
+                  "strict")  # refuses or clips (`clip_to_data`): the files depend on the values used, not on it
 
 
 def load_config(spec: str | Path):
@@ -146,6 +151,7 @@ def start_run(config, workdir: str | Path, validate, resumable: Iterable[str] = 
   if isinstance(config.get("seed"), bool) or not isinstance(config.get("seed"), int) or config.seed < 0:
     bad_value("seed", config.get("seed"), "a non-negative integer (it seeds every random choice of the run)")
   check_precision(config)
+  check_strict(config)
   check_ranges(config)
   check_heads(config)
   validate(config)
@@ -386,12 +392,15 @@ def with_precision_record(config, keys: Mapping) -> dict:
   return keys
 
 
-def results_dict(config, *, dataset: str, synthetic: bool, metrics: Mapping, **extra) -> dict:
-  """The results contract: {"experiment", "dataset", "synthetic", "config", "metrics", ...extra}; a real-path
-  `provenance` also records the precision the run used (`precision_record`)."""
+def results_dict(config, *, dataset: str, synthetic: bool, metrics: Mapping, clipped: Mapping | None = None,
+                 **extra) -> dict:
+  """The results contract: {"experiment", "dataset", "synthetic", "config", "metrics", "clipped", ...extra}; a
+  real-path `provenance` also records the precision the run used (`precision_record`). `clipped`: what
+  `clip_to_data` fitted to the data, {key: [asked, used]} ({} when nothing was)."""
   extra = with_precision_record(config, extra)
-  return {"experiment": config.get("name") or config.experiment, "dataset": dataset, "synthetic": bool(synthetic), "metrics": dict(metrics),
-          **extra, "config": json.loads(config.to_json_best_effort())}
+  return {"experiment": config.get("name") or config.experiment, "dataset": dataset, "synthetic": bool(synthetic),
+          "metrics": dict(metrics), "clipped": dict(clipped or {}), **extra,
+          "config": json.loads(config.to_json_best_effort())}
 
 
 def write_results(workdir: str | Path, results: Mapping, tables: Sequence[str] = ()) -> Path | None:

@@ -33,7 +33,8 @@ import numpy as np
 
 from vidjax import evaluate
 from vidjax.data import comp
-from vidjax.defaults.common import bad_value, check_choice, check_fraction, check_positive, check_positive_int, get_key
+from vidjax.defaults.common import (bad_value, check_choice, check_fraction, check_positive, check_positive_int,
+                                    clip_to_data, get_key)
 from vidjax.sharding import on_writer
 from vidjax.experiments import common
 from vidjax.methods import comp as method
@@ -81,6 +82,7 @@ def run(config, workdir: str | Path) -> dict:
   workdir = common.start_run(config, workdir, validate, RESUMABLE)
   # Data: the annotation files and the token store (a world's are written first, under <workdir>/world).
   data = method.load(common.world_data(config, workdir, method.write_world), workdir)
+  config, clipped = clip_to_data(config, method.limits(config, data))  # sizes fit the data, before any file
   on_writer("comp_benchmark", lambda: method.write_benchmark(config, workdir, data))
   prepared = method.Prepared(config, data)
 
@@ -109,7 +111,7 @@ def run(config, workdir: str | Path) -> dict:
                             data.synthetic, ["t2v_r1", "v2t_r1"]),
   ]
   results = common.results_dict(
-      config, dataset=config.dataset, synthetic=data.synthetic, metrics=table_metrics, note=data.note,
+      config, dataset=config.dataset, synthetic=data.synthetic, metrics=table_metrics, clipped=clipped, note=data.note,
       tables=tables, **data.path,
       counts={"eval": {t: len(es.by_type[t][0]) for t in comp.EVAL_TYPES},
               "train_groups": len(prepared.finetune.positive), "pretrain_clips": len(data.clips),

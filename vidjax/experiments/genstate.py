@@ -25,7 +25,8 @@ import numpy as np
 
 from vidjax import evaluate, losses
 from vidjax import progress as progress_lib
-from vidjax.defaults.common import bad_value, check_choice, check_fraction, check_positive, check_positive_int
+from vidjax.defaults.common import (bad_value, check_choice, check_fraction, check_positive, check_positive_int,
+                                    clip_to_data)
 from vidjax.experiments import common
 from vidjax.methods import genstate as method
 from vidjax.methods import vidclip
@@ -105,6 +106,7 @@ def run(config, workdir: str | Path) -> dict:
   workdir = common.start_run(config, workdir, validate, RESUMABLE)
   config = common.world_data(config, workdir, write_world)
   data = method.load(config)
+  config, clipped = clip_to_data(config, method.limits(config, data))  # sizes fit the data, before any file
   encoders = method.encoders(config, workdir, data, precision=common.precision(config, "train"))
   overall, subsets = method.evaluate_methods(config, data.test, encoders)
 
@@ -115,7 +117,8 @@ def run(config, workdir: str | Path) -> dict:
                                    "features; Table 3 shape; %)", synthetic, list(method.METRICS))]
   plot_order_histogram({m: {subset: by[m]["order_histogram"] for subset, by in rows.items()} for m in overall},
                        workdir / "order_histogram.png", synthetic)
-  results = common.results_dict(config, dataset=dataset, synthetic=synthetic, metrics=overall, subsets=subsets,
+  results = common.results_dict(config, dataset=dataset, synthetic=synthetic, metrics=overall, clipped=clipped,
+                                subsets=subsets,
                                 **method.results_keys(data), **real_path(workdir, data.store, data.skipped))
   common.write_results(workdir, results, printed)
   return results

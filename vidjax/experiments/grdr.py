@@ -25,10 +25,10 @@ from pathlib import Path
 import numpy as np
 
 from vidjax import evaluate, metrics
-from vidjax.defaults.common import bad_value, check_choice, check_index, check_positive, check_positive_int
+from vidjax.defaults.common import bad_value, check_choice, check_index, check_positive, check_positive_int, clip_to_data
 from vidjax.experiments import common
-from vidjax.methods.grdr import (SETTINGS, check_budget, dense_setting, evaluate_row, read_corpus, recall_curve,
-                                 recipes, sweep_rows, trained_row)
+from vidjax.methods.grdr import (SETTINGS, check_budget, dense_setting, evaluate_row, limits, read_corpus,
+                                 recall_curve, recipes, sweep_rows, trained_row)
 from vidjax.worlds.polysemous import write_world
 
 RESUMABLE = ("sweep",)  # besides `common.is_resumable` (eval.*): a finished run re-evaluates, or adds the sweep, without retraining
@@ -51,9 +51,10 @@ def validate(config) -> None:
     bad_value("model.num_codes", config.model.num_codes, "at least 2 codes per codebook")
   check_choice(config, "model.query_encoder", ("t5", "minilm", "t5_features"))
   check_choice(config, "train.schedule", ("progressive", "tokenizer_first"))
+  # The tokenizer's own training (tokenizer_first; TIGER's RQ-VAE row in every schedule): checked before any file.
+  check_positive_int(config, ("train.view_epochs", "train.view_batch_size", "train.retriever_epochs"))
+  check_positive(config, ("train.view_lr", "train.retriever_lr"))
   if config.train.schedule == "tokenizer_first":
-    check_positive_int(config, ("train.view_epochs", "train.view_batch_size", "train.retriever_epochs"))
-    check_positive(config, ("train.view_lr", "train.retriever_lr"))
     mc = config.model
     if mc.latent_dim != mc.query_dim:
       bad_value("model.latent_dim", mc.latent_dim,
@@ -94,6 +95,7 @@ def run(config, workdir) -> dict:
   workdir = common.start_run(config, workdir, validate, RESUMABLE)
   config = common.world_data(config, workdir, write_world)
   corpus = read_corpus(config, workdir)
+  config, clipped = clip_to_data(config, limits(config, corpus))  # sizes fit the data, before any training
   check_budget(config, corpus)
   precision = functools.partial(common.precision, config, "train")
 
@@ -128,7 +130,7 @@ def run(config, workdir) -> dict:
 
   synthetic = corpus.synthetic
   results = common.results_dict(config, dataset=config.dataset + (f" (synthetic {corpus.source})" if synthetic else ""),
-                                synthetic=synthetic, metrics=table,
+                                synthetic=synthetic, metrics=table, clipped=clipped,
                                 ablations={"table3": ablations if config.eval.table3 else {}},
                                 **{s: table[s] for s in SETTINGS}, **results, **corpus.path)
   tables = []

@@ -57,6 +57,7 @@ def run(config, workdir: str | Path) -> dict:
   # Data: annotations + a store (a user's, or those the `world` variant's world writes first).
   config = common.world_data(config, workdir, moving_objects.write_world)
   sess = Session(config, workdir, train_context=lambda: common.precision(config, "train"))
+  config = sess.config  # its sizes fitted to the data (`clipped`)
   test, mc, synthetic = sess.test, sess.mc, sess.synthetic
 
   # Fit and evaluate: stage 1 over the full corpus (the foundation's protocol), then the main model.
@@ -66,6 +67,7 @@ def run(config, workdir: str | Path) -> dict:
       "experiment": config.name, "dataset": sess.dataset, "synthetic": synthetic,
       **common.with_precision_record(config, sess.path),
       "metrics": {"stage1": stage1, "vedje": main_metrics},
+      "clipped": sess.clipped,
       "stage1_over_candidates": main_info["stage1"],
       "latency_ms_per_query": main_info["latency_ms"],
       "benchmark": {**sess.test_bench.stats(), "k": min(config.eval.k, len(test.video_ids)),

@@ -123,11 +123,9 @@ class CVRData:
             FeatureTable(self.store, config.data.text_kind, text_ids, budget))
 
 
-def _check_batch_size(config, files: cvr.CVRFiles) -> None:
-  if len(files.train) < config.train.batch_size:
-    raise ValueError(f"config.train.batch_size={config.train.batch_size} is invalid: expected at most the "
-                     f"{len(files.train)} training instances of this {config.dataset} benchmark (checked before any "
-                     "file is written)")
+def limits(num_train: int, dataset: str) -> dict[str, tuple[int, str]]:
+  """What must fit the data (`common.clip_to_data`): a training batch at most the benchmark's training instances."""
+  return {"train.batch_size": (num_train, f"the {num_train} training instances of this {dataset} benchmark")}
 
 
 def _embed_fn(config):
@@ -173,13 +171,13 @@ def prepare_data(config, workdir: Path, finished: bool = False) -> CVRData:
   store = FeatureStore(config.data.features)
   videos, dropped = cvr.available_videos(read_annotations(config.dataset, config.data.annotations), store, kinds,
                                          config.data.available_videos, config.data.skip_missing)
-  build = lambda: cvr.build_dataset_cvr(  # noqa: E731  (the check (batch size) runs before anything is written)
+  build = lambda: cvr.build_dataset_cvr(  # noqa: E731  (the check (strict: batch size) runs before any file)
       config.dataset, videos, out, source=config.data.annotations, train_split=config.data.train_split,
       eval_split=config.data.eval_split, crosstask_split_seed=config.data.crosstask_split_seed,
       crosstask_test_fraction=config.data.crosstask_test_fraction, identity_rule=config.data.identity_rule,
       embed_fn=_embed_fn(config), context_len=config.model.context_len,
       heldout_fraction=config.data.heldout_fraction, seed=config.seed,
-      check=lambda files: _check_batch_size(config, files))
+      check=lambda files: common.clip_to_data(config, limits(len(files.train), config.dataset), say=False))
   files = (None if finished else sharding.on_writer("vidjax_cast_cvr", build)) or cvr.read_cvr(out, config.dataset)
   provenance.check_store(workdir, store, kinds)  # after the CVR files' checks (a run refused there writes nothing)
   is_synthetic = bool(store.metadata.get("synthetic", False))

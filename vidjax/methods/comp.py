@@ -69,7 +69,7 @@ class CompData:
     num_frames: stored frames per video.
     train, eval: Comp triplets (both with multi: the evaluation's only for the hierarchy score); clips: pretraining
       (video id, span, caption) short clips.
-    counts: Table-1-shaped counts of the built splits ([] for release files).
+    counts: Table-1-shaped counts of the triplets the run uses, per split (`used_counts`).
     rewriter: joins captions into paragraphs (CompPretrain uses it too).
     path: results.json's `path`, `provenance` and `skipped_videos` (`vidjax.methods.provenance.real_path`).
     tokens: the features of every row in memory, float32 [V, T, N, D], when they fit the memory budget (training
@@ -152,6 +152,8 @@ def load(config, workdir: Path) -> CompData:
   keep = set(ids)
   built = {split: [t for t in triplets if t.video_id in keep] for split, triplets in built.items()}
   events = {split: [v for v in videos if v.video_id in keep] for split, videos in events.items()}
+  counts = used_counts(built, events, {c["split"]: c for c in counts}, released={
+      split for split, path in (("eval", d.release_eval), ("train", d.release_train)) if path})
   shape = store.item_shape(d.tokens_kind)
   if len(shape) not in (2, 3):
     raise ValueError(f"feature store {d.features}: kind {d.tokens_kind!r} has items of shape {shape}; expected "
@@ -183,6 +185,32 @@ def load(config, workdir: Path) -> CompData:
                   store.metadata.get("note", ""))
 
 
+def limits(config, data: CompData) -> dict[str, tuple[int, str]]:
+  """What must fit the data (`clip_to_data`): each pretraining batch at most the training clips (one example per
+  clip, `pretrain_examples`), the fine-tuning batch at most its training groups (`finetune_examples`)."""
+  groups = len(comp.training_groups(data.train, tuple(config.finetune.hierarchy)))
+  return {"pretrain.batch_size": (len(data.clips), f"the {len(data.clips)} training clips, one pretraining example "
+                                                   "each"),
+          "finetune.batch_size": (groups, f"the {groups} fine-tuning groups (a training video input with its "
+                                          "positive and hard negatives)")}
+
+
+def used_counts(built: dict[str, list], events: dict[str, list], made: dict[str, dict], released: set[str]) -> list:
+  """Table-1-shaped counts of the triplets the run uses (`built`: per split, after the videos without features
+  are left out), not of everything the annotation files could give: per split its videos, triplets per type, total,
+  and, for a split built from the annotations (`made`: `comp.build_comp`'s counts), what the builder dropped;
+  `released`: the splits read from a release file."""
+  out = []
+  for split, triplets in built.items():
+    from_files = split in released or split not in made
+    videos = len({t.video_id for t in triplets}) if from_files else len(events.get(split, []))
+    out.append({"split": split, "source": "release file" if from_files else "annotations",
+                "videos": videos, **{t: sum(x.type == t for x in triplets) for t in comp.TRAIN_TYPES},
+                "total": len(triplets), "dropped_validation": {} if from_files else made[split]["dropped_validation"],
+                "skipped": {} if from_files else made[split]["skipped"]})
+  return out
+
+
 def write_benchmark(config, workdir: Path, data: CompData) -> None:
   """The run's Comp triplets in the release format (`<workdir>/benchmark/`) and their Table-1 counts. The
   evaluation's multi triplets (the hierarchy score's top level) go to their own file, `<name>_eval_multi.json`, so
@@ -195,8 +223,9 @@ def write_benchmark(config, workdir: Path, data: CompData) -> None:
     comp.write_release(workdir / "benchmark" / f"{config.name}_{split}.json", triplets)
   if data.counts:
     io.atomic_write_json(workdir / "benchmark" / "counts.json", data.counts)
-    print(("SYNTHETIC " if data.synthetic else "") + f"{config.name} benchmark (Table 1 shape)\n"
-          + comp.format_counts(data.counts), flush=True)
+    print(("SYNTHETIC " if data.synthetic else "") + f"{config.name} benchmark (Table 1 shape): the triplets this run "
+          f"uses, of its {len(data.video_ids)} videos with features\n"
+          + comp.format_counts([dict(c, split=f"{c['split']} ({c['source']})") for c in data.counts]), flush=True)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -204,6 +204,19 @@ def training_items(triplets: Sequence[genstate.Triplet]) -> tuple[list[tuple[str
   return [(t.main, t.query, []) for t in triplets], 1
 
 
+def limits(config, data: Data) -> dict[str, tuple[int, str]]:
+  """What must fit the data (`clip_to_data`): a VidCLIP batch at most its training items (`training_items`: a
+  triplet's three clips with the negatives' prompts, else its main clip), in whole `train.group`s; {} without
+  training triplets (nothing trains)."""
+  if not data.train:
+    return {}
+  items, _ = training_items(data.train)
+  group = config.train.group
+  whole = f", in whole groups of train.group={group}" if group > 1 else ""
+  why = f"the {len(items)} VidCLIP training items of {len(data.train)} training triplets{whole}"
+  return {"train.batch_size": (len(items) // group * group, why)}
+
+
 def text_ids(config, data: Data) -> dict[str, str]:
   """{prompt: text id} of the test triplets' prompts the store embedded as `data.text_kind`."""
   have = set(data.store.ids(config.data.text_kind)) if config.data.text_kind in data.store.kinds() else set()

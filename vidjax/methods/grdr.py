@@ -241,6 +241,17 @@ def recipes(config) -> dict[str, Recipe]:
   return out
 
 
+def limits(config, corpus) -> dict[str, tuple[int, str]]:
+  """What must fit the data (`clip_to_data`): a retriever batch at most the training queries (one per training
+  caption), a tokenizer batch (the views' and TIGER's RQ-VAE rows, `train.view_batch_size`) at most the training
+  videos."""
+  del config  # the corpus says what fits
+  n_queries, n_videos = len(corpus.train_queries), len(corpus.train)
+  return {"train.batch_size": (n_queries, f"the {n_queries} training queries (captions of the {n_videos} training "
+                                          "videos)"),
+          "train.view_batch_size": (n_videos, f"the {n_videos} training videos, one tokenizer example each")}
+
+
 def check_budget(config, corpus) -> None:
   """Bad sizes, one clear error each before any training: a codebook with more codes than there are training videos
   (k-means could not initialise it, and most codes would name no video), and a beam wider than the inductive
@@ -681,7 +692,11 @@ def trained_row(config, workdir: Path, corpus: Corpus, recipe: Recipe, name: str
 
 
 def recall_at(ids: np.ndarray, target: np.ndarray, ks=(1, 5, 10)) -> dict[str, float]:
-  """`metrics.recall_from_ranked` (percent), keys t2v_r<k>."""
+  """`metrics.recall_from_ranked` (percent), keys t2v_r<k>. Fewer ranked ids than a k (a small pool, or a budget
+  `eval.candidates` under 10) is no error: R@k counts a query whose video is among the ids it has (the rest miss)."""
+  ids = np.asarray(ids)
+  if ids.ndim == 2 and ids.shape[1] < max(ks):
+    ids = np.concatenate([ids, np.full((len(ids), max(ks) - ids.shape[1]), "", ids.dtype)], axis=1)
   return {f"t2v_{k}": v for k, v in metrics.recall_from_ranked(ids, target, ks).items()}
 
 

@@ -201,6 +201,17 @@ def stage1_negatives(split: Split, tc, chunk: int = 4096) -> np.ndarray:
 # Training.
 
 
+def limits(config, num_train: int) -> dict[str, tuple[int, str]]:
+  """What must fit the data (`common.clip_to_data`): a training batch at most the training queries, and a query's
+  in-batch VTM negatives at most the other videos of that (clipped) batch besides its stage-1 hard negatives."""
+  tc = config.train
+  batch = min(tc.batch_size, num_train)
+  return {"train.batch_size": (num_train, f"the {num_train} training queries"),
+          "train.in_batch_negatives": (batch - 1 - hard_negatives(tc),
+                                       f"a batch of {batch} queries less each query's own video and its "
+                                       f"{hard_negatives(tc)} stage-1 negatives", 0)}
+
+
 def hard_negatives(tc) -> int:
   """Stage-1 neighbours per anchor query: `train.hard_negatives` in the "stage1" VTM scheme, none "in_batch"."""
   return tc.hard_negatives if tc.vtm_candidates == "stage1" else 0
@@ -668,6 +679,9 @@ class Session:
           f"queries over {len(self.train_split.video_ids)} videos; test {len(self.test.query_ids)} queries x "
           f"{len(self.test.video_ids)} videos; queries cut at {mc.max_text_len} tokens: "
           f"{self.train_split.truncated} training, {self.test.truncated} test", flush=True)
+    # Sizes that do not fit the training split are clipped (or, with `strict`, refused) before any file is written.
+    config, self.clipped = common.clip_to_data(config, limits(config, len(self.train_split.query_ids)))
+    self.config, self.mc, self.tc = config, config.model, config.train
     token_shape = store.item_shape(config.data.tokens_kind)
     if len(token_shape) != 3:
       raise ValueError(f"store kind {config.data.tokens_kind!r} must hold per-frame patch tokens [T, P, d_v], "

@@ -413,12 +413,19 @@ def write_truth(world: ProceduralWorld, path, *, seed: int, world_name: str) -> 
   return path
 
 
-def write_world(config, root) -> dict[str, Path]:
+# The CVR identity rule of every procedural world's benchmark (`write_world`): task + step ids, which its files
+# carry (YouCook2's layout has no step ids: the builder then takes other videos of the same task).
+IDENTITY_RULE = "task_step"
+
+
+def write_world(config, root) -> dict[str, Path | str]:
   """The procedural world of a CAST (or stack) config as the files a user has: `config.dataset`'s release
   annotations (`write_release`), the feature store (`write_store`, kinds clip and text) and `world_truth.json`
   beside it (`write_truth`), all under `root`. Returns the `data.*` keys naming them, for
-  `vidjax.experiments.common.world_data`. The world is `config.data.world` with `config.world`'s fields, drawn
-  from `config.seed`."""
+  `vidjax.experiments.common.world_data`, and the world's own CVR identity rule (`data.identity_rule`: task +
+  step, `IDENTITY_RULE`; its captions are synthetic, so caption similarity, the paper's YouCook2 rule, would mine
+  nothing meaningful); a user's store keeps the config's rule. The world is `config.data.world` with
+  `config.world`'s fields, drawn from `config.seed`."""
   if config.data.clip_kind != "clip" or config.data.text_kind != "text":
     raise ValueError("the synthetic world writes kinds 'clip' and 'text'; leave data.clip_kind/text_kind as is")
   root = Path(root)
@@ -427,7 +434,7 @@ def write_world(config, root) -> dict[str, Path]:
                               eval_split=config.data.eval_split)
   write_store(world, root / "features", seed=config.seed, world_name=config.data.world, dataset=config.dataset)
   write_truth(world, root / TRUTH_FILE, seed=config.seed, world_name=config.data.world)
-  return {"annotations": annotations, "features": root / "features"}
+  return {"annotations": annotations, "features": root / "features", "identity_rule": IDENTITY_RULE}
 
 
 def read_truth(store_root) -> dict:

@@ -1,0 +1,63 @@
+"""`clip_to_data`: a size that does not fit the data is clipped (one line, a record) or, with `strict`, refused."""
+import ml_collections
+import pytest
+
+from vidjax.defaults.common import check_strict, clip_to_data
+
+
+def _config(**kw):
+  c = ml_collections.ConfigDict(dict(strict=False, train=dict(batch_size=512, view_batch_size=8),
+                                     eval=dict(ks=(1, 5, 10), name="x"), **kw))
+  c.lock()
+  return c
+
+
+def test_clips_what_does_not_fit_says_so_once_and_records_it(capsys):
+  config = _config()
+  out, clipped = clip_to_data(config, {"train.batch_size": (115, "the 115 training instances"),
+                                       "train.view_batch_size": (20, "the 20 training videos"),
+                                       "eval.ks": (6, "the 6 ranked ids")})
+  assert clipped == {"train.batch_size": [512, 115], "eval.ks": [[1, 5, 10], [1, 5, 6]]}
+  assert (out.train.batch_size, out.train.view_batch_size, out.eval.ks) == (115, 8, (1, 5, 6))
+  assert config.train.batch_size == 512 and config.eval.ks == (1, 5, 10)  # the asked config is untouched
+  lines = capsys.readouterr().out.splitlines()
+  assert lines == ["clipped config.train.batch_size: asked 512, used 115 (the 115 training instances; "
+                   "--config.strict=True refuses instead)",
+                   "clipped config.eval.ks: asked (1, 5, 10), used (1, 5, 6) (the 6 ranked ids; "
+                   "--config.strict=True refuses instead)"]
+  with pytest.raises(AttributeError):  # locked again: a mistyped field stays an error downstream
+    out.train.batch_sise = 3
+
+
+def test_nothing_to_clip_is_the_same_config_and_an_empty_record(capsys):
+  config = _config()
+  assert clip_to_data(config, {"train.batch_size": (512, "512 instances")}) == (config, {})
+  assert clip_to_data(config, {}) == (config, {})
+  assert capsys.readouterr().out == ""
+
+
+def test_strict_refuses_naming_the_key_the_value_what_fits_and_strict():
+  config = _config(name="y")
+  with config.unlocked():
+    config.strict = True
+  with pytest.raises(ValueError, match=r"^config.train.batch_size=512 does not fit the data: at most 115 fits \(the "
+                                       r"115 training instances\); strict=True refuses instead of clipping"):
+    clip_to_data(config, {"train.batch_size": (115, "the 115 training instances")})
+  with pytest.raises(ValueError, match="config.train.batch_size=512"):  # `say=False` (an early check) refuses too
+    clip_to_data(config, {"train.batch_size": (115, "the 115 training instances")}, say=False)
+
+
+def test_nothing_fits_is_an_error_either_way_and_a_least_may_be_zero(capsys):
+  with pytest.raises(ValueError, match=r"config.train.batch_size=512 does not fit the data: nothing fits \(no "):
+    clip_to_data(_config(), {"train.batch_size": (0, "no training instances")})
+  out, clipped = clip_to_data(_config(), {"train.view_batch_size": (0, "none left", 0)})
+  assert out.train.view_batch_size == 0 and clipped == {"train.view_batch_size": [8, 0]}
+  assert clip_to_data(_config(), {"train.batch_size": (10, "quiet")}, say=False)[1] == {"train.batch_size": [512, 10]}
+  assert "quiet" not in capsys.readouterr().out
+
+
+def test_strict_must_be_a_bool():
+  with pytest.raises(ValueError, match=r"config.strict='yes' is invalid"):
+    check_strict(ml_collections.ConfigDict(dict(strict="yes")))
+  check_strict(ml_collections.ConfigDict(dict(strict=True)))
+  check_strict(ml_collections.ConfigDict(dict(other=1)))
