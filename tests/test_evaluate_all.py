@@ -216,7 +216,8 @@ def test_a_shared_stores_skipped_videos_count_once(tmp_path):
     return d
   dirs = [run("vedje_msrvtt", "/s/a", ["v1", "v2", "v3"]), run("comp_msrvtt", "/s/a", ["v2", "v3", "v4"]),
           run("cast_coin", "/s/b", ["w1"])]
-  out = E.paths(dirs)
+  from vidjax.data import provenance  # pylint: disable=g-import-not-at-top
+  out = provenance.runs_provenance(dirs, [json.loads((d / "results.json").read_text()) for d in dirs])
   assert out["skipped_videos"]["by_store"] == {"/s/a": 4, "/s/b": 1} and out["skipped_videos"]["count"] == 5
   assert out["path"] == "real" and [r["name"] for r in out["runs"]] == ["vedje_msrvtt", "comp_msrvtt", "cast_coin"]
   assert [p["store"] for p in out["provenance"]["stores"]] == ["/s/a", "/s/b"]

@@ -19,6 +19,7 @@ import ml_collections
 
 import vidjax
 from vidjax import evaluate, io
+from vidjax.data import provenance
 from vidjax.defaults.common import bad_value
 from vidjax.sharding import is_writer
 from vidjax.experiments import common
@@ -137,43 +138,6 @@ def markdown(comparison: Mapping[str, Mapping[str, Mapping[str, Any]]], models: 
   return "\n".join(lines)
 
 
-def skipped_ids(workdir: Path, record: Mapping[str, Any]) -> set[str] | None:
-  """The video ids a run skipped (its skip file), or None when it recorded a count but no readable list."""
-  name = record.get("file", "")
-  if not record.get("count", 0):
-    return set()
-  if not name or not (workdir / name).is_file():
-    return None
-  return {line.strip() for line in (workdir / name).read_text().splitlines() if line.strip()}
-
-
-def paths(dirs) -> dict:
-  """results.json's path keys of the comparison: "real" only when every run it reads is; `runs`: each run's path,
-  synthetic flag and store provenance; `skipped_videos` counted once per store (the union of the ids its runs
-  skipped; a run with a count but no list adds its count only when it is more than the store's union so far)."""
-  dirs = [Path(d) for d in dirs]
-  runs = [common.read_results(d) for d in dirs]
-  kinds = {r.get("path", "world") for r in runs}
-  per_store: dict[str, tuple[set[str], int]] = {}
-  for d, r in zip(dirs, runs):
-    record = r.get("skipped_videos", {})
-    store = (r.get("provenance") or {}).get("store") or str(d)  # no store recorded: the run is its own
-    ids, count = per_store.get(store, (set(), 0))
-    listed = skipped_ids(d, record)
-    if listed is None:
-      count = max(count, record.get("count", 0))
-    else:
-      ids |= listed
-    per_store[store] = (ids, count)
-  by_store = {store: max(len(ids), count) for store, (ids, count) in per_store.items()}
-  stores = {p["store"]: p for p in (r.get("provenance") for r in runs) if isinstance(p, Mapping) and p.get("store")}
-  return {"path": kinds.pop() if len(kinds) == 1 else "mixed",
-          "provenance": {"stores": list(stores.values())},
-          "runs": [{"workdir": str(d), "name": r.get("config", {}).get("name", d.name), "path": r.get("path", "world"),
-                    "synthetic": r.get("synthetic"), "provenance": r.get("provenance")} for d, r in zip(dirs, runs)],
-          "skipped_videos": {"count": sum(by_store.values()), "by_store": by_store, "file": ""}}
-
-
 @common.precision_policy
 def run(config, workdir: str | Path) -> dict:
   workdir = common.start_run(config, workdir, validate)
@@ -189,7 +153,8 @@ def run(config, workdir: str | Path) -> dict:
   results = common.results_dict(config, dataset="every benchmark of " + ", ".join(str(d) for d in dirs),
                                 synthetic=synthetic, metrics=comparison,
                                 benchmarks={benchmark_key(b): {"kind": b.kind, "space": b.space} for b in benchmarks},
-                                workdirs=[str(d) for d in dirs], **paths(dirs))
+                                workdirs=[str(d) for d in dirs],
+                                **provenance.runs_provenance(dirs, [common.read_results(d) for d in dirs]))
   if is_writer():
     io.atomic_write_json(workdir / "comparison.json", comparison)
     io.atomic_write_text(workdir / "comparison.md", table + "\n")
