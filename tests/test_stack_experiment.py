@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from vidjax import io, losses, metrics
+from vidjax.defaults.common import with_values
 from vidjax.experiments import common
 from vidjax.experiments import stack as stack_experiment
 from vidjax.methods import stack as stack_method
@@ -22,16 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _config(**overrides):
-  c = common.load_config(ROOT / "configs/stack_coin.py:smoke")
-  c.unlock()
-  for key, value in overrides.items():
-    node = c
-    *parents, leaf = key.split(".")
-    for p in parents:
-      node = node[p]
-    node[leaf] = value
-  c.lock()
-  return c
+  return with_values(common.load_config(ROOT / "configs/stack_coin.py:smoke"), overrides)
 
 
 @pytest.fixture(scope="module")

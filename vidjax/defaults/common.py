@@ -124,6 +124,18 @@ def get_key(config, key: str) -> Any:
   return node
 
 
+def with_values(config, values: Mapping[str, Any]):
+  """A locked copy of `config` with each dotted key of `values` set (`{"train.batch_size": 115}`)."""
+  out = config.copy_and_resolve_references()
+  with out.unlocked():
+    for key, value in values.items():
+      *parents, leaf = key.split(".")
+      section = get_key(out, ".".join(parents)) if parents else out
+      section[leaf] = value
+  out.lock()
+  return out
+
+
 def check_choice(config, key: str, choices: Sequence[Any]) -> None:
   if get_key(config, key) not in choices:
     bad_value(key, get_key(config, key), f"one of {tuple(choices)}")
@@ -306,16 +318,7 @@ def clip_to_data(config, limits: Mapping[str, tuple], say: bool = True):
                     used if isinstance(value, (list, tuple)) else used_value]
   if not changed:
     return config, clipped
-  out = config.copy_and_resolve_references()
-  with out.unlocked():
-    for key, value in changed.items():
-      *parents, leaf = key.split(".")
-      section = out
-      for part in parents:
-        section = section[part]
-      section[leaf] = value
-  out.lock()
-  return out, clipped
+  return with_values(config, changed), clipped
 
 
 # `config.strict`, every method config's: False (the default) clips a batch size or budget that does not fit the

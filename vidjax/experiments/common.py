@@ -38,7 +38,7 @@ import jax.numpy as jnp
 from vidjax import io
 from vidjax.sharding import is_writer, on_writer
 from vidjax.defaults.common import (bad_value, check_choice, check_heads, check_precision, check_ranges, check_strict,
-                                    get_key)
+                                    get_key, with_values)
 from vidjax.data.provenance import PREPARE
 
 REQUIRED_KEYS = ("experiment", "dataset", "synthetic", "path", "skipped_videos", "config", "metrics")
@@ -335,12 +335,7 @@ def world_data(config, workdir: str | Path, write_world: Callable[[Any, Path], M
     return keys
 
   keys = on_writer("vidjax_world_data", write) or io.read_json(record_path, "world record")["data"]
-  out = config.copy_and_resolve_references()
-  with out.unlocked():
-    for key, value in keys.items():
-      out.data[key] = value
-  out.lock()
-  return out
+  return with_values(config, {f"data.{key}": value for key, value in keys.items()})
 
 
 def recorded_world_data(config, workdir: str | Path):
@@ -350,11 +345,7 @@ def recorded_world_data(config, workdir: str | Path):
   record = Path(workdir) / WORLD_DIR / WORLD_RECORD
   if not runs_world(config) or not record.is_file():
     return config
-  out = config.copy_and_resolve_references()
-  with out.unlocked():
-    out.data.update(io.read_json(record, "world record")["data"])
-  out.lock()
-  return out
+  return with_values(config, {f"data.{k}": v for k, v in io.read_json(record, "world record")["data"].items()})
 
 
 def check_informative(vectors, what: str, where: str) -> None:
