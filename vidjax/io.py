@@ -8,8 +8,10 @@ removes its temporary file and raises one error that names the file.
 """
 from __future__ import annotations
 
+import csv
 import errno
 import hashlib
+import io as io_std
 import json
 import os
 import tempfile
@@ -28,6 +30,13 @@ class WriteError(OSError):
 
 class DiskFullError(WriteError):
   """The file system ran out of space (or quota) while writing a file; the message names the file."""
+
+
+def csv_text(rows) -> str:
+  """`rows` (sequences of cells) as CSV text, one line each ending in "\n" (the release files' layout)."""
+  out = io_std.StringIO()
+  csv.writer(out, lineterminator="\n").writerows(rows)
+  return out.getvalue()
 
 
 def _umask() -> int:

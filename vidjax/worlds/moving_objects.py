@@ -61,9 +61,7 @@ the dataset a config names would have, under one folder, and the runs read it th
 """
 from __future__ import annotations
 
-import csv
 import dataclasses
-import io as io_std
 import math
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -508,11 +506,9 @@ def write_release_files(world: MovingObjectWorld, root, dataset: str, splits: Se
           if split[c.video_id] in splits]
   files = dict(zip(("test", "train"), RELEASE_FILES[dataset]))
   if dataset == "msrvtt":
-    table = io_std.StringIO()
-    csv.writer(table, lineterminator="\n").writerows(
+    io.atomic_write_text(root / "MSRVTT_JSFUSION_test.csv", io.csv_text(
         [("key", "vid_key", "video_id", "sentence")]
-        + [(c.caption_id, f"msr{i}", vid, c.text) for i, (vid, c, s) in enumerate(rows) if s == "test"])
-    io.atomic_write_text(root / "MSRVTT_JSFUSION_test.csv", table.getvalue())
+        + [(c.caption_id, f"msr{i}", vid, c.text) for i, (vid, c, s) in enumerate(rows) if s == "test"]))
     if "train" in splits:  # the training file: every video written, each with its split
       io.atomic_write_json(root / "MSRVTT_data.json", {
           "info": {"description": SYNTHETIC_NOTE},

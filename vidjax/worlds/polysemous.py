@@ -46,9 +46,7 @@ video id, so the world must have one test query per video there.
 """
 from __future__ import annotations
 
-import csv
 import dataclasses
-import io as io_std
 from pathlib import Path
 
 import numpy as np
@@ -205,12 +203,6 @@ def write_files(world: PolysemousWorld, root: str | Path, dataset: str = "msrvtt
   return {**{k: str(v) for k, v in files.items()}, "features": str(root / "features")}
 
 
-def _csv(rows) -> str:
-  out = io_std.StringIO()
-  csv.writer(out, lineterminator="\n").writerows(rows)
-  return out.getvalue()
-
-
 def _write_msrvtt(d: Path, world: PolysemousWorld, splits):
   """MSRVTT_data.json (every video, the training captions, sen_id = caption id) and the 1k-A-style test csv."""
   test = set(world.test.tolist())
@@ -222,7 +214,7 @@ def _write_msrvtt(d: Path, world: PolysemousWorld, splits):
                                                  "videos": videos, "sentences": sentences})
   rows = [("key", "vid_key", "video_id", "sentence")] + [(f"ret{i}", f"msr{v}", v, text)
                                                          for i, (v, _, text) in enumerate(splits["test"])]
-  io.atomic_write_text(d / "MSRVTT_JSFUSION_test.csv", _csv(rows))
+  io.atomic_write_text(d / "MSRVTT_JSFUSION_test.csv", io.csv_text(rows))
   return ({"annotations": d / "MSRVTT_JSFUSION_test.csv", "train_annotations": d / "MSRVTT_data.json"},
           {"train": [str(i) for i in range(len(splits["train"]))],
            "test": [f"ret{i}" for i in range(len(splits["test"]))]})

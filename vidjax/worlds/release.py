@@ -95,9 +95,7 @@ CLI: `python -m vidjax.worlds.release --root DIR [--size smoke|full] [--seed 0] 
 from __future__ import annotations
 
 import argparse
-import csv
 import dataclasses
-import io as io_std
 import json
 import os
 import time
@@ -406,12 +404,6 @@ def _text(path: Path, lines: Sequence[str]) -> None:
   io.atomic_write_text(path, "".join(f"{line}\n" for line in lines))
 
 
-def _csv(rows: Sequence[Sequence]) -> str:
-  buf = io_std.StringIO()
-  csv.writer(buf, lineterminator="\n").writerows(rows)
-  return buf.getvalue()
-
-
 def _counts(videos) -> dict[str, int]:
   return {"train": sum(v.split == "train" for v in videos), "test": sum(v.split == "test" for v in videos)}
 
@@ -434,7 +426,7 @@ def _write_youcook2(d: Path, videos, ids):
   _text(d / "train_list.txt", lists["train"])
   _text(d / "val_list.txt", lists["test"])
   tasks = sorted({v.task.index: v.task for v in videos}.items())
-  io.atomic_write_text(d / "label_foodtype.csv", _csv([(101 + t, task.name) for t, task in tasks]))
+  io.atomic_write_text(d / "label_foodtype.csv", io.csv_text([(101 + t, task.name) for t, task in tasks]))
   return {"annotations": ann, "train_list": d / "train_list.txt", "val_list": d / "val_list.txt"}
 
 
@@ -472,8 +464,8 @@ def _write_crosstask(d: Path, videos, ids):
     lists[v.split].append((task_id, vid, f"synthetic://crosstask/{vid}"))
     io.atomic_write_text(d / "annotations" / f"{task_id}_{vid}.csv",
                          "".join(f"{k + 1},{s:.2f},{e:.2f}\n" for k, (s, e, _) in enumerate(v.events)))
-  io.atomic_write_text(d / "videos.csv", _csv(lists["train"]))
-  io.atomic_write_text(d / "videos_val.csv", _csv(lists["test"]))
+  io.atomic_write_text(d / "videos.csv", io.csv_text(lists["train"]))
+  io.atomic_write_text(d / "videos_val.csv", io.csv_text(lists["test"]))
   return {"annotations": d, "tasks": d / "tasks_primary.txt", "train_list": d / "videos.csv",
           "test_list": d / "videos_val.csv"}
 
@@ -495,7 +487,7 @@ def _write_msrvtt(d: Path, videos, ids, seed):
   io.atomic_write_json(ann, {"info": {"description": SYNTHETIC_NOTE}, "videos": entries, "sentences": sentences})
   _text(d / "train_list_jsfusion.txt", train)
   _text(d / "val_list_jsfusion.txt", test)
-  io.atomic_write_text(d / "MSRVTT_JSFUSION_test.csv", _csv(rows))
+  io.atomic_write_text(d / "MSRVTT_JSFUSION_test.csv", io.csv_text(rows))
   return {"annotations": ann, "train_list": d / "train_list_jsfusion.txt", "val_list": d / "val_list_jsfusion.txt",
           "test_csv": d / "MSRVTT_JSFUSION_test.csv"}
 
