@@ -6,8 +6,9 @@
     python -m vidjax.main --config configs/stack_youcook2.py:smoke --workdir /tmp/stack_yc2_smoke   # seconds, tests
 
 Without `data.annotations` the run uses the embedded SYNTHETIC procedural world, as configs/cast_youcook2.py
-does; the `real` variant mines identity negatives by caption similarity (all-MiniLM-L6-v2). YouCook2 has no
-step labels, so at corpus scale an "identity" confusion is a clip of another video of the same recipe.
+does, with the world's own identity rule (task + step, set by the data keys it writes). On a user's store the plain
+config mines identity negatives by caption similarity (all-MiniLM-L6-v2, CAST App. B), the paper's rule; `real` names
+the same and is kept for old commands.
 See configs/stack_coin.py and `configs/stack/common.py`.
 """
 from pathlib import Path
@@ -19,4 +20,4 @@ stack = config_module(Path(__file__).parent / "stack" / "common.py")
 
 def get_config(arg=None):
   real = lambda c: c.data.update(identity_rule="caption_similarity")  # noqa: E731
-  return stack.get_config("youcook2", arg, eval_split="val", identity_rule="task_step", variants={"real": real})
+  return stack.get_config("youcook2", arg, eval_split="val", identity_rule="caption_similarity", variants={"real": real})

@@ -36,7 +36,7 @@ def test_every_cell_is_metrics_or_a_reason_and_matches_the_runs_own_numbers(comp
                                      ("comp_activitynet", ("zero_shot", "contrastive", "negclip", "comploss",
                                                            "negclip_pref", "comppretrain_comploss",
                                                            "comppretrain_negclip_pref")),
-                                     ("genstate_rendered", ("zero_shot", "vidclip")),
+                                     ("genstate", ("zero_shot", "vidclip")),
                                      ("grdr_msrvtt", ("dense", "grdr_rerank")),
                                      ("vedje_msrvtt", ("vedje_stage1", "vedje"))) for m in ms}
   assert set(table) == names
@@ -51,7 +51,7 @@ def test_every_cell_is_metrics_or_a_reason_and_matches_the_runs_own_numbers(comp
   own = {k: json.loads((runs[k][0] / "results.json").read_text()) for k in KINDS}
   genstate_keys = {k: k for k in ("r1", "r5", "r10", "acc_temp", "acc_sem", "acc_tri")}
   for m in ("zero_shot", "vidclip"):
-    _close(table[f"genstate_rendered/{m}"]["GenState (rendered) [SYNTHETIC]"], own["genstate"]["metrics"][m],
+    _close(table[f"genstate/{m}"]["GenState (rendered) [SYNTHETIC]"], own["genstate"]["metrics"][m],
            genstate_keys)
   cvr_keys = {k: k for k in ("acc", "state_acc", "ident_acc")}
   for m in ("cast", "zero_shot"):
@@ -74,7 +74,7 @@ def test_every_cell_is_metrics_or_a_reason_and_matches_the_runs_own_numbers(comp
   # The rendered world's dual encoders fill all three of its benchmarks.
   for m in ("zero_shot", "vidclip"):
     for b in ("GenState (rendered)", "Comp pairs (rendered)", "R@K (rendered)"):
-      assert "n/a" not in table[f"genstate_rendered/{m}"][f"{b} [SYNTHETIC]"]
+      assert "n/a" not in table[f"genstate/{m}"][f"{b} [SYNTHETIC]"]
   # Provenance: every run's path, synthetic flag and store provenance; skips counted once per store.
   assert [r["workdir"] for r in results["runs"]] == [str(runs[k][0]) for k in KINDS]
   assert all(set(r) == {"workdir", "name", "path", "synthetic", "provenance"} for r in results["runs"])
@@ -89,8 +89,8 @@ def test_the_embedded_default_trains_its_runs_then_compares(tmp_path, capsys):
   results = E.run(load_config(ROOT / "configs/evaluate_all.py:smoke"), tmp_path)
   out = capsys.readouterr().out
   assert "evaluate_all: training configs/genstate_rendered.py:smoke" in out and "SYNTHETIC DATA" in out
-  assert (tmp_path / "runs" / "genstate_rendered" / "results.json").exists()
-  assert set(results["metrics"]) == {"genstate_rendered/zero_shot", "genstate_rendered/vidclip"}
+  assert (tmp_path / "runs" / "genstate" / "results.json").exists()
+  assert set(results["metrics"]) == {"genstate/zero_shot", "genstate/vidclip"}
   again = E.run(load_config(ROOT / "configs/evaluate_all.py:smoke"), tmp_path)  # finished runs are not retrained
   assert "training" not in capsys.readouterr().out and again["metrics"] == results["metrics"]
 

@@ -182,7 +182,7 @@ def test_genstate_trains_on_the_users_triplets_and_evaluate_all_reads_them(real_
                                     "CVR (youcook2) [SYNTHETIC]"}
   assert all("world" not in b["space"] for b in out["benchmarks"].values()), out["benchmarks"]
   assert not (tmp_path / "ea" / "runs").exists() and not (run / "world").exists()
-  assert out["metrics"]["genstate_rendered/vidclip"]["GenState (test.json) [SYNTHETIC]"]["acc_tri"] == \
+  assert out["metrics"]["genstate/vidclip"]["GenState (test.json) [SYNTHETIC]"]["acc_tri"] == \
       results["metrics"]["vidclip"]["acc_tri"]
 
 

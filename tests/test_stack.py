@@ -179,10 +179,10 @@ def test_a_vedje_stage_over_a_corpus_smaller_than_k_recall_masks_the_padding():
 
 def test_vedje_training_pairs_run_in_blocks_bounded_by_a_budget():
   """Issue 52: the stack's VEDJE stage at the paper's batch (64 x 64 joint passes a step) asked XLA for ~159 GB.
-  A step's pairs now run in rematerialized blocks of `train_pairs` (from `vedje.train_memory_gb`): the same
+  A step's pairs now run in rematerialized blocks of `train_pairs` (from `vedje.train.memory_gb`): the same
   gradients (dropout off), XLA's temporary memory bounded by the block."""
   import jax  # pylint: disable=g-import-not-at-top
-  from vidjax.methods.stack import pair_bytes, train_pairs  # pylint: disable=g-import-not-at-top
+  from vidjax.methods.vedje import pair_bytes, train_pairs  # pylint: disable=g-import-not-at-top
   from vidjax.models import vedje as V  # pylint: disable=g-import-not-at-top
   from vidjax.models.bert import BertConfig  # pylint: disable=g-import-not-at-top
 

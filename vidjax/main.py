@@ -49,6 +49,8 @@ _CONFIG = config_flags.DEFINE_config_file("config", None, "Path to a config file
                                           lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for results, checkpoints and logs.")
 _DEBUG = flags.DEFINE_bool("debug", False, f"Show the full traceback of an error (also: {DEBUG_ENV}=1).")
+_CHECK = flags.DEFINE_bool("check", False, "Read the data, fit every size to them (clipped or refused as in a run) and "
+                           "stop before any training: WORKDIR/check.json holds what would run.")
 
 
 def experiment(kind: str):
@@ -65,9 +67,14 @@ def experiments() -> dict:
   return {**TOOLS, **{name: m.run for name, m in methods.METHODS.items()}}
 
 
-def run(config, workdir: str):
-  """Dispatches to the experiment named by `config.experiment`; returns its results dict."""
+def run(config, workdir: str, check: bool = False):
+  """Dispatches to the experiment named by `config.experiment`; returns its results dict. `check`: stop once the
+  data are read and every size fits them (`defaults.common.DataFits`): returns and writes `WORKDIR/check.json`
+  ({"experiment", "check": "the data fit", "clipped", "config"}) instead of training; an experiment with no size
+  to fit (retrieval, prepare) runs whole."""
   fn = experiment(config.experiment)
+  if check:
+    return common.check_run(fn, config, workdir)
   if "seeds" in config:  # several seeds, mean ± std (e.g. `:seeds3`)
     return common.run_seeds(fn, config, workdir)
   return fn(config, workdir)
@@ -87,7 +94,7 @@ def main(argv):
   sharding.initialize_distributed()
   if jax.process_index() == 0:
     print(f"vidjax: {jax.process_count()} process(es), devices: {jax.devices()}", flush=True)
-  run(_CONFIG.value, _WORKDIR.value)
+  run(_CONFIG.value, _WORKDIR.value, check=_CHECK.value)
 
 
 def _debug(argv: Sequence[str]) -> bool:

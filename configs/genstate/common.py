@@ -39,7 +39,7 @@ from vidjax.defaults import common
 from vidjax.worlds.rendered import RenderedWorldConfig
 
 
-def default_config(name: str = "genstate_rendered") -> ml_collections.ConfigDict:
+def default_config(name: str = "genstate") -> ml_collections.ConfigDict:
   """The shared GenState config: the rendered world by default, a user's benchmark with `data.*` set."""
   c = ml_collections.ConfigDict()
   c.experiment = "genstate"

@@ -65,7 +65,8 @@ def _model(**kw) -> ml_collections.ConfigDict:
       # embeddings (the store's text kind) as memory tokens | "t5_features": a T5 encoder over those tokens
       query_encoder="t5",
       query_len=32,              # "t5": query tokens kept (MSR-VTT / LSMDC captions fit; paragraphs are cut here)
-      query_dim=384,             # the store's text embeddings' width (intents, the dense rerank; "minilm": the input)
+      query_dim=0,               # the store's text embeddings' width (intents, the dense rerank; "minilm": the input);
+                                 # 0: read from the store (768 for VideoPrism LvT base, 32 for the smoke backbone)
       query_tokens=4,            # a feature query becomes this many memory tokens
       tau_init=0.07,
       t5=_t5(),

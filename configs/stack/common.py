@@ -93,12 +93,7 @@ def _vedje(variant: str | None = None) -> ml_collections.ConfigDict:
   and 4 on COIN, not VEDJE's 16: one store feeds CAST and the reranker)."""
   v = vedje_defaults.get_config("msrvtt", variant)
   return ml_collections.ConfigDict(dict(model=v.model, train=v.train, precision=v.cache.precision,
-                                        pair_block=v.eval.pair_block, tokens_kind=v.data.tokens_kind,
-                                        # a training step's joint passes (batch_size x (1 + in-batch negatives)
-                                        # pairs) run in rematerialized blocks whose activations fit this many GB
-                                        # (`vidjax.methods.stack.train_pairs`); the paper's 64 x 64 = 4096 pairs
-                                        # at once hold ~154 GB. A step that fits runs in one pass, as before.
-                                        train_memory_gb=16.0))
+                                        pair_block=v.eval.pair_block, tokens_kind=v.data.tokens_kind))
 
 
 def _rendered(c: ml_collections.ConfigDict) -> None:

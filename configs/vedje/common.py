@@ -83,6 +83,11 @@ def _train(**kw) -> ml_collections.ConfigDict:
       always_top=2,
       in_batch_negatives=63,
       mlm_prob=0.15,
+      # a step's joint passes (batch_size x (1 + in-batch negatives) pairs) run in rematerialized blocks whose
+      # activations fit this many GB (`vidjax.methods.vedje.train_pairs`); the paper's 64 x 64 = 4096 pairs at once
+      # hold ~154 GB. A step that fits runs in one pass, as before. 8 GB leaves a 16 GB accelerator (or a laptop)
+      # room for the weights, the optimizer state and the batch.
+      memory_gb=8.0,
       checkpoint_every=500,
       log_every=50,
       progress=True,

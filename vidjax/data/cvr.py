@@ -479,7 +479,8 @@ def build_cvr(videos_train: Sequence[Video], videos_eval: Sequence[Video], out_d
               task_fallback: bool = True, context_len: int = 5, num_state: int = 3, num_identity: int = 3,
               pool_size: int = 10, caption_topk: int = 3, heldout_fraction: float = 0.1, seed: int = 0,
               train_name: str = "train.json", eval_name: str = "benchmark.json",
-              verbose: bool = False, check: Callable[[CVRFiles], None] | None = None) -> CVRFiles:
+              verbose: bool = False, check: Callable[[CVRFiles], None] | None = None,
+              grow_heldout: bool = False) -> CVRFiles:
   """Builds and writes the CVR benchmark, held-out pools and training instances (Table 8).
 
   Args:
@@ -491,6 +492,9 @@ def build_cvr(videos_train: Sequence[Video], videos_eval: Sequence[Video], out_d
     pool_size, caption_topk, seed: see `build_benchmark` / the module docstring.
     train_name, eval_name: file names of the training instances and the benchmark.
     verbose: print the statistics table.
+    grow_heldout: a held-out subset too small to build its pools (a small corpus) grows one video at a time, up
+      to half the training videos, to the smallest that builds them; stats["config"] then holds the fraction used
+      (`heldout_fraction`) beside the one asked (`heldout_fraction_asked`). Off: one error naming the setting.
     check: called with the built records before anything is written (e.g. a batch size against the training
       set), so a config error leaves no files behind.
 
@@ -501,23 +505,31 @@ def build_cvr(videos_train: Sequence[Video], videos_eval: Sequence[Video], out_d
   if overlap:
     raise ValueError(f"build_cvr: {len(overlap)} videos are in both the training and the evaluation "
                      f"split (e.g. {sorted(overlap)[:3]}); CVR splits must be video-disjoint")
-  train_videos, heldout_videos = split_by_video(videos_train, heldout_fraction, seed)
   mining = dict(identity_rule=identity_rule, embed_fn=embed_fn, task_fallback=task_fallback,
                 context_len=context_len, num_state=num_state, num_identity=num_identity,
                 caption_topk=caption_topk, seed=seed)
   benchmark, benchmark_stats = build_benchmark(videos_eval, easy_rule=easy_rule, pool_size=pool_size, **mining)
-  try:
-    heldout, heldout_stats = build_benchmark(heldout_videos, easy_rule=easy_rule, pool_size=pool_size, **mining)
-  except ValueError as e:  # name the subset and the setting that sized it (config.data.heldout_fraction)
-    raise ValueError(f"the held-out subset ({len(heldout_videos)} of the {len(videos_train)} training videos: "
-                     f"config.data.heldout_fraction={heldout_fraction}, the subset the Full-Ensemble weights are "
-                     f"selected on) cannot build its 1-vs-{pool_size} pools: {e}; raise data.heldout_fraction or use "
-                     "more training videos") from None
+  asked, count = heldout_fraction, int(round(heldout_fraction * len(videos_train)))
+  while True:  # a held-out subset too small for its pools grows one video at a time (grow_heldout), seeded
+    train_videos, heldout_videos = split_by_video(videos_train, count / max(len(videos_train), 1), seed)
+    try:
+      heldout, heldout_stats = build_benchmark(heldout_videos, easy_rule=easy_rule, pool_size=pool_size, **mining)
+      break
+    except ValueError as e:  # name the subset and the setting that sized it (config.data.heldout_fraction)
+      if grow_heldout and count < len(videos_train) // 2:
+        count += 1
+        continue
+      raise ValueError(f"the held-out subset ({len(heldout_videos)} of the {len(videos_train)} training videos: "
+                       f"config.data.heldout_fraction={asked}, the subset the Full-Ensemble weights are "
+                       f"selected on) cannot build its 1-vs-{pool_size} pools: {e}; raise data.heldout_fraction or "
+                       "use more training videos") from None
+  if count != int(round(asked * len(videos_train))):
+    heldout_fraction = round(count / len(videos_train), 4)
   train, train_stats = build_training_instances(train_videos, **mining)
   out = Path(out_dir)
   config = {k: v for k, v in mining.items() if k != "embed_fn"}
   config |= {"easy_rule": easy_rule or DEFAULT_EASY_RULE[identity_rule], "pool_size": pool_size,
-             "heldout_fraction": heldout_fraction, "train_file": train_name, "eval_file": eval_name}
+             "heldout_fraction": heldout_fraction, "heldout_fraction_asked": asked, "train_file": train_name, "eval_file": eval_name}
   stats = {"benchmark": benchmark_stats, "heldout": heldout_stats, "train": train_stats, "config": config}
   if check is not None:
     check(CVRFiles(benchmark, heldout, train, stats))

@@ -17,6 +17,8 @@ apply it through `vidjax.experiments.common.precision` / `precision_policy`.
 """
 from __future__ import annotations
 
+import contextlib
+
 import hashlib
 import importlib.util
 from pathlib import Path
@@ -276,6 +278,34 @@ def precision_section() -> ml_collections.ConfigDict:
   return ml_collections.ConfigDict(dict(PRECISION_DEFAULTS))
 
 
+class DataFits(Exception):
+  """Raised by `clip_to_data` in a check run (`checking()`): the data are read and every size fits them (or is
+  clipped); `plan` is {"clipped": ..., "config": the values that would run}. `vidjax.main --check` stops there."""
+
+  def __init__(self, plan: dict):
+    super().__init__("the data are read and every size fits them")
+    self.plan = plan
+
+
+_CHECKING: list[bool] = []
+
+
+@contextlib.contextmanager
+def checking():
+  """Within it, the first `clip_to_data` that prints (a method's, once its data are known) raises `DataFits`
+  instead of returning: a check run reads the data and fits every size, then stops before any training."""
+  _CHECKING.append(True)
+  try:
+    yield
+  finally:
+    _CHECKING.pop()
+
+
+def is_strict(config) -> bool:
+  """`config.strict` (a top-level key; `STRICT` when absent): refuse sizes that do not fit the data."""
+  return bool(config.get("strict", STRICT))
+
+
 def clip_to_data(config, limits: Mapping[str, tuple], say: bool = True):
   """Sizes that do not fit the data, fitted to it once per run, right after the data are known.
 
@@ -292,7 +322,7 @@ def clip_to_data(config, limits: Mapping[str, tuple], say: bool = True):
   Returns (config, clipped): the config with the used values (an unlocked copy, locked again: downstream code
   reads it as before, and results.json's `config` shows what ran; `config` itself when nothing was clipped), and
   the record {key: [asked, used]} results.json keeps as `clipped` ({} when nothing was clipped)."""
-  strict = bool(config.get("strict", STRICT))
+  strict = is_strict(config)
   changed: dict[str, Any] = {}
   clipped: dict[str, list] = {}
   for key, (most, why, *least) in limits.items():
@@ -316,9 +346,10 @@ def clip_to_data(config, limits: Mapping[str, tuple], say: bool = True):
     changed[key] = used_value
     clipped[key] = [list(value) if isinstance(value, (list, tuple)) else value,
                     used if isinstance(value, (list, tuple)) else used_value]
-  if not changed:
-    return config, clipped
-  return with_values(config, changed), clipped
+  fitted = with_values(config, changed) if changed else config
+  if say and _CHECKING:
+    raise DataFits({"clipped": clipped, "config": fitted.to_dict()})
+  return fitted, clipped
 
 
 # `config.strict`, every method config's: False (the default) clips a batch size or budget that does not fit the

@@ -24,7 +24,6 @@ from typing import Mapping
 import numpy as np
 
 from vidjax import sharding
-from vidjax.defaults.common import clip_to_data
 from vidjax.experiments import common
 from vidjax.methods import cast
 from vidjax.worlds import procedural
@@ -43,7 +42,7 @@ def run(config, workdir: str | Path) -> dict:
   data, clips, texts, bench, heldout, source = cast.setup(data_config, workdir)
   ran = config.copy_and_resolve_references()  # results.json's config: the identity rule that ran (a world's own)
   ran.data.identity_rule = data_config.data.identity_rule
-  config, clipped = clip_to_data(ran, cast.limits(len(data.instances), config.dataset))  # sizes fit the data
+  config, clipped = cast.fit_to_data(ran, data)  # sizes fit the data
   seconds = {"data": time.time() - start, "train": 0.0}  # host stages vs the training loops (BENCHMARKS "On one GPU")
 
   mesh = sharding.make_mesh()

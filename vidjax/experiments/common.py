@@ -37,8 +37,8 @@ import jax.numpy as jnp
 
 from vidjax import io
 from vidjax.sharding import is_writer, on_writer
-from vidjax.defaults.common import (bad_value, check_choice, check_heads, check_precision, check_ranges, check_strict,
-                                    get_key, with_values)
+from vidjax.defaults.common import (DataFits, bad_value, check_choice, check_heads, check_precision, check_ranges,
+                                    check_strict, checking, get_key, with_values)
 from vidjax.data.provenance import PREPARE
 
 REQUIRED_KEYS = ("experiment", "dataset", "synthetic", "path", "skipped_videos", "config", "metrics")
@@ -485,3 +485,20 @@ def save_figure(fig, path: str | Path) -> Path | None:
     tmp.replace(path)
   plt.close(fig)
   return path
+
+
+def check_run(fn, config, workdir) -> dict:
+  """`vidjax.main --check`: runs `fn(config, workdir)` until its data are read and every size is fitted to them
+  (`defaults.common.DataFits`, raised by the method's `clip_to_data`), then stops before any training; writes and
+  returns `WORKDIR/check.json` {"experiment", "check": "the data fit", "clipped", "config": what would run}. An
+  experiment with no size to fit (retrieval, prepare) runs whole and returns its results."""
+  try:
+    with checking():
+      return fn(config, workdir)
+  except DataFits as fits:
+    plan = {"experiment": config.get("name") or config.experiment, "check": "the data fit", **fits.plan}
+    if jax.process_index() == 0:
+      io.atomic_write_json(Path(workdir) / "check.json", plan)
+      print(f"check: the data fit{'; clipped ' + str(plan['clipped']) if plan['clipped'] else ''}; nothing was "
+            f"trained ({Path(workdir) / 'check.json'})", flush=True)
+    return plan

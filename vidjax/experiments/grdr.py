@@ -25,7 +25,9 @@ from pathlib import Path
 import numpy as np
 
 from vidjax import evaluate, metrics
-from vidjax.defaults.common import bad_value, check_choice, check_index, check_positive, check_positive_int, clip_to_data
+from vidjax.data.features import FeatureStore
+from vidjax.defaults.common import (bad_value, check_choice, check_index, check_positive, check_positive_int,
+                                    clip_to_data, with_values)
 from vidjax.experiments import common
 from vidjax.methods.grdr import (SETTINGS, check_budget, dense_setting, evaluate_row, limits, read_corpus,
                                  recall_curve, recipes, sweep_rows, trained_row)
@@ -94,6 +96,9 @@ def plot_sweep(sweep: dict, path: Path, synthetic: bool) -> Path:
 def run(config, workdir) -> dict:
   workdir = common.start_run(config, workdir, validate, RESUMABLE)
   config = common.world_data(config, workdir, write_world)
+  if not config.model.query_dim:  # the store's text width: its frozen query encoder's
+    config = with_values(config, {"model.query_dim": FeatureStore(config.data.features).item_shape(
+        config.data.text_kind)[-1]})
   corpus = read_corpus(config, workdir)
   config, clipped = clip_to_data(config, limits(config, corpus))  # sizes fit the data, before any training
   check_budget(config, corpus)

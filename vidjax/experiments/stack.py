@@ -60,7 +60,7 @@ def validate(config) -> None:
                                      "stack.latency_queries", "rerank.candidates",
                                      "rerank.epochs", "rerank.batch_size", "rerank.log_every",
                                      "rerank.checkpoint_every"))
-  check_positive(config, ("rerank.tau", "rerank.lr", "vedje.train_memory_gb"))
+  check_positive(config, ("rerank.tau", "rerank.lr", "vedje.train.memory_gb"))
   check_choice(config, "stack.recall", RECALLS)
   check_choice(config, "stack.reranker", ("pair", "vedje"))
   s = config.stack
@@ -106,6 +106,7 @@ def run(config, workdir: str | Path) -> dict:
   data_config = common.world_data(config, workdir, procedural.write_world)  # a world is written as files, once
   data, _, texts, bench, heldout, source = cast.setup(data_config, workdir)
   check_rerank_inputs(config, data.store)  # before any training
+  config, clipped = cast.fit_to_data(config, data)  # sizes fit the data
   mesh = sharding.make_mesh()
   model = cast.build_models(config, texts.dim)["cast"]
   with common.precision(config, "train"):
@@ -150,7 +151,7 @@ def run(config, workdir: str | Path) -> dict:
   dataset = cast.names(data_config, data)["dataset"]
   backbone = data.features.get("backbone") or "unknown"
   results = common.results_dict(
-      config, dataset=dataset, synthetic=data.synthetic, metrics=results_rows,
+      config, dataset=dataset, synthetic=data.synthetic, metrics=results_rows, clipped=clipped,
       rerank_k_sweep={str(k): sweep[f"full_stack (rerank keeps {k})"] for k in config.stack.rerank_k_sweep},
       candidate_recall=candidate_recall,
       corpus={"recall": config.stack.recall, "clips": len(corpus.ids), "videos": len(eval_videos),

@@ -128,6 +128,22 @@ def limits(num_train: int, dataset: str) -> dict[str, tuple[int, str]]:
   return {"train.batch_size": (num_train, f"the {num_train} training instances of this {dataset} benchmark")}
 
 
+def fit_to_data(config, data) -> tuple[Any, dict]:
+  """(config, clipped): the training batch clipped to the instances (`limits`), and the held-out subset if it grew
+  to build its pools (`cvr.build_dataset_cvr(grow_heldout=...)`), both in results.json's `clipped`."""
+  held = data.stats.get("config", {})
+  grown = {}
+  if held.get("heldout_fraction_asked", held.get("heldout_fraction")) != held.get("heldout_fraction"):
+    grown["data.heldout_fraction"] = [held["heldout_fraction_asked"], held["heldout_fraction"]]
+    config = common.with_values(config, {"data.heldout_fraction": held["heldout_fraction"]})
+  try:
+    config, clipped = common.clip_to_data(config, limits(len(data.instances), config.dataset))
+  except common.DataFits as fits:  # a check run (`vidjax.main --check`): the plan names the grown subset too
+    fits.plan["clipped"].update(grown)
+    raise
+  return config, {**clipped, **grown}
+
+
 def _embed_fn(config):
   if config.data.identity_rule != "caption_similarity":
     return None
@@ -176,12 +192,17 @@ def prepare_data(config, workdir: Path, finished: bool = False) -> CVRData:
       eval_split=config.data.eval_split, crosstask_split_seed=config.data.crosstask_split_seed,
       crosstask_test_fraction=config.data.crosstask_test_fraction, identity_rule=config.data.identity_rule,
       embed_fn=_embed_fn(config), context_len=config.model.context_len,
-      heldout_fraction=config.data.heldout_fraction, seed=config.seed,
+      heldout_fraction=config.data.heldout_fraction, seed=config.seed, grow_heldout=not common.is_strict(config),
       check=lambda files: common.clip_to_data(config, limits(len(files.train), config.dataset), say=False))
   files = (None if finished else sharding.on_writer("vidjax_cast_cvr", build)) or cvr.read_cvr(out, config.dataset)
   provenance.check_store(workdir, store, kinds)  # after the CVR files' checks (a run refused there writes nothing)
   is_synthetic = bool(store.metadata.get("synthetic", False))
   stats = dict(files.stats)
+  used, asked = stats["config"]["heldout_fraction"], stats["config"].get("heldout_fraction_asked")
+  if asked is not None and used != asked:
+    print(f"clipped config.data.heldout_fraction: asked {asked}, used {used} (the smallest held-out subset of the "
+          f"training videos that builds its 1-vs-{stats['config']['pool_size']} pools; --config.strict=True refuses "
+          "instead)", flush=True)
   stats["dropped_videos"] = {"count": len(dropped), "ids": dropped[:100],
                              "rule": config.data.available_videos or
                              ("no features in the store" if config.data.skip_missing else "")}

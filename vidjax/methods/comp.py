@@ -189,10 +189,17 @@ def limits(config, data: CompData) -> dict[str, tuple[int, str]]:
   """What must fit the data (`clip_to_data`): each pretraining batch at most the training clips (one example per
   clip, `pretrain_examples`), the fine-tuning batch at most its training groups (`finetune_examples`)."""
   groups = len(comp.training_groups(data.train, tuple(config.finetune.hierarchy)))
-  return {"pretrain.batch_size": (len(data.clips), f"the {len(data.clips)} training clips, one pretraining example "
-                                                   "each"),
-          "finetune.batch_size": (groups, f"the {groups} fine-tuning groups (a training video input with its "
-                                          "positive and hard negatives)")}
+  out = {"pretrain.batch_size": (len(data.clips), f"the {len(data.clips)} training clips, one pretraining example "
+                                                  "each"),
+         "finetune.batch_size": (groups, f"the {groups} fine-tuning groups (a training video input with its "
+                                         "positive and hard negatives)")}
+  for section, n, what in (("pretrain", len(data.clips), "training clips"), ("finetune", groups, "fine-tuning groups")):
+    passes = float(config[section].get("max_passes", 0.0))  # the paper's budget in passes over its data
+    if passes > 0 and n > 0:
+      steps = max(1, int(np.ceil(passes * n / min(config[section].batch_size, n))))
+      out[f"{section}.steps"] = (steps, f"{section}.max_passes={passes:g} passes over the {n} {what}: the paper's "
+                                        "budget in passes over its own data")
+  return out
 
 
 def used_counts(built: dict[str, list], events: dict[str, list], made: dict[str, dict], released: set[str]) -> list:

@@ -133,7 +133,7 @@ def vedje_stage(config, workdir: Path, data: cast_method.CVRData, train_videos, 
                       store.get(config.data.text_kind, ids), ids, store.get(config.data.clip_kind, ids))
   negatives = vedje.stage1_negatives(split, vc.train)
   cfg = vedje.model_config(mc, FULL, visual_dim, patches, split.clip.shape[1], len(tokenizer.vocab))
-  cfg = dataclasses.replace(cfg, train_pairs=train_pairs(cfg, vc.train_memory_gb * 1e9))
+  cfg = dataclasses.replace(cfg, train_pairs=vedje.train_pairs(cfg, vc.train.memory_gb * 1e9))
   with jax.default_matmul_precision(config.precision.train):  # config.precision's training phase
     params = vedje.train_variant(FULL, cfg, split, pipeline.FeatureTable(store, vc.tokens_kind, ids),
                                  negatives, vc.train, mc, tokenizer, config.seed, workdir / "train" / "vedje")
@@ -145,20 +145,6 @@ def vedje_stage(config, workdir: Path, data: cast_method.CVRData, train_videos, 
                       queries["attention_mask"])
   return Stage("rerank", VedjeScorer(cfg, params["reranker"], pair_block=vc.pair_block), config.stack.rerank_k,
                batch_fn=pairs.text_to_video)
-
-
-def pair_bytes(cfg) -> int:
-  """Bytes of activations one (text, cache) pair's joint pass keeps for the backward pass (float32): per layer,
-  L = S + T*M tokens of width d (about 16 d-wide and 4 FFN-wide tensors each) and the heads' L x L attention (4).
-  Within 4% of XLA's own count at the paper's shapes (37.6 MB a pair: 154 GB for 4096 pairs, `memory_analysis`)."""
-  t = cfg.text
-  length = cfg.max_text_len + cfg.cache_len
-  return 4 * t.num_layers * (length * (16 * t.hidden_size + 4 * t.intermediate_size) + 4 * t.num_heads * length ** 2)
-
-
-def train_pairs(cfg, budget_bytes: float) -> int:
-  """Pairs per rematerialized training block (`VedjeConfig.train_pairs`) whose activations fit `budget_bytes`."""
-  return max(1, int(budget_bytes // pair_bytes(cfg)))
 
 
 def train_reranker(config, workdir: Path, data: cast_method.CVRData, train_videos, texts: FeatureTable, mesh):

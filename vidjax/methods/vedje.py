@@ -350,6 +350,20 @@ def train_variant(variant: Variant, cfg: V.VedjeConfig, split: Split, patches: p
   return jax.device_get(state.params)
 
 
+def pair_bytes(cfg) -> int:
+  """Bytes of activations one (text, cache) pair's joint pass keeps for the backward pass (float32): per layer,
+  L = S + T*M tokens of width d (about 16 d-wide and 4 FFN-wide tensors each) and the heads' L x L attention (4).
+  Within 4% of XLA's own count at the paper's shapes (37.6 MB a pair: 154 GB for 4096 pairs, `memory_analysis`)."""
+  t = cfg.text
+  length = cfg.max_text_len + cfg.cache_len
+  return 4 * t.num_layers * (length * (16 * t.hidden_size + 4 * t.intermediate_size) + 4 * t.num_heads * length ** 2)
+
+
+def train_pairs(cfg, budget_bytes: float) -> int:
+  """Pairs per rematerialized training block (`VedjeConfig.train_pairs`) whose activations fit `budget_bytes`."""
+  return max(1, int(budget_bytes // pair_bytes(cfg)))
+
+
 def mlm_mask(input_ids: np.ndarray, attention_mask: np.ndarray, rng: np.random.Generator, *,
              mask_id: int, vocab_size: int, special_ids: Sequence[int], prob: float = 0.15
              ) -> tuple[np.ndarray, np.ndarray]:
@@ -620,7 +634,7 @@ def check_config(config) -> None:
   common.check_choice(config, "model.dtype", ("float32", "bfloat16"))
   common.check_positive_int(config, [f"train.{k}" for k in ("batch_size", "epochs", "checkpoint_every", "log_every",
                                                              "hard_negatives", "candidate_pool")])
-  common.check_positive(config, ["train.lr", "train.tau_vtm", "train.vtc_logit_scale"])
+  common.check_positive(config, ["train.lr", "train.tau_vtm", "train.vtc_logit_scale", "train.memory_gb"])
   common.check_fraction(config, "train.mlm_prob")
   if len(tcs.loss_weights) != 4 or min(tcs.loss_weights) < 0:
     common.bad_value("train.loss_weights", tcs.loss_weights, "four weights >= 0 (vtm, vtc, mlm, delta)")
@@ -704,8 +718,9 @@ class Session:
     return pipeline.FeatureTable(self.store, self.config.data.tokens_kind, self.train_split.video_ids)
 
   def cfg_of(self, variant: Variant) -> V.VedjeConfig:
-    return model_config(self.mc, variant, self.visual_dim, self.patches, self.train_split.clip.shape[1],
-                        len(self.tokenizer.vocab))
+    cfg = model_config(self.mc, variant, self.visual_dim, self.patches, self.train_split.clip.shape[1],
+                       len(self.tokenizer.vocab))  # a step's pairs in blocks that fit train.memory_gb
+    return dataclasses.replace(cfg, train_pairs=train_pairs(cfg, self.config.train.memory_gb * 1e9))
 
   def params_of(self, variant: Variant):
     if variant.name not in self.trained and self.restore:  # a finished run: its final checkpoint, nothing trains

@@ -1,0 +1,204 @@
+"""Every README "Real data" command (docs/real_data.md, section 2) as written, per dataset, on the release files of
+../shared/data as published plus placeholder mp4s named by their ids (`vidjax.worlds.placeholders`: SYNTHETIC
+pixels), prepared with the tiny random VideoPrism (`configs/prepare.py:smoke`, as CI cannot hold the real one).
+
+Each command is parsed from the guide itself (its config, its flags, nothing added) and run through `vidjax.main`
+with `check=True` (`python -m vidjax.main ... --check`): the data are read through the readers, the benchmark is
+built, every size is fitted to the data (clipped, with the record results.json would keep) and the run stops before
+training. Retrieval, which trains nothing, runs whole and writes its results.json. The whole commands at the paper's
+settings take minutes to hours each on 2 cores: `launch/readme_walk.sh` runs them all (BENCHMARKS.md, "The README
+commands as written"). Where ../shared/data has no copy of a release file the test writes one in its release format
+and says so below (MSR-VTT's training JSON and id list; DiDeMo's training file is the published validation file,
+the same format); CrossTask and MSVD have no public copy here (no English MSVD captions) and are not walked.
+"""
+import ast
+import csv
+import json
+import shlex
+from pathlib import Path
+import re
+
+import pytest
+
+from vidjax import main
+from vidjax.defaults.common import with_values
+from vidjax.experiments.common import get_key, load_config
+from vidjax.worlds import placeholders
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared" / "data"
+GUIDE = ROOT / "docs" / "real_data.md"
+PER_SPLIT = 8
+
+
+def guide_commands() -> dict[str, list[list[str]]]:
+  """{dataset section title: [argv of each `$M` / `python -m vidjax.search` command]} of the guide's section 2."""
+  text = GUIDE.read_text()
+  section = text[text.index("## 2."):text.index("### Sizes that do not fit")]
+  out = {}
+  for title, body in re.findall(r"### (.+?)\n(.*?)(?=\n### |\Z)", section, re.S):
+    for block in re.findall(r"```bash\n(.*?)```", body, re.S):
+      for line in block.replace("\\\n", " ").splitlines():
+        argv = shlex.split(line, comments=True)
+        if argv and (argv[0] == "$M" or argv[:3] == ["python", "-m", "vidjax.search"]):
+          out.setdefault(title.strip(), []).append(argv)
+  return out
+
+
+def _value(old, text: str):
+  """A flag's value as ml_collections' command line parses it for a field holding `old`."""
+  if isinstance(old, bool):
+    return text.lower() in ("true", "1")
+  if isinstance(old, (int, float)):
+    return type(old)(text)
+  if isinstance(old, (tuple, list)):
+    return tuple(ast.literal_eval(text))
+  return text
+
+
+def _config(argv: list[str], files: dict[str, str]):
+  """The config of one `$M --config X --config.k=v ...` line, each file name replaced by its path here."""
+  spec = argv[argv.index("--config") + 1]
+  config = load_config(ROOT / spec)
+  values = {}
+  for arg in argv:
+    m = re.fullmatch(r"--config\.([\w.]+)=(.*)", arg)
+    if m:
+      text = ",".join(files.get(part, part) for part in m.group(2).split(","))
+      values[m.group(1)] = _value(get_key(config, m.group(1)), text)
+  return spec, with_values(config, values)
+
+
+def _write_msrvtt_training(root: Path, test_ids: list[str]) -> dict[str, str]:
+  """MSRVTT_data.json and train_list_jsfusion.txt in their release format (../shared/data has only the 1k-A test
+  CSV): training videos video0.. with real captions borrowed from other test-CSV videos, plus the test videos."""
+  rows = list(csv.reader(open(SHARED / "msrvtt" / "MSRVTT_JSFUSION_test.csv"), delimiter=";"))[1:]
+  others = sorted({r[2] for r in rows} - set(test_ids))[:PER_SPLIT]
+  train = [f"video{i}" for i in range(PER_SPLIT)]
+  caption = {r[2]: r[3] for r in rows}
+  videos = [{"video_id": v, "split": "train" if v in train else "test", "id": int(v[5:]), "category": 0, "url": "",
+             "start time": 0.0, "end time": 15.0} for v in train + test_ids]
+  sentences = [{"caption": caption[o], "video_id": v, "sen_id": i} for i, (v, o) in enumerate(zip(train, others))]
+  sentences += [{"caption": caption[v], "video_id": v, "sen_id": len(sentences) + i} for i, v in enumerate(test_ids)]
+  (root / "MSRVTT_data.json").write_text(json.dumps({"videos": videos, "sentences": sentences}))
+  (root / "train_list_jsfusion.txt").write_text("".join(f"{v}\n" for v in train))
+  for v in train:
+    placeholders.write_clip(root / "videos" / f"{v}.mp4", v, 15.0)
+  return {"MSRVTT_data.json": str(root / "MSRVTT_data.json"),
+          "train_list_jsfusion.txt": str(root / "train_list_jsfusion.txt")}
+
+
+def build_user_data(root: Path, genstate: dict) -> dict:
+  """{guide section: (store, {file name in the guide: path here})}: placeholder videos for PER_SPLIT videos of each
+  split of the published files, one store per dataset prepared as the guide's step 1 does (tiny VideoPrism);
+  `genstate`: a user's own triplets ({"videos", "test_annotations", "train_annotations"})."""
+  yc = {"youcookii_annotations_trainval.json": str(SHARED / "youcook2" / "youcookii_annotations_trainval.json")}
+  coin = {f: str(SHARED / "coin" / f) for f in ("coin_train_70.json", "coin_test_30.json")}
+  an = {"val_1.json": str(SHARED / "activitynet_captions" / "val_1.json"),
+        "train.json": str(SHARED / "activitynet_captions" / "train_modified.json")}  # PDVC's name for train.json
+  dd = {"test_data.json": str(SHARED / "didemo" / "test_data.json"),
+        "train_data.json": str(SHARED / "didemo" / "val_data.json")}  # no training file here: the same format
+  ms = {"MSRVTT_JSFUSION_test.csv": str(SHARED / "msrvtt" / "MSRVTT_JSFUSION_test.csv")}
+  gs = {"test.json": str(genstate["test_annotations"]), "train.json": str(genstate["train_annotations"])}
+  sections = {"YouCook2": ("youcook2", yc, None), "COIN": ("coin", coin, None),
+              "ActivityNet Captions": ("activitynet", an, None), "DiDeMo": ("didemo", dd, None),
+              "MSR-VTT": ("msrvtt", ms, None), "GenState": ("genstate", gs, genstate["videos"])}
+  out = {}
+  for title, (dataset, files, videos) in sections.items():
+    d = root / dataset
+    if videos is None:
+      videos = d / "videos"
+      for f in dict.fromkeys(files.values()):
+        placeholders.write_videos(dataset, f, videos, PER_SPLIT)
+    if dataset == "msrvtt":
+      files |= _write_msrvtt_training(d, sorted(p.stem for p in (d / "videos").glob("*.mp4")))
+    release = [p for name, p in files.items() if not name.endswith(".txt")]  # step 1 takes the annotation files
+    prep = load_config(ROOT / "configs/prepare.py:smoke")
+    prep = with_values(prep, {"dataset": dataset, "data.videos": str(videos),
+                              "data.annotations": ",".join(dict.fromkeys(release))})
+    if not (d / "prep" / "results.json").exists():
+      prepared = main.run(prep, str(d / "prep"))
+      assert prepared["metrics"]["prepare"]["valid_videos"] >= PER_SPLIT and prepared["synthetic"] is True
+    out[title] = (str(d / "prep" / "features"), files)
+  return out
+
+
+@pytest.fixture(scope="module")
+def user_data(tmp_path_factory, real_path):
+  _, corpus = real_path("corpus")  # GenState: a user's own triplets (the rendered corpus's clips and metadata)
+  return build_user_data(tmp_path_factory.mktemp("user"), corpus["genstate"])
+
+
+def test_the_guide_has_every_datasets_commands():
+  sections = guide_commands()
+  assert {"YouCook2", "COIN", "MSR-VTT", "DiDeMo", "ActivityNet Captions", "GenState"} <= set(sections)
+  assert sum(len(v) for v in sections.values()) >= 12
+
+
+@pytest.mark.parametrize("section", ["YouCook2", "COIN", "MSR-VTT", "DiDeMo", "ActivityNet Captions", "GenState"])
+def test_every_guide_command_fits_the_published_files(section, user_data, tmp_path):
+  store, files = user_data[section]
+  checked = 0
+  for argv in guide_commands()[section]:
+    if argv[0] != "$M":
+      continue  # `vidjax.search` reads the stack's index: the stack run whole is test_real_path's
+    spec, config = _config(argv, {**files, "$S": store})
+    assert config.data.features == store, (section, spec)
+    workdir = tmp_path / Path(spec).stem
+    out = main.run(config, str(workdir), check=True)
+    if "check" in out:  # stopped before training: everything fits (or was clipped) and is recorded
+      assert json.loads((workdir / "check.json").read_text()) == json.loads(json.dumps(out))
+      for key, (asked, used) in out["clipped"].items():  # the plain value asked, what runs instead
+        ran = out["config"]
+        for part in key.split("."):
+          ran = ran[part]
+        assert get_key(config, key) == asked and ran == used != asked, key
+    else:  # nothing to fit: it ran whole (retrieval)
+      assert out["path"] == "real" and out["synthetic"] is True
+      assert out["skipped_videos"]["count"] > 0  # the published file names far more videos than are here
+    checked += 1
+  assert checked >= 1
+
+
+def walk(out: Path) -> None:
+  """`launch/readme_walk.sh OUT`: every guide command run whole as written (search included), each timed, on the
+  same placeholder corpus; OUT/walk.tsv has one line per command (section, config, seconds, result)."""
+  import time  # pylint: disable=g-import-not-at-top
+  from vidjax import search  # pylint: disable=g-import-not-at-top
+  from vidjax.worlds import release  # pylint: disable=g-import-not-at-top
+  out.mkdir(parents=True, exist_ok=True)
+  if not (out / "corpus" / "manifest.json").exists():
+    release.write_corpus(out / "corpus", release.SIZES["smoke"], seed=0)
+  corpus = json.loads((out / "corpus" / "manifest.json").read_text())
+  data = build_user_data(out, corpus["genstate"])
+  lines = []
+  for section, argvs in guide_commands().items():
+    if section not in data:
+      continue
+    store, files = data[section]
+    for argv in argvs:
+      start = time.time()
+      if argv[0] == "$M":
+        spec, config = _config(argv, {**files, "$S": store})
+        workdir = out / "runs" / Path(spec).stem
+        try:
+          result = main.run(config, str(workdir)) if not (workdir / "results.json").exists() else "done before"
+          status = "ran" if result else "no result"
+        except Exception as e:  # pylint: disable=broad-except
+          status = f"failed: {type(e).__name__}: {str(e)[:200]}"
+      else:  # python -m vidjax.search --index RUN/index "query"
+        spec = "vidjax.search"
+        args = [a.replace("RUN/", str(out / "runs" / "stack_youcook2") + "/") for a in argv[3:]]
+        try:
+          print(search.render(search.search(search.parse(args))))
+          status = "ran"
+        except Exception as e:  # pylint: disable=broad-except
+          status = f"failed: {type(e).__name__}: {str(e)[:200]}"
+      lines.append(f"{section}\t{spec}\t{time.time() - start:.0f}\t{status}")
+      print(lines[-1], flush=True)
+      (out / "walk.tsv").write_text("section\tcommand\tseconds\tresult\n" + "\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+  import sys  # pylint: disable=g-import-not-at-top
+  walk(Path(sys.argv[1]))
