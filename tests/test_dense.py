@@ -1,6 +1,7 @@
 """Dense baselines (vidjax.models.dense, scorers.dense, methods.dense, experiments.dense): each pooling and the loss
 against NumPy, shapes, the Scorer's padding, X-Pool learning what it exists for, and the smoke run."""
 import json
+import shutil
 from pathlib import Path
 
 import jax
@@ -217,3 +218,32 @@ def test_smoke_run_trains_and_evaluates_every_row(smoke_runs):
     assert set(M.KEYS) <= set(values) and 0.0 <= values["t2v_r1"] <= values["t2v_r5"] <= values["t2v_r10"] <= 100.0
   assert all(info["steps"] >= 1 and info["params"] > 0 for info in on_disk["train"].values())
   assert on_disk["metrics"] == results["metrics"]
+
+
+def test_dense_on_a_real_store(real_path):
+  """The real path: MSR-VTT's release files and the store `configs/prepare.py` extracted from the rendered corpus's
+  videos (per-frame patch tokens of the tiny random VideoPrism, whose width need not be the text's): every row
+  trains and is evaluated, on the JSFusion test videos, the 9k-list training videos."""
+  workdir, results = real_path("dense_msrvtt")
+  assert results["path"] == "real" and list(results["metrics"]) == list(M.ROWS)
+  bench = results["benchmark"]
+  assert bench["train_queries"] > bench["queries"] and bench["frames"] == 4
+  assert all(set(M.KEYS) <= set(row) for row in results["metrics"].values())
+
+
+def test_xpool_as_the_stacks_rerank_stage(real_path, tmp_path):
+  """stack.reranker = "xpool": the composed stack's rerank stage is X-Pool trained on the training clips' captions,
+  over the evaluation clips' frame features (the real path's YouCook2 store). The finished VEDJE-stack run is copied
+  and rerun with the other reranker: CAST resumes from its checkpoints, only X-Pool trains."""
+  from vidjax import main  # pylint: disable=g-import-not-at-top
+  from tests.conftest import real_path_configs  # pylint: disable=g-import-not-at-top
+  source, _ = real_path("stack_youcook2")
+  workdir = tmp_path / "stack"
+  shutil.copytree(source, workdir, ignore=shutil.ignore_patterns("results.json", "index", "features", "vedje"))
+  config = real_path_configs(real_path.root)["stack_youcook2"]
+  config.stack.reranker = "xpool"
+  results = main.run(config, workdir)
+  assert results["corpus"]["reranker"] == "xpool" and (workdir / "train" / "xpool" / "checkpoints").is_dir()
+  assert {"recall", "recall_rerank", "full_stack"} <= set(results["metrics"])
+  index = json.loads((workdir / "index" / "manifest.json").read_text())
+  assert [s["kind"] for s in index["omitted_stages"]] == ["xpool"]

@@ -78,8 +78,8 @@ def dense_section(dataset: str = "msrvtt") -> ml_collections.ConfigDict:
 
 def get_config(dataset: str, arg: str | None = None) -> ml_collections.ConfigDict:
   """What `configs/dense_<dataset>.py` return; `arg`: "smoke" (a tiny world and tiny schedules: seconds, for
-  tests), "tiny" (the smoke sizes on any data: the real path's plumbing), "world" (the embedded world with the
-  world's schedule: see `world`)."""
+  tests), "tiny" (the smoke sizes on any data: the real path's plumbing), "world" (the embedded world, named),
+  "rendered" (the rendered corpus's store: no world)."""
   if dataset not in PROTOCOLS:
     raise ValueError(f"dense: unknown dataset {dataset!r}; expected one of {sorted(PROTOCOLS)}")
   protocol, split, train_split = PROTOCOLS[dataset]
@@ -111,7 +111,8 @@ def get_config(dataset: str, arg: str | None = None) -> ml_collections.ConfigDic
     c.world = ml_collections.ConfigDict(dataclasses.asdict(MovingObjectWorldConfig()))
     if dataset == "msvd":  # MSVD's release numbers 1,200 training videos: the world's 4 a group fit 300 groups
       c.world.num_train_groups = 300
-  return common.apply_variants(c, arg, {"world": world, "smoke": smoke, "tiny": tiny}, f"configs/dense_{dataset}.py")
+  return common.apply_variants(c, arg, {"world": world, "rendered": rendered, "smoke": smoke, "tiny": tiny},
+                               f"configs/dense_{dataset}.py", exclusive=(("world", "rendered"), ("smoke", "rendered")))
 
 
 def world(c: ml_collections.ConfigDict) -> None:
@@ -119,6 +120,13 @@ def world(c: ml_collections.ConfigDict) -> None:
   if "world" not in c:
     raise ValueError(f"configs/dense_{c.dataset}.py:world: the moving-object world writes no {c.dataset} release "
                      "files; run it on a user's store (--config.data.features=...)")
+
+
+def rendered(c: ml_collections.ConfigDict) -> None:
+  """On the rendered release corpus's store (`launch/real_path.sh OUT full`): the papers' settings; no embedded world
+  (a run without `data.features` is an error rather than a world run)."""
+  if "world" in c:
+    del c["world"]
 
 
 def tiny(c: ml_collections.ConfigDict) -> None:
