@@ -89,19 +89,21 @@ def _heads(x: jax.Array, heads: int) -> jax.Array:
 
 
 class ResidualBlock(nn.Module):
-  """CLIP's residual attention block: x + MHSA(LN(x)), then x + MLP(LN(x)) with QuickGELU, width 4D."""
+  """CLIP's residual attention block: x + MHSA(LN(x)), then x + MLP(LN(x)) with QuickGELU, width 4D. Weights start
+  at N(0, 0.02) (CLIP4Clip's `init_weights` for the modules it does not copy from CLIP)."""
   width: int
   heads: int
 
   @nn.compact
   def __call__(self, x: jax.Array) -> jax.Array:
+    dense = lambda width, name: nn.Dense(width, kernel_init=nn.initializers.normal(0.02), name=name)  # noqa: E731
     h = nn.LayerNorm(name="ln_1")(x)
-    q, k, v = (_heads(nn.Dense(self.width, name=n)(h), self.heads) for n in ("query", "key", "value"))
+    q, k, v = (_heads(dense(self.width, n)(h), self.heads) for n in ("query", "key", "value"))
     w = jax.nn.softmax(jnp.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(q.shape[-1]), axis=-1)
     a = jnp.einsum("bhqk,bkhd->bqhd", w, v).reshape(x.shape)
-    x = x + nn.Dense(self.width, name="out")(a)
-    h = nn.Dense(4 * self.width, name="c_fc")(nn.LayerNorm(name="ln_2")(x))
-    return x + nn.Dense(self.width, name="c_proj")(h * jax.nn.sigmoid(1.702 * h))
+    x = x + dense(self.width, "out")(a)
+    h = dense(4 * self.width, "c_fc")(nn.LayerNorm(name="ln_2")(x))
+    return x + dense(self.width, "c_proj")(h * jax.nn.sigmoid(1.702 * h))
 
 
 class SeqTransformer(nn.Module):
