@@ -211,8 +211,6 @@ def real_path_configs(root: Path) -> dict:
       "genstate": method("configs/genstate_rendered.py:smoke", "prep_genstate", metadata=gs["test_annotations"],
                          train_metadata=gs["train_annotations"]),
       "grdr_msrvtt": grdr,
-      "dense_msrvtt": method("configs/dense_msrvtt.py:tiny", "prep_msrvtt", annotations=ms["test_csv"],
-                             train_annotations=ms["annotations"], train_video_list=ms["train_list"]),
   }
 
 

@@ -132,6 +132,7 @@ def test_similarity_infonce_matches_numpy():
     losses.similarity_infonce(sims[:, :5], 20.0)
 
 
+@pytest.mark.highest_precision
 def test_shapes_and_the_scorers_padding():
   text, frames = _data(q=3, v=5)
   for pooling in ("meanp", "xpool"):
@@ -145,7 +146,7 @@ def test_shapes_and_the_scorers_padding():
     scores = sc.score({"text": text, "candidates": pools, "prior": prior})
     assert scores.shape == (3, 4) and np.isneginf(scores[1, 3]) and np.isneginf(scores[2, 0])
     keep = np.isfinite(prior)
-    np.testing.assert_allclose(scores[keep], gallery[:, :4][keep], rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(scores[keep], gallery[:, :4][keep], rtol=RTOL, atol=RTOL)  # two einsum paths
     assert sc.per_pair == (pooling == "xpool")
     if pooling == "meanp":
       assert sc.video_embeddings(frames).shape == (5, D)
@@ -218,17 +219,6 @@ def test_smoke_run_trains_and_evaluates_every_row(smoke_runs):
     assert set(M.KEYS) <= set(values) and 0.0 <= values["t2v_r1"] <= values["t2v_r5"] <= values["t2v_r10"] <= 100.0
   assert all(info["steps"] >= 1 and info["params"] > 0 for info in on_disk["train"].values())
   assert on_disk["metrics"] == results["metrics"]
-
-
-def test_dense_on_a_real_store(real_path):
-  """The real path: MSR-VTT's release files and the store `configs/prepare.py` extracted from the rendered corpus's
-  videos (per-frame patch tokens of the tiny random VideoPrism, whose width need not be the text's): every row
-  trains and is evaluated, on the JSFusion test videos, the 9k-list training videos."""
-  workdir, results = real_path("dense_msrvtt")
-  assert results["path"] == "real" and list(results["metrics"]) == list(M.ROWS)
-  bench = results["benchmark"]
-  assert bench["train_queries"] > bench["queries"] and bench["frames"] == 4
-  assert all(set(M.KEYS) <= set(row) for row in results["metrics"].values())
 
 
 def test_xpool_as_the_stacks_rerank_stage(real_path, tmp_path):

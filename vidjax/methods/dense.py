@@ -102,7 +102,8 @@ def fit_dense(section, row: str, split: Split, seed: int, workdir: str | Path) -
   captions of one video in a batch are not each other's negatives (`losses.similarity_infonce`'s `same`). AdamW
   with linear warm-up over `warmup_fraction` of the steps then cosine decay (both papers), weight decay on the
   weight matrices only. The texts and the videos' frames are gathered on the device from tables put there once.
-  Resumes from `workdir`'s checkpoints."""
+  Resumes from `workdir`'s checkpoints. `info`: steps, batch size, epochs, lr, parameters, and `seconds`, this
+  call's wall time (a resumed or finished training counts only what this call did)."""
   tc = section.train[PAPER[row]]
   model = DenseRetriever(model_config(section, row, split.text.shape[1], split.frames.shape[2]))
   t = split.frames.shape[1]
