@@ -226,7 +226,7 @@ def test_xpool_as_the_stacks_rerank_stage(real_path, tmp_path):
   over the evaluation clips' frame features (the real path's YouCook2 store). The finished VEDJE-stack run is copied
   and rerun with the other reranker: CAST resumes from its checkpoints, only X-Pool trains."""
   from vidjax import main  # pylint: disable=g-import-not-at-top
-  from tests.conftest import real_path_configs  # pylint: disable=g-import-not-at-top
+  from conftest import real_path_configs  # pylint: disable=g-import-not-at-top
   source, _ = real_path("stack_youcook2")
   workdir = tmp_path / "stack"
   shutil.copytree(source, workdir, ignore=shutil.ignore_patterns("results.json", "index", "features", "vedje"))
