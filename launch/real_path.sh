@@ -98,6 +98,10 @@ run "grdr msrvtt" "$R/grdr_msrvtt" --config configs/grdr_msrvtt.py$T --config.da
     --config.data.annotations="$C/msrvtt/MSRVTT_JSFUSION_test.csv" \
     --config.data.train_annotations="$C/msrvtt/MSRVTT_data.json" \
     --config.data.train_video_list="$C/msrvtt/train_list_jsfusion.txt" $GRDR_FLAGS
+run "dense msrvtt" "$R/dense_msrvtt" --config configs/dense_msrvtt.py$T --config.data.features="$S/msrvtt/features" \
+    --config.data.annotations="$C/msrvtt/MSRVTT_JSFUSION_test.csv" \
+    --config.data.train_annotations="$C/msrvtt/MSRVTT_data.json" \
+    --config.data.train_video_list="$C/msrvtt/train_list_jsfusion.txt"
 run "comp activitynet" "$R/comp_activitynet" --config configs/comp_activitynet.py$T \
     --config.data.features="$S/activitynet/features" --config.data.annotations="$C/activitynet/val_1.json" \
     --config.data.train_annotations="$C/activitynet/train.json" \

@@ -459,6 +459,32 @@ def clip_contrastive_loss(video: jax.Array, text: jax.Array, tau: jax.Array,
   return 0.5 * (v2t + t2v)
 
 
+def similarity_infonce(sims: jax.Array, logit_scale: jax.Array, same: Optional[jax.Array] = None) -> jax.Array:
+  """Symmetric InfoNCE over a batch's similarity matrix: CLIP4Clip's and X-Pool's loss (X-Pool §4: s(t, v) is per
+  pair, so the matrix holds B x B text-conditioned video embeddings' cosines).
+
+  Args:
+    sims: [B, B] similarities, row i the i-th text, column j the j-th video; (i, i) are the positives.
+    logit_scale: scalar, 1 / temperature.
+    same: optional bool [B, B], True where text i also describes video j (a second caption of one video in the
+      batch): such off-diagonal entries are left out of both softmaxes rather than counted as negatives.
+
+  Returns:
+    (L_t2v + L_v2t) / 2: cross-entropy of each text over the videos (rows) and of each video over the texts
+    (columns), each averaged over the batch.
+  """
+  b = sims.shape[0]
+  _check("sims", sims, (b, b))
+  logits = jnp.asarray(sims, jnp.float32) * logit_scale
+  if same is not None:
+    _check("same", same, (b, b))
+    logits = jnp.where(jnp.asarray(same) & ~jnp.eye(b, dtype=bool), -jnp.inf, logits)
+  diag = jnp.arange(b)
+  t2v = -jnp.mean(jax.nn.log_softmax(logits, axis=1)[diag, diag])
+  v2t = -jnp.mean(jax.nn.log_softmax(logits, axis=0)[diag, diag])
+  return 0.5 * (t2v + v2t)
+
+
 def grouped_infonce(video: jax.Array, text: jax.Array, groups: jax.Array, tau: jax.Array) -> jax.Array:
   """Symmetric in-batch InfoNCE where rows with the same text are all positives (a backbone's contrastive
   pretraining on captions that several clips share: `vidjax.methods.backbone`).

@@ -11,7 +11,8 @@ corpus-scale Consistent Video Retrieval: every query against every clip of the e
     stack.k          results returned (10: R@10 and the confusion rates read the top 10)
 
 The rerank stage (`stack.reranker`): "vedje" on a store prepared with the clips' frame tokens
-(`configs/prepare.py`: the composed stack as designed, recall -> VEDJE -> CAST; section `vedje`). VEDJE reads
+(`configs/prepare.py`: the composed stack as designed, recall -> VEDJE -> CAST; section `vedje`), or "xpool" on the
+same stores (X-Pool, GRDR's reranker, over the clips' frame features; section `dense`). VEDJE reads
 frame-local caches and captions, which a space of one embedding per clip and per caption does not have (the
 procedural world, a store of clip / text embeddings only); there the stage is "pair":
 `vidjax.models.pair.PairReranker`, a learned bilinear correction to the recall score trained on the recall
@@ -35,6 +36,7 @@ from vidjax.defaults import common
 _CONFIGS = Path(__file__).resolve().parents[1]
 vedje_defaults = common.config_module(_CONFIGS / "vedje" / "common.py")  # the VEDJE rerank stage
 grdr = common.config_module(_CONFIGS / "grdr" / "common.py")  # GRDR's recall
+dense = common.config_module(_CONFIGS / "dense" / "common.py")  # the X-Pool rerank stage
 cast = common.config_module(_CONFIGS / "cast" / "common.py")  # CAST's half
 
 
@@ -49,7 +51,8 @@ def get_config(dataset: str, arg: str | None, *, eval_split: str, identity_rule:
   c.stack = ml_collections.ConfigDict(dict(
       recall="dense",        # "dense": exact DenseIndex | "grdr": GRDR generative recall + its dense rerank
       reranker="pair",       # "pair": the PairReranker below | "vedje": VEDJE over the clips' frame tokens (a store
-                             # prepared with tokens, configs/prepare.py; section `vedje`)
+                             # prepared with tokens, configs/prepare.py; section `vedje`) | "xpool": X-Pool over
+                             # the clips' frame features (the same stores; section `dense`)
       k_recall=100,
       rerank_k=100,
       rerank_k_sweep=(20, 50),  # full-stack rows with the rerank stage keeping fewer (results.json rerank_k_sweep)
@@ -65,6 +68,7 @@ def get_config(dataset: str, arg: str | None, *, eval_split: str, identity_rule:
   ))
   c.grdr = _grdr("world")
   c.vedje = _vedje()
+  c.dense = _dense()
   c.index = common.index_section()  # the dense recall stage's index (recall "dense"): exact by default
   # CAST's variants with `rendered` before `smoke` (they apply in this order whatever their order in `arg`), and
   # `smoke` shrinking the stack's stages too.
@@ -96,6 +100,15 @@ def _vedje(variant: str | None = None) -> ml_collections.ConfigDict:
                                         pair_block=v.eval.pair_block, tokens_kind=v.data.tokens_kind))
 
 
+def _dense(variant: str | None = None) -> ml_collections.ConfigDict:
+  """stack.reranker = "xpool": X-Pool (`configs/dense_*.py`'s paper settings, or one of its variants) trained on the
+  training clips with their step captions as pseudo queries (`vidjax.methods.dense.fit_dense`), reranking the recall
+  stage's candidates by the evaluation clips' frame features (kind `frames_kind`, all the store's frames up to
+  `model.num_frames`)."""
+  d = dense.get_config("msrvtt", variant)
+  return ml_collections.ConfigDict(dict(model=d.model, train=d.train, frames_kind=d.data.frames_kind))
+
+
 def _rendered(c: ml_collections.ConfigDict) -> None:
   """On the rendered release corpus's store (`launch/real_path.sh OUT full`): the VEDJE stage at its `rendered`
   settings (the world's reranker; the paper's would take CPU hours)."""
@@ -104,6 +117,7 @@ def _rendered(c: ml_collections.ConfigDict) -> None:
 
 def _smoke(c: ml_collections.ConfigDict) -> None:
   c.vedje = _vedje("tiny")
+  c.dense = _dense("tiny")
   c.grdr = _grdr("smoke")
   c.grdr.model.latent_dim = 32
   c.stack.update(k_recall=50, rerank_k=50, rerank_k_sweep=(20,), latency_queries=8)

@@ -6,7 +6,9 @@ the whole evaluation corpus (every clip of every evaluation video) and the answe
 
     recall     dense index of the corpus clips, queried with the instruction's text embedding (top k_recall)
     rerank     a pair reranker (`vidjax.models.pair`) over (text, clip) with the recall score as residual prior,
-               trained on the recall stage's candidates of training queries (keeps rerank_k)
+               trained on the recall stage's candidates of training queries (keeps rerank_k); or
+               (`stack.reranker`) VEDJE over the clips' frame caches, or X-Pool (GRDR's reranker,
+               `vidjax.methods.dense`) over the clips' frame features, each trained on the training clips' captions
     cast       the CAST Full Ensemble S = A + w_v B + w_p C (eq. 13) with the query's context clips, CAST
                trained and its (w_v, w_p) selected on held-out training queries exactly as `configs/cast_*.py`
                does (keeps k)
@@ -38,7 +40,7 @@ from vidjax.extract import text_tower
 from vidjax.methods import cast
 from vidjax.methods.stack import (RECALLS, ROWS, Corpus, budgets, check_rerank_inputs, grdr_recall, latency,
                                   row_metrics, split_videos, stacks, table, train_grdr, train_reranker, vedje_stage,
-                                  write_index)
+                                  write_index, xpool_stage)
 from vidjax.retrieval import DenseIndex, Stack, Stage
 from vidjax.scorers import cast as cast_scorers
 from vidjax.scorers.pair import PairScorer
@@ -62,7 +64,7 @@ def validate(config) -> None:
                                      "rerank.checkpoint_every"))
   check_positive(config, ("rerank.tau", "rerank.lr", "vedje.train.memory_gb"))
   check_choice(config, "stack.recall", RECALLS)
-  check_choice(config, "stack.reranker", ("pair", "vedje"))
+  check_choice(config, "stack.reranker", ("pair", "vedje", "xpool"))
   s = config.stack
   if not 10 <= s.k <= s.rerank_k <= s.k_recall:
     bad_value("stack.k / stack.rerank_k / stack.k_recall", (s.k, s.rerank_k, s.k_recall),
@@ -120,6 +122,8 @@ def run(config, workdir: str | Path) -> dict:
     caption = {c.clip_id: c.text for v in data.videos for c in v.clips}
     rerank = vedje_stage(config, workdir, data, train_videos, corpus.ids, [caption[r["target"]] for r in data.benchmark])
     queries["row"] = np.arange(len(data.benchmark))  # each query's caption row in the VEDJE stage's table
+  elif config.stack.reranker == "xpool":
+    rerank = xpool_stage(config, workdir, data, train_videos, corpus.ids)
   else:
     with common.precision(config, "train"):
       rerank_parts = train_reranker(config, workdir, data, train_videos, texts, mesh)

@@ -21,6 +21,7 @@ from vidjax.data.features import FeatureStore
 from vidjax.data.pipeline import FeatureTable
 from vidjax.methods.vedje import FULL
 from vidjax.methods import cast as cast_method
+from vidjax.methods import dense
 from vidjax.methods import grdr as grdr_method
 from vidjax.methods import vedje
 from vidjax.models.pair import PairReranker
@@ -105,11 +106,12 @@ def rerank_training_set(corpus: Corpus, clips: FeatureTable, texts: FeatureTable
 
 
 def check_rerank_inputs(config, store: FeatureStore | None) -> None:
-  """stack.reranker = "vedje" reads each clip's frame tokens: one clear error when the data's store has none (the
-  embedded procedural world's clips have no frames)."""
-  kind = config.vedje.tokens_kind
-  if config.stack.reranker == "vedje" and (store is None or kind not in store.kinds()):
-    raise ValueError(f"stack.reranker='vedje' reads each clip's frame tokens (kind {kind!r}): give a store "
+  """stack.reranker = "vedje" / "xpool" reads each clip's frame tokens: one clear error when the data's store has none
+  (the embedded procedural world's clips have no frames)."""
+  reranker = config.stack.reranker
+  kind = {"vedje": config.vedje.tokens_kind, "xpool": config.dense.frames_kind}.get(reranker)
+  if kind is not None and (store is None or kind not in store.kinds()):
+    raise ValueError(f"stack.reranker={reranker!r} reads each clip's frame tokens (kind {kind!r}): give a store "
                      "prepared with them (configs/prepare.py, save_tokens=True), or stack.reranker='pair'; the "
                      "embedded world has none")
 
@@ -145,6 +147,28 @@ def vedje_stage(config, workdir: Path, data: cast_method.CVRData, train_videos, 
                       queries["attention_mask"])
   return Stage("rerank", VedjeScorer(cfg, params["reranker"], pair_block=vc.pair_block), config.stack.rerank_k,
                batch_fn=pairs.text_to_video)
+
+
+def xpool_stage(config, workdir: Path, data: cast_method.CVRData, train_videos, corpus_ids: Sequence[str]) -> Stage:
+  """stack.reranker = "xpool": X-Pool (`vidjax.methods.dense`, section `dense`) trained on the training clips (each
+  step caption a pseudo query of its clip) through the one loop in `<workdir>/train/xpool`, and the rerank Stage over
+  the evaluation clips' frame features. The stack's queries carry `text` (the query captions' embeddings)."""
+  dc, store = config.dense, data.store
+  check_rerank_inputs(config, store)
+  ids = [c.clip_id for v in train_videos for c in v.clips]
+  split = dense.Split(ids, store.get(config.data.text_kind, ids), np.arange(len(ids)), ids,
+                      dense.frame_features(store, dc.frames_kind, ids, dc.model.num_frames),
+                      store.get(config.data.clip_kind, ids))
+  with jax.default_matmul_precision(config.precision.train):  # config.precision's training phase
+    model, params, _ = dense.fit_dense(dc, "xpool", split, config.seed, workdir / "train" / "xpool")
+  frames = dense.frame_features(store, dc.frames_kind, list(corpus_ids), dc.model.num_frames)
+  row = {c: i for i, c in enumerate(corpus_ids)}
+
+  def batch_fn(queries, candidate_ids, previous):  # a padded candidate (not a corpus id) keeps its -inf prior
+    rows = np.vectorize(lambda c: row.get(c, 0), otypes=[np.int64])(candidate_ids)
+    return {"text": queries["text"], "candidates": frames[rows], "prior": previous}
+
+  return Stage("rerank", dense.scorer(model, params), config.stack.rerank_k, batch_fn=batch_fn)
 
 
 def train_reranker(config, workdir: Path, data: cast_method.CVRData, train_videos, texts: FeatureTable, mesh):
@@ -289,8 +313,11 @@ def write_index(path: Path, *, corpus: Corpus, vectors: np.ndarray, texts: Featu
 
 def omitted_stages(config) -> list[dict]:
   """The run's stages its index does not keep: a VEDJE rerank stage (it reads the run's caches of the evaluation
-  clips and a tokenizer, which the index does not carry), so `python -m vidjax.search` says it ran without it."""
-  if config.stack.reranker != "vedje":
+  clips and a tokenizer, which the index does not carry) or an X-Pool one (the clips' frame features), so
+  `python -m vidjax.search` says it ran without it."""
+  reranker = config.stack.reranker
+  if reranker not in ("vedje", "xpool"):
     return []
-  return [{"name": "rerank", "kind": "vedje", "why": "built with reranker=vedje, whose caches and tokenizer the "
+  carries = "caches and tokenizer" if reranker == "vedje" else "model and the clips' frame features"
+  return [{"name": "rerank", "kind": reranker, "why": f"built with reranker={reranker}, whose {carries} the "
            "index does not carry; search runs recall -> cast"}]
