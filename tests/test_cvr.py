@@ -331,3 +331,21 @@ def test_builder_errors():
     cvr.build_benchmark(videos, identity_rule="caption_similarity", embed_fn=lambda t: np.zeros((1, 4)))
   with pytest.raises(ValueError, match="pool_size=5 leaves fewer"):
     cvr.build_benchmark(videos, identity_rule="task_step", pool_size=5)
+
+
+def test_a_small_heldout_subset_grows_to_the_smallest_that_builds_its_pools(tmp_path):
+  """Issue 52: 16 training videos at heldout_fraction 0.1 hold out 2, too few for 1-vs-10 pools. Refused with the
+  setting named, or (grow_heldout, the default unless strict) grown one video at a time to the smallest subset
+  that builds; the stats keep the fraction asked and the one used."""
+  train, val = yc2("train")[:16], yc2("val")[:16]
+  rules = dict(cvr.DATASET_RULES["youcook2"], embed_fn=fake_embed, seed=0)
+  with pytest.raises(ValueError, match="heldout_fraction=0.1"):
+    cvr.build_cvr(train, val, tmp_path / "refused", heldout_fraction=0.1, **rules)
+  assert not (tmp_path / "refused" / "heldout.json").exists()
+  stats = cvr.build_cvr(train, val, tmp_path / "grown", heldout_fraction=0.1, grow_heldout=True, **rules).stats
+  used = stats["config"]["heldout_fraction"]
+  assert stats["config"]["heldout_fraction_asked"] == 0.1 and used > 0.1
+  count = round(used * 16)
+  assert len(json.loads((tmp_path / "grown" / "splits.json").read_text())["heldout"]) == count
+  with pytest.raises(ValueError, match="held-out subset"):  # one video fewer does not build
+    cvr.build_cvr(train, val, tmp_path / "fewer", heldout_fraction=(count - 1) / 16, **rules)

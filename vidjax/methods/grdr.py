@@ -244,12 +244,16 @@ def recipes(config) -> dict[str, Recipe]:
 def limits(config, corpus) -> dict[str, tuple[int, str]]:
   """What must fit the data (`clip_to_data`): a retriever batch at most the training queries (one per training
   caption), a tokenizer batch (the views' and TIGER's RQ-VAE rows, `train.view_batch_size`) at most the training
-  videos."""
-  del config  # the corpus says what fits
+  videos, a codebook (`model.num_codes`, the baselines' `baselines.num_codes`) at most the training videos."""
   n_queries, n_videos = len(corpus.train_queries), len(corpus.train)
-  return {"train.batch_size": (n_queries, f"the {n_queries} training queries (captions of the {n_videos} training "
-                                          "videos)"),
-          "train.view_batch_size": (n_videos, f"the {n_videos} training videos, one tokenizer example each")}
+  codes = f"the {n_videos} training videos k-means initialises a codebook over (at least 2 codes)"
+  out = {"train.batch_size": (n_queries, f"the {n_queries} training queries (captions of the {n_videos} training "
+                                         "videos)"),
+         "train.view_batch_size": (n_videos, f"the {n_videos} training videos, one tokenizer example each"),
+         "model.num_codes": (n_videos, codes, 2)}
+  if config.get("baselines") is not None and "num_codes" in config.baselines:
+    out["baselines.num_codes"] = (n_videos, codes, 2)
+  return out
 
 
 def check_budget(config, corpus) -> None:
