@@ -127,9 +127,13 @@ def test_prefix_aware_adapter_shapes_causal_and_prefix_dependent():
   model = _retriever(False, True)
   queries = jnp.ones((1, 8))
   p = jax.jit(model.init)(jax.random.PRNGKey(0), queries, jnp.zeros((1, 3), jnp.int32))["params"]
-  state = model.apply({"params": p}, queries, method=SemanticIdRetriever.encode_query)
-  step = jax.jit(lambda params: model.apply({"params": params}, state, jnp.asarray([[[0, 1], [2, 1]]]),  # noqa
-                                            method=SemanticIdRetriever.code_logp))
+  prefixes = jnp.asarray([[[0, 1], [2, 1]]])
+
+  def logp(m, prm):
+    state = m.apply({"params": prm}, queries, method=SemanticIdRetriever.encode_query)
+    return m.apply({"params": prm}, state, prefixes, method=SemanticIdRetriever.code_logp)
+
+  step = jax.jit(lambda prm: logp(model, prm))
   out = step(p)
   assert out.shape == (1, 2, 4) and bool(jnp.all(jnp.isinf(out[..., 3])))  # the 3rd position has 3 codes
   assert float(jnp.abs(out[0, 0, :3] - out[0, 1, :3]).max()) > 1e-4
@@ -138,14 +142,14 @@ def test_prefix_aware_adapter_shapes_causal_and_prefix_dependent():
   zero["prefix_adapter"]["out"] = jax.tree.map(jnp.zeros_like, p["prefix_adapter"]["out"])
   plain = _retriever(False, False)
   no_adapter = {k: v for k, v in p.items() if k != "prefix_adapter"}
-  want = jax.jit(lambda prm: plain.apply({"params": prm}, state, jnp.asarray([[[0, 1], [2, 1]]]),
-                                         method=SemanticIdRetriever.code_logp))(no_adapter)
+  want = jax.jit(lambda prm: logp(plain, prm))(no_adapter)
   np.testing.assert_allclose(step(zero)[..., :3], want[..., :3], rtol=1e-5, atol=1e-5)
 
 
 def test_tiger_learns_query_to_id_on_tiny_data(tmp_path):
-  """Behaviour: TIGER's pipeline on 24 videos (RQ-VAE IDs + collision token, shared-vocabulary retriever, trie beam
-  search, cosine rerank) recalls held-out noisy queries' videos far above chance."""
+  """Behaviour: TIGER's pipeline on 24 videos (IDs from the k-means initialised RQ-VAE + collision token, the
+  shared-vocabulary retriever trained by the one loop, trie beam search, cosine rerank) recalls held-out noisy
+  queries' videos far above chance. (The RQ-VAE's own training runs in the GRDR smoke run, tests/test_grdr.py.)"""
   rng = np.random.default_rng(0)
   v, d, per = 24, 16, 8
   feats = rng.normal(size=(v, d)).astype(np.float32)
@@ -153,13 +157,11 @@ def test_tiger_learns_query_to_id_on_tiny_data(tmp_path):
   noisy = lambda n: feats[np.repeat(np.arange(v), n)] + 0.15 * rng.normal(size=(v * n, d)).astype(np.float32)  # noqa
   train_q, test_q = noisy(per), noisy(1)
   video = np.repeat(np.arange(v), per)
-  tcfg = ml_collections.ConfigDict(dict(batch_size=32, view_epochs=40, view_batch_size=8, view_lr=3e-3,
-                                        weight_decay=0.0, kmeans_iters=5, retriever_epochs=40, retriever_lr=3e-3,
+  tcfg = ml_collections.ConfigDict(dict(batch_size=32, weight_decay=0.0, retriever_epochs=40, retriever_lr=3e-3,
                                         checkpoint_every=10_000, log_every=1000, progress=False))
-  bcfg = ml_collections.ConfigDict(dict(beta=0.25, align_weight=1.0, align_tau=0.07))
   rq = RQVAE(RQVAEConfig(d, (32,), 8, 2, 4))
-  rq_params = GB.train_rqvae(rq, feats, None, bcfg, tcfg, tmp_path / "rqvae", 0)
-  codes = np.asarray(rq.apply({"params": rq_params}, jnp.asarray(feats), method=RQVAE.video_codes))
+  rq_params = GB.init_codebooks(rq, jax.jit(rq.init)(jax.random.PRNGKey(0), feats)["params"], feats, 0, 5)
+  codes = np.asarray(GB._rq_codes(rq_params, feats, model=rq))  # pylint: disable=protected-access
   assert len(np.unique(codes[:, 0])) >= 3  # the first layer's codes spread the videos (no collapse)
   model = _retriever(True, False, sizes=(4, 4, v))
   ids = model.config.layout.to_shared(GB.with_collision_token(codes, v))

@@ -134,7 +134,7 @@ _kmeans = jax.jit(ops.kmeans, static_argnames=("iters", "cosine"))
 def init_codebooks(model: RQVAE, params, features: np.ndarray, seed: int, iters: int):
   """TIGER's k-means initialisation: C^(l) <- k-means (squared L2) of the layer-l residuals of every training video
   under the initial encoder, layer by layer."""
-  r = np.asarray(model.apply({"params": params}, jnp.asarray(features), method=RQVAE.encode))
+  r = np.asarray(jax.jit(lambda p, f: model.apply({"params": p}, f, method=RQVAE.encode))(params, features))
   params = jax.tree.map(lambda x: x, params)
   for l in range(model.config.num_layers):
     start = ops.kmeans_init(jax.random.PRNGKey(seed + l), r, model.config.num_codes)
@@ -148,7 +148,7 @@ def init_codebooks(model: RQVAE, params, features: np.ndarray, seed: int, iters:
 def train_rqvae(model: RQVAE, features: np.ndarray, text: np.ndarray | None, bcfg, tcfg, workdir: Path, seed: int):
   """The RQ-VAE on the training videos' features [V, d_v] (AVG: with their text embeddings [V, d_t]); returns the
   params (`workdir` holds the phase's checkpoints)."""
-  params = jax.device_get(model.init(jax.random.PRNGKey(seed), jnp.zeros((1, features.shape[1])))["params"])
+  params = jax.device_get(jax.jit(model.init)(jax.random.PRNGKey(seed), jnp.zeros((1, features.shape[1])))["params"])
   params = init_codebooks(model, params, features, seed, tcfg.kmeans_iters)
   tables = {"features": features, **({"text": text} if text is not None else {})}
   gather = pipeline.Gather(tables, {"feature": "features", **({"text": "text"} if text is not None else {})})
@@ -166,12 +166,12 @@ def train_rqvae(model: RQVAE, features: np.ndarray, text: np.ndarray | None, bcf
   state = train.fit_epochs(
       name="grdr baseline rqvae", init_fn=lambda _: start, loss_fn=loss_fn, num_examples=len(features),
       batch_fn=batch_fn, gather=gather, seed=seed, workdir=workdir,
-      tcfg=ml_config(tcfg, tcfg.view_epochs, batch_size=tcfg.view_batch_size),
+      tcfg=_epochs(tcfg, tcfg.view_epochs, batch_size=tcfg.view_batch_size),
       optimizer=train.adamw(tcfg.view_lr, tcfg.weight_decay, mask=_no_decay), batch_key="train.view_batch_size")
   return jax.device_get(state.params)
 
 
-def ml_config(tcfg, epochs: int, **kw) -> ml_collections.ConfigDict:
+def _epochs(tcfg, epochs: int, **kw) -> ml_collections.ConfigDict:
   """A copy of the train section with `epochs` (and `kw`) set: one phase's `fit_epochs` config."""
   return ml_collections.ConfigDict({**tcfg.to_dict(), "epochs": epochs, **kw})
 
@@ -205,8 +205,8 @@ def train_retriever(model: SemanticIdRetriever, data: TrainingSet, targets: np.n
                     seed: int):
   """The retriever on fixed IDs: each training query's target `targets` int [Nq, L]; `retriever_epochs` at
   `retriever_lr`."""
-  params = jax.device_get(model.init(jax.random.PRNGKey(seed), jnp.asarray(data.queries[:1]),
-                                     jnp.asarray(targets[:1]))["params"])
+  params = jax.device_get(jax.jit(model.init)(jax.random.PRNGKey(seed), jnp.asarray(data.queries[:1]),
+                                              jnp.asarray(targets[:1]))["params"])
 
   def loss_fn(p, batch, rng):
     logits = model.apply({"params": p}, batch["query"], batch["codes"], False, rngs={"dropout": rng},
@@ -218,7 +218,7 @@ def train_retriever(model: SemanticIdRetriever, data: TrainingSet, targets: np.n
       name="grdr baseline retriever", init_fn=lambda _: start, loss_fn=loss_fn, num_examples=len(data.queries),
       batch_fn=lambda idx: {"query": np.asarray(idx, np.int32), "codes": targets[idx]},
       gather=pipeline.Gather({"queries": data.queries}, {"query": "queries"}),
-      tcfg=ml_config(tcfg, tcfg.retriever_epochs), seed=seed, workdir=workdir,
+      tcfg=_epochs(tcfg, tcfg.retriever_epochs), seed=seed, workdir=workdir,
       optimizer=train.adamw(tcfg.retriever_lr, tcfg.weight_decay))
   return jax.device_get(state.params)
 
