@@ -281,30 +281,42 @@ class _Bound:
 
 
 def make_recall(row: TrainedBaseline, corpus: Corpus, rows: np.ndarray, ecfg) -> GenerativeRecall:
-  """The trie of the pool's IDs (corpus rows `rows`) and the row's generative recall over it."""
+  """The trie of the pool's IDs (corpus rows `rows`) and the row's generative recall over it: `eval.beam_width`
+  beams, at most `eval.candidates` videos (0: every video the beams bring, uncapped)."""
   codes = row.ids(rows)[:, None, :]
   trie = SemanticIdTrie(corpus.video_ids[rows], codes, row.model.config.num_outputs)
   return GenerativeRecall(trie, _Bound(row.model, SemanticIdRetriever.encode_query),
                           _Bound(row.model, SemanticIdRetriever.code_logp), row.params, width=ecfg.beam_width,
-                          limit=ecfg.candidates, vectors=corpus.features[rows],
+                          limit=ecfg.candidates or None, vectors=corpus.features[rows],
                           query_key="tokens" if row.model.config.query_encoder == "t5" else "text")
+
+
+def candidate_budget(recall: GenerativeRecall) -> int:
+  """The most candidates one query can get (a `k` that cuts none): the recall's cap, or uncapped the videos of the W
+  IDs with the most videos (at most the pool)."""
+  if recall.limit:
+    return min(recall.limit, len(recall.trie))
+  sizes = np.sort(np.diff(recall.trie.video_ptr))[::-1]
+  return int(min(len(recall.trie), sizes[:recall.width].sum()))
 
 
 def evaluate_setting(corpus: Corpus, recall: GenerativeRecall, ecfg, reranker=None,
                      reranker_name: str = RERANKER) -> tuple[dict, np.ndarray]:
   """Generative recall then `reranker` (a Scorer over TwoStage's default batch; None: the backbone cosine) on the
-  test queries: R@1/5/10, candidate_recall, num_candidates, index bytes per video, latency_ms per stage at batch 1
-  ("total": T_recall + T_rerank, §4.1), and `reranker`. Returns the metrics and the recalled ids [Q, candidates]."""
+  test queries: R@1/5/10, candidate_recall, num_candidates, index bytes per video, beam width and candidate cap (0:
+  none), latency_ms per stage at batch 1 ("total": T_recall + T_rerank, §4.1), and `reranker`. Returns the metrics
+  and the recalled ids [Q, candidates]."""
   reranker = evaluate.CosineScorer() if reranker is None else reranker
   target = corpus.video_ids[corpus.test_query_video]
-  result = TwoStage(recall, k_recall=ecfg.candidates, reranker=reranker).search(test_inputs(corpus),
-                                                                                 k=min(10, ecfg.candidates))
+  budget = candidate_budget(recall)
+  result = TwoStage(recall, k_recall=budget, reranker=reranker).search(test_inputs(corpus), k=min(10, budget))
   found = result.recall_ids
   out = {**recall_at(result.ids, target),
          "candidate_recall": 100.0 * float(np.mean((found == target[:, None]).any(1))),
          "num_candidates": float(np.mean(np.sum(found != "", axis=1))),
-         "index_bytes_per_video": recall.trie.nbytes / len(recall.trie), "reranker": reranker_name}
-  single = TwoStage(recall, k_recall=ecfg.candidates, reranker=reranker, query_batch=1)
+         "index_bytes_per_video": recall.trie.nbytes / len(recall.trie), "beam_width": int(recall.width),
+         "candidate_cap": int(recall.limit or 0), "reranker": reranker_name}
+  single = TwoStage(recall, k_recall=budget, reranker=reranker, query_batch=1)
   single.search(test_inputs(corpus, slice(0, 1)), k=1)  # compile
   recall.reset_latency()
   t = single.search(test_inputs(corpus, slice(0, min(ecfg.latency_queries, len(target)))), k=1)
