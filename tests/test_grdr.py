@@ -13,6 +13,7 @@ from conftest import grdr_smoke_config
 from vidjax import losses, ops
 from vidjax.experiments import common, grdr as G
 from vidjax.methods import grdr as GM
+from vidjax.methods import grdr_baselines
 from vidjax.worlds.polysemous import write_world
 from vidjax.retrieval import Stack, Stage, GenerativeRecall, SemanticIdTrie, TwoStage, beam_search
 
@@ -188,7 +189,7 @@ def test_grdr_smoke_run_writes_the_results_contract(smoke_run):
   assert saved["synthetic"] is True and saved["path"] == "world"
   keys = {"t2v_r1", "t2v_r5", "t2v_r10", "candidate_recall", "num_candidates", "latency_ms"}
   for setting in ("inductive", "full_corpus"):
-    assert set(saved["metrics"][setting]) == {"dense", "tiger", "t2vindexer", "grdr_paper", "grdr"}
+    assert set(saved["metrics"][setting]) == {"dense", "tiger", "avg", "t2vindexer", "grdr_paper", "grdr"}
     assert saved["metrics"][setting] == saved[setting]
     for method, row in saved["metrics"][setting].items():
       assert keys <= set(row), method
@@ -206,10 +207,12 @@ def test_grdr_smoke_run_writes_the_results_contract(smoke_run):
   assert size["frame_float32"] == 12 * size["video_float32"] and size["grdr"] < size["video_float32"]
   assert (workdir / "candidate_recall.png").stat().st_size > 0
   # The world's schedule (tokenizer_first): views, then frozen IDs, then the retriever, each checkpointed; the
-  # baselines: TIGER's RQ-VAE then its retriever, T2VIndexer's retriever on k-means IDs (nothing to checkpoint).
+  # baselines: TIGER's / AVG's RQ-VAE then its retriever, T2VIndexer's retriever on k-means IDs (nothing to
+  # checkpoint).
   models = workdir / "models"
   assert sorted(p.name for p in (models / "grdr").iterdir()) == ["retriever", "views"]
   assert sorted(p.name for p in (models / "tiger").iterdir()) == ["retriever", "rqvae"]
+  assert sorted(p.name for p in (models / "avg").iterdir()) == ["retriever", "rqvae"]
   assert sorted(p.name for p in (models / "t2vindexer").iterdir()) == ["retriever"]
   assert sorted(p.name for p in (models / "table3" / "wo_unified_cotraining").iterdir())[-1] == "retriever"
   # w/o L_CL: Algorithm 1 without the first layer's alignment phase (it would have nothing to train)
@@ -292,7 +295,7 @@ def test_bad_sizes_get_one_clear_error_before_training(tmp_path):
   bad = grdr_smoke_config()
   bad.baselines.num_codes = 10_000
   with pytest.raises(ValueError, match="baselines.num_codes=10000 \\(row 'tiger'\\)"):
-    GM.check_budget(bad, world)
+    grdr_baselines.check_budget(bad, world)
   bad = grdr_smoke_config()
   bad.eval.beam_width = 4 * len(world.test) + 1
   with pytest.raises(ValueError, match=f"eval.beam_width={4 * len(world.test) + 1} is wider than the trie allows: .* "

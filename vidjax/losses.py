@@ -417,6 +417,21 @@ def fixed_id_loss(h: jax.Array, codebooks: jax.Array, codes: jax.Array, tau: jax
   return sum(ces), {f"ce{l + 1}": c for l, c in enumerate(ces)}
 
 
+def euclidean_rq_loss(residuals: jax.Array, selected: jax.Array, beta: float = 0.25) -> jax.Array:
+  """TIGER's RQ loss (Rajput et al. 2023 §3.1): sum over the M layers of ||sg[r_d] - e_{c_d}||^2 + beta *
+  ||r_d - sg[e_{c_d}]||^2 (codebook and commitment terms), averaged over the rows.
+
+  Args:
+    residuals: [..., M, D] the residual each layer quantized (r_1 = z); selected: [..., M, D] the codewords it chose.
+    beta: commitment weight (TIGER: 0.25).
+  """
+  _check("selected", selected, residuals.shape)
+  r, e = jnp.asarray(residuals, jnp.float32), jnp.asarray(selected, jnp.float32)
+  codebook = jnp.sum(jnp.square(jax.lax.stop_gradient(r) - e), axis=(-2, -1))
+  commit = jnp.sum(jnp.square(r - jax.lax.stop_gradient(e)), axis=(-2, -1))
+  return jnp.mean(codebook + beta * commit)
+
+
 # ----------------------------------------------------------------------------------------------
 # VideoComp (../shared/papers/videocomp.txt §3.2, eq. 1-2).
 

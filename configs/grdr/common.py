@@ -118,12 +118,19 @@ def get_config(dataset: str, arg: str | None = None) -> ml_collections.ConfigDic
       candidates=150,          # at most this many de-duplicated videos go to the reranker
       latency_queries=100,     # queries timed one at a time (batch 1, §4.1)
       compare_single_view=True,  # also train N_v = 1 (results "grdr_nv1")
-      baselines=True,          # Tables 1-2: TIGER (RQ-VAE IDs) and T2VIndexer (hierarchical k-means IDs), `baselines`
+      baselines=True,          # Tables 1-2's GR baselines TIGER, AVG, T2VIndexer (`baselines`; methods.grdr_baselines)
       table3=True,             # Table 3: Algorithm 1 without the multi-view tokenizer / unified co-training / L_HC / L_CL
       index_frames=12,         # Figure 4's frame-level index: frames per video kept (X-Pool's 12, the paper's reranker)
   ))
-  # §4.2: "We configure all baseline methods with 4 codebook layers of size 256"
-  c.baselines = ml_collections.ConfigDict(dict(num_layers=4, num_codes=256))
+  # The GR baselines of Tables 1-2 (`vidjax.methods.grdr_baselines`). §4.2: "We configure all baseline methods with 4
+  # codebook layers of size 256". TIGER (Rajput et al. 2023 §3.1, §4.1): RQ-VAE encoder widths 512-256-128 (the
+  # decoder mirrors them), 32-d latent, commitment beta 0.25, and one collision token appended to every ID (its
+  # vocabulary: up to `collision_codes` videos per RQ-VAE ID; TIGER's IDs are 3 codes + this token, here M = 4 codes
+  # + this token). AVG: TIGER + a cross-modal alignment loss in the RQ-VAE, its weight and temperature (neither GRDR
+  # nor this project's reading of AVG gives them: vidjax's choice). The RQ-VAE trains with `train.view_*`, the
+  # retrievers with `train.retriever_*`.
+  c.baselines = ml_collections.ConfigDict(dict(num_layers=4, num_codes=256, hidden=(512, 256, 128), latent_dim=32,
+                                               beta=0.25, collision_codes=256, align_weight=1.0, align_tau=0.07))
   c.index = common.index_section()  # the dense row's index (Table 1's exact ceiling; an ANN backend shows its cost)
   protocol, split = PROTOCOLS[dataset]
   c.model.query_len = 128 if protocol == "paragraphs" else 32
@@ -212,7 +219,8 @@ def tiny(c: ml_collections.ConfigDict) -> None:
   c.train.update(first_align_epochs=1, align_epochs=1, cotrain_epochs=1, kmeans_iters=5,
                  view_epochs=2, view_batch_size=64, retriever_epochs=1)
   c.eval.update(beam_width=8, candidates=10, latency_queries=3)
-  c.baselines.update(num_layers=2, num_codes=16)
+  c.baselines.update(num_layers=2, num_codes=16, hidden=(32,), latent_dim=16,
+                     collision_codes=512)  # up to every video of a small corpus on one ID
   c.train.progress = False
   if "sweep" in c:
     c.sweep.update(num_views=(1, 4), num_codes=(8, 16), beam_width=(4, 8))

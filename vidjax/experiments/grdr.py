@@ -7,8 +7,9 @@
      (the `world` variant: `vidjax.worlds.polysemous.write_world` through `common.world_data`);
   2. query intents: each training video's queries are clustered by k-means into N_v intents (§3.2), once per N_v;
   3. training, one row of Tables 1-3 at a time (`methods.grdr.recipes`: the config's schedule, Algorithm 1, N_v = 1,
-     TIGER, T2VIndexer, Table 3's ablations), each phase one call of the train loop, checkpointed under
-     `<workdir>/models/<row>/<phase>/` (a killed run resumes into its phase); equal recipes train once;
+     Table 3's ablations), each phase one call of the train loop, checkpointed under
+     `<workdir>/models/<row>/<phase>/` (a killed run resumes into its phase); equal recipes train once; then the GR
+     baselines TIGER, AVG and T2VIndexer (`methods.grdr_baselines`, `eval.baselines`);
   4. indexing: every pool video's semantic IDs -> `SemanticIdTrie`;
   5. retrieval per setting ("inductive": the test videos; "full_corpus": all videos): generative
      recall (beam search, de-duplication, at most `eval.candidates` videos) then dense cosine rerank
@@ -29,6 +30,7 @@ from vidjax.data.features import FeatureStore
 from vidjax.defaults.common import (bad_value, check_choice, check_index, check_positive, check_positive_int,
                                     clip_to_data, with_values)
 from vidjax.experiments import common
+from vidjax.methods import grdr_baselines
 from vidjax.methods.grdr import (SETTINGS, check_budget, dense_setting, evaluate_row, limits, read_corpus,
                                  recall_curve, recipes, sweep_rows, trained_row)
 from vidjax.worlds.polysemous import write_world
@@ -102,6 +104,7 @@ def run(config, workdir) -> dict:
   corpus = read_corpus(config, workdir)
   config, clipped = clip_to_data(config, limits(config, corpus))  # sizes fit the data, before any training
   check_budget(config, corpus)
+  grdr_baselines.check_budget(config, corpus)
   precision = functools.partial(common.precision, config, "train")
 
   pools = {"inductive": corpus.test, "full_corpus": np.arange(len(corpus.video_ids))}
@@ -125,6 +128,11 @@ def run(config, workdir) -> dict:
           "grdr_ids_int16": 2.0 * model.tokenizer.num_views * model.tokenizer.num_layers,
           "video_float32": 4.0 * corpus.features.shape[1],
           "frame_float32": 4.0 * corpus.features.shape[1] * config.eval.index_frames}
+  if config.eval.baselines:  # Tables 1-2's GR baselines, each reranked like the GRDR rows
+    for name, (rows, found) in grdr_baselines.baseline_rows(config, workdir, corpus, pools, sets, precision).items():
+      for s in SETTINGS:
+        table[s][name] = rows[s]
+      curves[name] = (budgets, recall_curve(found, target, budgets))
   ablations = {s: {k.split("/", 1)[1]: v for k, v in table[s].items() if k.startswith("table3/")} for s in SETTINGS}
   for s in SETTINGS:
     table[s] = {k: v for k, v in table[s].items() if not k.startswith("table3/")}

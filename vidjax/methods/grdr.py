@@ -34,7 +34,6 @@ from vidjax.data import provenance
 from vidjax.models.grdr import GRDR, RetrieverConfig, TokenizerConfig, match_views
 from vidjax.models.t5 import T5Config
 from vidjax.retrieval import DenseIndex, GenerativeRecall, SemanticIdTrie, TwoStage
-from vidjax.retrieval.kmeans import HierarchicalKMeans
 
 
 def build_model(mcfg, feature_dim: int, num_views: int | None = None, num_layers: int | None = None,
@@ -187,7 +186,7 @@ def init_codebook(model: GRDR, params, features: np.ndarray, layer: int, seed: i
 # ----------------------------------------------------------------------------------------------
 # Training recipes: the rows of Tables 1-3, each a sequence of calls of the one train loop.
 
-SCHEDULES = ("progressive", "tokenizer_first", "two_stage", "rqvae", "kmeans")
+SCHEDULES = ("progressive", "tokenizer_first", "two_stage")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -200,16 +199,11 @@ class Recipe:
     "tokenizer_first": the project's schedule (views aligned to the query-cluster centres, k-means codebooks,
       frozen; the retriever last; `configs/grdr/common.py` says why);
     "two_stage": Table 3's "w/o unified co-training": Algorithm 1 without L_CE (the tokenizer learns from L_CL,
-      L_HC, L_RQ, L_Rec), then tokenizer and codebooks frozen and the retriever trained alone on their IDs;
-    "rqvae": TIGER: a single-view RQ-VAE (L_RQ + L_Rec on the video features alone, codebooks k-means initialised),
-      its IDs fixed, then the retriever trained on them;
-    "kmeans": T2VIndexer: hierarchical k-means of the video features (one ID per video;
-      `retrieval.kmeans.HierarchicalKMeans`),
-      then the retriever trained on the IDs, the codebooks its output embeddings.
-  num_views: N_v (1 for TIGER, T2VIndexer and Table 3's "w/o multi-view tokenizer").
+      L_HC, L_RQ, L_Rec), then tokenizer and codebooks frozen and the retriever trained alone on their IDs.
+  (The GR baselines TIGER, AVG and T2VIndexer are `vidjax.methods.grdr_baselines`.)
+  num_views: N_v (1 for Table 3's "w/o multi-view tokenizer").
   cl, hc: False drops L_CL / L_HC from Algorithm 1's phases (Table 3).
-  num_layers, num_codes: M and K when not the model config's (the baselines: `config.baselines`, §4.2's 4 layers of
-    256 codes; the Figure 7 sweep).
+  num_layers, num_codes: M and K when not the model config's (the Figure 7 sweep).
   """
   schedule: str
   num_views: int
@@ -225,15 +219,12 @@ class Recipe:
 
 def recipes(config) -> dict[str, Recipe]:
   """The rows a run trains, by results.json name: `grdr` (config.train.schedule), `grdr_paper` (Algorithm 1),
-  `grdr_nv1` (N_v = 1, the config's schedule), the baselines `tiger` and `t2vindexer`, and Table 3's ablations
-  (`table3/*`, each Algorithm 1 less one component), as `config.eval` asks."""
-  n, e, b = config.model.num_views, config.eval, config.baselines
+  `grdr_nv1` (N_v = 1, the config's schedule), and Table 3's ablations (`table3/*`, each Algorithm 1 less one
+  component), as `config.eval` asks (the GR baselines: `vidjax.methods.grdr_baselines`)."""
+  n, e = config.model.num_views, config.eval
   out = {"grdr": Recipe(config.train.schedule, n), "grdr_paper": Recipe("progressive", n)}
   if e.compare_single_view and n > 1:
     out["grdr_nv1"] = Recipe(config.train.schedule, 1)
-  if e.baselines:
-    out.update(tiger=Recipe("rqvae", 1, num_layers=b.num_layers, num_codes=b.num_codes),
-               t2vindexer=Recipe("kmeans", 1, num_layers=b.num_layers, num_codes=b.num_codes))
   if e.table3:
     out.update({"table3/wo_multiview_tokenizer": Recipe("progressive", 1),
                 "table3/wo_unified_cotraining": Recipe("two_stage", n),
@@ -330,12 +321,6 @@ def train_grdr(model: GRDR, data: TrainingSet, tcfg, workdir: Path, seed: int, r
   params = jax.device_get(jax.jit(lambda key: model.init(key, *dummy)["params"])(jax.random.PRNGKey(seed)))
   if recipe.schedule == "tokenizer_first":
     return train_tokenizer_first(model, params, data, tcfg, workdir, seed)
-  if recipe.schedule == "rqvae":
-    return train_rqvae(model, params, data, tcfg, workdir, seed)
-  if recipe.schedule == "kmeans":
-    codes = id_coder(model, params, recipe, data.features, tcfg, seed)(data.features)[:, 0]
-    return train_retriever(model, params, data, codes[data.video], tcfg, workdir / "retriever", seed + 1,
-                           trained=r"(?!tokenizer/encoder|tokenizer/decoder).*")
   two_stage = recipe.schedule == "two_stage"
   weights = (0.0,) + tuple(tcfg.loss_weights)[1:] if two_stage else tuple(tcfg.loss_weights)
   params = train_progressive(model, params, data, tcfg, workdir, seed, weights, recipe.cl, recipe.hc)
@@ -415,11 +400,7 @@ def train_retriever(model: GRDR, params, data: TrainingSet, codes: np.ndarray, t
 
 
 def id_coder(model: GRDR, params, recipe: Recipe, train_features: np.ndarray, tcfg, seed: int):
-  """features [V, d_v] -> semantic IDs int32 [V, N_v, M] of a trained recipe: the tokenizer's, or for "kmeans"
-  (T2VIndexer) the tree fitted on the training videos (deterministic in `seed`: training and indexing agree)."""
-  if recipe.schedule == "kmeans":
-    return HierarchicalKMeans.fit(train_features, model.tokenizer.num_codes, model.tokenizer.num_layers, seed,
-                                  tcfg.kmeans_iters).codes
+  """features [V, d_v] -> semantic IDs int32 [V, N_v, M] of a trained recipe: the tokenizer's."""
   return lambda features: video_codes(model, params, features)
 
 
@@ -479,30 +460,6 @@ def train_tokenizer_first(model: GRDR, params, data: TrainingSet, tcfg, workdir:
   view = matched_view(_apply_batched(model, _views, params, data.features), centres, data)
   codes = video_codes(model, params, data.features)[data.video, view]
   return train_retriever(model, params, data, codes, tcfg, workdir / "retriever", seed + 1)
-
-
-def train_rqvae(model: GRDR, params, data: TrainingSet, tcfg, workdir: Path, seed: int):
-  """TIGER's semantic IDs: codebooks k-means initialised on the initial views' residuals, then the tokenizer trained
-  as an RQ-VAE (L_RQ + L_Rec, no query signal; `view_epochs` over the videos at `view_lr`) in `workdir/rqvae`, then
-  frozen, and the retriever trained alone on its IDs (`train_retriever`)."""
-  for layer in range(1, model.tokenizer.num_layers + 1):
-    params = init_codebook(model, params, data.features, layer, seed + 1000 * layer, tcfg.kmeans_iters)
-
-  def loss_fn(p, batch, rng):
-    out = model.apply({"params": p}, batch["feature"], method=lambda m, f: m.tok(f))
-    rq = losses.rq_loss(out["z_hat"], out["z"], tcfg.beta)
-    rec = losses.cosine_reconstruction_loss(batch["feature"], out["reconstruction"])
-    return rq + rec, {"rq": rq, "rec": rec}
-
-  start = params
-  state = train.fit_epochs(
-      name="grdr rqvae", init_fn=lambda _: start, loss_fn=loss_fn, num_examples=len(data.features),
-      batch_fn=lambda idx: {"feature": np.asarray(idx, np.int32)}, gather=_gather(data, feature="features", query=None),
-      tcfg=_epochs(tcfg, tcfg.view_epochs, batch_size=tcfg.view_batch_size), seed=seed, workdir=workdir / "rqvae",
-      optimizer=_only("tokenizer/.*", tcfg.view_lr, tcfg.weight_decay), batch_key="train.view_batch_size")
-  params = jax.device_get(state.params)
-  codes = video_codes(model, params, data.features)[:, 0]
-  return train_retriever(model, params, data, codes[data.video], tcfg, workdir / "retriever", seed + 1)
 
 
 # ----------------------------------------------------------------------------------------------
