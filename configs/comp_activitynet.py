@@ -12,7 +12,8 @@ The plain config is the paper's settings and needs a store (or official release 
 sized for it, written as files under <workdir>/world and read as a user's. The paper's settings, the variants and
 the deviations: configs/comp/common.py. results.json: methods zero_shot, contrastive, negclip, comploss,
 negclip_pref, comppretrain_comploss, comppretrain_negclip_pref x temp_reorder, action_replace, seg_mismatch, all,
-t2v_r1, v2t_r1, hierarchy.
+t2v_r1, v2t_r1, hierarchy; comploss_reading / comppretrain_reading (eq. 2's order: "paper", every pair of the
+hierarchy, the default; "levels" with --config.finetune.pref_order=levels) and eq2_pairs.
 """
 from pathlib import Path
 

@@ -42,6 +42,10 @@ def test_smoke_run_writes_the_results_contract(smoke_run):
   assert "multi" in {t.type for t in train}
   for name in ("base", "comppretrain", *(m for m in METHODS if m != "zero_shot")):
     assert (workdir / "models" / name / "metrics.jsonl").exists(), name
+  # Which reading of eq. 2's order trained the models, and the pairs of negatives each hinged.
+  assert on_disk["comploss_reading"] == on_disk["comppretrain_reading"] == "paper"
+  assert ["temp_reorder", "action_replace"] in on_disk["eq2_pairs"]["finetune"]
+  assert on_disk["eq2_pairs"]["pretrain"] == [["reorder", "partial"]]
 
 
 def test_the_reported_metrics_are_the_saved_models_own_scores(smoke_run):
@@ -113,6 +117,7 @@ def test_a_rerun_resumes_and_a_changed_config_is_refused(smoke_run):
 @pytest.mark.parametrize("key,value,match", [
     ("finetune.hierarchy", ("temp_reorder", "bogus"), "finetune.hierarchy"),
     ("finetune.levels", (1, 1), "finetune.levels"),
+    ("finetune.pref_order", "strict", "finetune.pref_order"),
     ("pretrain.stack", 3, "model.frames"),
     ("model.init_temperature", 2.0, "init_temperature"),
     ("model.text_layers", 12, "model.text_layers"),
@@ -287,3 +292,62 @@ def test_table1_counts_are_of_the_triplets_the_run_uses():
   assert counts[0]["temp_reorder"] == counts[0]["multi"] == 1 and counts[0]["dropped_validation"] == {"x": 2}
   assert counts[1]["seg_mismatch"] == 1 and counts[1]["dropped_validation"] == {}
   assert "18214" not in comp.format_counts(counts) and "37231" not in comp.format_counts(counts)
+
+
+def _np_eq2(s_pos, s_neg, mask, pairs):
+  """Eq. 2 with loops, the pairs (i, j) of its second sum given: per row sum_i [s_i - s_pos]_+ + sum_(i, j)
+  [s_j - s_i]_+ over the negatives that exist, averaged over rows."""
+  total = 0.0
+  for r in range(len(s_pos)):
+    total += sum(max(s_neg[r, i] - s_pos[r], 0.0) for i in range(s_neg.shape[1]) if mask[r, i])
+    total += sum(max(s_neg[r, j] - s_neg[r, i], 0.0) for i, j in pairs if mask[r, i] and mask[r, j])
+  return total / len(s_pos)
+
+
+def test_comploss_is_eq2_with_every_pair_by_default_and_the_levels_reading_is_an_option():
+  """The default reading of eq. 2 (§3.2) hinges every pair of the hierarchy temp-reorder < action-replace <
+  seg-mismatch < multi (temp-reorder above action-replace included), CompPretrain's reorder < partial; the
+  "levels" reading only the pairs across `levels`. The loss the fine-tuning trains with (`training_section`'s
+  levels into `losses.comp_total_loss`, mode and λ as traced weights, as the train step gives them) against
+  NumPy loops, float64, on random embeddings (rtol 1e-5: float32 cosines)."""
+  import jax
+  from vidjax import losses
+  from vidjax.defaults.common import with_values
+  paper = load_config(ROOT / "configs/comp_activitynet.py")
+  for section in (paper.pretrain, paper.finetune):
+    assert section.pref_order == "paper"
+  assert paper.pretrain.video_lr == paper.pretrain.lr == 1e-7  # §4.1's rate, the video tower's too
+  world = load_config(ROOT / "configs/comp_activitynet.py:world")
+  assert world.finetune.pref_order == "paper" and world.pretrain.video_lr == world.pretrain.lr == 1e-3  # its own
+  ft = paper.finetune
+  assert tuple(ft.hierarchy) == ("temp_reorder", "action_replace", "seg_mismatch", "multi")
+  n = len(ft.hierarchy)
+  every = [(i, j) for i in range(n) for j in range(i + 1, n)]
+  across = [(i, j) for i in range(n) for j in range(n) if ft.levels[i] < ft.levels[j]]
+  assert (0, 1) in every and (0, 1) not in across
+  assert M.eq2_pairs(ft) == [[ft.hierarchy[i], ft.hierarchy[j]] for i, j in every]
+  assert M.eq2_pairs(paper.pretrain) == [["reorder", "partial"]]
+  rng = np.random.default_rng(0)
+  b, d, tau, lam = 6, 8, 0.1, 100.0
+  video, text = rng.normal(size=(b, d)).astype(np.float32), rng.normal(size=(b, d)).astype(np.float32)
+  negs = rng.normal(size=(b, n, d)).astype(np.float32)
+  mask = (rng.random((b, n)) > 0.25).astype(np.float32)
+  unit = lambda x: x / np.linalg.norm(x, axis=-1, keepdims=True)  # noqa: E731
+  v, t, ng = unit(video.astype(np.float64)), unit(text.astype(np.float64)), unit(negs.astype(np.float64))
+  s_pos, s_neg = np.sum(v * t, -1), np.einsum("bd,bnd->bn", v, ng)
+  step = jax.jit(lambda w, levels: losses.comp_total_loss(video, text, negs, mask, tau, weights=w, levels=levels),
+                 static_argnums=1)
+  for reading, pairs in (("paper", every), ("levels", across)):
+    section = M.training_section(with_values(ft, {"pref_order": reading}) if reading != "paper" else ft)
+    loss, aux = step(losses.comp_mode_weights("comploss", lam), tuple(section.levels))
+    pref = _np_eq2(s_pos, s_neg, mask, pairs)
+    np.testing.assert_allclose(aux["pref"], pref, rtol=1e-5)
+    np.testing.assert_allclose(loss, aux["con"] + lam * pref, rtol=1e-5)
+  # A model that scores the action-replaced paragraph above the reordered one (both below the positive) pays for it
+  # in the paper's reading only.
+  ordered = np.array([[0.9, 0.3, 0.5, 0.2, 0.1]], np.float32)  # positive, TR, AR, SM, M
+  paper_levels = M.pref_levels(ft)
+  levels_levels = M.pref_levels(with_values(ft, {"pref_order": "levels"}))
+  assert float(losses.comp_preference_loss(ordered[:, 0], ordered[:, 1:], levels=paper_levels)) == pytest.approx(0.2)
+  assert float(losses.comp_preference_loss(ordered[:, 0], ordered[:, 1:], levels=levels_levels)) == 0.0
+

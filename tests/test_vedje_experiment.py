@@ -34,7 +34,9 @@ def test_smoke_run_writes_the_results_contract(smoke_run):
   assert on_disk["synthetic"] is True and "synthetic" in on_disk["dataset"]
   assert set(on_disk["metrics"]) == {"stage1", "vedje"}
   assert set(on_disk["metrics"]["vedje"]) >= KEYS and set(on_disk["metrics"]["stage1"]) >= KEYS
-  assert on_disk["ablations"] == {}  # the smoke config trains none (each row is a model); the plan:
+  assert on_disk["ablations"] == {}  # the smoke config trains none (each row is a model), and says so:
+  assert set(on_disk["tables_needing_all"]) == set(VM.ABLATIONS) and "table17" not in on_disk
+  assert on_disk["tables_needing_all"]["backbone"]["paper"] == "Table 17 (A.15)"
   plan = VM.ablation_plan(4, 4, "bfloat16")
   assert set(plan) == set(VM.ABLATIONS)
   assert tuple(load_config(ROOT / "configs/vedje_msrvtt.py:world,all").ablations) == VM.ABLATIONS  # `:all` = every table

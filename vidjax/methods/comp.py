@@ -29,7 +29,7 @@ from vidjax import evaluate, io, metrics, train
 from vidjax.data import comp, pipeline
 from vidjax.data.annotations import read_activitynet_captions, read_youcook2
 from vidjax.data.features import FeatureStore
-from vidjax.defaults.common import bad_value
+from vidjax.defaults.common import bad_value, with_values
 from vidjax.data import provenance
 from vidjax.methods.vidclip import Encoder, Examples, TextTable, train_model, vidclip_setup
 from vidjax.worlds import moving_objects
@@ -343,10 +343,37 @@ class Prepared:
     self.eval_tokens = self.eval_texts.tokens(self.tokenizer, mc.max_text_len)
 
 
+PREF_ORDERS = ("paper", "levels")  # the readings of eq. 2's order (configs/comp/common.py)
+
+
+def pref_levels(section) -> tuple[int, ...]:
+  """The disruption level of each column of a train section's `hierarchy` that eq. 2 (§3.2) hinges by
+  (`losses.comp_preference_loss`: pairs i, j with level_i < level_j): with `pref_order="paper"` each column its own
+  level, 0..N-1, so EVERY pair i < j of the hierarchy is hinged as eq. 2's second sum writes (temp-reorder above
+  action-replace included); with "levels" the section's `levels` (vidjax's earlier reading: hinges only across
+  levels)."""
+  if section.pref_order not in PREF_ORDERS:
+    bad_value("pref_order", section.pref_order, f"one of {PREF_ORDERS}")
+  return tuple(range(len(section.hierarchy))) if section.pref_order == "paper" else tuple(section.levels)
+
+
+def eq2_pairs(section) -> list[list[str]]:
+  """[[less disrupted, more disrupted], ...]: the pairs of negatives whose order eq. 2's second sum trains in a
+  train section (results.json `eq2_pairs`); the first sum's (every negative below the positive) are always there."""
+  h, lv = list(section.hierarchy), pref_levels(section)
+  return [[h[i], h[j]] for i in range(len(h)) for j in range(len(h)) if lv[i] < lv[j]]
+
+
+def training_section(section):
+  """The train section as the loop reads it: `levels` set to eq. 2's levels of its reading (`pref_levels`)."""
+  return with_values(section, {"levels": pref_levels(section)})
+
+
 def fit(config, workdir: Path, data: CompData, p: Prepared) -> dict[str, Any]:
   """Trains (or, from `workdir`'s checkpoints, resumes) the pretrainings, then every fine-tuning of `FINETUNES`,
-  each through the one loop in `<workdir>/models/<name>/`; returns {name: host params}."""
-  ptc, ftc = config.pretrain, config.finetune
+  each through the one loop in `<workdir>/models/<name>/`, with eq. 2 in each section's reading
+  (`training_section`); returns {name: host params}."""
+  ptc, ftc = training_section(config.pretrain), training_section(config.finetune)
   params = {}
   for name, ex in p.pretrain.items():
     params[name] = train_model(name, p.model, p.fresh, ex, data, p.tokens, ptc,

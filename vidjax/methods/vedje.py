@@ -51,7 +51,8 @@ class Variant:
   weights: tuple[float, ...] = (1.0, 1.0, 1.0, 1.0)  # multiplies train.loss_weights (vtm, vtc, mlm, delta)
   horizons: Optional[tuple[int, ...]] = None
   absolute_delta: bool = False
-  control: bool = False   # Table 17: the joint encoder takes `model.control`'s (larger) shape
+  control: bool = False   # Table 17: the joint encoder takes `model.control`'s (larger) shape, random init
+  init: Optional[str] = None  # the joint encoder's initialisation: None = the config's `model.init`; "random"
 
   @property
   def name(self) -> str:
@@ -59,23 +60,37 @@ class Variant:
              "" if self.use_prior else "noprior", "" if self.use_joint else "nojoint",
              "" if self.weights == (1.0, 1.0, 1.0, 1.0) else "w" + "-".join(f"{w:g}" for w in self.weights),
              "h" + "-".join(map(str, self.horizons)) if self.horizons else "", "abs" if self.absolute_delta else "",
-             "control" if self.control else ""]
+             "control" if self.control else "", self.init or ""]
     return "_".join(p for p in parts if p)
 
 
 FULL = Variant()
 NO_DELTA = Variant(weights=(1.0, 1.0, 1.0, 0.0))
+# The paper's tables each ablation table of `ablation_plan` reproduces (results.json `tables_needing_all`).
+PAPER_TABLES = {"cache_structure": "Table 4", "prior": "Table 6", "cache_budget": "Table 3 and Table 10 (A.8)",
+                "delta": "Tables 5, 11 (A.9) and 14 (A.12)", "horizon": "Table 16 (A.14)",
+                "loss_stack": "Table 15 (A.13)", "loss_leave_one_out": "none (vidjax's, not in the paper)",
+                "backbone": "Table 17 (A.15)"}
 
 
-def ablation_plan(frames: int, tokens_per_frame: int, precision: str, horizons=(3,)) \
+def init_of(mc, variant: Variant) -> str:
+  """The joint encoder's initialisation of a variant: Table 17's control is always random (BERT-base weights are
+  not available offline), a variant's own `init` wins, else the config's `model.init`."""
+  return "random" if variant.control else variant.init or mc.init
+
+
+def ablation_plan(frames: int, tokens_per_frame: int, precision: str, horizons=(3,), init: str = "random") \
     -> dict[str, dict[str, tuple[Variant, str]]]:
   """{table: {row: (variant, cache precision)}}: the paper's ablations (§3.3-3.6, A.12-A.15).
 
   cache_structure: Table 4 (its "w/o L_delta" row is `without_delta`); prior: Table 6; cache_budget: Table 3 and A.8;
   delta: Tables 5 and 14; horizon: Table 16, one single-horizon model per h (the row equal to `model.horizons` is
   the full model); loss_stack: Table 15, the losses added cumulatively (VTM, +MLM, +VTC, +L_delta; the run adds the
-  stage-1 row); loss_leave_one_out: one loss dropped at a time (not in the paper); backbone: Table 17, the joint
-  encoder at `model.control`'s shape (BERT-base on the dataset configs).
+  stage-1 row); loss_leave_one_out: one loss dropped at a time (not in the paper); backbone: Table 17 (A.15, "cache
+  structure versus reranker capacity"), two rows that differ only in capacity: the joint encoder at the config's
+  shape and at `model.control`'s (BERT-base's on the dataset configs), both from random init (`init` is the config's
+  `model.init`: with "minilm" the default-shape row is a random-init model of its own, not the pretrained main
+  model, since no pretrained weights of the control's shape are available offline).
   """
   compact = 1 if tokens_per_frame > 1 else tokens_per_frame
   big, small = frames * tokens_per_frame, frames * compact
@@ -107,7 +122,8 @@ def ablation_plan(frames: int, tokens_per_frame: int, precision: str, horizons=(
       "loss_leave_one_out": {"full": (FULL, precision),
                              **{f"without_{name}": (weights(*(n for n in ("vtm", "vtc", "mlm", "delta") if n != name)),
                                                     precision) for name in ("vtm", "vtc", "mlm", "delta")}},
-      "backbone": {"default": (FULL, precision), "control": (Variant(control=True), precision)},
+      "backbone": {"default": (FULL if init == "random" else Variant(init="random"), precision),
+                   "control": (Variant(control=True), precision)},
   }
 
 
@@ -316,7 +332,7 @@ def train_variant(variant: Variant, cfg: V.VedjeConfig, split: Split, patches: p
   are computed from the gathered patches inside the step."""
   model = V.Vedje(cfg)
   weights = tuple(float(a) * float(b) for a, b in zip(tc.loss_weights, variant.weights))
-  bert = checkpoints.load_bert_dir(mc.minilm_dir) if mc.init == "minilm" and not variant.control else None
+  bert = checkpoints.load_bert_dir(mc.minilm_dir) if init_of(mc, variant) == "minilm" else None
 
   def init_fn(rng):
     params = V.init_params(model, rng)
@@ -808,20 +824,58 @@ def cost_report(sess: Session) -> tuple[dict, list[str]]:
 def ablation_report(sess: Session, stage1: dict) -> tuple[dict, list[str]]:
   """The tables of `config.ablations` (`ablation_plan`; each distinct variant trained once, reused across tables)."""
   c, mc = sess.config, sess.mc
-  plan = ablation_plan(mc.frames, mc.tokens_per_frame, c.cache.precision, tuple(mc.horizons))
+  plan = ablation_plan(mc.frames, mc.tokens_per_frame, c.cache.precision, tuple(mc.horizons), mc.init)
   out, tables = {}, []
   for table in c.ablations:
     rows = {name: sess.evaluate_variant(variant, precision)[0] for name, (variant, precision) in plan[table].items()}
     if table == "loss_stack":  # Table 15's first row: the stage-1 retriever before reranking
       rows = {"stage1_only": {k: stage1[k] for k in KEYS}, **rows}
-    if table == "backbone":  # Table 17 reports each encoder's online parameters
-      rows = {name: {**row, "online_params": online_param_count(sess.params_of(plan[table][name][0]))}
-              for name, row in rows.items()}
+    if table == "backbone":  # Table 17: each encoder's online parameters, shape and initialisation
+      rows = backbone_rows(rows, {name: v for name, (v, _) in plan[table].items()}, mc,
+                           lambda v: online_param_count(sess.params_of(v)))
     out[table] = rows
+    extra = ["online_params", "num_layers", "hidden_size", "init"] if table == "backbone" else []
     tables.append(evaluate.format_table(rows, f"Ablation: {table.replace('_', ' ')}", sess.synthetic,
-                                        columns=list(KEYS) + (["online_params"] if table == "backbone" else [])))
+                                        columns=list(KEYS) + extra))
     print(tables[-1] + "\n", flush=True)
-  return {"ablations": out}, tables
+  result = {"ablations": out}
+  if "backbone" in out:  # the issue's name for Table 17's rows (the same rows as ablations.backbone)
+    result["table17"] = out["backbone"]
+  return result, tables
+
+
+def backbone_rows(rows: dict, variants: dict[str, Variant], mc, online_params: Callable[[Variant], int]) -> dict:
+  """Table 17's rows with what makes them differ: each row's online parameters (`online_params(variant)`), its joint
+  encoder's depth and width and its initialisation (`init_of`: "random" for both rows, so the table measures
+  capacity, not pretraining)."""
+  out = {}
+  for name, row in rows.items():
+    v = variants[name]
+    shape = mc.control if v.control else mc
+    out[name] = {**row, "online_params": online_params(v), "num_layers": int(shape.num_layers),
+                 "hidden_size": int(shape.hidden_size), "init": init_of(mc, v)}
+  return out
+
+
+def tables_needing_all(config) -> dict:
+  """results.json `tables_needing_all`: each ablation table of `ablation_plan` that this run did not report
+  (`config.ablations`), with the paper's table it reproduces, the models it would train beyond those this run trains
+  and why it is left to `:all` ({} when every table ran)."""
+  mc = config.model
+  plan = ablation_plan(mc.frames, mc.tokens_per_frame, config.cache.precision, tuple(mc.horizons), mc.init)
+  trained = {FULL.name} | {v.name for t in config.ablations for v, _ in plan[t].values()}
+  if config.diagnostics:
+    trained.add(NO_DELTA.name)  # A.10 / A.11 compare with the model without L_delta
+  out = {}
+  for table in ABLATIONS:
+    if table in config.ablations:
+      continue
+    more = sorted({v.name for v, _ in plan[table].values()} - trained)
+    why = (f"each row is a separately trained reranker: {len(more)} more training(s) than this run's (about one "
+           "main model's time each), so the default leaves it to the `:all` variant" if more else
+           "its rows are models this run trained; only `ablations`' tables are printed (`:all` prints it)")
+    out[table] = {"paper": PAPER_TABLES[table], "models_to_train": len(more), "variants": more, "why": why}
+  return out
 
 
 def k_sweep_report(sess: Session) -> tuple[dict, list[str]]:
