@@ -476,7 +476,7 @@ def test_init_codebook_is_kmeans_on_the_residuals_of_the_frozen_layers():
   model = GM.build_model(c.model, 32)
   rng = np.random.default_rng(2)
   feats = rng.normal(size=(40, 32)).astype(np.float32)
-  params = jax.device_get(model.init(jax.random.PRNGKey(0), jnp.asarray(feats[:2]), jnp.asarray(feats[:2]))["params"])
+  params = jax.device_get(jax.jit(model.init)(jax.random.PRNGKey(0), jnp.asarray(feats[:2]), jnp.asarray(feats[:2]))["params"])
   before = jax.tree.map(np.array, params)
   got = GM.init_codebook(model, params, feats, layer=2, seed=5, iters=4)
   z = np.asarray(model.apply({"params": params}, jnp.asarray(feats), method=lambda m, x: m.tok.encode(x)))
