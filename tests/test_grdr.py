@@ -130,7 +130,8 @@ def test_hc_targets_fixed_keep_each_layers_codes_snapshot_rereads_them(monkeypat
   feats = _unit(rng.normal(size=(24, 16))).astype(np.float32)
   video = np.repeat(np.arange(24), 3)
   queries = _unit(feats[video] + 0.3 * rng.normal(size=(72, 16))).astype(np.float32)
-  intent, valid = GM.query_intents(queries, video, 24, c.model.num_views, 0, iters=3)
+  intent = np.tile(np.arange(3), 24)  # each video's 3 queries, one intent each (one view left without)
+  valid = np.tile(np.arange(c.model.num_views) < 3, (24, 1))
   data = GM.TrainingSet(feats, queries, video, intent, valid)
   params = jax.device_get(jax.jit(model.init)(jax.random.PRNGKey(0), jnp.asarray(feats[:1]),
                                               jnp.asarray(queries[:1]))["params"])
