@@ -339,17 +339,17 @@ def test_sweep_variant_adds_figure_7_rows_to_a_finished_run(smoke_run, tmp_path)
   workdir, reference = smoke_run
   shutil.copytree(workdir, tmp_path / "run")
   config = load_config(ROOT / "configs/grdr_msrvtt.py:smoke,sweep")
-  config.eval.compare_single_view = False
-  # one model to train (T5 "base"): the others are the main model's values (N_v = 4, K = 16, M = 2, T5 "small");
-  # a model per N_v, K or M is the same code with another n_views / num_codes / num_layers
-  config.sweep.update(num_views=(4,), num_codes=(16,), num_layers=(2,), t5_size=("small", "base"))
-  base = config.sweep.t5_sizes.base
-  assert (base.d_model, base.num_heads, base.decoder_layers) == (48, 3, 2)  # T5-Small -> Base: width x1.5, depth x2
+  config.eval.update(compare_single_view=False, capped_row=False)  # the capped row: the results contract's test
+  # one model to train (M = 1): the others are the main model's values (N_v = 4, K = 16, M = 2, T5 "small"); a
+  # model per N_v, K or T5 size is the same code with another n_views / num_codes / model.t5
+  config.sweep.update(num_views=(4,), num_codes=(16,), num_layers=(1, 2), t5_size=("small",))
+  base = GM.sweep_t5(config, "base").model.t5  # T5-Small -> Base: width x1.5, depth x2
+  assert (base.d_model, base.num_heads, base.d_ff, base.decoder_layers) == (48, 3, 96, 2)
   results = G.run(config, tmp_path / "run")
   sweep = results["sweep"]
   assert results["metrics"]["sweep"] == sweep
   assert {axis: sorted(rows) for axis, rows in sweep.items()} == {
-      "num_views": ["4"], "num_codes": ["16"], "num_layers": ["2"], "t5_size": ["base", "small"],
+      "num_views": ["4"], "num_codes": ["16"], "num_layers": ["1", "2"], "t5_size": ["small"],
       "beam_width": ["4", "8"]}
   for rows in sweep.values():
     for row in rows.values():
@@ -357,14 +357,14 @@ def test_sweep_variant_adds_figure_7_rows_to_a_finished_run(smoke_run, tmp_path)
       assert row["latency_ms"]["total"] > 0 and row["candidate_cap"] == 0  # every beam row uncapped
   assert sweep["beam_width"]["4"]["num_candidates"] < sweep["beam_width"]["8"]["num_candidates"]
   assert (tmp_path / "run" / "sweep.png").stat().st_size > 0
-  assert sorted(p.name for p in (tmp_path / "run" / "models" / "sweep").iterdir()) == ["t5_sizebase"]
+  assert sorted(p.name for p in (tmp_path / "run" / "models" / "sweep").iterdir()) == ["num_layers1"]
   strip = lambda r: {m: {k: v for k, v in row.items() if k != "latency_ms"} for m, row in r.items()}  # noqa: E731
   main = strip({"m": sweep["num_views"]["4"]})
   assert main == strip({"m": sweep["num_codes"]["16"]}) == strip({"m": sweep["num_layers"]["2"]})
   assert main == strip({"m": sweep["t5_size"]["small"]}) == strip({"m": sweep["beam_width"]["8"]})
   # A rerun on a finished workdir restores every phase of every row: the same results in both settings.
   for s in ("inductive", "full_corpus"):
-    assert strip(results["metrics"][s]) == strip(reference["metrics"][s])
+    assert strip(results["metrics"][s]) == strip({k: v for k, v in reference["metrics"][s].items() if k != "grdr_cap5"})
     assert strip(results["ablations"]["table3"][s]) == strip(reference["ablations"]["table3"][s])
 
 
@@ -410,7 +410,7 @@ def test_grdr_killed_mid_phase_resumes_into_that_phase_and_the_same_results(smok
   cmd = [sys.executable, "-m", "vidjax.main", "--config", "configs/grdr_msrvtt.py:smoke",
          "--config.train.schedule=progressive", "--config.train.checkpoint_every=2", "--config.train.log_every=1",
          "--config.eval.compare_single_view=False", "--config.eval.baselines=False", "--config.eval.table3=False",
-         "--workdir", str(workdir)]
+         "--config.eval.capped_row=False", "--workdir", str(workdir)]
   root = Path(__file__).resolve().parents[1]
   phase = workdir / "models" / "grdr" / "layer1_cotrain"
   proc = subprocess.Popen(cmd, cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -477,7 +477,8 @@ def test_init_codebook_is_kmeans_on_the_residuals_of_the_frozen_layers():
   model = GM.build_model(c.model, 32)
   rng = np.random.default_rng(2)
   feats = rng.normal(size=(40, 32)).astype(np.float32)
-  params = jax.device_get(jax.jit(model.init)(jax.random.PRNGKey(0), jnp.asarray(feats[:2]), jnp.asarray(feats[:2]))["params"])
+  x = jnp.asarray(feats[:2])
+  params = jax.device_get(jax.jit(model.init)(jax.random.PRNGKey(0), x, x)["params"])  # op by op costs seconds
   before = jax.tree.map(np.array, params)
   got = GM.init_codebook(model, params, feats, layer=2, seed=5, iters=4)
   z = np.asarray(model.apply({"params": params}, jnp.asarray(feats), method=lambda m, x: m.tok.encode(x)))

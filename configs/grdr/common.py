@@ -27,7 +27,11 @@ layer l's co-training phase (the last phase that trains C^(l), Algorithm 1 line 
 pulls back towards them; "snapshot" (the option) re-reads the earlier layers' codes at every phase's start, so a
 drift during layer m's alignment phase becomes layer m's co-training target, which is the drift eq. 10 is there to
 prevent. Either way a query's targets are those of the view its intent is matched with in the phase (the view L_CL
-and L_CE read), so the teacher-forced prefix and the trained layer's target name one view.
+and L_CE read), so the teacher-forced prefix and the trained layer's target name one view. Measured (SYNTHETIC
+3,000-video polysemous world, seed 0, Algorithm 1): "fixed" keeps more of the codes (93.3% of the training views'
+layer-1 codes at the end as layer 1 left them, against 87.9%) but does not retrieve better there (inductive R@1 49.7
+vs 51.0, candidate recall 73.7 vs 76.7 over 300 queries: within noise); the default is the paper's reading, not a
+tuned choice.
 
 Choices the paper leaves open, stated where set: loss weights lambda_1..4 = 1, commitment beta 0.25
 (RQ-VAE), both temperatures learnable from 0.07, AdamW weight decay 0.01 (PyTorch's default; not on

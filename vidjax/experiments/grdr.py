@@ -29,8 +29,8 @@ import numpy as np
 from vidjax import evaluate, metrics
 from vidjax.defaults.common import bad_value, check_choice, check_index, check_positive, check_positive_int, clip_to_data
 from vidjax.experiments import common
-from vidjax.methods.grdr import (HC_TARGETS, SETTINGS, check_budget, dense_setting, evaluate_row, limits, read_corpus,
-                                 recall_curve, recipes, sweep_rows, trained_row)
+from vidjax.methods.grdr import (HC_TARGETS, SETTINGS, check_budget, dense_setting, evaluate_row, limits,
+                                 read_corpus, recall_curve, recipes, sweep_rows, trained_row)
 from vidjax.worlds.polysemous import write_world
 
 RESUMABLE = ("sweep",)  # besides `common.is_resumable` (eval.*): a finished run re-evaluates, or adds the sweep, without retraining
