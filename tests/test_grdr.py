@@ -118,6 +118,57 @@ def test_phase_optimizer_freezes_the_other_codebooks(layer, align, trained):
   assert float(jnp.abs(zero_updates["tokenizer"]["w"]).max()) > 0
 
 
+def test_hc_targets_fixed_keep_each_layers_codes_snapshot_rereads_them(monkeypatch):
+  """L_HC's targets in Algorithm 1 (`train.hc_targets`, eq. 10). The train loop is replaced by one that perturbs the
+  params at every phase (so the codes drift between phases, as training would move them) and records each phase's
+  batch: "fixed" hands every later phase layer 1's codes as its co-training phase left them; "snapshot" hands each
+  phase the codes as they are at its start (layer 2's co-training then trains towards what layer 2's alignment
+  moved them to). Either way a query's target is that of its view in the phase."""
+  c = grdr_smoke_config()
+  c.model.latent_dim = 16
+  model = GM.build_model(c.model, 16)
+  rng = np.random.default_rng(0)
+  feats = _unit(rng.normal(size=(24, 16))).astype(np.float32)
+  video = np.repeat(np.arange(24), 3)
+  queries = _unit(feats[video] + 0.3 * rng.normal(size=(72, 16))).astype(np.float32)
+  intent = np.tile(np.arange(3), 24)  # each video's 3 queries, one intent each (one view left without)
+  valid = np.tile(np.arange(c.model.num_views) < 3, (24, 1))
+  data = GM.TrainingSet(feats, queries, video, intent, valid)
+  params = jax.device_get(jax.jit(model.init)(jax.random.PRNGKey(0), jnp.asarray(feats[:1]),
+                                              jnp.asarray(queries[:1]))["params"])
+  tcfg = ml_collections.ConfigDict({**c.train.to_dict(), "first_align_epochs": 1, "align_epochs": 1,
+                                    "cotrain_epochs": 1, "kmeans_iters": 2})
+
+  def run(mode):
+    seen, after = {}, {}
+
+    def fake_fit(*, name, init_fn, batch_fn, seed, **_):
+      batch = batch_fn(np.arange(len(queries)))
+      p = jax.tree.map(lambda x: x + 0.5 * np.std(x) * np.random.default_rng(seed).normal(size=np.shape(x)).astype(
+          np.asarray(x).dtype) if np.size(x) > 1 else x, init_fn(None))
+      seen[name.split()[-1]], after[name.split()[-1]] = batch, p
+      return type("State", (), {"params": p})
+
+    monkeypatch.setattr(GM.train, "fit_epochs", fake_fit)
+    GM.train_progressive(model, params, data, ml_collections.ConfigDict({**tcfg.to_dict(), "hc_targets": mode}),
+                         Path("/unused"), 0, (1.0, 1.0, 1.0, 1.0))
+    codes = lambda phase: GM.video_codes(model, after[phase], feats, 1)[..., 0]  # noqa: E731  [V, N_v] layer 1
+    return seen, codes
+
+  seen, codes = run("fixed")
+  assert list(seen) == ["layer1_align", "layer1_cotrain", "layer2_align", "layer2_cotrain"]
+  assert np.mean(codes("layer1_cotrain") != codes("layer2_align")) > 0.05  # the codes drifted: the test can tell
+  for phase in ("layer2_align", "layer2_cotrain"):
+    b = seen[phase]
+    np.testing.assert_array_equal(b["frozen"][:, 0], codes("layer1_cotrain")[video, b["view"]])
+  seen, codes = run("snapshot")
+  b = seen["layer2_cotrain"]
+  np.testing.assert_array_equal(b["frozen"][:, 0], codes("layer2_align")[video, b["view"]])
+  assert not np.array_equal(b["frozen"][:, 0], codes("layer1_cotrain")[video, b["view"]])
+  with pytest.raises(ValueError, match="hc_targets must be one of"):
+    GM.HcTargets("latest")
+
+
 def test_query_intents_recover_each_videos_facets():
   from vidjax.worlds.polysemous import PolysemousWorldConfig, make_polysemous_world
   w = make_polysemous_world(PolysemousWorldConfig(num_videos=200, query_noise=0.2, min_facets=2, max_facets=2), seed=3)
@@ -173,6 +224,36 @@ def test_generative_recall_is_beam_search_then_dedup_and_pads_for_the_reranker()
   assert set(recall.mean_latency_ms()) == {"encode", "decode", "id_to_video"}
 
 
+def test_generative_recall_uncapped_by_default_brings_every_video_of_its_beams_and_a_cap_cuts():
+  """GRDR §4.3 / §4.7: beam 100 and every de-duplicated video of the beams reranked (the configs' default); a cap
+  (`eval.candidates` > 0, `limit`) keeps the first ones in beam order."""
+  from conftest import load_config, ROOT
+  c = load_config(ROOT / "configs/grdr_msrvtt.py")
+  assert (c.eval.beam_width, c.eval.candidates, c.train.hc_targets) == (100, 0, "fixed")
+  rng = np.random.default_rng(3)
+  k, depth, videos = 4, 2, 40  # 16 possible IDs for 80 (video, view) pairs: IDs shared by several videos
+  trie = SemanticIdTrie([f"v{i}" for i in range(videos)], rng.integers(0, k, (videos, 2, depth)), k)
+  logp = jnp.asarray(_log_softmax(rng.normal(size=(3, 1 + k, k))), jnp.float32)
+  queries = jnp.zeros((3, 1))
+  _, leaves, _ = beam_search(_table_logp, trie.arrays(), logp, queries, width=3, depth=depth)
+  recall = GenerativeRecall(trie, lambda p, q: q, _table_logp, logp, width=3)
+  sizes = np.sort(np.diff(trie.video_ptr))[::-1]
+  assert recall.max_candidates == sizes[:3].sum()
+  got = recall.candidates(queries)
+  ids, _ = recall.retrieve(queries, k=recall.max_candidates)
+  for q in range(3):
+    want = trie.videos_in_order(np.asarray(leaves[q]))
+    np.testing.assert_array_equal(got[q], want)
+    assert list(ids[q, :len(want)]) == list(trie.video_ids[want]) and set(ids[q, len(want):]) <= {""}
+    assert len(want) == len(np.unique(np.concatenate([trie.video_index[trie.video_ptr[l]:trie.video_ptr[l + 1]]
+                                                      for l in np.asarray(leaves[q])])))
+  assert max(len(g) for g in got) > 4
+  capped = GenerativeRecall(trie, lambda p, q: q, _table_logp, logp, width=3, limit=4)
+  assert capped.max_candidates == 4
+  for q, g in enumerate(capped.candidates(queries)):
+    np.testing.assert_array_equal(g, got[q][:4])
+
+
 def _corpus(config, workdir):
   """The corpus a run of `config` in `workdir` reads (a world: the files it writes under `<workdir>/world`)."""
   return GM.read_corpus(common.world_data(config, workdir, write_world), workdir)
@@ -189,14 +270,18 @@ def test_grdr_smoke_run_writes_the_results_contract(smoke_run):
   assert saved["synthetic"] is True and saved["path"] == "world"
   keys = {"t2v_r1", "t2v_r5", "t2v_r10", "candidate_recall", "num_candidates", "latency_ms"}
   for setting in ("inductive", "full_corpus"):
-    assert set(saved["metrics"][setting]) == {"dense", "tiger", "avg", "t2vindexer", "grdr_paper", "grdr"}
+    assert set(saved["metrics"][setting]) == {"dense", "tiger", "avg", "t2vindexer", "grdr_paper", "grdr", "grdr_cap5"}
     assert saved["metrics"][setting] == saved[setting]
     for method, row in saved["metrics"][setting].items():
       assert keys <= set(row), method
       assert row["t2v_r1"] <= row["t2v_r5"] <= row["t2v_r10"] <= 100
       if method != "dense":
         assert set(row["latency_ms"]) >= {"encode", "decode", "id_to_video", "rerank"}
-        assert 0 < row["num_candidates"] <= 10 and row["t2v_r1"] <= row["candidate_recall"]
+        assert 0 < row["num_candidates"] and row["t2v_r1"] <= row["candidate_recall"]
+        assert row["reranker"] == "dense_backbone"
+    grdr, capped = saved["metrics"][setting]["grdr"], saved["metrics"][setting]["grdr_cap5"]
+    assert (grdr["beam_width"], grdr["candidate_cap"], capped["beam_width"], capped["candidate_cap"]) == (8, 0, 8, 5)
+    assert capped["num_candidates"] <= 5 < grdr["num_candidates"]
     table3 = saved["ablations"]["table3"][setting]
     assert set(table3) == {"grdr_paper", "wo_multiview_tokenizer", "wo_unified_cotraining", "wo_hc", "wo_cl"}
     assert table3["grdr_paper"] == saved["metrics"][setting]["grdr_paper"]
@@ -249,32 +334,40 @@ def test_algorithm_1_phases_in_order_earlier_codebooks_frozen_codes_stable_under
 
 
 def test_sweep_variant_adds_figure_7_rows_to_a_finished_run(smoke_run, tmp_path):
-  """`:sweep` on a finished run's workdir trains only the sweep's models (N_v, K) and evaluates the main model at
-  each beam width: rows per axis in results.json, a plot, and the main rows unchanged (every row's phases are
-  restored from their checkpoints, not retrained)."""
+  """`:sweep` on a finished run's workdir trains only the sweep's models (N_v, K, M, T5 size) and evaluates the main
+  model at each beam width, uncapped: rows per axis in results.json (also `metrics.sweep`) with R@1 and latency, a
+  plot, and the main rows unchanged (every row's phases are restored from their checkpoints, not retrained)."""
   import shutil
   from conftest import load_config, ROOT
   workdir, reference = smoke_run
   shutil.copytree(workdir, tmp_path / "run")
   config = load_config(ROOT / "configs/grdr_msrvtt.py:smoke,sweep")
-  config.eval.compare_single_view = False
-  config.sweep.num_views = (4,)  # one model to train (K = 8): an N_v model is the same code with another n_views
+  config.eval.update(compare_single_view=False, capped_row=False)  # the capped row: the results contract's test
+  # one model to train (M = 1): the others are the main model's values (N_v = 4, K = 16, M = 2, T5 "small"); a
+  # model per N_v, K or T5 size is the same code with another n_views / num_codes / model.t5
+  config.sweep.update(num_views=(4,), num_codes=(16,), num_layers=(1, 2), t5_size=("small",))
+  base = GM.sweep_t5(config, "base").model.t5  # T5-Small -> Base: width x1.5, depth x2
+  assert (base.d_model, base.num_heads, base.d_ff, base.decoder_layers) == (48, 3, 96, 2)
   results = G.run(config, tmp_path / "run")
   sweep = results["sweep"]
+  assert results["metrics"]["sweep"] == sweep
   assert {axis: sorted(rows) for axis, rows in sweep.items()} == {
-      "num_views": ["4"], "num_codes": ["16", "8"], "beam_width": ["4", "8"]}
+      "num_views": ["4"], "num_codes": ["16"], "num_layers": ["1", "2"], "t5_size": ["small"],
+      "beam_width": ["4", "8"]}
   for rows in sweep.values():
     for row in rows.values():
       assert 0 <= row["t2v_r1"] <= row["candidate_recall"] <= 100 and row["num_candidates"] > 0
+      assert row["latency_ms"]["total"] > 0 and row["candidate_cap"] == 0  # every beam row uncapped
   assert sweep["beam_width"]["4"]["num_candidates"] < sweep["beam_width"]["8"]["num_candidates"]
   assert (tmp_path / "run" / "sweep.png").stat().st_size > 0
-  # N_v = 4 and K = 16 are the main model's: reused, not retrained
-  assert sorted(p.name for p in (tmp_path / "run" / "models" / "sweep").iterdir()) == ["num_codes8"]
+  assert sorted(p.name for p in (tmp_path / "run" / "models" / "sweep").iterdir()) == ["num_layers1"]
   strip = lambda r: {m: {k: v for k, v in row.items() if k != "latency_ms"} for m, row in r.items()}  # noqa: E731
-  assert strip({"m": sweep["num_views"]["4"]}) == strip({"m": sweep["num_codes"]["16"]})
+  main = strip({"m": sweep["num_views"]["4"]})
+  assert main == strip({"m": sweep["num_codes"]["16"]}) == strip({"m": sweep["num_layers"]["2"]})
+  assert main == strip({"m": sweep["t5_size"]["small"]}) == strip({"m": sweep["beam_width"]["8"]})
   # A rerun on a finished workdir restores every phase of every row: the same results in both settings.
   for s in ("inductive", "full_corpus"):
-    assert strip(results["metrics"][s]) == strip(reference["metrics"][s])
+    assert strip(results["metrics"][s]) == strip({k: v for k, v in reference["metrics"][s].items() if k != "grdr_cap5"})
     assert strip(results["ablations"]["table3"][s]) == strip(reference["ablations"]["table3"][s])
 
 
@@ -284,7 +377,7 @@ def test_bad_sizes_get_one_clear_error_before_training(tmp_path):
   GM.check_budget(config, world)
   few = grdr_smoke_config()  # K^M below the corpus size: a warning naming the scale that fits
   few.model.update(num_codes=2, num_layers=2)
-  few.eval.beam_width = 4
+  few.eval.update(beam_width=4, capped_beam_width=4)
   with pytest.warns(UserWarning, match=r"K\^M = 2\^2 = 4 possible IDs for .*K = 256, M = 4"):
     GM.check_budget(few, world)
   bad = grdr_smoke_config()
@@ -300,6 +393,9 @@ def test_bad_sizes_get_one_clear_error_before_training(tmp_path):
   bad.eval.beam_width = 4 * len(world.test) + 1
   with pytest.raises(ValueError, match=f"eval.beam_width={4 * len(world.test) + 1} is wider than the trie allows: .* "
                                        f"at most {4 * len(world.test)} distinct IDs"):
+    GM.check_budget(bad, world)
+  bad.eval.update(beam_width=8, capped_beam_width=4 * len(world.test) + 1)  # the capped row's beam too
+  with pytest.raises(ValueError, match=f"eval.capped_beam_width={4 * len(world.test) + 1} is wider"):
     GM.check_budget(bad, world)
 
 
@@ -317,7 +413,7 @@ def test_grdr_killed_mid_phase_resumes_into_that_phase_and_the_same_results(smok
   cmd = [sys.executable, "-m", "vidjax.main", "--config", "configs/grdr_msrvtt.py:smoke",
          "--config.train.schedule=progressive", "--config.train.checkpoint_every=2", "--config.train.log_every=1",
          "--config.eval.compare_single_view=False", "--config.eval.baselines=False", "--config.eval.table3=False",
-         "--workdir", str(workdir)]
+         "--config.eval.capped_row=False", "--workdir", str(workdir)]
   root = Path(__file__).resolve().parents[1]
   phase = workdir / "models" / "grdr" / "layer1_cotrain"
   proc = subprocess.Popen(cmd, cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -384,7 +480,8 @@ def test_init_codebook_is_kmeans_on_the_residuals_of_the_frozen_layers():
   model = GM.build_model(c.model, 32)
   rng = np.random.default_rng(2)
   feats = rng.normal(size=(40, 32)).astype(np.float32)
-  params = jax.device_get(model.init(jax.random.PRNGKey(0), jnp.asarray(feats[:2]), jnp.asarray(feats[:2]))["params"])
+  x = jnp.asarray(feats[:2])
+  params = jax.device_get(jax.jit(model.init)(jax.random.PRNGKey(0), x, x)["params"])  # op by op costs seconds
   before = jax.tree.map(np.array, params)
   got = GM.init_codebook(model, params, feats, layer=2, seed=5, iters=4)
   z = np.asarray(model.apply({"params": params}, jnp.asarray(feats), method=lambda m, x: m.tok.encode(x)))

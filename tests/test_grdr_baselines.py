@@ -172,7 +172,7 @@ def test_tiger_learns_query_to_id_on_tiny_data(tmp_path):
   row = GB.TrainedBaseline(model, params, lambda rows: ids[rows])
   ecfg = ml_collections.ConfigDict(dict(beam_width=4, candidates=0, latency_queries=2))  # 0: uncapped
   out, found = GB.evaluate_setting(corpus, GB.make_recall(row, corpus, np.arange(v), ecfg), ecfg)
-  assert out["reranker"] == "backbone_cosine" and found.shape == (v, 4)
+  assert out["reranker"] == "dense_backbone" and found.shape == (v, 4)
   assert out["num_candidates"] == 4.0 and out["candidate_cap"] == 0  # uncapped, unique IDs: one video per beam
   assert out["candidate_recall"] >= 75.0, out  # chance: 4 of 24 videos = 16.7
   assert out["t2v_r1"] <= out["candidate_recall"]

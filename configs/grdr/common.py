@@ -11,8 +11,27 @@ seconds: tests), `tiny` (a tiny model on any data), `rendered` (the rendered rel
 
 The paper's hyperparameters (../shared/papers/grdr.txt §4.3): N_v = 4 views, M = 3 codebook layers of
 K = 128 codes (LSMDC: N_v = 1, K = 200); T5-Small retriever; AdamW lr 1e-4, batch 512; per layer
-an alignment phase (3 epochs for the first layer, 1 after) and 4 co-training epochs; beam size tuned
-for ~100-150 candidate videos.
+an alignment phase (3 epochs for the first layer, 1 after) and 4 co-training epochs; beam size 100 and every
+de-duplicated video of the beams reranked, uncapped (`eval.beam_width = 100`, `eval.candidates = 0`): §4.3 "Beam
+size B is tuned per dataset to generate approximately 100-150 candidate videos per query ... Generated semantic IDs
+are then mapped to videos and deduplicated", and §4.7 "We select beam size 100 as the optimal balance between
+recall coverage and reranking cost". The paper sets the beam, not a candidate count: the count is what the beam
+brings (N_v IDs a video, videos sharing an ID). A cap (`eval.candidates > 0`) stays an option, and the main model
+is also reported at the project's earlier reading, beam 250 cut at 150 videos (`eval.capped_*`, row `grdr_cap150`).
+
+L_HC (eq. 10, `train.hc_targets`): "we apply a hierarchical consistency (HC) loss ... to prevent the learned codes in
+all m - 1 previous layers from drifting", L_HC = -sum_{l<m} [log P(c_l | c_<l, q) + log P(c_l | c_<l, v)]. The
+targets c_l are "the learned codes": what layer l's training learned, i.e. each (video, view)'s layer-l code as
+layer l's co-training phase (the last phase that trains C^(l), Algorithm 1 line 2 freezes it afterwards) left it.
+"fixed" (the default) reads them once, when that phase ends, and keeps them for every later phase, so the loss
+pulls back towards them; "snapshot" (the option) re-reads the earlier layers' codes at every phase's start, so a
+drift during layer m's alignment phase becomes layer m's co-training target, which is the drift eq. 10 is there to
+prevent. Either way a query's targets are those of the view its intent is matched with in the phase (the view L_CL
+and L_CE read), so the teacher-forced prefix and the trained layer's target name one view. Measured (SYNTHETIC
+3,000-video polysemous world, seed 0, Algorithm 1): "fixed" keeps more of the codes (93.3% of the training views'
+layer-1 codes at the end as layer 1 left them, against 87.9%) but does not retrieve better there (inductive R@1 49.7
+vs 51.0, candidate recall 73.7 vs 76.7 over 300 queries: within noise); the default is the paper's reading, not a
+tuned choice.
 
 Choices the paper leaves open, stated where set: loss weights lambda_1..4 = 1, commitment beta 0.25
 (RQ-VAE), both temperatures learnable from 0.07, AdamW weight decay 0.01 (PyTorch's default; not on
@@ -82,6 +101,9 @@ def _train(**kw) -> ml_collections.ConfigDict:
       loss_weights=(1.0, 1.0, 1.0, 1.0),                 # lambda_1..4, eq. 12
       beta=0.25,                                         # L_RQ commitment (eq. 6)
       kmeans_iters=20,
+      # L_HC's targets (eq. 10): "fixed": each layer's codes as its co-training phase left them, for every later phase
+      # (the module docstring says why); "snapshot": the earlier layers' codes re-read at every phase's start
+      hc_targets="fixed",
       # "progressive": Algorithm 1 (the paper); "tokenizer_first": views aligned with the query-cluster centres,
       # codebooks by k-means then frozen, the retriever trained last (the module docstring says why the world
       # uses it). Its phases: view_* (over videos) and retriever_* (over queries).
@@ -112,10 +134,13 @@ def get_config(dataset: str, arg: str | None = None) -> ml_collections.ConfigDic
   c.model = _model(**(dict(num_views=1, num_codes=200) if dataset == "lsmdc" else {}))
   c.train = _train()
   c.eval = ml_collections.ConfigDict(dict(
-      beam_width=250,          # W (§4.3: tuned for ~100-150 candidates): wide enough that the de-duplicated videos
-                               # fill the 150-candidate budget (a beam of 150 yields ~120 videos at N_v = 4, where
-                               # a video has 4 IDs), so N_v = 4 and N_v = 1 are compared at the same budget
-      candidates=150,          # at most this many de-duplicated videos go to the reranker
+      beam_width=100,          # B (§4.3, §4.7: "We select beam size 100"; it yields ~100-150 candidate videos)
+      candidates=0,            # 0: every de-duplicated video of the beams goes to the reranker, uncapped (§4.3);
+                               # > 0: at most this many (a budget the paper does not set)
+      capped_row=True,         # also report the main model at a capped budget (results "grdr_cap<N>"):
+      capped_beam_width=250,   # the project's earlier default reading, beam 250 cut at 150 videos
+      capped_candidates=150,
+      dense_candidates=150,    # the dense row's candidate recall is its R@this (the paper's 100-150, upper end)
       latency_queries=100,     # queries timed one at a time (batch 1, §4.1)
       compare_single_view=True,  # also train N_v = 1 (results "grdr_nv1")
       baselines=True,          # Tables 1-2's GR baselines TIGER, AVG, T2VIndexer (`baselines`; methods.grdr_baselines)
@@ -196,14 +221,35 @@ def smoke(c: ml_collections.ConfigDict) -> None:
   tiny(c)
 
 
+def _t5_scaled(t5: ml_collections.ConfigDict, width: float, depth: int) -> ml_collections.ConfigDict:
+  """`t5` with its width (d_model, heads, d_ff) times `width` and its layers times `depth`, d_kv kept: T5-Base is
+  T5-Small at (1.5, 2), T5-Large at (2, 4) (768 / 1024 wide, 12 / 16 heads, 12 / 24 layers a stack)."""
+  return _t5(**{**t5.to_dict(), "d_model": int(t5.d_model * width), "num_heads": int(t5.num_heads * width),
+                "d_ff": int(t5.d_ff * width), "encoder_layers": t5.encoder_layers * depth,
+                "decoder_layers": t5.decoder_layers * depth})
+
+
 def sweep(c: ml_collections.ConfigDict) -> None:
-  """Figure 7's sensitivity sweep on the inductive pool (results.json's "sweep", sweep.png, a table per axis): one
-  model per N_v and per codebook size K (the config's schedule), and the main model at each beam width (every video
-  its beams' IDs name). Adds to whatever else the config is (`world,sweep` on the embedded world)."""
-  c.sweep = ml_collections.ConfigDict(dict(num_views=(1, 2, 4, 6), num_codes=(64, 128, 256),
-                                           beam_width=(20, 50, 100, 150, 200)))
-  if c.train.batch_size <= 64:  # with tiny: a small sweep (N_v = 4 and K = 16 are the main model's)
-    c.sweep.update(num_views=(1, 4), num_codes=(8, 16), beam_width=(4, 8))
+  """Figure 7's sensitivity sweep on the inductive pool (results.json's "sweep" and `metrics.sweep`, sweep.png, a
+  table per axis), each row with R@1, candidate recall, candidates and latency (batch 1): one model per N_v, per
+  codebook size K, per number of codebook layers M, and per T5 size (the config's schedule), and the main model at
+  each beam width, uncapped (every video its beams' IDs name, §4.7: "circle size indicating average candidates").
+  Adds to whatever else the config is (`world,sweep` on the embedded world).
+
+  T5 size (§4.7: T5-Small / Base / Large): `t5_sizes` grows the config's own T5 as T5-Small grows into Base and
+  Large (`_t5_scaled`: width x1.5 / x2, layers x2 / x4), so on the paper's settings they are the real three shapes;
+  on the embedded world (whose T5 is d_model 128, 2 + 2 layers) they are three proportionally growing sizes
+  (128 / 192 / 256 wide, 2 / 4 / 8 layers a stack; with the world's frozen query encoder, "minilm", only the
+  decoder stack is a T5's), since the real ones would take CPU hours there and no pretrained T5 exists offline
+  (random init at every size)."""
+  t5 = c.model.t5
+  c.sweep = ml_collections.ConfigDict(dict(
+      num_views=(1, 2, 4, 6), num_codes=(64, 128, 256), num_layers=(2, 3, 4),
+      t5_size=("small", "base", "large"),
+      t5_sizes=dict(small=_t5(**t5.to_dict()), base=_t5_scaled(t5, 1.5, 2), large=_t5_scaled(t5, 2, 4)),
+      beam_width=(20, 50, 100, 150, 200)))
+  if c.train.batch_size <= 64:  # with tiny: a small sweep (N_v = 4, K = 16 and M = 2 are the main model's)
+    c.sweep.update(num_views=(1, 4), num_codes=(8, 16), num_layers=(1, 2), beam_width=(4, 8))
 
 
 def tiny(c: ml_collections.ConfigDict) -> None:
@@ -218,9 +264,8 @@ def tiny(c: ml_collections.ConfigDict) -> None:
   c.model.latent_dim = 128   # = query_dim: the tokenizer_first schedule aligns views in the query space
   c.train.update(first_align_epochs=1, align_epochs=1, cotrain_epochs=1, kmeans_iters=5,
                  view_epochs=2, view_batch_size=64, retriever_epochs=1)
-  c.eval.update(beam_width=8, candidates=10, latency_queries=3)
+  # the capped row at the main beam (one beam-search compilation for both rows), cut at 5
+  c.eval.update(beam_width=8, capped_beam_width=8, capped_candidates=5, latency_queries=3)
   c.baselines.update(num_layers=2, num_codes=16, hidden=(32,), latent_dim=16,
                      collision_codes=512)  # up to every video of a small corpus on one ID
   c.train.progress = False
-  if "sweep" in c:
-    c.sweep.update(num_views=(1, 4), num_codes=(8, 16), beam_width=(4, 8))

@@ -12,7 +12,8 @@
      baselines TIGER, AVG and T2VIndexer (`methods.grdr_baselines`, `eval.baselines`);
   4. indexing: every pool video's semantic IDs -> `SemanticIdTrie`;
   5. retrieval per setting ("inductive": the test videos; "full_corpus": all videos): generative
-     recall (beam search, de-duplication, at most `eval.candidates` videos) then dense cosine rerank
+     recall (beam search of `eval.beam_width`, de-duplication, every video the beams bring or at most
+     `eval.candidates`; `grdr_cap<N>`: the main model capped) then dense cosine rerank
      through `TwoStage`; R@1/5/10, candidate recall, mean candidates, latency per stage at batch 1, index bytes;
      exact dense retrieval beside it;
   6. codebook health, index bytes per video (Figure 4), the optional Figure 7 sweep (`:sweep`), a plot of candidate
@@ -23,6 +24,7 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
+import ml_collections
 import numpy as np
 
 from vidjax import evaluate, metrics
@@ -31,8 +33,8 @@ from vidjax.defaults.common import (bad_value, check_choice, check_index, check_
                                     clip_to_data, with_values)
 from vidjax.experiments import common
 from vidjax.methods import grdr_baselines
-from vidjax.methods.grdr import (SETTINGS, check_budget, dense_setting, evaluate_row, limits, read_corpus,
-                                 recall_curve, recipes, sweep_rows, trained_row)
+from vidjax.methods.grdr import (HC_TARGETS, SETTINGS, check_budget, dense_setting, evaluate_row, limits,
+                                 read_corpus, recall_curve, recipes, sweep_rows, trained_row)
 from vidjax.worlds.polysemous import write_world
 
 RESUMABLE = ("sweep",)  # besides `common.is_resumable` (eval.*): a finished run re-evaluates, or adds the sweep, without retraining
@@ -43,7 +45,12 @@ def validate(config) -> None:
   check_index(config)
   check_positive_int(config, ("train.batch_size", "train.first_align_epochs",
                                      "train.cotrain_epochs", "train.kmeans_iters", "eval.beam_width",
-                                     "eval.candidates", "eval.latency_queries"))
+                                     "eval.dense_candidates", "eval.latency_queries"))
+  if config.eval.candidates < 0:
+    bad_value("eval.candidates", config.eval.candidates, "0 (every video the beams bring) or a cap > 0")
+  if config.eval.capped_row:
+    check_positive_int(config, ("eval.capped_beam_width", "eval.capped_candidates"))
+  check_choice(config, "train.hc_targets", HC_TARGETS)
   check_positive(config, ("train.lr",))
   if config.train.align_epochs < 0 or config.train.weight_decay < 0:
     bad_value("train.align_epochs / train.weight_decay", (config.train.align_epochs, config.train.weight_decay),
@@ -80,16 +87,22 @@ def plot_candidate_recall(curves: dict, path: Path, synthetic: bool) -> Path:
 
 
 def plot_sweep(sweep: dict, path: Path, synthetic: bool) -> Path:
-  """Figure 7's sensitivity panels: candidate recall and R@1 (inductive) against N_v, K and the beam width."""
+  """Figure 7's sensitivity panels: candidate recall and R@1 (top) and latency at batch 1 (bottom), inductive,
+  against N_v, K, the codebook layers M, the T5 size and the beam width."""
   plt = common.pyplot()
-  fig, axes = plt.subplots(1, len(sweep), figsize=(4 * len(sweep), 3.2), squeeze=False)
-  for ax, (axis, rows) in zip(axes[0], sweep.items()):
-    xs = [float(x) for x in rows]
+  fig, axes = plt.subplots(2, len(sweep), figsize=(4 * len(sweep), 6), squeeze=False)
+  for col, (axis, rows) in enumerate(sweep.items()):
+    xs = list(range(len(rows))) if axis == "t5_size" else [float(x) for x in rows]
     for key, label in (("candidate_recall", "candidate recall"), ("t2v_r1", "R@1")):
-      ax.plot(xs, [r[key] for r in rows.values()], marker="o", label=label)
-    ax.set_xlabel(axis)
-    ax.set_ylabel("%")
-    ax.legend(fontsize=7)
+      axes[0, col].plot(xs, [r[key] for r in rows.values()], marker="o", label=label)
+    axes[1, col].plot(xs, [r["latency_ms"]["total"] for r in rows.values()], marker="o", color="k")
+    for ax in axes[:, col]:
+      ax.set_xlabel(axis)
+      if axis == "t5_size":
+        ax.set_xticks(xs, list(rows))
+    axes[0, col].set_ylabel("%")
+    axes[1, col].set_ylabel("latency (ms, batch 1)")
+    axes[0, col].legend(fontsize=7)
   fig.suptitle("GRDR sensitivity (inductive)" + (" [SYNTHETIC]" if synthetic else ""))
   return common.save_figure(fig, path)
 
@@ -110,16 +123,23 @@ def run(config, workdir) -> dict:
   pools = {"inductive": corpus.test, "full_corpus": np.arange(len(corpus.video_ids))}
   table = {s: {"dense": dense_setting(corpus, pools[s], config.eval, config.index)} for s in SETTINGS}
   trained, evaluated, sets, results = {}, {}, {}, {"seed": config.seed}
-  curves, budgets = {}, list(range(10, config.eval.candidates + 1, 10)) or [config.eval.candidates]
+  curves = {}
   target = corpus.video_ids[corpus.test_query_video]
   for name, recipe in recipes(config).items():
     if recipe not in trained:  # equal recipes (grdr = grdr_paper when the config trains Algorithm 1) train once
       trained[recipe] = trained_row(config, workdir, corpus, recipe, name, sets=sets, precision=precision)
       evaluated[recipe] = evaluate_row(config, corpus, *trained[recipe], pools)
+      budgets = list(range(10, evaluated[recipe][2].shape[1] + 1, 10)) or [evaluated[recipe][2].shape[1]]
       curves[f"{name} (N_v={recipe.num_views})"] = (budgets, recall_curve(evaluated[recipe][2], target, budgets))
     rows, recall, _ = evaluated[recipe]
     for s in SETTINGS:
       table[s][name] = rows[s]
+    if name == "grdr" and config.eval.capped_row:  # the main model at a capped budget (configs/grdr/common.py)
+      e = config.eval
+      capped = ml_collections.ConfigDict({**e.to_dict(), "beam_width": e.capped_beam_width,
+                                          "candidates": e.capped_candidates})
+      for s, row in evaluate_row(config, corpus, *trained[recipe], pools, capped)[0].items():
+        table[s][f"grdr_cap{e.capped_candidates}"] = row
     if name == "grdr":  # every video's IDs (the full-corpus recall's)
       model = trained[recipe][0]
       results["codebook"] = metrics.codebook_health(trained[recipe][2](corpus.features), model.tokenizer.num_codes)
@@ -140,6 +160,7 @@ def run(config, workdir) -> dict:
       ablations[s] = {"grdr_paper": table[s]["grdr_paper"], **ablations[s]}
   if "sweep" in config:
     results["sweep"] = sweep_rows(config, workdir, corpus, pools, trained, precision)
+    table["sweep"] = results["sweep"]  # metrics.sweep.<axis>.<value> (Figure 7, inductive pool)
 
   synthetic = corpus.synthetic
   results = common.results_dict(config, dataset=config.dataset + (f" (synthetic {corpus.source})" if synthetic else ""),
@@ -154,8 +175,9 @@ def run(config, workdir) -> dict:
       tables.append(evaluate.format_table({m: {k: v[k] for k in KEYS} for m, v in ablations[s].items()},
                                           f"{config.name} {s}: Table 3 ablations", synthetic=synthetic))
   for axis, rows in results.get("sweep", {}).items():
-    tables.append(evaluate.format_table({f"{axis}={v}": {k: r[k] for k in ("t2v_r1", "candidate_recall",
-                                                                              "num_candidates")}
+    tables.append(evaluate.format_table({f"{axis}={v}": {**{k: r[k] for k in ("t2v_r1", "candidate_recall",
+                                                                              "num_candidates")},
+                                                         "latency_ms": r["latency_ms"]["total"]}
                                          for v, r in rows.items()}, f"{config.name} sweep: {axis} (inductive)",
                                         synthetic=synthetic))
   plot_candidate_recall(curves, workdir / "candidate_recall.png", synthetic)

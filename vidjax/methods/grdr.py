@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import json
 import time
 import warnings
 from pathlib import Path
@@ -264,10 +265,11 @@ def check_budget(config, corpus) -> None:
                   f"by several videos, each beam's ID spends the candidate budget on all of them; for corpora this "
                   f"size give more IDs (K = 256, M = 4 gave 9,988,268 distinct IDs for 10M random videos)", stacklevel=2)
   most = min(k ** m, n * n_test)
-  if config.eval.beam_width > most:
-    raise ValueError(f"grdr: eval.beam_width={config.eval.beam_width} is wider than the trie allows: the inductive "
-                     f"pool's {n_test} test videos have at most {most} distinct IDs (N_v={n}, K={k}, M={m}); set "
-                     f"eval.beam_width <= {most}")
+  for key in ("eval.beam_width",) + (("eval.capped_beam_width",) if config.eval.capped_row else ()):
+    width = config_common.get_key(config, key)
+    if width > most:
+      raise ValueError(f"grdr: {key}={width} is wider than the trie allows: the inductive pool's {n_test} test "
+                       f"videos have at most {most} distinct IDs (N_v={n}, K={k}, M={m}); set {key} <= {most}")
 
 
 def recipe_model(config, recipe: Recipe, feature_dim: int, vocab_size: int = 0) -> GRDR:
@@ -331,19 +333,54 @@ def train_grdr(model: GRDR, data: TrainingSet, tcfg, workdir: Path, seed: int, r
   return params
 
 
+HC_TARGETS = ("fixed", "snapshot")  # `train.hc_targets` (configs/grdr/common.py says which reading is whose)
+
+
+class HcTargets:
+  """L_HC's targets (eq. 10) per (video, view) for Algorithm 1's phases: int32 [V, N_v, m - 1] in layer m's phases.
+
+  "fixed": layer l's codes are read once, when layer l's co-training phase ends (`layer_trained`), and every later
+  phase gets those (eq. 10: "the learned codes" of the previous layers must not drift, so they are the targets
+  the loss pulls back to). "snapshot": every phase gets the earlier layers' codes as they are at its start.
+  `codes_now(n)` -> the tokenizer's current codes of the first n layers, [V, N_v, n]."""
+
+  def __init__(self, mode: str):
+    if mode not in HC_TARGETS:
+      raise ValueError(f"GRDR train.hc_targets must be one of {HC_TARGETS}, got {mode!r}")
+    self.mode = mode
+    self.fixed: np.ndarray | None = None  # [V, N_v, layers trained so far] ("fixed")
+
+  def for_phase(self, layer: int, codes_now) -> np.ndarray:
+    """The targets of layer `layer`'s phase (its alignment or co-training): the first `layer - 1` layers' codes."""
+    if self.mode == "snapshot" or layer == 1:
+      return codes_now(layer - 1)
+    if self.fixed is None or self.fixed.shape[-1] < layer - 1:
+      raise ValueError(f"HcTargets: layer {layer}'s phase before layer {layer - 1}'s co-training ended")
+    return self.fixed[..., :layer - 1]
+
+  def layer_trained(self, layer: int, codes_now) -> None:
+    """Layer `layer`'s co-training phase ended: its codes as they are now join the fixed targets."""
+    if self.mode == "fixed":
+      new = codes_now(layer)[..., layer - 1:layer]
+      self.fixed = new if self.fixed is None else np.concatenate([self.fixed[..., :layer - 1], new], axis=-1)
+
+
 def train_progressive(model: GRDR, params, data: TrainingSet, tcfg, workdir: Path, seed: int, weights, cl: bool = True,
                       hc: bool = True):
   """Algorithm 1: for m = 1..M an alignment phase (L_CL + [m > 1] L_HC), k-means init of C^(m) on the residuals,
-  then co-training (eq. 12), each phase in `workdir/layer<m>_<align|cotrain>`. L_HC's targets are the aligned
-  view's codes of the frozen layers 1..m-1 as the phase begins (eq. 10: the learned codes must not drift)."""
+  then co-training (eq. 12), each phase in `workdir/layer<m>_<align|cotrain>`. L_HC's targets (and the decoder's
+  teacher-forced prefix) are the aligned view's codes of the frozen layers 1..m-1 (`HcTargets`, `tcfg.hc_targets`:
+  "fixed", as each layer's co-training left them, or "snapshot", as the phase begins)."""
   m_layers = model.tokenizer.num_layers
   row_weights = np.asarray([*weights, float(cl), float(hc)], np.float32)
+  targets = HcTargets(tcfg.get("hc_targets", "fixed"))
+  codes_now = lambda n: video_codes(model, params, data.features, n)  # noqa: E731  (reads `params` when called)
   for i, (layer, kind, epochs) in enumerate(phases(tcfg, m_layers, cl)):
     align = kind == "align"
     if not align:
       params = init_codebook(model, params, data.features, layer, seed + 1000 * layer, tcfg.kmeans_iters)
     view = view_of_query(model, params, data)
-    frozen = video_codes(model, params, data.features, layer - 1)[data.video, view]  # [Nq, m - 1]
+    frozen = targets.for_phase(layer, codes_now)[data.video, view]  # [Nq, m - 1]
     n_layers = layer - 1 if align else layer
 
     def loss_fn(p, batch, rng, layer=layer, align=align, n_layers=n_layers):
@@ -365,6 +402,8 @@ def train_progressive(model: GRDR, params, data: TrainingSet, tcfg, workdir: Pat
         batch_fn=batch_fn, tcfg=_epochs(tcfg, epochs), seed=seed + i, workdir=workdir / name,
         optimizer=phase_optimizer(tcfg, layer, align, m_layers), gather=_gather(data, feature="features"))
     params = jax.device_get(state.params)
+    if not align:  # C^(layer) is frozen from here on (Algorithm 1 line 2): its codes are what layer `layer` learned
+      targets.layer_trained(layer, codes_now)
   return params
 
 
@@ -477,11 +516,12 @@ def video_codes(model: GRDR, params, features: np.ndarray, num_layers: int | Non
 def make_recall(model: GRDR, params, features: np.ndarray, ids, ecfg,
                 codes: np.ndarray | None = None) -> tuple[GenerativeRecall, np.ndarray]:
   """The trie of the pool's semantic IDs (default: the tokenizer's; `codes` [V, N_v, M] for IDs from elsewhere, as
-  T2VIndexer's) and its generative recall (dense vectors = the features), and the pool's codes [V, N_v, M]."""
+  T2VIndexer's) and its generative recall (dense vectors = the features; `ecfg.beam_width` beams, every video they
+  bring when `ecfg.candidates` is 0, else at most that many), and the pool's codes [V, N_v, M]."""
   codes = video_codes(model, params, features) if codes is None else codes
   trie = SemanticIdTrie(ids, codes, model.tokenizer.num_codes)
   recall = GenerativeRecall(trie, _Bound(model, GRDR.encode_query), _Bound(model, GRDR.code_logp), params,
-                            width=ecfg.beam_width, limit=ecfg.candidates, vectors=features,
+                            width=ecfg.beam_width, limit=ecfg.candidates or None, vectors=features,
                             query_key=query_key(model))
   return recall, codes
 
@@ -671,19 +711,24 @@ def test_inputs(corpus: Corpus, rows=None) -> dict:
   return out
 
 
+RERANKER = "dense_backbone"  # results' `reranker`: the GR rows' rerank is the frozen backbone's cosine
+
+
 def evaluate_setting(corpus: Corpus, recall: GenerativeRecall, ecfg) -> tuple[dict, np.ndarray]:
   """GR + dense rerank on the corpus's test queries over the recall's pool: R@1/5/10, candidate recall, mean
-  candidates, index bytes per video, latency per stage at batch 1. Returns the metrics and the recalled ids
-  [Q, candidates] (beam order, "" past a query's candidates)."""
+  candidates, index bytes per video, latency per stage at batch 1, and the reranker's name. Returns the metrics and
+  the recalled ids [Q, candidates] (beam order, "" past a query's candidates)."""
   target = corpus.video_ids[corpus.test_query_video]
-  stack = TwoStage(recall, k_recall=ecfg.candidates, reranker=evaluate.CosineScorer())
-  result = stack.search(test_inputs(corpus), k=min(10, ecfg.candidates))
-  found = result.recall_ids  # every candidate: k_recall is the candidate limit
+  budget = recall.max_candidates  # every candidate the recall can bring (its cap, or what W beams can name)
+  stack = TwoStage(recall, k_recall=budget, reranker=evaluate.CosineScorer())
+  result = stack.search(test_inputs(corpus), k=min(10, budget))
+  found = result.recall_ids  # every candidate: k_recall cuts none
   out = {**recall_at(result.ids, target),
          "candidate_recall": 100.0 * float(np.mean((found == target[:, None]).any(1))),
          "num_candidates": float(np.mean(np.sum(found != "", axis=1))),
-         "index_bytes_per_video": recall.trie.nbytes / len(recall.trie)}
-  single = TwoStage(recall, k_recall=ecfg.candidates, reranker=evaluate.CosineScorer(), query_batch=1)
+         "index_bytes_per_video": recall.trie.nbytes / len(recall.trie),
+         "beam_width": int(recall.width), "candidate_cap": int(recall.limit or 0), "reranker": RERANKER}
+  single = TwoStage(recall, k_recall=budget, reranker=evaluate.CosineScorer(), query_batch=1)
   single.search(test_inputs(corpus, slice(0, 1)), k=1)  # compile
   recall.reset_latency()
   t = single.search(test_inputs(corpus, slice(0, min(ecfg.latency_queries, len(target)))), k=1)
@@ -693,17 +738,18 @@ def evaluate_setting(corpus: Corpus, recall: GenerativeRecall, ecfg) -> tuple[di
 
 def dense_setting(corpus: Corpus, pool: np.ndarray, ecfg, index_config) -> dict:
   """Exact dense retrieval over the pool's video embeddings (the reranker alone: Table 1's ceiling row); its
-  candidate recall is R@`eval.candidates`, the GR rows' budget."""
+  candidate recall is R@`eval.candidates` when the GR rows are capped, else R@`eval.dense_candidates`."""
   index = DenseIndex.from_config(corpus.video_ids[pool], corpus.features[pool], index_config)
   target = corpus.video_ids[corpus.test_query_video]
-  budget = min(max(100, ecfg.candidates), len(pool))
+  cut = ecfg.candidates or ecfg.dense_candidates
+  budget = min(max(100, cut), len(pool))
   ids = np.asarray(index.retrieve(corpus.test_queries, budget)[0])
   hit = ids == target[:, None]
   # R@100 over a pool of fewer than 100 videos is recall over all of them
   out = {**recall_at(ids[:, :10], target), "t2v_r100": 100.0 * float(np.mean(hit[:, :100].any(1))),
-         "candidate_recall": 100.0 * float(np.mean(hit[:, :ecfg.candidates].any(1))),
-         "num_candidates": float(min(ecfg.candidates, len(pool))),
-         "index_bytes_per_video": 4.0 * corpus.features.shape[1]}
+         "candidate_recall": 100.0 * float(np.mean(hit[:, :cut].any(1))),
+         "num_candidates": float(min(cut, len(pool))),
+         "index_bytes_per_video": 4.0 * corpus.features.shape[1], "reranker": None}
   n = min(ecfg.latency_queries, len(target))
   index.retrieve(corpus.test_queries[:1], 10)
   t = time.perf_counter()
@@ -731,32 +777,52 @@ def recall_curve(found: np.ndarray, target: np.ndarray, budgets) -> list[float]:
   return [100.0 * float(np.mean(hit[:, :b].any(1))) for b in budgets]
 
 
+SWEEP_AXES = ("num_views", "num_codes", "num_layers", "t5_size", "beam_width")  # Figure 7's panels
+
+
 def sweep_rows(config, workdir: Path, corpus: Corpus, pools, trained: dict, precision=contextlib.nullcontext) -> dict:
-  """Figure 7 on the inductive pool: a model per N_v and per K (the config's schedule) and the main model at each beam
-  width (its candidates: every video the beams bring). A value equal to the main model's (or to another row's, e.g.
-  N_v = 1 and `grdr_nv1`) reuses that model."""
+  """Figure 7 on the inductive pool: a model per N_v, per K, per number of codebook layers M and per T5 size
+  (`sweep.t5_sizes`, the config's schedule), and the main model at each beam width, uncapped (its candidates: every
+  video the beams bring). Each row: R@1/5/10, candidate recall, candidates, latency (batch 1). A value equal to the
+  main model's (or to another row's, e.g. N_v = 1 and `grdr_nv1`) reuses that model."""
   sw, schedule, n = config.sweep, config.train.schedule, config.model.num_views
+  main_t5 = config.model.t5.to_dict()
   sets = {}
-  out = {"num_views": {}, "num_codes": {}, "beam_width": {}}
-  for axis, values, recipe_of in (("num_views", sw.num_views, lambda v: Recipe(schedule, v)),
-                                  ("num_codes", sw.num_codes,
-                                   lambda v: Recipe(schedule, n, num_codes=None if v == config.model.num_codes else v))):
+  out = {axis: {} for axis in SWEEP_AXES}
+  axes = (("num_views", sw.num_views, lambda v: (config, Recipe(schedule, int(v)))),
+          ("num_codes", sw.num_codes,
+           lambda v: (config, Recipe(schedule, n, num_codes=None if v == config.model.num_codes else int(v)))),
+          ("num_layers", sw.num_layers,
+           lambda v: (config, Recipe(schedule, n, num_layers=None if v == config.model.num_layers else int(v)))),
+          ("t5_size", sw.t5_size, lambda v: (sweep_t5(config, v), Recipe(schedule, n))))
+  for axis, values, row_of in axes:
     for v in values:
-      recipe = recipe_of(int(v))
-      if recipe not in trained:
-        trained[recipe] = trained_row(config, workdir, corpus, recipe, f"sweep/{axis}{v}", sets=sets,
-                                      precision=precision)
-      out[axis][str(v)] = evaluate_row(config, corpus, *trained[recipe], pools, settings=("inductive",))[0]["inductive"]
+      cfg, recipe = row_of(v)
+      key = (recipe, json_key(cfg.model.t5.to_dict())) if cfg.model.t5.to_dict() != main_t5 else recipe
+      if key not in trained:
+        trained[key] = trained_row(cfg, workdir, corpus, recipe, f"sweep/{axis}{v}", sets=sets, precision=precision)
+      out[axis][str(v)] = evaluate_row(cfg, corpus, *trained[key], pools, settings=("inductive",))[0]["inductive"]
   main = trained[Recipe(schedule, n)]
-  for w in sw.beam_width:
-    # every video the beams' IDs name (at least 10 slots, for R@10)
-    ecfg = ml_collections.ConfigDict({**config.eval.to_dict(), "beam_width": int(w), "candidates": max(int(w), 10)})
+  for w in sw.beam_width:  # uncapped: every video the beams' IDs name (§4.7's "average candidates generated")
+    ecfg = ml_collections.ConfigDict({**config.eval.to_dict(), "beam_width": int(w), "candidates": 0})
     out["beam_width"][str(w)] = evaluate_row(config, corpus, *main, pools, ecfg, ("inductive",))[0]["inductive"]
   return out
 
 
+def sweep_t5(config, size: str):
+  """`config` with the T5 of `sweep.t5_sizes[size]` (Figure 7's T5 size axis)."""
+  sizes = config.sweep.t5_sizes
+  if size not in sizes:
+    config_common.bad_value("sweep.t5_size", size, f"one of sweep.t5_sizes {sorted(sizes)}")
+  return config_common.with_values(config, {"model.t5": ml_collections.ConfigDict(sizes[size].to_dict())})
+
+
+def json_key(d: dict) -> str:
+  return json.dumps(d, sort_keys=True)
+
+
 def suite(config, workdir: str | Path) -> tuple[list[evaluate.Model], list[evaluate.Benchmark]]:
-  """Dense cosine and GRDR (generative recall of `eval.candidates`, dense rerank) on the run's test queries over the
+  """Dense cosine and GRDR (generative recall of `eval.beam_width` beams, dense rerank) on the run's test queries over the
   whole corpus (`configs/evaluate_all.py`), the model read from the run's last checkpoint (nothing trains); queries
   and videos are keyed by row."""
   corpus = read_corpus(config, Path(workdir))
@@ -771,8 +837,8 @@ def suite(config, workdir: str | Path) -> tuple[list[evaluate.Model], list[evalu
     pool = np.asarray(videos, np.int64)
     recall, _ = make_recall(model, params, corpus.features[pool], corpus.video_ids[pool], config.eval,
                             coder(corpus.features[pool]))
-    stack = TwoStage(recall, k_recall=config.eval.candidates, reranker=evaluate.CosineScorer())
-    found = stack.search(test_inputs(corpus, np.asarray(queries, np.int64)), k=min(10, config.eval.candidates)).ids
+    stack = TwoStage(recall, k_recall=recall.max_candidates, reranker=evaluate.CosineScorer())
+    found = stack.search(test_inputs(corpus, np.asarray(queries, np.int64)), k=min(10, recall.max_candidates)).ids
     return recall_at(found, corpus.video_ids[pool][np.asarray(relevant)])
 
   grdr = evaluate.Model("grdr_rerank", space, {"gallery": generative},

@@ -29,7 +29,7 @@ retriever `retriever_epochs` over the queries at `retriever_lr`, AdamW (no weigh
 is the main model's T5 shape and query encoder (§4.2: the same T5 for every GR row).
 
 Every row is reranked by `reranker` (default: the frozen backbone's cosine, results' `reranker`
-"backbone_cosine"); another reranker is one argument of `baseline_rows` / `evaluate_setting`.
+"dense_backbone"); another reranker is one argument of `baseline_rows` / `evaluate_setting`.
 """
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ class Baseline:
 BASELINES = {"tiger": Baseline("rqvae"), "avg": Baseline("rqvae", align=True),
              "t2vindexer": Baseline("kmeans", shared_vocab=False, prefix_adapter=True)}
 
-RERANKER = "backbone_cosine"  # results' `reranker` of the default reranker, `evaluate.CosineScorer`
+RERANKER = "dense_backbone"  # results' `reranker` of the default reranker, `evaluate.CosineScorer`
 
 
 def check_budget(config, corpus: Corpus) -> None:

@@ -1,16 +1,17 @@
 """Generative recall (GRDR §3.4) as a recall stage: query encoding -> trie-constrained beam search -> IDs -> videos.
 
-    recall = GenerativeRecall(trie, encode_fn, logp_fn, params, width=150, limit=150, vectors=features)
-    ids, scores = recall.retrieve(queries, k=150)              # [Q, k] video ids, "" / -inf past the candidates
-    stack = TwoStage(recall, k_recall=150, reranker=CosineScorer())   # dense rerank of the candidates
+    recall = GenerativeRecall(trie, encode_fn, logp_fn, params, width=100, vectors=features)   # uncapped
+    ids, scores = recall.retrieve(queries, k=recall.max_candidates)  # [Q, k] video ids, "" / -inf past the candidates
+    stack = TwoStage(recall, k_recall=recall.max_candidates, reranker=CosineScorer())   # dense rerank of them all
 
 The model side comes in as two functions, so this module knows no model:
   encode_fn(params, queries) -> the queries' state (e.g. the encoder memory [Q, L, d]), jitted here;
   logp_fn(params, state, prefix int32 [Q, W, m]) -> log P(next code) [Q, W, K] (`trie.beam_search`).
 
 A query's candidates are the videos of its beams' IDs, de-duplicated in beam order (videos sharing an ID
-in index order), at most `limit`; fewer than k are padded with id "" and score -inf, which `TwoStage`
-leaves at the end. A candidate's score is the log-likelihood of the first beam that brought it.
+in index order), all of them (`limit=None`, GRDR §4.3: the beam sets how many) or at most `limit`; fewer than k
+are padded with id "" and score -inf, which `TwoStage` leaves at the end (`max_candidates`: a k that cuts
+none). A candidate's score is the log-likelihood of the first beam that brought it.
 `latency_ms` accumulates wall time per stage (encode, decode, id_to_video) over every `retrieve` call
 and `queries_seen` the queries, for the per-stage latency of §4.1.
 """
@@ -70,6 +71,15 @@ class GenerativeRecall:
     self._vectors = None if vectors is None else np.asarray(vectors, np.float32)
     self._row = {v: i for i, v in enumerate(trie.video_ids)}
     self.reset_latency()
+
+  @property
+  def max_candidates(self) -> int:
+    """The most candidate videos one query can get: `limit`, or uncapped the videos of the W IDs with the most
+    videos (at most the whole trie): a `k` for `retrieve` / `TwoStage.k_recall` that cuts nothing."""
+    if self.limit is not None:
+      return min(self.limit, len(self.trie))
+    sizes = np.sort(np.diff(self.trie.video_ptr))[::-1]
+    return int(min(len(self.trie), sizes[:self.width].sum()))
 
   def candidates(self, queries: Any) -> list[np.ndarray]:
     """Per query, the de-duplicated candidate video indices (into `trie.video_ids`), beam order."""
