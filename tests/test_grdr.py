@@ -589,4 +589,5 @@ def test_fewer_ranked_ids_than_k_count_as_misses_and_the_sizes_fit_the_training_
   assert GM.recall_at(ids, np.array(["f", "z"])) == {"t2v_r1": 0.0, "t2v_r5": 0.0, "t2v_r10": 50.0}
   corpus = SimpleNamespace(train_queries=np.zeros((40, 4)), train=np.arange(12))
   limits = GM.limits(None, corpus)
-  assert {k: v[0] for k, v in limits.items()} == {"train.batch_size": 40, "train.view_batch_size": 12}
+  assert {k: v[0] for k, v in limits.items()} == {"train.batch_size": 40, "train.view_batch_size": 12,
+                                                  "model.num_codes": 12}  # k-means initialises a codebook

@@ -243,7 +243,7 @@ def limits(config, corpus) -> dict[str, tuple[int, str]]:
                                          "videos)"),
          "train.view_batch_size": (n_videos, f"the {n_videos} training videos, one tokenizer example each"),
          "model.num_codes": (n_videos, codes, 2)}
-  if config.get("baselines") is not None and "num_codes" in config.baselines:
+  if config is not None and config.get("baselines") is not None and "num_codes" in config.baselines:
     out["baselines.num_codes"] = (n_videos, codes, 2)
   return out
 
