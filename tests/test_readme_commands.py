@@ -114,12 +114,13 @@ def build_user_data(root: Path, genstate: dict) -> dict:
   out = {}
   for title, (dataset, files, videos) in sections.items():
     d = root / dataset
+    written = []
     if videos is None:
       videos = d / "videos"
       for f in dict.fromkeys(files.values()):
-        placeholders.write_videos(dataset, f, videos, PER_SPLIT)
-    if dataset == "msrvtt":
-      files |= _write_msrvtt_training(d, sorted(p.stem for p in (d / "videos").glob("*.mp4")))
+        written += placeholders.write_videos(dataset, f, videos, PER_SPLIT)
+    if dataset == "msrvtt":  # the test CSV's videos written above, then the training videos the file names
+      files |= _write_msrvtt_training(d, sorted(written))
     release = [p for name, p in files.items() if not name.endswith(".txt")]  # step 1 takes the annotation files
     prep = load_config(ROOT / "configs/prepare.py:smoke")
     prep = with_values(prep, {"dataset": dataset, "data.videos": str(videos),
