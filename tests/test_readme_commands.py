@@ -36,7 +36,7 @@ EXPECTED_CLIPS = {"comp_youcook2": {"pretrain.steps", "finetune.steps"},
                   "comp_activitynet": {"pretrain.steps", "finetune.steps"},
                   "cast_youcook2": {"data.heldout_fraction", "train.batch_size"},
                   "stack_youcook2": {"data.heldout_fraction", "train.batch_size"},
-                  "grdr_msrvtt": {"model.num_codes", "baselines.num_codes", "train.batch_size"}}
+                  "grdr_msrvtt": {"model.num_codes", "baselines.num_codes", "train.batch_size", "eval.beam_width"}}
 
 
 def guide_commands() -> dict[str, list[list[str]]]:

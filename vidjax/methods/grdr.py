@@ -236,7 +236,8 @@ def recipes(config) -> dict[str, Recipe]:
 def limits(config, corpus) -> dict[str, tuple[int, str]]:
   """What must fit the data (`clip_to_data`): a retriever batch at most the training queries (one per training
   caption), a tokenizer batch (the views' and TIGER's RQ-VAE rows, `train.view_batch_size`) at most the training
-  videos, a codebook (`model.num_codes`, the baselines' `baselines.num_codes`) at most the training videos."""
+  videos, a codebook (`model.num_codes`, the baselines' `baselines.num_codes`) at most the training videos, a beam
+  (`eval.beam_width`, the capped row's) at most the distinct IDs the inductive pool's trie can hold."""
   n_queries, n_videos = len(corpus.train_queries), len(corpus.train)
   codes = f"the {n_videos} training videos k-means initialises a codebook over (at least 2 codes)"
   out = {"train.batch_size": (n_queries, f"the {n_queries} training queries (captions of the {n_videos} training "
@@ -245,6 +246,14 @@ def limits(config, corpus) -> dict[str, tuple[int, str]]:
          "model.num_codes": (n_videos, codes, 2)}
   if config is not None and config.get("baselines") is not None and "num_codes" in config.baselines:
     out["baselines.num_codes"] = (n_videos, codes, 2)
+  if config is not None:  # a beam at most the distinct IDs the inductive pool's trie can hold (`check_budget`)
+    n, m, k = config.model.num_views, config.model.num_layers, min(config.model.num_codes, max(n_videos, 2))
+    most = min(k ** m, n * len(corpus.test))
+    why = (f"the {most} distinct IDs the inductive pool's {len(corpus.test)} test videos can have (N_v={n}, K={k}, "
+           f"M={m})")
+    out["eval.beam_width"] = (most, why)
+    if config.eval.get("capped_row"):
+      out["eval.capped_beam_width"] = (most, why)
   return out
 
 
