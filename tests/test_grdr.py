@@ -591,3 +591,18 @@ def test_fewer_ranked_ids_than_k_count_as_misses_and_the_sizes_fit_the_training_
   limits = GM.limits(None, corpus)
   assert {k: v[0] for k, v in limits.items()} == {"train.batch_size": 40, "train.view_batch_size": 12,
                                                   "model.num_codes": 12}  # k-means initialises a codebook
+
+
+def test_the_dense_row_on_a_pool_of_fewer_than_ten_videos():
+  """A user's few test videos (issue 52's walk: 8): the dense row ranks them all, its latency included (it asked
+  the index for 10)."""
+  import types
+  import ml_collections
+  from vidjax.defaults.common import index_section
+  rng = np.random.default_rng(0)
+  feats = rng.normal(size=(8, 6)).astype(np.float32)
+  corpus = types.SimpleNamespace(video_ids=np.array([f"v{i}" for i in range(8)]), features=feats,
+                                 test_query_video=np.arange(8), test_queries=feats + 0.01)
+  ecfg = ml_collections.ConfigDict(dict(candidates=0, dense_candidates=150, latency_queries=2))
+  row = GM.dense_setting(corpus, np.arange(8), ecfg, index_section())
+  assert row["t2v_r1"] == 100.0 and row["num_candidates"] == 8 and row["latency_ms"]["total"] > 0

@@ -759,11 +759,11 @@ def dense_setting(corpus: Corpus, pool: np.ndarray, ecfg, index_config) -> dict:
          "candidate_recall": 100.0 * float(np.mean(hit[:, :cut].any(1))),
          "num_candidates": float(min(cut, len(pool))),
          "index_bytes_per_video": 4.0 * corpus.features.shape[1], "reranker": None}
-  n = min(ecfg.latency_queries, len(target))
-  index.retrieve(corpus.test_queries[:1], 10)
+  n, k = min(ecfg.latency_queries, len(target)), min(10, len(pool))  # a pool of fewer than 10 videos: all of them
+  index.retrieve(corpus.test_queries[:1], k)
   t = time.perf_counter()
   for i in range(n):
-    index.retrieve(corpus.test_queries[i:i + 1], 10)
+    index.retrieve(corpus.test_queries[i:i + 1], k)
   out["latency_ms"] = {"total": 1e3 * (time.perf_counter() - t) / n}
   return out
 
