@@ -3,7 +3,8 @@ configs/dense/common.py has them and the variants.
 
     python -m vidjax.main --config configs/dense_lsmdc.py --workdir DIR --config.data.features=STORE \
         --config.data.annotations=TEST_FILE --config.data.train_annotations=TRAIN_FILE   # a store: tokens, clip, text
-    (LSMDC has no embedded world: a user's store only)
+    python -m vidjax.main --config configs/dense_lsmdc.py:world --workdir DIR        # embedded SYNTHETIC world
+    python -m vidjax.main --config configs/dense_lsmdc.py:smoke --workdir DIR        # seconds (tests)
 """
 from pathlib import Path
 

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from vidjax.data.features import FeatureStore
-from vidjax.data.retrieval import DATASETS, build_benchmark, read_dataset
+from vidjax.data.retrieval import build_benchmark, read_dataset
+from vidjax.methods.dense import DATASETS  # the retrieval protocols and LSMDC's
 from vidjax.worlds import moving_objects as mo
 from vidjax.tokenizers.wordpiece import load_vocab
 

@@ -26,8 +26,8 @@ Deviations (each forced by a frozen-feature setting, and stated):
   * each trained row is evaluated after its last epoch (the papers keep the best epoch on the test split).
 
 With `data.features` empty the run writes the embedded SYNTHETIC moving-object world as the dataset's release files and
-store under `<workdir>/world` (`vidjax.worlds.moving_objects.write_world`) and reads them as a user's; LSMDC has no
-world layout and runs on a user's store only.
+store under `<workdir>/world` (`vidjax.worlds.moving_objects.write_world`: MSR-VTT, DiDeMo, ActivityNet, MSVD and
+LSMDC layouts) and reads them as a user's.
 """
 from __future__ import annotations
 
@@ -116,7 +116,7 @@ def get_config(dataset: str, arg: str | None = None) -> ml_collections.ConfigDic
 
 
 def world(c: ml_collections.ConfigDict) -> None:
-  """The embedded world by name (its default with no `data.features`; LSMDC has none)."""
+  """The embedded world by name (its default with no `data.features`)."""
   if "world" not in c:
     raise ValueError(f"configs/dense_{c.dataset}.py:world: the moving-object world writes no {c.dataset} release "
                      "files; run it on a user's store (--config.data.features=...)")

@@ -50,7 +50,8 @@ the dataset a config names would have, under one folder, and the runs read it th
     and `MSRVTT_data.json` (every video written, split "train" / "test"); DiDeMo's `test_data.json` / `train_data.json`;
     ActivityNet Captions' `val_1.json` / `train.json`; MSVD's `youtube_mapping.txt` + `AllVideoDescriptions.txt`
     (clip names `<world id>_0_<T>`, numbered vid1.. for training and vid1301.. for test, so at most 1,200 training
-    and 670 test videos). Every video has one caption describing the whole video. The files hold the test split,
+    and 670 test videos); LSMDC's `LSMDC16_challenge_1000_publictect.csv` / `LSMDC16_annos_training.csv` (a line
+    per caption, the clip spanning the whole video). Every video has one caption describing the whole video. The files hold the test split,
     and the training split when the run trains (a config with `data.train_annotations`);
   * `features/`: a feature store with kinds `tokens` [T, P, dim], `clip` [dim] (keyed by video id as the reader
     names it) and `text` [dim] (keyed by every caption id the reader gives, and by video id: a one-caption video's
@@ -467,6 +468,7 @@ RELEASE_FILES = {
     "didemo": ("test_data.json", "train_data.json"),
     "activitynet": ("val_1.json", "train.json"),
     "msvd": ("youtube_mapping.txt,AllVideoDescriptions.txt",) * 2,
+    "lsmdc": ("LSMDC16_challenge_1000_publictect.csv", "LSMDC16_annos_training.csv"),
 }
 MSVD_TEST_FIRST, MSVD_LIMITS = 1301, {"train": 1200, "test": 670}  # vidjax.data.annotations.msvd's split by number
 
@@ -526,6 +528,11 @@ def write_release_files(world: MovingObjectWorld, root, dataset: str, splits: Se
     for s in splits:
       io.atomic_write_json(root / files[s], {vid: {"duration": float(frames), "timestamps": [[0.0, float(frames)]],
                                                "sentences": [c.text]} for vid, c, v_split in rows if v_split == s})
+  elif dataset == "lsmdc":  # a tab-separated line per caption; the clip spans the whole video (a frame a second)
+    span = "\t".join([lsmdc_time(0), lsmdc_time(frames)] * 2)
+    for s in splits:
+      io.atomic_write_text(root / files[s], "".join(f"{vid}\t{span}\t{c.text}\n" for vid, c, v_split in rows
+                                                    if v_split == s))
   else:  # msvd
     check_fits(dataset, {s: sum(v_split == s for _, _, v_split in rows) for s in MSVD_LIMITS})
     number, mapping = {"train": 1, "test": MSVD_TEST_FIRST}, []
@@ -538,6 +545,11 @@ def write_release_files(world: MovingObjectWorld, root, dataset: str, splits: Se
         + [f"{vid} {c.text}" for vid, c, _ in rows]))
   test, train = (",".join(str(root / f) for f in files.split(",")) for files in RELEASE_FILES[dataset])
   return {"annotations": test, **({"train_annotations": train} if "train" in splits else {})}
+
+
+def lsmdc_time(seconds: int) -> str:
+  """LSMDC's hh.mm.ss.mmm timestamp of a whole number of seconds."""
+  return f"{seconds // 3600:02d}.{seconds // 60 % 60:02d}.{seconds % 60:02d}.000"
 
 
 def write_truth(world: MovingObjectWorld, path, dataset: str, splits: Sequence[str] = ("test", "train")) -> None:
