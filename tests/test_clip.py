@@ -61,3 +61,41 @@ def test_strict_must_be_a_bool():
     check_strict(ml_collections.ConfigDict(dict(strict="yes")))
   check_strict(ml_collections.ConfigDict(dict(strict=True)))
   check_strict(ml_collections.ConfigDict(dict(other=1)))
+
+
+def _experiment(log, late_check=None):
+  """A method's run in miniature: reads its data, clips, checks what only the data can say, then trains."""
+  import optax  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from vidjax import train  # pylint: disable=g-import-not-at-top
+
+  def run(config, workdir):
+    config, clipped = clip_to_data(config, {"train.batch_size": (115, "the 115 training instances")})
+    log.append("clipped")
+    if late_check:
+      late_check(config)
+    train.fit(init_fn=lambda rng: {"w": np.zeros(2, np.float32)}, loss_fn=lambda p, b, r: ((p["w"] ** 2).sum(), {}),
+              optimizer=optax.sgd(0.1), dataset=[{"x": np.zeros((1,), np.float32)}] * 2, num_steps=1,
+              workdir=f"{workdir}/model", progress=False)
+    log.append("trained")
+    return {"clipped": clipped}
+  return run
+
+
+def test_a_check_run_runs_every_check_up_to_the_first_training_step_and_stops_there(tmp_path, capsys):
+  import json  # pylint: disable=g-import-not-at-top
+  from vidjax.experiments.common import check_run  # pylint: disable=g-import-not-at-top
+  log = []
+  config = _config(experiment="x")
+  plan = check_run(_experiment(log), config, tmp_path)
+  assert log == ["clipped"] and not (tmp_path / "model").exists()  # stopped at fit, before it wrote anything
+  assert plan["clipped"] == {"train.batch_size": [512, 115]} and plan["config"]["train"]["batch_size"] == 115
+  assert json.loads((tmp_path / "check.json").read_text()) == json.loads(json.dumps(plan))
+  assert "check: the data fit; clipped" in capsys.readouterr().out
+
+  def late(config):  # a check after the clipping (e.g. a beam wider than the test videos' trie) still runs
+    raise ValueError("config.eval.beam_width=100 is wider than the trie allows")
+  with pytest.raises(ValueError, match="beam_width=100"):
+    check_run(_experiment([], late), config, tmp_path / "late")
+  from vidjax import train  # pylint: disable=g-import-not-at-top
+  assert not train._BEFORE_TRAINING  # pylint: disable=protected-access  (the hook ends with its check run)

@@ -49,8 +49,9 @@ _CONFIG = config_flags.DEFINE_config_file("config", None, "Path to a config file
                                           lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for results, checkpoints and logs.")
 _DEBUG = flags.DEFINE_bool("debug", False, f"Show the full traceback of an error (also: {DEBUG_ENV}=1).")
-_CHECK = flags.DEFINE_bool("check", False, "Read the data, fit every size to them (clipped or refused as in a run) and "
-                           "stop before any training: WORKDIR/check.json holds what would run.")
+_CHECK = flags.DEFINE_bool("check", False, "Read the data, fit every size to them (clipped or refused as in a run), run "
+                           "every check up to the first training step and stop there: WORKDIR/check.json holds what "
+                           "would run.")
 
 
 def experiment(kind: str):
@@ -68,10 +69,11 @@ def experiments() -> dict:
 
 
 def run(config, workdir: str, check: bool = False):
-  """Dispatches to the experiment named by `config.experiment`; returns its results dict. `check`: stop once the
-  data are read and every size fits them (`defaults.common.DataFits`): returns and writes `WORKDIR/check.json`
-  ({"experiment", "check": "the data fit", "clipped", "config"}) instead of training; an experiment with no size
-  to fit (retrieval, prepare) runs whole."""
+  """Dispatches to the experiment named by `config.experiment`; returns its results dict. `check`: stop where the
+  first training would start, once the data are read, every size fits them and every check on the way has run
+  (`experiments.common.check_run`): returns and writes `WORKDIR/check.json` ({"experiment", "check": "the data
+  fit", "clipped", "config"}) instead of training; an experiment that trains nothing (retrieval, prepare) runs
+  whole."""
   fn = experiment(config.experiment)
   if check:
     return common.check_run(fn, config, workdir)

@@ -450,6 +450,20 @@ def _restore_latest_good(manager: ocp.CheckpointManager, abstract: TrainState, d
                    "over.")
 
 
+_BEFORE_TRAINING: list[Callable[[], None]] = []
+
+
+@contextlib.contextmanager
+def before_training(hook: Callable[[], None]):
+  """Within it, every `fit` calls `hook()` once its arguments are checked, before it writes or trains anything (a
+  check run, `vidjax.main --check`, stops there by raising)."""
+  _BEFORE_TRAINING.append(hook)
+  try:
+    yield
+  finally:
+    _BEFORE_TRAINING.remove(hook)
+
+
 def fit(*, init_fn: Callable[[jax.Array], Any], loss_fn: LossFn,
         optimizer: optax.GradientTransformation, dataset: Any, num_steps: int,
         workdir: str | Path, seed: int = 0, mesh: jax.sharding.Mesh | None = None,
@@ -504,6 +518,8 @@ def fit(*, init_fn: Callable[[jax.Array], Any], loss_fn: LossFn,
   if eval_fn is not None and (eval_every is None or eval_every < 1):
     raise ValueError(f"fit: eval_fn is given, so eval_every must be a positive integer, "
                      f"got {eval_every!r}.")
+  for hook in _BEFORE_TRAINING:
+    hook()
   workdir = Path(workdir)
   workdir.mkdir(parents=True, exist_ok=True)
   mesh = sharding_lib.make_mesh() if mesh is None else mesh

@@ -279,24 +279,27 @@ def precision_section() -> ml_collections.ConfigDict:
 
 
 class DataFits(Exception):
-  """Raised by `clip_to_data` in a check run (`checking()`): the data are read and every size fits them (or is
-  clipped); `plan` is {"clipped": ..., "config": the values that would run}. `vidjax.main --check` stops there."""
+  """Raised in a check run (`checking()`) where the training would start: the data are read, every size fits them
+  (or is clipped) and every check before training passed; `plan` is {"clipped": ..., "config": the values that
+  would run}. `vidjax.main --check` stops there."""
 
   def __init__(self, plan: dict):
     super().__init__("the data are read and every size fits them")
     self.plan = plan
 
 
-_CHECKING: list[bool] = []
+_CHECKING: list[dict] = []  # the plan of each enclosing check run: what `clip_to_data` fitted
 
 
 @contextlib.contextmanager
 def checking():
-  """Within it, the first `clip_to_data` that prints (a method's, once its data are known) raises `DataFits`
-  instead of returning: a check run reads the data and fits every size, then stops before any training."""
-  _CHECKING.append(True)
+  """A check run: within it `clip_to_data` records what it fits (and clips) in the yielded plan ({"clipped",
+  "config"}) as well as returning it; `vidjax.experiments.common.check_run` raises `DataFits` with the plan where
+  the first training would start (`vidjax.train.before_training`), so every check up to there runs."""
+  plan: dict = {"clipped": {}, "config": None}
+  _CHECKING.append(plan)
   try:
-    yield
+    yield plan
   finally:
     _CHECKING.pop()
 
@@ -306,7 +309,7 @@ def is_strict(config) -> bool:
   return bool(config.get("strict", STRICT))
 
 
-def clip_to_data(config, limits: Mapping[str, tuple], say: bool = True):
+def clip_to_data(config, limits: Mapping[str, tuple], say: bool = True, fitted: Mapping[str, list] | None = None):
   """Sizes that do not fit the data, fitted to it once per run, right after the data are known.
 
   `limits`: {dotted config key: (the most that fits, why: what the data hold[, the least the run needs: 1])}. A
@@ -317,7 +320,8 @@ def clip_to_data(config, limits: Mapping[str, tuple], say: bool = True):
   paper's numbers). Nothing fits (less than the least the run needs) is an error either way.
 
   `say=False`: the refusals only, nothing printed (a check before the data's files are written, when the run
-  clips again, and says so, once its data are known).
+  clips again, and says so, once its data are known). `fitted`: entries {key: [asked, used]} the caller already
+  fitted (and said so), kept in the record with the rest.
 
   Returns (config, clipped): the config with the used values (an unlocked copy, locked again: downstream code
   reads it as before, and results.json's `config` shows what ran; `config` itself when nothing was clipped), and
@@ -346,10 +350,12 @@ def clip_to_data(config, limits: Mapping[str, tuple], say: bool = True):
     changed[key] = used_value
     clipped[key] = [list(value) if isinstance(value, (list, tuple)) else value,
                     used if isinstance(value, (list, tuple)) else used_value]
-  fitted = with_values(config, changed) if changed else config
-  if say and _CHECKING:
-    raise DataFits({"clipped": clipped, "config": fitted.to_dict()})
-  return fitted, clipped
+  clipped.update(fitted or {})
+  config = with_values(config, changed) if changed else config
+  if say and _CHECKING:  # a check run: the plan so far (`checking`)
+    _CHECKING[-1]["clipped"].update(clipped)
+    _CHECKING[-1]["config"] = config.to_dict()
+  return config, clipped
 
 
 # `config.strict`, every method config's: False (the default) clips a batch size or budget that does not fit the

@@ -35,7 +35,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import jax
 import jax.numpy as jnp
 
-from vidjax import io
+from vidjax import io, train
 from vidjax.sharding import is_writer, on_writer
 from vidjax.defaults.common import (DataFits, bad_value, check_choice, check_heads, check_precision, check_ranges,
                                     check_strict, checking, get_key, with_values)
@@ -488,12 +488,17 @@ def save_figure(fig, path: str | Path) -> Path | None:
 
 
 def check_run(fn, config, workdir) -> dict:
-  """`vidjax.main --check`: runs `fn(config, workdir)` until its data are read and every size is fitted to them
-  (`defaults.common.DataFits`, raised by the method's `clip_to_data`), then stops before any training; writes and
-  returns `WORKDIR/check.json` {"experiment", "check": "the data fit", "clipped", "config": what would run}. An
-  experiment with no size to fit (retrieval, prepare) runs whole and returns its results."""
+  """`vidjax.main --check`: runs `fn(config, workdir)` until its first training would start (`train.fit`, the one
+  loop every method trains with): the data are read, every size is fitted to them (`defaults.common.clip_to_data`
+  records what it clipped) and every check on the way has run; then stops (`defaults.common.DataFits`) and writes
+  and returns `WORKDIR/check.json` {"experiment", "check": "the data fit", "clipped", "config": what would run}. An
+  experiment that trains nothing (retrieval, prepare) runs whole and returns its results."""
+
+  def stop(plan):
+    raise DataFits({"clipped": plan["clipped"], "config": plan["config"] or config.to_dict()})
+
   try:
-    with checking():
+    with checking() as plan, train.before_training(lambda: stop(plan)):
       return fn(config, workdir)
   except DataFits as fits:
     plan = {"experiment": config.get("name") or config.experiment, "check": "the data fit", **fits.plan}

@@ -136,12 +136,7 @@ def fit_to_data(config, data) -> tuple[Any, dict]:
   if held.get("heldout_fraction_asked", held.get("heldout_fraction")) != held.get("heldout_fraction"):
     grown["data.heldout_fraction"] = [held["heldout_fraction_asked"], held["heldout_fraction"]]
     config = common.with_values(config, {"data.heldout_fraction": held["heldout_fraction"]})
-  try:
-    config, clipped = common.clip_to_data(config, limits(len(data.instances), config.dataset))
-  except common.DataFits as fits:  # a check run (`vidjax.main --check`): the plan names the grown subset too
-    fits.plan["clipped"].update(grown)
-    raise
-  return config, {**clipped, **grown}
+  return common.clip_to_data(config, limits(len(data.instances), config.dataset), fitted=grown)
 
 
 def _embed_fn(config):
