@@ -249,8 +249,8 @@ def smoke(c: ml_collections.ConfigDict) -> None:
   c.world.num_videos = 300
   c.world.train_queries = 6
   tiny(c)
-  for paper in ("clip4clip", "xpool"):  # a few steps each (1,620 training captions: 12 steps)
-    c.dense.train[paper].update(batch_size=128, epochs=1)
+  for paper in ("clip4clip", "xpool"):  # a few steps each (1,620 training captions: 25 steps)
+    c.dense.train[paper].update(batch_size=64, epochs=1)
 
 
 def _t5_scaled(t5: ml_collections.ConfigDict, width: float, depth: int) -> ml_collections.ConfigDict:

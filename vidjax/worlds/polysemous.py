@@ -172,13 +172,10 @@ def make_frames(cfg: PolysemousWorldConfig, seed: int, features: np.ndarray, fac
   docstring's story), from their own random stream: the rest of the world does not depend on them."""
   rng = np.random.default_rng([seed, 1])
   t, d = cfg.frames, cfg.dim
-  frames = np.empty((len(features), t, d), np.float32)
-  which = np.empty((len(features), t), np.int64)
-  for v, f in enumerate(facets):
-    k = (np.arange(t) * len(f)) // t  # contiguous segments, one per facet, in order
-    x = features[v] + cfg.frame_weight * (f[k] - f.mean(0)) + cfg.frame_noise * rng.standard_normal((t, d)) / np.sqrt(d)
-    frames[v], which[v] = l2_normalize(x), k
-  return frames, which
+  which = np.stack([(np.arange(t) * len(f)) // t for f in facets])  # contiguous segments, one per facet, in order
+  shown = np.stack([f[k] - f.mean(0) for f, k in zip(facets, which)])  # [V, T, dim]
+  x = features[:, None] + cfg.frame_weight * shown + cfg.frame_noise * rng.standard_normal(shown.shape) / np.sqrt(d)
+  return l2_normalize(x).astype(np.float32), which
 
 
 def dense_recall(world: PolysemousWorld, pool: str = "inductive", ks=(1, 5, 10, 100)) -> dict[str, float]:
