@@ -246,8 +246,8 @@ def recipes(config) -> dict[str, Recipe]:
 
 
 def limits(config, corpus) -> dict[str, tuple[int, str]]:
-  """What must fit the data (`clip_to_data`): a retriever batch at most the training queries (one per training
-  caption), a tokenizer batch (the views' and TIGER's RQ-VAE rows, `train.view_batch_size`) at most the training
+  """What must fit the data (`clip_to_data`): a retriever batch (and a dense row's, `dense.train.*.batch_size`) at
+  most the training queries (one per training caption), a tokenizer batch (the views' and TIGER's RQ-VAE rows, `train.view_batch_size`) at most the training
   videos, a codebook (`model.num_codes`, the baselines' `baselines.num_codes`) at most the training videos, a beam
   (`eval.beam_width`, the capped row's) at most the distinct IDs the inductive pool's trie can hold."""
   n_queries, n_videos = len(corpus.train_queries), len(corpus.train)
@@ -258,6 +258,9 @@ def limits(config, corpus) -> dict[str, tuple[int, str]]:
          "model.num_codes": (n_videos, codes, 2)}
   if config is not None and config.get("baselines") is not None and "num_codes" in config.baselines:
     out["baselines.num_codes"] = (n_videos, codes, 2)
+  if config is not None and needs_frames(config):  # the dense rows' batches: pairs of the same training captions
+    for paper in ("clip4clip", "xpool"):
+      out[f"dense.train.{paper}.batch_size"] = out["train.batch_size"]
   if config is not None:  # a beam at most the distinct IDs the inductive pool's trie can hold (`check_budget`)
     n, m, k = config.model.num_views, config.model.num_layers, min(config.model.num_codes, max(n_videos, 2))
     most = min(k ** m, n * len(corpus.test))
