@@ -115,7 +115,8 @@ def test_grdr_bad_inputs_on_a_store_are_one_error_each_before_training(real_path
   missing = tmp_path / "missing.csv"
   missing.write_text("\n".join(lines + ["ret999,msr99999,video99999,a video nobody has"]) + "\n")
   config.data.annotations, config.data.skip_missing = str(missing), False
-  with pytest.raises(ValueError, match=r"1 of \d+ test videos have no \['clip'\] features .*video99999"):
+  # the per-frame kind too: the trained dense rows and the X-Pool rerank read the store's frame tokens
+  with pytest.raises(ValueError, match=r"1 of \d+ test videos have no \['clip', 'tokens'\] features .*video99999"):
     GM.read_corpus(config, tmp_path / "a")
   no_text = tmp_path / "no_text.csv"
   no_text.write_text("\n".join(lines + [f"ret998,msr99998,{video},a caption nobody embedded"]) + "\n")
