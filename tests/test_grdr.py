@@ -259,6 +259,21 @@ def _corpus(config, workdir):
   return GM.read_corpus(common.world_data(config, workdir, write_world), workdir)
 
 
+def _no_latency(row: dict) -> dict:
+  """A results row without its timings (latency_ms, its readings' too): what a rerun must reproduce."""
+  return {k: {n: _no_latency(r) for n, r in v.items()} if k == "readings" else v for k, v in row.items()
+          if k != "latency_ms"}
+
+
+def _as_backbone(row: dict) -> dict:
+  """A results row as a run reranking by the backbone's cosine alone writes it (timings aside): a GR row's
+  `dense_backbone` reading in place of its X-Pool metrics (the same candidates), no readings; a dense row as it is."""
+  if "readings" not in row:
+    return _no_latency(row)
+  cosine = row["readings"]["dense_backbone"]
+  return _no_latency({**row, **cosine, "reranker": "dense_backbone", "readings": {}})
+
+
 @pytest.fixture(scope="module")
 def smoke_run(smoke_runs):
   return smoke_runs("grdr")
@@ -268,17 +283,27 @@ def test_grdr_smoke_run_writes_the_results_contract(smoke_run):
   workdir, results = smoke_run
   saved = json.loads((workdir / "results.json").read_text())
   assert saved["synthetic"] is True and saved["path"] == "world"
-  keys = {"t2v_r1", "t2v_r5", "t2v_r10", "candidate_recall", "num_candidates", "latency_ms"}
+  keys = {"t2v_r1", "t2v_r5", "t2v_r10", "candidate_recall", "num_candidates", "latency_ms", "reranker"}
+  dense = ("dense_backbone", "clip4clip", "xpool")
   for setting in ("inductive", "full_corpus"):
-    assert set(saved["metrics"][setting]) == {"dense", "tiger", "avg", "t2vindexer", "grdr_paper", "grdr", "grdr_cap5"}
+    assert set(saved["metrics"][setting]) == {*dense, "tiger", "avg", "t2vindexer", "grdr_paper", "grdr", "grdr_cap5"}
     assert saved["metrics"][setting] == saved[setting]
     for method, row in saved["metrics"][setting].items():
       assert keys <= set(row), method
-      assert row["t2v_r1"] <= row["t2v_r5"] <= row["t2v_r10"] <= 100
-      if method != "dense":
-        assert set(row["latency_ms"]) >= {"encode", "decode", "id_to_video", "rerank"}
+      assert row["t2v_r1"] <= row["t2v_r5"] <= row["t2v_r10"] <= 100 and row["latency_ms"]["total"] > 0
+      if method in dense:  # each alone over the pool
+        assert row["reranker"] is None and row["t2v_r1"] <= row["candidate_recall"]
+      else:  # GR rows: X-Pool's rerank (the paper's), the backbone cosine's a second reading of the same candidates
+        latency = row["latency_ms"]
+        assert set(latency) >= {"encode", "decode", "id_to_video", "recall", "rerank", "total"}
+        assert latency["total"] == pytest.approx(latency["recall"] + latency["rerank"])
         assert 0 < row["num_candidates"] and row["t2v_r1"] <= row["candidate_recall"]
-        assert row["reranker"] == "dense_backbone"
+        assert row["reranker"] == "xpool" and set(row["readings"]) == {"dense_backbone"}
+        reading = row["readings"]["dense_backbone"]
+        assert set(reading) == {"t2v_r1", "t2v_r5", "t2v_r10", "latency_ms"}
+        assert reading["t2v_r10"] <= row["candidate_recall"] and reading["latency_ms"]["recall"] == latency["recall"]
+    # the dense rows' candidate recall is their R@150 (the paper's 100-150 candidates), over the pool
+    assert saved["metrics"][setting]["xpool"]["num_candidates"] == min(150, 30 if setting == "inductive" else 300)
     grdr, capped = saved["metrics"][setting]["grdr"], saved["metrics"][setting]["grdr_cap5"]
     assert (grdr["beam_width"], grdr["candidate_cap"], capped["beam_width"], capped["candidate_cap"]) == (8, 0, 8, 5)
     assert capped["num_candidates"] <= 5 < grdr["num_candidates"]
@@ -299,6 +324,8 @@ def test_grdr_smoke_run_writes_the_results_contract(smoke_run):
   assert sorted(p.name for p in (models / "tiger").iterdir()) == ["retriever", "rqvae"]
   assert sorted(p.name for p in (models / "avg").iterdir()) == ["retriever", "rqvae"]
   assert sorted(p.name for p in (models / "t2vindexer").iterdir()) == ["retriever"]
+  for row in ("clip4clip", "xpool"):  # the dense rows: the one loop's checkpoints (fit_dense)
+    assert (models / row / "checkpoints").is_dir() and (models / row / "metrics.jsonl").is_file()
   assert sorted(p.name for p in (models / "table3" / "wo_unified_cotraining").iterdir())[-1] == "retriever"
   # w/o L_CL: Algorithm 1 without the first layer's alignment phase (it would have nothing to train)
   assert sorted(p.name for p in (models / "table3" / "wo_cl").iterdir()) == [
@@ -343,6 +370,9 @@ def test_sweep_variant_adds_figure_7_rows_to_a_finished_run(smoke_run, tmp_path)
   shutil.copytree(workdir, tmp_path / "run")
   config = load_config(ROOT / "configs/grdr_msrvtt.py:smoke,sweep")
   config.eval.update(compare_single_view=False, capped_row=False)  # the capped row: the results contract's test
+  # the backbone's cosine alone (the X-Pool rerank and the dense rows: the results contract's test; this rerun's
+  # rows are the reference's second readings)
+  config.eval.update(reranker="dense_backbone", dense_rows=())
   # one model to train (M = 1): the others are the main model's values (N_v = 4, K = 16, M = 2, T5 "small"); a
   # model per N_v, K or T5 size is the same code with another n_views / num_codes / model.t5
   config.sweep.update(num_views=(4,), num_codes=(16,), num_layers=(1, 2), t5_size=("small",))
@@ -361,14 +391,16 @@ def test_sweep_variant_adds_figure_7_rows_to_a_finished_run(smoke_run, tmp_path)
   assert sweep["beam_width"]["4"]["num_candidates"] < sweep["beam_width"]["8"]["num_candidates"]
   assert (tmp_path / "run" / "sweep.png").stat().st_size > 0
   assert sorted(p.name for p in (tmp_path / "run" / "models" / "sweep").iterdir()) == ["num_layers1"]
-  strip = lambda r: {m: {k: v for k, v in row.items() if k != "latency_ms"} for m, row in r.items()}  # noqa: E731
+  strip = lambda r: {m: _no_latency(row) for m, row in r.items()}  # noqa: E731
   main = strip({"m": sweep["num_views"]["4"]})
   assert main == strip({"m": sweep["num_codes"]["16"]}) == strip({"m": sweep["num_layers"]["2"]})
   assert main == strip({"m": sweep["t5_size"]["small"]}) == strip({"m": sweep["beam_width"]["8"]})
   # A rerun on a finished workdir restores every phase of every row: the same results in both settings.
+  backbone = lambda r: {m: _as_backbone(row) for m, row in r.items()  # noqa: E731
+                        if m not in ("grdr_cap5", "clip4clip", "xpool")}
   for s in ("inductive", "full_corpus"):
-    assert strip(results["metrics"][s]) == strip({k: v for k, v in reference["metrics"][s].items() if k != "grdr_cap5"})
-    assert strip(results["ablations"]["table3"][s]) == strip(reference["ablations"]["table3"][s])
+    assert strip(results["metrics"][s]) == backbone(reference["metrics"][s])
+    assert strip(results["ablations"]["table3"][s]) == backbone(reference["ablations"]["table3"][s])
 
 
 def test_bad_sizes_get_one_clear_error_before_training(tmp_path):
@@ -402,7 +434,8 @@ def test_bad_sizes_get_one_clear_error_before_training(tmp_path):
 def test_grdr_killed_mid_phase_resumes_into_that_phase_and_the_same_results(smoke_run, tmp_path):
   """SIGKILL in the middle of Algorithm 1's layer-1 co-training phase (checkpoints every 2 steps), then a rerun:
   it resumes that phase from its last checkpoint, and its results equal the uninterrupted smoke run's Algorithm 1
-  row (`grdr_paper`; latencies aside)."""
+  row (`grdr_paper`, latencies aside; the rerun reranks by the backbone cosine alone, without the dense rows: the
+  reference's second reading)."""
   import os
   import signal
   import subprocess
@@ -413,7 +446,8 @@ def test_grdr_killed_mid_phase_resumes_into_that_phase_and_the_same_results(smok
   cmd = [sys.executable, "-m", "vidjax.main", "--config", "configs/grdr_msrvtt.py:smoke",
          "--config.train.schedule=progressive", "--config.train.checkpoint_every=2", "--config.train.log_every=1",
          "--config.eval.compare_single_view=False", "--config.eval.baselines=False", "--config.eval.table3=False",
-         "--config.eval.capped_row=False", "--workdir", str(workdir)]
+         "--config.eval.capped_row=False", "--config.eval.reranker=dense_backbone", "--config.eval.dense_rows=()",
+         "--workdir", str(workdir)]
   root = Path(__file__).resolve().parents[1]
   phase = workdir / "models" / "grdr" / "layer1_cotrain"
   proc = subprocess.Popen(cmd, cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -435,9 +469,11 @@ def test_grdr_killed_mid_phase_resumes_into_that_phase_and_the_same_results(smok
   assert 0 < killed_at and len(before) == killed_at and after[:killed_at] == before
   assert json.loads(after[-1])["step"] > killed_at
   resumed = json.loads((workdir / "results.json").read_text())
-  strip = lambda row: {k: v for k, v in row.items() if k != "latency_ms"}  # noqa: E731
-  for s in ("inductive", "full_corpus"):
-    assert strip(resumed["metrics"][s]["grdr"]) == strip(json.loads(json.dumps(reference))["metrics"][s]["grdr_paper"])
+  strip = _no_latency
+  reference = json.loads(json.dumps(reference))
+  for s in ("inductive", "full_corpus"):  # reranked by the backbone's cosine here, the reference's second reading
+    assert strip(resumed["metrics"][s]["grdr"]) == _as_backbone(reference["metrics"][s]["grdr_paper"])
+    assert set(resumed["metrics"][s]) == {"dense_backbone", "grdr", "grdr_paper"}
 
 
 def test_grdr_model_shapes_and_code_distribution():
@@ -606,3 +642,61 @@ def test_the_dense_row_on_a_pool_of_fewer_than_ten_videos():
   ecfg = ml_collections.ConfigDict(dict(candidates=0, dense_candidates=150, latency_queries=2))
   row = GM.dense_setting(corpus, np.arange(8), ecfg, index_section())
   assert row["t2v_r1"] == 100.0 and row["num_candidates"] == 8 and row["latency_ms"]["total"] > 0
+
+
+def test_xpool_rerank_of_recalled_candidates_equals_the_scorer_on_each_querys_own_candidates():
+  """A GR row's X-Pool rerank (`frames_reranker` + `rerank_found`): each query's candidates' frames gathered by row
+  (the corpus's sorted ids), the padding ids "" (score -inf) given a safe row and kept last, the order that of
+  X-Pool's score of each real candidate, computed here directly (every query against every video, one scorer call)
+  and sorted with NumPy; the backbone reading reorders the same candidates by the cosine of the clip features."""
+  import types
+  from vidjax.models.dense import DenseConfig, DenseRetriever, init_params
+  from vidjax.scorers.dense import DenseScorer
+  rng = np.random.default_rng(0)
+  v, t, d = 12, 3, 8
+  model = DenseRetriever(DenseConfig(pooling="xpool", embed_dim=d, frame_dim=d))
+  params = jax.tree.map(lambda x: x + 0.3 * rng.normal(size=x.shape).astype(np.float32),
+                        jax.device_get(init_params(model, jax.random.PRNGKey(0), t)))
+  scorer = DenseScorer(model, params)
+  corpus = types.SimpleNamespace(video_ids=np.array([f"v{i:02d}" for i in range(v)]),
+                                 frames=rng.normal(size=(v, t, d)).astype(np.float32),
+                                 features=rng.normal(size=(v, d)).astype(np.float32))
+  text = rng.normal(size=(3, d)).astype(np.float32)
+  found = np.array([["v03", "v07", "v01", "v11", "v00"], ["v05", "v02", "", "", ""], ["v09", "", "", "", ""]])
+  prior = np.where(found == "", -np.inf, -np.arange(5.0)[None]).astype(np.float32)
+  recall = types.SimpleNamespace(vectors=lambda ids: np.where(  # the backbone's batch: the clip features, 0 for ""
+      (np.asarray(ids) == "")[..., None], 0.0, corpus.features[np.searchsorted(corpus.video_ids, ids)]))
+  xpool = GM.frames_reranker("xpool", scorer, corpus)
+  got = GM.rerank_found(recall, found, prior, xpool, {"text": text}, k=5)
+  direct = scorer.score({"text": text, "candidates": corpus.frames})  # [Q, V] every pair
+  cos = (text / np.linalg.norm(text, axis=1, keepdims=True)) @ (
+      corpus.features / np.linalg.norm(corpus.features, axis=1, keepdims=True)).T
+  for name, reranker, full in (("xpool", xpool, direct), ("dense_backbone", GM.BACKBONE, cos)):
+    res = got if name == "xpool" else GM.rerank_found(recall, found, prior, reranker, {"text": text}, k=5)
+    for q in range(3):
+      real = found[q][found[q] != ""]
+      s = full[q, np.searchsorted(corpus.video_ids, real)]
+      want = list(real[np.argsort(-s, kind="stable")]) + [""] * (5 - len(real))
+      assert list(res.ids[q]) == want, (name, q)
+      np.testing.assert_allclose(res.scores[q, :len(real)], np.sort(s)[::-1], rtol=2e-2, atol=1e-4)
+      assert np.all(np.isneginf(res.scores[q, len(real):]))
+  # a pass's candidate frames stay under RERANK_BYTES: 12 frames x 128-d, 512 candidates -> 16 queries (21 fit)
+  assert GM.Reranker("x", scorer, None, 4 * 12 * 128).query_batch(512) == 16 and GM.BACKBONE.query_batch(512) == 256
+
+
+def test_a_store_without_the_frames_kind_is_one_error_unless_nothing_reads_frames(tmp_path):
+  """The dense rows and the X-Pool rerank read `data.frames_kind`: a store without it is one error naming the key and
+  the store, before any training; with the backbone's cosine as the reranker and no dense rows the run reads no
+  frames (as before the trained rows existed)."""
+  config = grdr_smoke_config()
+  assert config.data.frames_kind == "frames" and config.eval.reranker == "xpool"
+  config.data.frames_kind = "tokens"  # a prepared store's kind: the world writes "frames"
+  with pytest.raises(ValueError, match=r"grdr: the store .*features has no per-frame features of kind "
+                                       r"data.frames_kind='tokens' \(it has \['clip', 'frames', 'text'\]\)"):
+    _corpus(config, tmp_path)
+  config.eval.update(reranker="dense_backbone", dense_rows=())
+  corpus = _corpus(config, tmp_path)
+  assert corpus.frames is None and not GM.needs_frames(config)
+  config.eval.reranker = "cosine"
+  with pytest.raises(ValueError, match="eval.reranker='cosine'"):
+    G.validate(config)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from vidjax.methods import grdr_baselines as GB
-from vidjax.methods.grdr import Corpus, TrainingSet
+from vidjax.methods.grdr import Corpus, TrainingSet, evaluate_setting
 from vidjax.models.gr_baselines import (IdRetrieverConfig, PrefixAdapter, RQVAE, RQVAEConfig, SemanticIdRetriever,
                                         VocabLayout, euclidean_residual_quantize)
 from vidjax.models.t5 import T5Config
@@ -171,9 +171,9 @@ def test_tiger_learns_query_to_id_on_tiny_data(tmp_path):
                   np.arange(v), train_q, video, {}, True)
   row = GB.TrainedBaseline(model, params, lambda rows: ids[rows])
   ecfg = ml_collections.ConfigDict(dict(beam_width=4, candidates=0, latency_queries=2))  # 0: uncapped
-  out, found = GB.evaluate_setting(corpus, GB.make_recall(row, corpus, np.arange(v), ecfg), ecfg)
+  out, found = evaluate_setting(corpus, GB.make_recall(row, corpus, np.arange(v), ecfg), ecfg)
   assert out["reranker"] == "dense_backbone" and found.shape == (v, 4)
   assert out["num_candidates"] == 4.0 and out["candidate_cap"] == 0  # uncapped, unique IDs: one video per beam
   assert out["candidate_recall"] >= 75.0, out  # chance: 4 of 24 videos = 16.7
   assert out["t2v_r1"] <= out["candidate_recall"]
-  assert set(out["latency_ms"]) >= {"encode", "decode", "rerank", "total"}
+  assert set(out["latency_ms"]) >= {"encode", "decode", "recall", "rerank", "total"} and out["readings"] == {}

@@ -115,7 +115,8 @@ def test_grdr_bad_inputs_on_a_store_are_one_error_each_before_training(real_path
   missing = tmp_path / "missing.csv"
   missing.write_text("\n".join(lines + ["ret999,msr99999,video99999,a video nobody has"]) + "\n")
   config.data.annotations, config.data.skip_missing = str(missing), False
-  with pytest.raises(ValueError, match=r"1 of \d+ test videos have no \['clip'\] features .*video99999"):
+  # the per-frame kind too: the trained dense rows and the X-Pool rerank read the store's frame tokens
+  with pytest.raises(ValueError, match=r"1 of \d+ test videos have no \['clip', 'tokens'\] features .*video99999"):
     GM.read_corpus(config, tmp_path / "a")
   no_text = tmp_path / "no_text.csv"
   no_text.write_text("\n".join(lines + [f"ret998,msr99998,{video},a caption nobody embedded"]) + "\n")
@@ -209,13 +210,16 @@ def test_grdr_on_a_real_store(real_path):
   results = _method(real_path, "grdr_msrvtt", "prep_msrvtt")
   assert set(results["metrics"]) == {"inductive", "full_corpus"}
   for setting in ("inductive", "full_corpus"):
-    assert set(results["metrics"][setting]) == {"dense", "tiger", "avg", "t2vindexer", "grdr_paper", "grdr", "grdr_cap5"}
+    assert set(results["metrics"][setting]) == {"dense_backbone", "clip4clip", "xpool", "tiger", "avg", "t2vindexer",
+                                                "grdr_paper", "grdr", "grdr_cap5"}
+    assert results["metrics"][setting]["grdr"]["reranker"] == "xpool"  # over the store's frame tokens
     assert 0.0 <= results["metrics"][setting]["grdr"]["candidate_recall"] <= 100.0
     # the dataset config trains Algorithm 1: its `grdr` row is the paper's
     assert results["metrics"][setting]["grdr"] == results["metrics"][setting]["grdr_paper"]
   run, _ = real_path("grdr_msrvtt")
   assert results["dataset"] == "msrvtt (synthetic rendered videos)"
-  assert sorted(p.name for p in (run / "models").iterdir()) == ["avg", "grdr", "t2vindexer", "tiger"]
+  assert sorted(p.name for p in (run / "models").iterdir()) == ["avg", "clip4clip", "grdr", "t2vindexer", "tiger",
+                                                                 "xpool"]
   assert (run / "models" / "grdr" / "layer2_cotrain").is_dir()
   config = json.loads((run / "config.json").read_text())
   assert config["model"]["query_encoder"] == "t5" and config["train"]["schedule"] == "progressive"
@@ -245,7 +249,7 @@ def test_real_path_summary_reads_every_line_from_the_runs(real_path, tmp_path, c
   assert lines["cast", "youcook2"]["holds"] == (cast["cast"]["acc"] >= cast["zero_shot"]["acc"] + 10)
   assert lines["cast", "coin"]["holds"] is None and lines["stack", "youcook2"]["holds"] is None  # not run
   grdr = results["grdr_msrvtt"]["metrics"]["inductive"]
-  assert lines["grdr", "msrvtt"]["reference"] == pytest.approx(0.8 * grdr["dense"]["candidate_recall"])
+  assert lines["grdr", "msrvtt"]["reference"] == pytest.approx(0.8 * grdr["dense_backbone"]["candidate_recall"])
   assert lines["grdr", "msrvtt"]["value"] == pytest.approx(grdr["grdr"]["candidate_recall"])
   comp = results["comp_activitynet"]["metrics"]
   assert lines["videocomp", "activitynet"]["holds"] == (comp["contrastive"]["temp_reorder"]

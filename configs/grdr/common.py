@@ -9,6 +9,12 @@ written as release files and a store under `<workdir>/world`, and its small retr
 seconds: tests), `tiny` (a tiny model on any data), `rendered` (the rendered release corpus's store), `sweep`
 (Figure 7).
 
+Tables 1-2's rows (results `metrics.<setting>.<row>`, settings "inductive" and "full_corpus"): the dense rows
+`dense_backbone` (the frozen backbone's cosine), `clip4clip` (CLIP4Clip meanP) and `xpool` (X-Pool), each trained on
+the training captions (`dense`, `eval.dense_rows`) and run alone over the pool; and the generative rows (`grdr`,
+`grdr_paper`, `grdr_nv1`, `grdr_cap<N>`, `tiger`, `avg`, `t2vindexer`), each reranked by `eval.reranker` (§4.2-4.3:
+X-Pool), the other reranker kept as a second reading (`readings.<name>`).
+
 The paper's hyperparameters (../shared/papers/grdr.txt §4.3): N_v = 4 views, M = 3 codebook layers of
 K = 128 codes (LSMDC: N_v = 1, K = 200); T5-Small retriever; AdamW lr 1e-4, batch 512; per layer
 an alignment phase (3 epochs for the first layer, 1 after) and 4 co-training epochs; beam size 100 and every
@@ -61,9 +67,13 @@ Deviations:
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import ml_collections
 
 from vidjax.defaults import common
+
+_dense = common.config_module(Path(__file__).resolve().parents[1] / "dense" / "common.py")  # the dense rows' settings
 
 DATASETS = ("msrvtt", "didemo", "activitynet", "lsmdc")
 
@@ -146,7 +156,19 @@ def get_config(dataset: str, arg: str | None = None) -> ml_collections.ConfigDic
       baselines=True,          # Tables 1-2's GR baselines TIGER, AVG, T2VIndexer (`baselines`; methods.grdr_baselines)
       table3=True,             # Table 3: Algorithm 1 without the multi-view tokenizer / unified co-training / L_HC / L_CL
       index_frames=12,         # Figure 4's frame-level index: frames per video kept (X-Pool's 12, the paper's reranker)
+      # The GR rows' reranker (results' `reranker`): "xpool", the paper's (§4.3: "we employ T5-Small as the generative
+      # retriever and X-Pool for dense reranking"; §4.2 likewise for every GR baseline), trained on the corpus's
+      # training captions (section `dense`); "dense_backbone": the frozen backbone's cosine
+      # (the store's text and clip embeddings). The other one, when available, is a second reading of every GR row
+      # (`readings.<name>`).
+      reranker="xpool",
+      # Tables 1-2's trained dense rows (`vidjax.methods.dense`, section `dense`), each alone over the pool:
+      # "clip4clip" (CLIP4Clip meanP), "clip4clip_seqtransf", "xpool" (trained anyway when it is the reranker)
+      dense_rows=("clip4clip", "xpool"),
   ))
+  # The trained dense rows' model and schedules (configs/dense/common.py: CLIP4Clip's and X-Pool's papers), trained on
+  # the same training captions as GRDR's pseudo queries, over the store's per-frame features (`data.frames_kind`).
+  c.dense = _dense.dense_section(dataset)
   # The GR baselines of Tables 1-2 (`vidjax.methods.grdr_baselines`). §4.2: "We configure all baseline methods with 4
   # codebook layers of size 256". TIGER (Rajput et al. 2023 §3.1, §4.1): RQ-VAE encoder widths 512-256-128 (the
   # decoder mirrors them), 32-d latent, commitment beta 0.25, and one collision token appended to every ID (its
@@ -162,6 +184,8 @@ def get_config(dataset: str, arg: str | None = None) -> ml_collections.ConfigDic
   c.data = ml_collections.ConfigDict(dict(
       features="",            # a feature store (configs/prepare.py): `clip` per video, `text` per caption / paragraph
       clip_kind="clip", text_kind="text",   # the text embeddings: the query intents, the dense rerank, and "minilm"'s input
+      frames_kind="tokens",   # per-frame features of the dense rows and the X-Pool rerank: [T, P, D_v] patch tokens
+                              # (averaged over P) or [T, D_v] (a prepared store's "tokens"; the world's "frames")
       tokenizer="",           # query_encoder "t5": a SentencePiece model ("": the one the store's text tower used)
       annotations="",         # the test split's file (MSR-VTT: MSRVTT_JSFUSION_test.csv; DiDeMo test_data.json; ...)
       video_list="",          # MSR-VTT: optional id list of the test videos
@@ -188,8 +212,15 @@ def world(c: ml_collections.ConfigDict) -> None:
   """The embedded SYNTHETIC polysemous world (128-d, 10,000 videos) and a retriever sized for it: a small T5
   (d_model 128, 4 heads, d_ff 512, 2 decoder layers) with the frozen-feature query encoder, whose query vectors
   stand in for frozen all-MiniLM-L6-v2 sentence embeddings (query_encoder "minilm")."""
-  c.world = ml_collections.ConfigDict(dict(num_videos=10_000, dim=128, train_queries=12, test_queries=1))
+  c.world = ml_collections.ConfigDict(dict(num_videos=10_000, dim=128, train_queries=12, test_queries=1, frames=12))
+  c.data.frames_kind = "frames"  # the world's per-frame features (vidjax.worlds.polysemous)
   c.train.schedule = "tokenizer_first"  # the module docstring says why
+  # The dense rows on the world's 108,000 training captions, sized to train in a few CPU minutes: one epoch each at
+  # batch 128 and lr 1e-4 (a deviation: the papers train CLIP4Clip 5 epochs at batch 128, lr 1e-4, and X-Pool 15 at
+  # batch 32, lr 3e-5; X-Pool's epoch here is 844 steps, ~4 minutes on 2 CPU cores at the 3.3 steps/s measured on
+  # the 3,000-video world). Both start from identity maps (vidjax.models.dense).
+  for paper in ("clip4clip", "xpool"):
+    c.dense.train[paper].update(batch_size=128, epochs=1, lr=1e-4)
   c.train.update(retriever_epochs=6, retriever_lr=1e-3)  # the world's random-init retriever (module docstring)
   c.model = _model(latent_dim=128, hidden=256, query_dim=128, query_encoder="minilm",
                    t5=_t5(d_model=128, num_heads=4, d_kv=32, d_ff=512, encoder_layers=2, decoder_layers=2),
@@ -199,8 +230,9 @@ def world(c: ml_collections.ConfigDict) -> None:
 def rendered(c: ml_collections.ConfigDict) -> None:
   """On the rendered release corpus's store (`launch/real_path.sh OUT full`): Algorithm 1 with the world's small T5
   over the query text (the paper's T5-small would take CPU hours), in the store's 64-d text space (the rendered
-  backbone's width), paragraph-length queries; the Tables 1-2 rows (dense, TIGER, T2VIndexer), no Table 3 or
-  N_v = 1 extra models."""
+  backbone's width), paragraph-length queries; the Tables 1-2 rows (the dense rows at the papers' schedules over the
+  store's frame tokens, TIGER, AVG, T2VIndexer, each GR row reranked by X-Pool), no Table 3 or N_v = 1 extra
+  models."""
   c.model.update(latent_dim=64, hidden=256, query_dim=64,
                  t5=_t5(d_model=128, num_heads=4, d_kv=32, d_ff=512, encoder_layers=2, decoder_layers=2))
   c.eval.update(table3=False, compare_single_view=False)
@@ -219,6 +251,8 @@ def smoke(c: ml_collections.ConfigDict) -> None:
   c.world.num_videos = 300
   c.world.train_queries = 6
   tiny(c)
+  for paper in ("clip4clip", "xpool"):  # a few steps each (1,620 training captions: 25 steps)
+    c.dense.train[paper].update(batch_size=64, epochs=1)
 
 
 def _t5_scaled(t5: ml_collections.ConfigDict, width: float, depth: int) -> ml_collections.ConfigDict:
@@ -269,3 +303,5 @@ def tiny(c: ml_collections.ConfigDict) -> None:
   c.baselines.update(num_layers=2, num_codes=16, hidden=(32,), latent_dim=16,
                      collision_codes=512)  # up to every video of a small corpus on one ID
   c.train.progress = False
+  tiny_dense = _dense.get_config("msrvtt", "tiny")  # the dense rows' tiny schedules: 4 frames, one epoch, batch 16
+  c.dense = ml_collections.ConfigDict(dict(model=tiny_dense.model, train=tiny_dense.train))

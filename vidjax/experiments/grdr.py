@@ -3,20 +3,29 @@
 `run(config, workdir)`:
   1. data: release-format caption files and a feature store (`methods.grdr.read_corpus`: training captions as
      pseudo queries, the store's text embeddings for the intents and the rerank, the query text for the T5
-     encoder), a user's or the ones the embedded SYNTHETIC polysemous world writes under `<workdir>/world`
-     (the `world` variant: `vidjax.worlds.polysemous.write_world` through `common.world_data`);
-  2. query intents: each training video's queries are clustered by k-means into N_v intents (§3.2), once per N_v;
-  3. training, one row of Tables 1-3 at a time (`methods.grdr.recipes`: the config's schedule, Algorithm 1, N_v = 1,
+     encoder, the per-frame features `data.frames_kind` of the dense rows and the X-Pool rerank), a user's or the
+     ones the embedded SYNTHETIC polysemous world writes under `<workdir>/world` (the `world` variant:
+     `vidjax.worlds.polysemous.write_world` through `common.world_data`). A store without the frames kind is one
+     error naming `data.frames_kind` before any training, unless the run needs none (`eval.reranker=
+     "dense_backbone"` and `eval.dense_rows=()`: the backbone's cosine alone, as before the trained rows existed);
+  2. Tables 1-2's dense rows (`eval.dense_rows`, and X-Pool when it reranks): CLIP4Clip (meanP) and X-Pool trained
+     on the training captions with the one loop (`methods.dense.fit_dense`, section `dense`), checkpointed under
+     `<workdir>/models/<row>/`; each row alone over the pool, beside the frozen backbone's cosine
+     (`dense_backbone`);
+  3. query intents: each training video's queries are clustered by k-means into N_v intents (§3.2), once per N_v;
+  4. training, one row of Tables 1-3 at a time (`methods.grdr.recipes`: the config's schedule, Algorithm 1, N_v = 1,
      Table 3's ablations), each phase one call of the train loop, checkpointed under
      `<workdir>/models/<row>/<phase>/` (a killed run resumes into its phase); equal recipes train once; then the GR
      baselines TIGER, AVG and T2VIndexer (`methods.grdr_baselines`, `eval.baselines`);
-  4. indexing: every pool video's semantic IDs -> `SemanticIdTrie`;
-  5. retrieval per setting ("inductive": the test videos; "full_corpus": all videos): generative
+  5. indexing: every pool video's semantic IDs -> `SemanticIdTrie`;
+  6. retrieval per setting ("inductive": the test videos; "full_corpus": all videos): generative
      recall (beam search of `eval.beam_width`, de-duplication, every video the beams bring or at most
-     `eval.candidates`; `grdr_cap<N>`: the main model capped) then dense cosine rerank
-     through `TwoStage`; R@1/5/10, candidate recall, mean candidates, latency per stage at batch 1, index bytes;
-     exact dense retrieval beside it;
-  6. codebook health, index bytes per video (Figure 4), the optional Figure 7 sweep (`:sweep`), a plot of candidate
+     `eval.candidates`; `grdr_cap<N>`: the main model capped) then the rerank of every candidate by
+     `eval.reranker` (X-Pool by default, over the candidates' frames; results' `reranker`) through `TwoStage`, the
+     other reranker a second reading of the same candidates (`readings.<name>`: R@1/5/10, latency_ms); R@1/5/10,
+     candidate recall, mean candidates, latency per stage at batch 1 ("total" = T_recall + T_rerank, §4.1), index
+     bytes;
+  7. codebook health, index bytes per video (Figure 4), the optional Figure 7 sweep (`:sweep`), a plot of candidate
      recall against the candidate budget, and `<workdir>/results.json`.
 """
 from __future__ import annotations
@@ -33,8 +42,10 @@ from vidjax.defaults.common import (bad_value, check_choice, check_index, check_
                                     clip_to_data, with_values)
 from vidjax.experiments import common
 from vidjax.methods import grdr_baselines
-from vidjax.methods.grdr import (HC_TARGETS, SETTINGS, check_budget, dense_setting, evaluate_row, limits,
-                                 read_corpus, recall_curve, recipes, sweep_rows, trained_row)
+from vidjax.methods.dense import scorer as dense_scorer
+from vidjax.methods.grdr import (BACKBONE, DENSE_ROWS, HC_TARGETS, RERANKERS, SETTINGS, check_budget, dense_rows,
+                                 dense_setting, evaluate_row, frames_reranker, limits, needs_frames, pair_setting,
+                                 read_corpus, recall_curve, recipes, sweep_rows, train_dense, trained_row)
 from vidjax.worlds.polysemous import write_world
 
 RESUMABLE = ("sweep",)  # besides `common.is_resumable` (eval.*): a finished run re-evaluates, or adds the sweep, without retraining
@@ -51,6 +62,17 @@ def validate(config) -> None:
   if config.eval.capped_row:
     check_positive_int(config, ("eval.capped_beam_width", "eval.capped_candidates"))
   check_choice(config, "train.hc_targets", HC_TARGETS)
+  check_choice(config, "eval.reranker", RERANKERS)
+  bad = [r for r in config.eval.dense_rows if r not in DENSE_ROWS]
+  if bad or len(set(config.eval.dense_rows)) != len(config.eval.dense_rows):
+    bad_value("eval.dense_rows", tuple(config.eval.dense_rows), f"distinct rows of {tuple(DENSE_ROWS)}")
+  if needs_frames(config):  # the dense rows' section (configs/dense/common.py)
+    check_positive_int(config, [f"dense.train.{p}.{k}" for p in ("clip4clip", "xpool")
+                                for k in ("batch_size", "epochs", "checkpoint_every", "log_every")]
+                       + [f"dense.model.{k}" for k in ("seq_layers", "seq_head_dim", "max_positions", "xpool_heads")])
+    check_positive(config, ["dense.train.clip4clip.lr", "dense.train.xpool.lr", "dense.model.temperature"])
+    if not (isinstance(config.dense.model.num_frames, int) and config.dense.model.num_frames >= 0):
+      bad_value("dense.model.num_frames", config.dense.model.num_frames, "frames per video (0 = all the store has)")
   check_positive(config, ("train.lr",))
   if config.train.align_epochs < 0 or config.train.weight_decay < 0:
     bad_value("train.align_epochs / train.weight_decay", (config.train.align_epochs, config.train.weight_decay),
@@ -107,6 +129,13 @@ def plot_sweep(sweep: dict, path: Path, synthetic: bool) -> Path:
   return common.save_figure(fig, path)
 
 
+def table_row(row: dict) -> dict:
+  """A printed row: R@1/5/10, candidate recall, candidates, total latency (ms, batch 1), its reranker ("-": a
+  dense row alone) and each second reading's R@1."""
+  return {**{k: row[k] for k in KEYS}, "latency_ms": row["latency_ms"]["total"], "reranker": row["reranker"],
+          **{f"R@1 ({name})": r["t2v_r1"] for name, r in row.get("readings", {}).items()}}
+
+
 @common.precision_policy
 def run(config, workdir) -> dict:
   workdir = common.start_run(config, workdir, validate, RESUMABLE)
@@ -121,14 +150,25 @@ def run(config, workdir) -> dict:
   precision = functools.partial(common.precision, config, "train")
 
   pools = {"inductive": corpus.test, "full_corpus": np.arange(len(corpus.video_ids))}
-  table = {s: {"dense": dense_setting(corpus, pools[s], config.eval, config.index)} for s in SETTINGS}
+  # Tables 1-2's dense rows, each alone over the pool: the frozen backbone's cosine, then the trained ones
+  table = {s: {"dense_backbone": dense_setting(corpus, pools[s], config.eval, config.index)} for s in SETTINGS}
+  rerankers = {"dense_backbone": BACKBONE}
+  for name in dense_rows(config):
+    scorer = dense_scorer(*train_dense(config, workdir, corpus, name, precision))
+    for s in SETTINGS:
+      table[s][name] = (pair_setting(corpus, pools[s], config.eval, scorer) if scorer.per_pair else
+                        dense_setting(corpus, pools[s], config.eval, config.index, scorer))
+    if name == "xpool":
+      rerankers["xpool"] = frames_reranker("xpool", scorer, corpus)
+  # every GR row reranked by eval.reranker; the other reranker (when there is one) a second reading
+  rerankers = (rerankers[config.eval.reranker],) + tuple(r for n, r in rerankers.items() if n != config.eval.reranker)
   trained, evaluated, sets, results = {}, {}, {}, {"seed": config.seed}
   curves = {}
   target = corpus.video_ids[corpus.test_query_video]
   for name, recipe in recipes(config).items():
     if recipe not in trained:  # equal recipes (grdr = grdr_paper when the config trains Algorithm 1) train once
       trained[recipe] = trained_row(config, workdir, corpus, recipe, name, sets=sets, precision=precision)
-      evaluated[recipe] = evaluate_row(config, corpus, *trained[recipe], pools)
+      evaluated[recipe] = evaluate_row(config, corpus, *trained[recipe], pools, rerankers=rerankers)
       budgets = list(range(10, evaluated[recipe][2].shape[1] + 1, 10)) or [evaluated[recipe][2].shape[1]]
       curves[f"{name} (N_v={recipe.num_views})"] = (budgets, recall_curve(evaluated[recipe][2], target, budgets))
     rows, recall, _ = evaluated[recipe]
@@ -138,7 +178,7 @@ def run(config, workdir) -> dict:
       e = config.eval
       capped = ml_collections.ConfigDict({**e.to_dict(), "beam_width": e.capped_beam_width,
                                           "candidates": e.capped_candidates})
-      for s, row in evaluate_row(config, corpus, *trained[recipe], pools, capped)[0].items():
+      for s, row in evaluate_row(config, corpus, *trained[recipe], pools, capped, rerankers=rerankers)[0].items():
         table[s][f"grdr_cap{e.capped_candidates}"] = row
     if name == "grdr":  # every video's IDs (the full-corpus recall's)
       model = trained[recipe][0]
@@ -149,7 +189,8 @@ def run(config, workdir) -> dict:
           "video_float32": 4.0 * corpus.features.shape[1],
           "frame_float32": 4.0 * corpus.features.shape[1] * config.eval.index_frames}
   if config.eval.baselines:  # Tables 1-2's GR baselines, each reranked like the GRDR rows
-    for name, (rows, found) in grdr_baselines.baseline_rows(config, workdir, corpus, pools, sets, precision).items():
+    for name, (rows, found) in grdr_baselines.baseline_rows(config, workdir, corpus, pools, sets, precision,
+                                                            rerankers).items():
       for s in SETTINGS:
         table[s][name] = rows[s]
       curves[name] = (budgets, recall_curve(found, target, budgets))
@@ -159,7 +200,7 @@ def run(config, workdir) -> dict:
     if ablations[s]:
       ablations[s] = {"grdr_paper": table[s]["grdr_paper"], **ablations[s]}
   if "sweep" in config:
-    results["sweep"] = sweep_rows(config, workdir, corpus, pools, trained, precision)
+    results["sweep"] = sweep_rows(config, workdir, corpus, pools, trained, precision, rerankers)
     table["sweep"] = results["sweep"]  # metrics.sweep.<axis>.<value> (Figure 7, inductive pool)
 
   synthetic = corpus.synthetic
@@ -168,12 +209,14 @@ def run(config, workdir) -> dict:
                                 ablations={"table3": ablations if config.eval.table3 else {}},
                                 **{s: table[s] for s in SETTINGS}, **results, **corpus.path)
   tables = []
+  title = f"GR rows reranked by {rerankers[0].name}" + "".join(
+      f", R@1 ({r.name}): reranked by {r.name} instead" for r in rerankers[1:])
   for s in SETTINGS:
-    tables.append(evaluate.format_table({m: {k: v[k] for k in KEYS} for m, v in table[s].items()},
-                                        f"{config.name} {s}", synthetic=synthetic))
+    tables.append(evaluate.format_table({m: table_row(v) for m, v in table[s].items()},
+                                        f"{config.name} {s} ({title})", synthetic=synthetic))
     if config.eval.table3:
-      tables.append(evaluate.format_table({m: {k: v[k] for k in KEYS} for m, v in ablations[s].items()},
-                                          f"{config.name} {s}: Table 3 ablations", synthetic=synthetic))
+      tables.append(evaluate.format_table({m: table_row(v) for m, v in ablations[s].items()},
+                                          f"{config.name} {s}: Table 3 ablations ({title})", synthetic=synthetic))
   for axis, rows in results.get("sweep", {}).items():
     tables.append(evaluate.format_table({f"{axis}={v}": {**{k: r[k] for k in ("t2v_r1", "candidate_recall",
                                                                               "num_candidates")},

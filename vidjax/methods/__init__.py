@@ -85,9 +85,10 @@ METHODS: dict[str, Method] = {m.name: m for m in (
              "metrics.stage1.t2v_r1"),)),
     Method("grdr", "grdr", "configs/grdr_msrvtt.py:smoke", (
         Line("msrvtt", "grdr_msrvtt", "GRDR candidate recall >= 0.8 x dense's (inductive pool, same budget)",
-             "metrics.inductive.grdr.candidate_recall", "metrics.inductive.dense.candidate_recall", factor=0.8),
+             "metrics.inductive.grdr.candidate_recall", "metrics.inductive.dense_backbone.candidate_recall",
+             factor=0.8),
         Line("msrvtt (full corpus)", "grdr_msrvtt", "GRDR candidate recall >= 0.8 x dense's (full corpus)",
-             "metrics.full_corpus.grdr.candidate_recall", "metrics.full_corpus.dense.candidate_recall",
+             "metrics.full_corpus.grdr.candidate_recall", "metrics.full_corpus.dense_backbone.candidate_recall",
              factor=0.8))),
     Method("dense", "Dense baselines (CLIP4Clip, X-Pool)", "configs/dense_msrvtt.py:smoke", (
         Line("msrvtt", "dense_msrvtt", "X-Pool T2V R@1 >= the backbone cosine's T2V R@1", "metrics.xpool.t2v_r1",

@@ -1,13 +1,23 @@
 """GRDR as a method (../shared/papers/grdr.txt §3): the model built from a config, the training queries'
 intents, the two training schedules (Algorithm 1's progressive co-training, and the project's tokenizer_first),
 each phase one call of the one train loop, the trie-constrained generative recall over a pool's IDs, the corpus
-read from release-format caption files and a feature store (a user's, or a world's), and a run's rows and their
-evaluation (`vidjax.experiments.grdr`, `suite` for `evaluate_all`).
+read from release-format caption files and a feature store (a user's, or a world's), Tables 1-2's trained dense
+rows (CLIP4Clip, X-Pool: `vidjax.methods.dense`) and the rerank stage, and a run's rows and their evaluation
+(`vidjax.experiments.grdr`, `suite` for `evaluate_all`).
 
     corpus = read_corpus(config, workdir)                                        # files + store -> `Corpus`
     model = build_model(config.model, feature_dim)
     params = train_grdr(model, TrainingSet(...), config.train, workdir, seed)   # phases under workdir/<phase>/
     recall, codes = make_recall(model, params, features, ids, config.eval)      # a `Retriever` for `TwoStage`
+    xpool = frames_reranker("xpool", dense.scorer(*train_dense(config, workdir, corpus, "xpool")), corpus)
+    row, found = evaluate_setting(corpus, recall, config.eval, (xpool, BACKBONE))  # reranked, + a second reading
+
+A GR row's results (`evaluate_setting`): t2v_r1/5/10 after the rerank by `reranker` (its name), candidate_recall,
+num_candidates, index_bytes_per_video, beam_width, candidate_cap, latency_ms ({encode, decode, id_to_video, recall,
+rerank, total}, ms per query at batch 1, total = T_recall + T_rerank, §4.1), and `readings`: {other reranker's name:
+{t2v_r1, t2v_r5, t2v_r10, latency_ms}}, the same candidates reranked by it. A dense row's (`dense_setting`,
+`pair_setting`): t2v_r1/5/10/100, candidate_recall (R@the candidate budget), num_candidates, index_bytes_per_video,
+latency_ms {total}, reranker None.
 """
 from __future__ import annotations
 
@@ -32,9 +42,11 @@ from vidjax.defaults import common as config_common
 from vidjax.data.features import FeatureStore
 from vidjax.data.retrieval import build_benchmark, embeddings, read_dataset
 from vidjax.data import provenance
+from vidjax.methods import dense as dense_method
 from vidjax.models.grdr import GRDR, RetrieverConfig, TokenizerConfig, match_views
 from vidjax.models.t5 import T5Config
 from vidjax.retrieval import DenseIndex, GenerativeRecall, SemanticIdTrie, TwoStage
+from vidjax.retrieval.dense import DEFAULT_QUERY_BATCH
 
 
 def build_model(mcfg, feature_dim: int, num_views: int | None = None, num_layers: int | None = None,
@@ -234,8 +246,8 @@ def recipes(config) -> dict[str, Recipe]:
 
 
 def limits(config, corpus) -> dict[str, tuple[int, str]]:
-  """What must fit the data (`clip_to_data`): a retriever batch at most the training queries (one per training
-  caption), a tokenizer batch (the views' and TIGER's RQ-VAE rows, `train.view_batch_size`) at most the training
+  """What must fit the data (`clip_to_data`): a retriever batch (and a dense row's, `dense.train.*.batch_size`) at
+  most the training queries (one per training caption), a tokenizer batch (the views' and TIGER's RQ-VAE rows, `train.view_batch_size`) at most the training
   videos, a codebook (`model.num_codes`, the baselines' `baselines.num_codes`) at most the training videos, a beam
   (`eval.beam_width`, the capped row's) at most the distinct IDs the inductive pool's trie can hold."""
   n_queries, n_videos = len(corpus.train_queries), len(corpus.train)
@@ -246,6 +258,9 @@ def limits(config, corpus) -> dict[str, tuple[int, str]]:
          "model.num_codes": (n_videos, codes, 2)}
   if config is not None and config.get("baselines") is not None and "num_codes" in config.baselines:
     out["baselines.num_codes"] = (n_videos, codes, 2)
+  if config is not None and needs_frames(config):  # the dense rows' batches: pairs of the same training captions
+    for paper in ("clip4clip", "xpool"):
+      out[f"dense.train.{paper}.batch_size"] = out["train.batch_size"]
   if config is not None:  # a beam at most the distinct IDs the inductive pool's trie can hold (`check_budget`)
     n, m, k = config.model.num_views, config.model.num_layers, min(config.model.num_codes, max(n_videos, 2))
     most = min(k ** m, n * len(corpus.test))
@@ -579,6 +594,9 @@ class Corpus:
   train_tokens: np.ndarray | None = None
   test_tokens: np.ndarray | None = None
   query_vocab: int = 0
+  # the dense rows and the X-Pool rerank (`needs_frames`): every video's per-frame features [V, T, D_v]
+  # (`data.frames_kind`, `dense.model.num_frames` of them)
+  frames: np.ndarray | None = None
 
   def __call__(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # PseudoQueries
     keep, position = self._keep(rows)
@@ -607,13 +625,21 @@ def read_corpus(config, workdir: Path) -> Corpus:
     if not config_common.get_key(config, key):
       config_common.bad_value(key, "", "the test / training split's annotation file with data.features")
   store = FeatureStore(d.features)
-  provenance.check_store(workdir, store, (d.clip_kind, d.text_kind))
+  frames = needs_frames(config)
+  if frames and d.frames_kind not in store.kinds():
+    raise ValueError(f"grdr: the store {d.features} has no per-frame features of kind data.frames_kind="
+                     f"{d.frames_kind!r} (it has {sorted(store.kinds())}), which the trained dense rows "
+                     f"eval.dense_rows={tuple(config.eval.dense_rows)} and the reranker eval.reranker="
+                     f"{config.eval.reranker!r} read: set data.frames_kind to the store's per-frame kind, prepare the "
+                     "store with them (configs/prepare.py, save_tokens=True), or run the backbone's cosine alone "
+                     "(--config.eval.reranker=dense_backbone --config.eval.dense_rows=())")
+  provenance.check_store(workdir, store, (d.clip_kind, d.text_kind) + ((d.frames_kind,) if frames else ()))
   test = build_benchmark(read_dataset(config.dataset, d.annotations, d.video_list), protocol=d.protocol,
                          split=d.split or None)
   train_split = None if d.train_video_list else d.train_split or None
   train_set = build_benchmark(read_dataset(config.dataset, d.train_annotations, d.train_video_list), protocol="captions",
                               split=train_split)
-  kinds = [d.clip_kind]
+  kinds = [d.clip_kind] + ([d.frames_kind] if frames else [])
   kept_test, skipped = provenance.present_videos(config, store, kinds, test.corpus, "test videos")
   kept_train, skipped_train = provenance.present_videos(config, store, kinds, train_set.corpus, "training videos")
   test, train_set = test.restrict(kept_test), train_set.restrict(set(kept_train) - set(kept_test))
@@ -639,7 +665,14 @@ def read_corpus(config, workdir: Path) -> Corpus:
       embeddings(store, d.text_kind, train_set.query_ids, "training queries"),
       np.asarray([row[q.video_id] for q in train_set.queries], np.int64),
       provenance.real_path(workdir, store, skipped + skipped_train), bool(store.metadata.get("synthetic", False)),
-      str(store.metadata.get("world_name", "")), **tokens)
+      str(store.metadata.get("world_name", "")), **tokens,
+      frames=dense_method.frame_features(store, d.frames_kind, ids, config.dense.model.num_frames) if frames else None)
+
+
+def needs_frames(config) -> bool:
+  """Whether a run reads the store's per-frame features: a trained dense row (`eval.dense_rows`) or the X-Pool
+  reranker (`eval.reranker`)."""
+  return bool(config.eval.get("dense_rows")) or config.eval.get("reranker", "dense_backbone") == "xpool"
 
 
 def query_tokenizer(config, store: FeatureStore):
@@ -720,61 +753,200 @@ def test_inputs(corpus: Corpus, rows=None) -> dict:
   return out
 
 
-RERANKER = "dense_backbone"  # results' `reranker`: the GR rows' rerank is the frozen backbone's cosine
+# ----------------------------------------------------------------------------------------------
+# The rerank stage (§3.4, §4.2-4.3: X-Pool reranks every GR row's candidates) and Tables 1-2's dense rows.
+
+RERANKERS = ("xpool", "dense_backbone")  # `eval.reranker` (configs/grdr/common.py)
+# Tables 1-2's trained dense rows (`eval.dense_rows`) -> `vidjax.methods.dense`'s row (its pooling and schedule)
+DENSE_ROWS = {"clip4clip": "clip4clip_meanp", "clip4clip_seqtransf": "clip4clip_seqtransf", "xpool": "xpool"}
+RERANK_BYTES = 64 << 20  # a rerank pass's candidate frames [q, K, T, D_v] stay under this (its query batch q)
 
 
-def evaluate_setting(corpus: Corpus, recall: GenerativeRecall, ecfg) -> tuple[dict, np.ndarray]:
-  """GR + dense rerank on the corpus's test queries over the recall's pool: R@1/5/10, candidate recall, mean
-  candidates, index bytes per video, latency per stage at batch 1, and the reranker's name. Returns the metrics and
-  the recalled ids [Q, candidates] (beam order, "" past a query's candidates)."""
+@dataclasses.dataclass(frozen=True)
+class Reranker:
+  """A GR row's rerank stage: results' `reranker` name, a Scorer, its batch (`TwoStage`'s `batch_fn`; None: the
+  recall's stored vectors, the backbone's clip embeddings), and the bytes of one (query, candidate) pair of that
+  batch (0: small; else the query batch is cut so a pass holds at most `RERANK_BYTES`)."""
+  name: str
+  scorer: Any
+  batch_fn: Any = None
+  pair_bytes: int = 0
+
+  def query_batch(self, k: int) -> int:
+    """Queries per rerank pass of `k` candidates each (a power of two, at most `DEFAULT_QUERY_BATCH`)."""
+    if not self.pair_bytes:
+      return DEFAULT_QUERY_BATCH
+    most = max(1, RERANK_BYTES // (self.pair_bytes * max(k, 1)))
+    return int(min(DEFAULT_QUERY_BATCH, 1 << (most.bit_length() - 1)))
+
+
+BACKBONE = Reranker("dense_backbone", evaluate.CosineScorer())  # the frozen backbone's cosine
+
+
+def frames_reranker(name: str, scorer, corpus: "Corpus") -> Reranker:
+  """A reranker over each candidate's frames (a `DenseScorer`: X-Pool): the batch gathers `corpus.frames` [V, T, D_v]
+  by row (`video_ids` are sorted); a padding id "" takes row 0, and its -inf prior keeps it -inf (`DenseScorer`)."""
+  ids, frames = corpus.video_ids, corpus.frames
+
+  def batch_fn(queries, candidate_ids, previous):
+    rows = np.minimum(np.searchsorted(ids, np.asarray(candidate_ids)), len(ids) - 1)
+    return {"text": queries["text"], "candidates": frames[rows], "prior": previous}
+
+  return Reranker(name, scorer, batch_fn, 4 * int(np.prod(frames.shape[1:])))
+
+
+class _Recalled:
+  """A finished recall served again by query row (`queries["row"]`): each reranker reorders the same candidates."""
+
+  def __init__(self, recall: GenerativeRecall, ids: np.ndarray, scores: np.ndarray):
+    self.recall, self.ids, self.scores = recall, ids, scores
+
+  def retrieve(self, queries, k: int):
+    rows = np.asarray(queries["row"])
+    return self.ids[rows, :k], self.scores[rows, :k]
+
+  def vectors(self, ids):
+    return self.recall.vectors(ids)
+
+
+def rerank_found(recall, found, scores, reranker: Reranker, inputs: dict, k: int, query_batch: int | None = None):
+  """`reranker` over the recalled candidates `found` [Q, K] of `inputs` (rows 0..Q-1): the TwoStage result. K is
+  padded to the next power of two (id "", score -inf: last whatever the reranker says), so a jitted reranker
+  compiles once per such width across a run's rows, not once per row's budget."""
+  width = 1 << max(int(found.shape[1]) - 1, 1).bit_length()
+  pad = width - found.shape[1]
+  found = np.pad(found, ((0, 0), (0, pad)), constant_values="")
+  scores = np.pad(scores, ((0, 0), (0, pad)), constant_values=-np.inf)
+  stack = TwoStage(_Recalled(recall, found, scores), k_recall=width, reranker=reranker.scorer,
+                   batch_fn=reranker.batch_fn, query_batch=query_batch or reranker.query_batch(width))
+  return stack.search({**inputs, "row": np.arange(len(found))}, k=k)
+
+
+def evaluate_setting(corpus: Corpus, recall: GenerativeRecall, ecfg,
+                     rerankers: tuple[Reranker, ...] = (BACKBONE,)) -> tuple[dict, np.ndarray]:
+  """Generative recall on the corpus's test queries over the recall's pool, every candidate reranked by
+  `rerankers[0]` (results' `reranker`) and by each other one (a second reading, `readings.<name>`: R@1/5/10 and
+  latency). Returns the metrics (R@1/5/10, candidate recall, mean candidates, index bytes per video, beam width and
+  candidate cap (0: none), latency_ms per stage at batch 1 with "total" = T_recall + T_rerank (§4.1)) and the
+  recalled ids [Q, candidates] (beam order, "" past a query's candidates)."""
   target = corpus.video_ids[corpus.test_query_video]
   budget = recall.max_candidates  # every candidate the recall can bring (its cap, or what W beams can name)
-  stack = TwoStage(recall, k_recall=budget, reranker=evaluate.CosineScorer())
-  result = stack.search(test_inputs(corpus), k=min(10, budget))
-  found = result.recall_ids  # every candidate: k_recall cuts none
-  out = {**recall_at(result.ids, target),
+  inputs, k = test_inputs(corpus), min(10, budget)
+  first = TwoStage(recall, k_recall=budget).search(inputs, k=budget)  # the recall alone: its candidates, once
+  found, scores = first.recall_ids, first.recall_scores
+  # latency at batch 1 (§4.1): the recall stage, then each reranker over the same queries' candidates
+  n = min(ecfg.latency_queries, len(target))
+  alone = TwoStage(recall, k_recall=budget, query_batch=1)
+  alone.search(test_inputs(corpus, slice(0, 1)), k=1)  # compile
+  recall.reset_latency()
+  t_recall = alone.search(test_inputs(corpus, slice(0, n)), k=1).latency_ms["recall"]
+  stages = recall.mean_latency_ms()
+  readings = {}
+  for reranker in rerankers:
+    result = rerank_found(recall, found, scores, reranker, inputs, k)
+    rerank_found(recall, found[:1], scores[:1], reranker, test_inputs(corpus, slice(0, 1)), 1, 1)  # compile
+    t = rerank_found(recall, found[:n], scores[:n], reranker, test_inputs(corpus, slice(0, n)), 1, 1).latency_ms
+    readings[reranker.name] = {**recall_at(result.ids, target), "latency_ms": {
+        **stages, "recall": t_recall, "rerank": t["rerank"], "total": t_recall + t["rerank"]}}
+  main = readings.pop(rerankers[0].name)
+  out = {**{k_: v for k_, v in main.items() if k_ != "latency_ms"},
          "candidate_recall": 100.0 * float(np.mean((found == target[:, None]).any(1))),
          "num_candidates": float(np.mean(np.sum(found != "", axis=1))),
          "index_bytes_per_video": recall.trie.nbytes / len(recall.trie),
-         "beam_width": int(recall.width), "candidate_cap": int(recall.limit or 0), "reranker": RERANKER}
-  single = TwoStage(recall, k_recall=budget, reranker=evaluate.CosineScorer(), query_batch=1)
-  single.search(test_inputs(corpus, slice(0, 1)), k=1)  # compile
-  recall.reset_latency()
-  t = single.search(test_inputs(corpus, slice(0, min(ecfg.latency_queries, len(target)))), k=1)
-  out["latency_ms"] = {**recall.mean_latency_ms(), "rerank": t.latency_ms["rerank"], "total": t.latency_ms["total"]}
+         "beam_width": int(recall.width), "candidate_cap": int(recall.limit or 0),
+         "latency_ms": main["latency_ms"], "reranker": rerankers[0].name, "readings": readings}
   return out, found
 
 
-def dense_setting(corpus: Corpus, pool: np.ndarray, ecfg, index_config) -> dict:
-  """Exact dense retrieval over the pool's video embeddings (the reranker alone: Table 1's ceiling row); its
-  candidate recall is R@`eval.candidates` when the GR rows are capped, else R@`eval.dense_candidates`."""
-  index = DenseIndex.from_config(corpus.video_ids[pool], corpus.features[pool], index_config)
+def _dense_metrics(ranks: np.ndarray, cut: int, pool: int) -> dict:
+  """R@1/5/10/100 and candidate recall (R@`cut`) in percent from 1-based ranks; a pool of fewer than 100 videos
+  is all of them at R@100."""
+  at = lambda k: 100.0 * float(np.mean(ranks <= k))  # noqa: E731
+  return {"t2v_r1": at(1), "t2v_r5": at(5), "t2v_r10": at(10), "t2v_r100": at(100), "candidate_recall": at(cut),
+          "num_candidates": float(min(cut, pool))}
+
+
+def dense_setting(corpus: Corpus, pool: np.ndarray, ecfg, index_config, encoder=None) -> dict:
+  """Exact dense retrieval over the pool (a dense row of Tables 1-2 alone): the store's text and clip embeddings
+  by cosine (`dense_backbone`, the frozen backbone's), or with `encoder` (a meanP / seqTransf `DenseScorer`:
+  CLIP4Clip) its query embeddings against its pooled video embeddings of `corpus.frames`, through one
+  `DenseIndex`. Candidate recall is R@`eval.candidates` when the GR rows are capped, else R@`eval.dense_candidates`;
+  latency per query at batch 1 (query encoding included) for its top 10."""
+  encode = (lambda q: q) if encoder is None else encoder.text_embeddings  # noqa: E731
+  videos = corpus.features[pool] if encoder is None else encoder.video_embeddings(corpus.frames[pool])
+  index = DenseIndex.from_config(corpus.video_ids[pool], videos, index_config)
   target = corpus.video_ids[corpus.test_query_video]
   cut = ecfg.candidates or ecfg.dense_candidates
   budget = min(max(100, cut), len(pool))
-  ids = np.asarray(index.retrieve(corpus.test_queries, budget)[0])
+  ids = np.asarray(index.retrieve(encode(corpus.test_queries), budget)[0])
   hit = ids == target[:, None]
-  # R@100 over a pool of fewer than 100 videos is recall over all of them
-  out = {**recall_at(ids[:, :10], target), "t2v_r100": 100.0 * float(np.mean(hit[:, :100].any(1))),
-         "candidate_recall": 100.0 * float(np.mean(hit[:, :cut].any(1))),
-         "num_candidates": float(min(cut, len(pool))),
-         "index_bytes_per_video": 4.0 * corpus.features.shape[1], "reranker": None}
+  ranks = np.where(hit.any(1), hit.argmax(1) + 1, len(pool) + 1)  # past the budget: a miss at every cut used
+  out = {**_dense_metrics(ranks, cut, len(pool)), "index_bytes_per_video": 4.0 * videos.shape[1],
+         "reranker": None}
   n, k = min(ecfg.latency_queries, len(target)), min(10, len(pool))  # a pool of fewer than 10 videos: all of them
-  index.retrieve(corpus.test_queries[:1], k)
+  index.retrieve(encode(corpus.test_queries[:1]), k)
   t = time.perf_counter()
   for i in range(n):
-    index.retrieve(corpus.test_queries[i:i + 1], k)
+    index.retrieve(encode(corpus.test_queries[i:i + 1]), k)
   out["latency_ms"] = {"total": 1e3 * (time.perf_counter() - t) / n}
   return out
 
 
-def evaluate_row(config, corpus: Corpus, model, params, coder, pools, ecfg=None, settings=SETTINGS):
+def pair_setting(corpus: Corpus, pool: np.ndarray, ecfg, scorer, query_chunk: int = 64,
+                 gallery_chunk: int = 256) -> dict:
+  """A dense row whose video embedding depends on the text (X-Pool) alone over the pool: every (query, video) pair
+  scored in blocks of `query_chunk` x `gallery_chunk` (`evaluate.gallery_ranks`, ties pessimistic); the keys of
+  `dense_setting`, latency per query at batch 1 (one query against every pool video's frames, then its top 10)."""
+  target = corpus.test_query_video
+  where = np.searchsorted(pool, target)
+  if not np.array_equal(pool[np.minimum(where, len(pool) - 1)], target):
+    raise ValueError("pair_setting: a test query's video is not in the pool")
+  frames = corpus.frames[pool]
+  ranks, _ = evaluate.gallery_ranks(scorer, {"text": corpus.test_queries}, {"candidates": frames}, where,
+                                    query_chunk=query_chunk, gallery_chunk=gallery_chunk)
+  cut = ecfg.candidates or ecfg.dense_candidates
+  out = {**_dense_metrics(ranks, cut, len(pool)), "index_bytes_per_video": 4.0 * float(np.prod(frames.shape[1:])),
+         "reranker": None}
+  n, k = min(ecfg.latency_queries, len(target)), min(10, len(pool))
+  top = lambda i: np.argpartition(-scorer.score({"text": corpus.test_queries[i:i + 1], "candidates": frames})[0],  # noqa: E731
+                                  k - 1)[:k]
+  top(0)
+  t = time.perf_counter()
+  for i in range(n):
+    top(i)
+  out["latency_ms"] = {"total": 1e3 * (time.perf_counter() - t) / n}
+  return out
+
+
+def dense_rows(config) -> tuple[str, ...]:
+  """The trained dense rows a run reports (`DENSE_ROWS` names): `eval.dense_rows`, and X-Pool when it reranks."""
+  rows = tuple(config.eval.get("dense_rows", ()))
+  return rows + (("xpool",) if config.eval.get("reranker") == "xpool" and "xpool" not in rows else ())
+
+
+def train_dense(config, workdir: Path, corpus: Corpus, name: str, precision=contextlib.nullcontext):
+  """(model, params) of the dense row `name` (`DENSE_ROWS`) trained through the one loop
+  (`vidjax.methods.dense.fit_dense`, section `dense`) on the training captions (GRDR's pseudo queries: the store's
+  text embeddings) and their videos' frames (`corpus.frames`), in `workdir/models/<name>` (a finished training is
+  restored, a killed one resumes)."""
+  position = np.searchsorted(corpus.train, corpus.train_query_video)  # each caption's video among the training ones
+  split = dense_method.Split([str(i) for i in range(len(position))], corpus.train_queries, position,
+                             list(corpus.video_ids[corpus.train]), corpus.frames[corpus.train],
+                             corpus.features[corpus.train])
+  with precision():
+    model, params, _ = dense_method.fit_dense(config.dense, DENSE_ROWS[name], split, config.seed,
+                                              Path(workdir) / "models" / name)
+  return model, params
+
+
+def evaluate_row(config, corpus: Corpus, model, params, coder, pools, ecfg=None, settings=SETTINGS,
+                 rerankers: tuple[Reranker, ...] = (BACKBONE,)):
   """{setting: row metrics}, the recall of each setting's pool, and the inductive recalled ids."""
   out, found = {}, None
   for s in settings:
     recall, _ = make_recall(model, params, corpus.features[pools[s]], corpus.video_ids[pools[s]], ecfg or config.eval,
                             coder(corpus.features[pools[s]]))
-    out[s], f = evaluate_setting(corpus, recall, ecfg or config.eval)
+    out[s], f = evaluate_setting(corpus, recall, ecfg or config.eval, rerankers)
     if s == "inductive":
       found = f
   return out, recall, found
@@ -789,7 +961,8 @@ def recall_curve(found: np.ndarray, target: np.ndarray, budgets) -> list[float]:
 SWEEP_AXES = ("num_views", "num_codes", "num_layers", "t5_size", "beam_width")  # Figure 7's panels
 
 
-def sweep_rows(config, workdir: Path, corpus: Corpus, pools, trained: dict, precision=contextlib.nullcontext) -> dict:
+def sweep_rows(config, workdir: Path, corpus: Corpus, pools, trained: dict, precision=contextlib.nullcontext,
+               rerankers: tuple[Reranker, ...] = (BACKBONE,)) -> dict:
   """Figure 7 on the inductive pool: a model per N_v, per K, per number of codebook layers M and per T5 size
   (`sweep.t5_sizes`, the config's schedule), and the main model at each beam width, uncapped (its candidates: every
   video the beams bring). Each row: R@1/5/10, candidate recall, candidates, latency (batch 1). A value equal to the
@@ -810,11 +983,13 @@ def sweep_rows(config, workdir: Path, corpus: Corpus, pools, trained: dict, prec
       key = (recipe, json_key(cfg.model.t5.to_dict())) if cfg.model.t5.to_dict() != main_t5 else recipe
       if key not in trained:
         trained[key] = trained_row(cfg, workdir, corpus, recipe, f"sweep/{axis}{v}", sets=sets, precision=precision)
-      out[axis][str(v)] = evaluate_row(cfg, corpus, *trained[key], pools, settings=("inductive",))[0]["inductive"]
+      out[axis][str(v)] = evaluate_row(cfg, corpus, *trained[key], pools, settings=("inductive",),
+                                       rerankers=rerankers)[0]["inductive"]
   main = trained[Recipe(schedule, n)]
   for w in sw.beam_width:  # uncapped: every video the beams' IDs name (§4.7's "average candidates generated")
     ecfg = ml_collections.ConfigDict({**config.eval.to_dict(), "beam_width": int(w), "candidates": 0})
-    out["beam_width"][str(w)] = evaluate_row(config, corpus, *main, pools, ecfg, ("inductive",))[0]["inductive"]
+    out["beam_width"][str(w)] = evaluate_row(config, corpus, *main, pools, ecfg, ("inductive",),
+                                             rerankers)[0]["inductive"]
   return out
 
 
@@ -831,14 +1006,20 @@ def json_key(d: dict) -> str:
 
 
 def suite(config, workdir: str | Path) -> tuple[list[evaluate.Model], list[evaluate.Benchmark]]:
-  """Dense cosine and GRDR (generative recall of `eval.beam_width` beams, dense rerank) on the run's test queries over the
-  whole corpus (`configs/evaluate_all.py`), the model read from the run's last checkpoint (nothing trains); queries
-  and videos are keyed by row."""
+  """The backbone's cosine (`dense_backbone`) and GRDR (generative recall of `eval.beam_width` beams, reranked by
+  `eval.reranker`: X-Pool restored from `<workdir>/models/xpool`, or the backbone's cosine) on the run's test queries
+  over the whole corpus (`configs/evaluate_all.py`), the models read from the run's last checkpoints (nothing
+  trains); queries and videos are keyed by row."""
   corpus = read_corpus(config, Path(workdir))
   model, params, coder = trained_row(config, Path(workdir), corpus, recipes(config)["grdr"], "grdr", train=False)
+  reranker = BACKBONE
+  if config.eval.get("reranker") == "xpool":
+    xpool = dense_method.load_dense(config.dense, DENSE_ROWS["xpool"], corpus.test_queries.shape[1],
+                                    corpus.frames.shape[2], Path(workdir) / "models" / "xpool")
+    reranker = frames_reranker("xpool", dense_method.scorer(*xpool), corpus)
   space = (f"the {corpus.source} (synthetic, seed {config.seed})" if corpus.world else
            f"the feature store {config.data.features}")
-  dense = evaluate.dual_encoder("dense", space, lambda rows: corpus.test_queries[list(rows)],
+  dense = evaluate.dual_encoder("dense_backbone", space, lambda rows: corpus.test_queries[list(rows)],
                                 lambda rows: corpus.features[list(rows)])
 
   def generative(data):
@@ -846,9 +1027,10 @@ def suite(config, workdir: str | Path) -> tuple[list[evaluate.Model], list[evalu
     pool = np.asarray(videos, np.int64)
     recall, _ = make_recall(model, params, corpus.features[pool], corpus.video_ids[pool], config.eval,
                             coder(corpus.features[pool]))
-    stack = TwoStage(recall, k_recall=recall.max_candidates, reranker=evaluate.CosineScorer())
-    found = stack.search(test_inputs(corpus, np.asarray(queries, np.int64)), k=min(10, recall.max_candidates)).ids
-    return recall_at(found, corpus.video_ids[pool][np.asarray(relevant)])
+    found, scores = recall.retrieve(test_inputs(corpus, np.asarray(queries, np.int64)), recall.max_candidates)
+    inputs = test_inputs(corpus, np.asarray(queries, np.int64))
+    ids = rerank_found(recall, found, scores, reranker, inputs, min(10, recall.max_candidates)).ids
+    return recall_at(ids, corpus.video_ids[pool][np.asarray(relevant)])
 
   grdr = evaluate.Model("grdr_rerank", space, {"gallery": generative},
                         {k: "GRDR is a recall stage over a corpus (R@K); fixed candidate pools leave it nothing to "

@@ -28,8 +28,9 @@ Training reuses `config.train`'s tokenizer and retriever phases: the RQ-VAE `vie
 retriever `retriever_epochs` over the queries at `retriever_lr`, AdamW (no weight decay on codebooks). The retriever
 is the main model's T5 shape and query encoder (§4.2: the same T5 for every GR row).
 
-Every row is reranked by `reranker` (default: the frozen backbone's cosine, results' `reranker`
-"dense_backbone"); another reranker is one argument of `baseline_rows` / `evaluate_setting`.
+Every row is reranked like the GRDR rows (`vidjax.methods.grdr.evaluate_setting`): by `rerankers[0]` (the run's
+`eval.reranker`, the paper's X-Pool by default; without an argument the frozen backbone's cosine), each other one a
+second reading.
 """
 from __future__ import annotations
 
@@ -45,12 +46,13 @@ import ml_collections
 import numpy as np
 import optax
 
-from vidjax import evaluate, losses, ops, train
+from vidjax import losses, ops, train
 from vidjax.data import pipeline
-from vidjax.methods.grdr import (Corpus, TrainingSet, intent_centres, recall_at, test_inputs, training_set)
+from vidjax.methods.grdr import (BACKBONE, Corpus, Reranker, TrainingSet, evaluate_setting, intent_centres,
+                                 training_set)
 from vidjax.models.gr_baselines import IdRetrieverConfig, RQVAE, RQVAEConfig, SemanticIdRetriever
 from vidjax.models.t5 import T5Config
-from vidjax.retrieval import GenerativeRecall, SemanticIdTrie, TwoStage
+from vidjax.retrieval import GenerativeRecall, SemanticIdTrie
 from vidjax.retrieval.kmeans import HierarchicalKMeans
 
 
@@ -66,8 +68,6 @@ class Baseline:
 
 BASELINES = {"tiger": Baseline("rqvae"), "avg": Baseline("rqvae", align=True),
              "t2vindexer": Baseline("kmeans", shared_vocab=False, prefix_adapter=True)}
-
-RERANKER = "dense_backbone"  # results' `reranker` of the default reranker, `evaluate.CosineScorer`
 
 
 def check_budget(config, corpus: Corpus) -> None:
@@ -291,44 +291,11 @@ def make_recall(row: TrainedBaseline, corpus: Corpus, rows: np.ndarray, ecfg) ->
                           query_key="tokens" if row.model.config.query_encoder == "t5" else "text")
 
 
-def candidate_budget(recall: GenerativeRecall) -> int:
-  """The most candidates one query can get (a `k` that cuts none): the recall's cap, or uncapped the videos of the W
-  IDs with the most videos (at most the pool)."""
-  if recall.limit:
-    return min(recall.limit, len(recall.trie))
-  sizes = np.sort(np.diff(recall.trie.video_ptr))[::-1]
-  return int(min(len(recall.trie), sizes[:recall.width].sum()))
-
-
-def evaluate_setting(corpus: Corpus, recall: GenerativeRecall, ecfg, reranker=None,
-                     reranker_name: str = RERANKER) -> tuple[dict, np.ndarray]:
-  """Generative recall then `reranker` (a Scorer over TwoStage's default batch; None: the backbone cosine) on the
-  test queries: R@1/5/10, candidate_recall, num_candidates, index bytes per video, beam width and candidate cap (0:
-  none), latency_ms per stage at batch 1 ("total": T_recall + T_rerank, §4.1), and `reranker`. Returns the metrics
-  and the recalled ids [Q, candidates]."""
-  reranker = evaluate.CosineScorer() if reranker is None else reranker
-  target = corpus.video_ids[corpus.test_query_video]
-  budget = candidate_budget(recall)
-  result = TwoStage(recall, k_recall=budget, reranker=reranker).search(test_inputs(corpus), k=min(10, budget))
-  found = result.recall_ids
-  out = {**recall_at(result.ids, target),
-         "candidate_recall": 100.0 * float(np.mean((found == target[:, None]).any(1))),
-         "num_candidates": float(np.mean(np.sum(found != "", axis=1))),
-         "index_bytes_per_video": recall.trie.nbytes / len(recall.trie), "beam_width": int(recall.width),
-         "candidate_cap": int(recall.limit or 0), "reranker": reranker_name}
-  single = TwoStage(recall, k_recall=budget, reranker=reranker, query_batch=1)
-  single.search(test_inputs(corpus, slice(0, 1)), k=1)  # compile
-  recall.reset_latency()
-  t = single.search(test_inputs(corpus, slice(0, min(ecfg.latency_queries, len(target)))), k=1)
-  out["latency_ms"] = {**recall.mean_latency_ms(), "rerank": t.latency_ms["rerank"], "total": t.latency_ms["total"]}
-  return out, found
-
-
 def baseline_rows(config, workdir: Path, corpus: Corpus, pools: dict, sets: dict | None = None,
-                  precision=contextlib.nullcontext, reranker=None, reranker_name: str = RERANKER) -> dict:
-  """Every baseline trained (`workdir/models/<name>/`) and evaluated on each setting's pool: {name: ({setting:
-  metrics}, the inductive pool's recalled ids [Q, candidates])}. `sets` caches the N_v = 1 training set across the
-  run's rows."""
+                  precision=contextlib.nullcontext, rerankers: tuple[Reranker, ...] = (BACKBONE,)) -> dict:
+  """Every baseline trained (`workdir/models/<name>/`) and evaluated on each setting's pool, reranked by
+  `rerankers[0]` (the others: second readings): {name: ({setting: metrics}, the inductive pool's recalled ids
+  [Q, candidates])}. `sets` caches the N_v = 1 training set across the run's rows."""
   sets = {} if sets is None else sets
   if 1 not in sets:
     sets[1] = training_set(config, corpus, 1)
@@ -338,7 +305,7 @@ def baseline_rows(config, workdir: Path, corpus: Corpus, pools: dict, sets: dict
     metrics, found = {}, None
     for setting, rows in pools.items():
       metrics[setting], f = evaluate_setting(corpus, make_recall(row, corpus, np.asarray(rows), config.eval),
-                                             config.eval, reranker, reranker_name)
+                                             config.eval, rerankers)
       found = f if setting == "inductive" else found
     out[name] = (metrics, found)
   return out

@@ -9,7 +9,18 @@ asks for one of them. Generative story (../shared/notes/grdr_world.md; all vecto
     facet = (w_coarse c_a + w_sub s_ab + w_own o)^ with a video-specific o;
   * its frozen feature is f_v = (mean of its facets + video_noise n)^, the stand-in of a backbone's
     clip embedding (what GRDR's tokenizer reads);
-  * a query mentions one facet: q = (facet + query_noise m)^, the stand-in of a text embedding.
+  * a query mentions one facet: q = (facet + query_noise m)^, the stand-in of a text embedding;
+  * its `frames` per-frame features (the stand-in of a backbone's frame embeddings, what CLIP4Clip and X-Pool read,
+    GRDR's reranker): the video shows its facets one after another, in contiguous segments of equal length (frame t
+    of T shows facet k(t) = floor(t n / T); T = 12, X-Pool's and CLIP4Clip's frames, splits evenly into 2, 3 or 4
+    segments), and frame_t = (f_v + frame_weight (facet_k(t) - mean of its facets) + frame_noise e_t)^. With the
+    segments equal the deviations sum to zero over the frames, so the frames' mean stays at f_v (up to the noise and
+    the normalisation: mean pooling recovers the clip feature), while a frame of facet k carries that facet whole
+    (frame_weight 1: nothing scaled) and is closer to a query about facet k than the other frames are: what a
+    text-conditioned pooling (X-Pool) can use and mean pooling cannot. frame_noise = video_noise (0.3): a frame is
+    as noisy as the clip feature. Neither weight was tuned on a retrieval number. The frames come from their own
+    random stream (`np.random.default_rng([seed, 1])`, drawn after everything else), so the clip features, queries
+    and splits are those of the world without frames, bit for bit, for every seed (the calibration below holds).
 
 Splits: `train_fraction` of the videos are training videos with `train_queries` queries each
 (facets drawn uniformly, so the k-means of a video's queries recovers its facets: GRDR's query
@@ -33,9 +44,10 @@ has, and the experiment reads it as it reads a user's files::
                                   one caption per query, its text "<video> query <j>" (the world's queries are
                                   vectors: the text only names the query)
     root/features/                a feature store (manifest: SYNTHETIC, the world's config and seed): `clip` per
-                                  video (f_v), `text` per caption id (the query vector q: the store's "text
-                                  embeddings", read by query_encoder "minilm" / "t5_features", the intents, the
-                                  rerank)
+                                  video (f_v), `frames` per video ([T, dim] frame features: the trained dense
+                                  rows and their rerank), `text` per caption id (the query vector q: the store's
+                                  "text embeddings", read by query_encoder "minilm" / "t5_features", the intents,
+                                  the rerank)
     root/world_truth.json         world truth no reader sees (`TRUTH_FILE`): each caption id's sense (the facet
                                   index it mentions, `query_sense`) and each video's facet topics [[coarse, sub]]
                                   (`video_topics`), for diagnostics of the query intents
@@ -77,10 +89,16 @@ class PolysemousWorldConfig:
   train_fraction: float = 0.9
   train_queries: int = 12
   test_queries: int = 1
+  frames: int = 12           # T per video (X-Pool's and CLIP4Clip's 12 frames)
+  frame_weight: float = 1.0  # a frame shows its facet's deviation from the video's mean facet, unscaled
+  frame_noise: float = 0.3   # = video_noise
 
   def __post_init__(self):
     check_positive_fields(self, ("num_videos", "dim", "coarse", "sub", "min_facets", "max_facets",
-                                 "train_queries", "test_queries"))
+                                 "train_queries", "test_queries", "frames"))
+    if self.frame_weight < 0 or self.frame_noise < 0:
+      raise ValueError(f"PolysemousWorldConfig: frame_weight ({self.frame_weight}) and frame_noise "
+                       f"({self.frame_noise}) must be >= 0")
     if self.max_facets < self.min_facets:
       raise ValueError(f"PolysemousWorldConfig: max_facets ({self.max_facets}) < min_facets ({self.min_facets})")
     if not 0.0 < self.train_fraction < 1.0:
@@ -93,8 +111,9 @@ class PolysemousWorldConfig:
 
 @dataclasses.dataclass
 class PolysemousWorld:
-  """SYNTHETIC. Videos `v00000..`, features float32 [V, dim]; queries float32 [Q, dim] with the
-  index of their video and of the facet they mention; `train` / `test` are sorted video indices."""
+  """SYNTHETIC. Videos `v00000..`, features float32 [V, dim], frames float32 [V, T, dim] (`frame_facet` int [V, T]:
+  the facet each frame shows); queries float32 [Q, dim] with the index of their video and of the facet they mention;
+  `train` / `test` are sorted video indices."""
   config: PolysemousWorldConfig
   seed: int
   video_ids: np.ndarray
@@ -109,6 +128,8 @@ class PolysemousWorld:
   test_queries: np.ndarray
   test_query_video: np.ndarray
   test_query_facet: np.ndarray
+  frames: np.ndarray
+  frame_facet: np.ndarray
   synthetic: bool = True
 
 
@@ -141,7 +162,20 @@ def make_polysemous_world(config: PolysemousWorldConfig | None = None, seed: int
   tq, tv, tf = queries(train, cfg.train_queries)
   eq, ev, ef = queries(test, cfg.test_queries)
   ids = np.char.add("v", np.char.zfill(np.arange(cfg.num_videos).astype(str), 5))
-  return PolysemousWorld(cfg, seed, ids, features, facets, topics, train, test, tq, tv, tf, eq, ev, ef)
+  frames, frame_facet = make_frames(cfg, seed, features, facets)
+  return PolysemousWorld(cfg, seed, ids, features, facets, topics, train, test, tq, tv, tf, eq, ev, ef, frames,
+                         frame_facet)
+
+
+def make_frames(cfg: PolysemousWorldConfig, seed: int, features: np.ndarray, facets: list):
+  """The videos' frame features float32 [V, T, dim] and the facet each frame shows int [V, T] (the module
+  docstring's story), from their own random stream: the rest of the world does not depend on them."""
+  rng = np.random.default_rng([seed, 1])
+  t, d = cfg.frames, cfg.dim
+  which = np.stack([(np.arange(t) * len(f)) // t for f in facets])  # contiguous segments, one per facet, in order
+  shown = np.stack([f[k] - f.mean(0) for f, k in zip(facets, which)])  # [V, T, dim]
+  x = features[:, None] + cfg.frame_weight * shown + cfg.frame_noise * rng.standard_normal(shown.shape) / np.sqrt(d)
+  return l2_normalize(x).astype(np.float32), which
 
 
 def dense_recall(world: PolysemousWorld, pool: str = "inductive", ks=(1, 5, 10, 100)) -> dict[str, float]:
@@ -165,7 +199,8 @@ def write_world(config, root: str | Path) -> dict[str, str]:
   `data.*` keys naming them."""
   w = config.world
   world = make_polysemous_world(PolysemousWorldConfig(num_videos=w.num_videos, dim=w.dim,
-                                                      train_queries=w.train_queries, test_queries=w.test_queries),
+                                                      train_queries=w.train_queries, test_queries=w.test_queries,
+                                                      frames=w.get("frames", 12)),
                                 seed=config.seed)
   return write_files(world, root, config.dataset, config.data.protocol)
 
@@ -191,7 +226,8 @@ def write_files(world: PolysemousWorld, root: str | Path, dataset: str = "msrvtt
     caption_ids["test"] = [v for v, _, _ in splits["test"]]
   query_ids = caption_ids["train"] + caption_ids["test"]
   vectors = np.concatenate([world.train_queries, world.test_queries])
-  write_arrays(root / "features", {"clip": (list(ids), world.features), "text": (query_ids, vectors)},
+  write_arrays(root / "features", {"clip": (list(ids), world.features), "frames": (list(ids), world.frames),
+                                   "text": (query_ids, vectors)},
                {"backbone": "synthetic-polysemous-world", "synthetic": True, "seed": world.seed,
                 "world": dataclasses.asdict(world.config), "world_name": WORLD_NAME})
   senses = np.concatenate([world.train_query_facet, world.test_query_facet])
