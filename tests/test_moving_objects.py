@@ -123,4 +123,4 @@ def test_a_run_that_does_not_train_gets_the_test_split_and_msvd_refuses_a_world_
   with pytest.raises(ValueError, match="MSVD's split by clip number holds at most 1200 training"):
     mo.write_world(_world_config("msvd", num_train_groups=301), tmp_path / "b")
   with pytest.raises(ValueError, match="writes the release files of"):
-    mo.write_world(_world_config("lsmdc"), tmp_path / "c")
+    mo.write_world(_world_config("youcook2"), tmp_path / "c")
