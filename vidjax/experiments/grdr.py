@@ -42,7 +42,7 @@ from vidjax.defaults.common import (bad_value, check_choice, check_index, check_
                                     clip_to_data, with_values)
 from vidjax.experiments import common
 from vidjax.methods import grdr_baselines
-from vidjax.methods.dense import scorer as dense_scorer
+from vidjax.methods import dense as dense_method
 from vidjax.methods.grdr import (BACKBONE, DENSE_ROWS, HC_TARGETS, RERANKERS, SETTINGS, check_budget, dense_rows,
                                  dense_setting, evaluate_row, frames_reranker, limits, needs_frames, pair_setting,
                                  read_corpus, recall_curve, recipes, sweep_rows, train_dense, trained_row)
@@ -67,12 +67,7 @@ def validate(config) -> None:
   if bad or len(set(config.eval.dense_rows)) != len(config.eval.dense_rows):
     bad_value("eval.dense_rows", tuple(config.eval.dense_rows), f"distinct rows of {tuple(DENSE_ROWS)}")
   if needs_frames(config):  # the dense rows' section (configs/dense/common.py)
-    check_positive_int(config, [f"dense.train.{p}.{k}" for p in ("clip4clip", "xpool")
-                                for k in ("batch_size", "epochs", "checkpoint_every", "log_every")]
-                       + [f"dense.model.{k}" for k in ("seq_layers", "seq_head_dim", "max_positions", "xpool_heads")])
-    check_positive(config, ["dense.train.clip4clip.lr", "dense.train.xpool.lr", "dense.model.temperature"])
-    if not (isinstance(config.dense.model.num_frames, int) and config.dense.model.num_frames >= 0):
-      bad_value("dense.model.num_frames", config.dense.model.num_frames, "frames per video (0 = all the store has)")
+    dense_method.check_section(config, "dense.")
   check_positive(config, ("train.lr",))
   if config.train.align_epochs < 0 or config.train.weight_decay < 0:
     bad_value("train.align_epochs / train.weight_decay", (config.train.align_epochs, config.train.weight_decay),
@@ -154,7 +149,7 @@ def run(config, workdir) -> dict:
   table = {s: {"dense_backbone": dense_setting(corpus, pools[s], config.eval, config.index)} for s in SETTINGS}
   rerankers = {"dense_backbone": BACKBONE}
   for name in dense_rows(config):
-    scorer = dense_scorer(*train_dense(config, workdir, corpus, name, precision))
+    scorer = dense_method.scorer(*train_dense(config, workdir, corpus, name, precision))
     for s in SETTINGS:
       table[s][name] = (pair_setting(corpus, pools[s], config.eval, scorer) if scorer.per_pair else
                         dense_setting(corpus, pools[s], config.eval, config.index, scorer))

@@ -149,21 +149,28 @@ def check_config(config) -> None:
   """The dense section's keys (`model`, `train`, `rows`, `data` kinds, `eval`): one clear error each."""
   if not config.rows or any(r not in ROWS for r in config.rows):
     common.bad_value("rows", tuple(config.rows), f"a non-empty subset of {ROWS}")
-  common.check_positive_int(config, [f"model.{k}" for k in ("seq_layers", "seq_head_dim", "max_positions",
-                                                             "xpool_heads")])
-  if not (isinstance(config.model.num_frames, int) and config.model.num_frames >= 0):
-    common.bad_value("model.num_frames", config.model.num_frames, "frames sampled per video (0 = all the store has)")
-  common.check_positive(config, ["model.temperature"])
-  if not 0.0 <= config.model.xpool_dropout < 1.0:
-    common.bad_value("model.xpool_dropout", config.model.xpool_dropout, "a rate in [0, 1)")
-  for paper in ("clip4clip", "xpool"):
-    common.check_positive_int(config, [f"train.{paper}.{k}" for k in ("batch_size", "epochs", "checkpoint_every",
-                                                                       "log_every")])
-    common.check_positive(config, [f"train.{paper}.lr"])
-    common.check_fraction(config, f"train.{paper}.warmup_fraction")
-    if config.train[paper].weight_decay < 0:
-      common.bad_value(f"train.{paper}.weight_decay", config.train[paper].weight_decay, ">= 0")
+  check_section(config)
   common.check_positive_int(config, ("eval.query_chunk", "eval.gallery_chunk"))
+
+
+def check_section(config, prefix: str = "") -> None:
+  """The trained rows' `model` and `train` keys under `prefix` ("" in a dense run, "dense." in a config that carries
+  `dense_section()`, GRDR's): one clear error each, naming the full key."""
+  p, get = prefix, lambda key: common.get_key(config, prefix + key)  # noqa: E731
+  common.check_positive_int(config, [f"{p}model.{k}" for k in ("seq_layers", "seq_head_dim", "max_positions",
+                                                                 "xpool_heads")])
+  if not (isinstance(get("model.num_frames"), int) and get("model.num_frames") >= 0):
+    common.bad_value(f"{p}model.num_frames", get("model.num_frames"), "frames sampled per video (0 = all the store has)")
+  common.check_positive(config, [f"{p}model.temperature"])
+  if not 0.0 <= get("model.xpool_dropout") < 1.0:
+    common.bad_value(f"{p}model.xpool_dropout", get("model.xpool_dropout"), "a rate in [0, 1)")
+  for paper in ("clip4clip", "xpool"):
+    common.check_positive_int(config, [f"{p}train.{paper}.{k}" for k in ("batch_size", "epochs", "checkpoint_every",
+                                                                          "log_every")])
+    common.check_positive(config, [f"{p}train.{paper}.lr"])
+    common.check_fraction(config, f"{p}train.{paper}.warmup_fraction")
+    if get(f"train.{paper}.weight_decay") < 0:
+      common.bad_value(f"{p}train.{paper}.weight_decay", get(f"train.{paper}.weight_decay"), ">= 0")
 
 
 # ----------------------------------------------------------------------------------------------

@@ -1027,8 +1027,8 @@ def suite(config, workdir: str | Path) -> tuple[list[evaluate.Model], list[evalu
     pool = np.asarray(videos, np.int64)
     recall, _ = make_recall(model, params, corpus.features[pool], corpus.video_ids[pool], config.eval,
                             coder(corpus.features[pool]))
-    found, scores = recall.retrieve(test_inputs(corpus, np.asarray(queries, np.int64)), recall.max_candidates)
     inputs = test_inputs(corpus, np.asarray(queries, np.int64))
+    found, scores = recall.retrieve(inputs, recall.max_candidates)
     ids = rerank_found(recall, found, scores, reranker, inputs, min(10, recall.max_candidates)).ids
     return recall_at(ids, corpus.video_ids[pool][np.asarray(relevant)])
 

@@ -200,7 +200,7 @@ def write_world(config, root: str | Path) -> dict[str, str]:
   w = config.world
   world = make_polysemous_world(PolysemousWorldConfig(num_videos=w.num_videos, dim=w.dim,
                                                       train_queries=w.train_queries, test_queries=w.test_queries,
-                                                      frames=w.get("frames", 12)),
+                                                      frames=w.get("frames", PolysemousWorldConfig.frames)),
                                 seed=config.seed)
   return write_files(world, root, config.dataset, config.data.protocol)
 
