@@ -1,4 +1,5 @@
 """T5 encoder-decoder (GRDR's retriever trunk): shape, parameter count, bucket rule, causality, masking."""
+import dataclasses
 import math
 
 import jax
@@ -147,3 +148,26 @@ def test_dropout_mask_is_the_counter_hash_and_drops_at_its_rate_independently():
   assert Dropout(rate).apply({}, x, True) is x
   with pytest.raises(ValueError, match="rate must be in"):
     dropout_keep_mask(key, shape, 1.0)
+
+
+def test_training_mode_drops_inside_the_stacks_and_inference_mode_does_not():
+  """With dropout (the paper's 0.1), `deterministic=False` draws masks from the "dropout" stream: another key, other
+  outputs; the same key, the same outputs; finite gradients. `deterministic=True` is the same function whatever the
+  key (the test-sized GRDR configs train without dropout, so this is where the T5's training mode runs)."""
+  cfg = dataclasses.replace(TINY, dropout_rate=0.1)
+  model = T5(cfg)
+  ids = jnp.asarray(np.random.default_rng(0).integers(1, 50, (2, 6)), jnp.int32)
+  mask, dec = jnp.ones((2, 6), bool), ids[:, :4]
+  params = jax.jit(model.init)(jax.random.PRNGKey(0), ids, mask, dec)
+
+  @jax.jit
+  def run(p, key):
+    train = lambda q: model.apply(q, ids, mask, dec, deterministic=False, rngs={"dropout": key})  # noqa: E731
+    return train(p), model.apply(p, ids, mask, dec, deterministic=True), jax.grad(lambda q: jnp.sum(train(q) ** 2))(p)
+
+  a, eval_a, grads = run(params, jax.random.key(1))
+  b, eval_b, _ = run(params, jax.random.key(2))
+  np.testing.assert_array_equal(np.asarray(a), np.asarray(run(params, jax.random.key(1))[0]))
+  np.testing.assert_array_equal(np.asarray(eval_a), np.asarray(eval_b))
+  assert not np.allclose(np.asarray(a), np.asarray(b)) and not np.allclose(np.asarray(a), np.asarray(eval_a))
+  assert all(np.isfinite(np.asarray(g)).all() for g in jax.tree.leaves(grads))

@@ -288,12 +288,13 @@ def sweep(c: ml_collections.ConfigDict) -> None:
 
 def tiny(c: ml_collections.ConfigDict) -> None:
   """A tiny model and schedule, seconds on a CPU, on any data: with `world` the smoke test; on a user's store the
-  real path's plumbing (model.query_dim: the store's text width)."""
+  real path's plumbing (model.query_dim: the store's text width). The T5 without dropout: its masks are a third of
+  a tiny training step's compile time (the paper's 0.1 in every other variant; tests/test_t5.py trains through it)."""
   c.model.num_codes = 16
   c.model.num_layers = 2
   c.model.hidden = 32
   c.model.query_dim = 128
-  c.model.t5 = _t5(d_model=32, num_heads=2, d_kv=16, d_ff=64, encoder_layers=1, decoder_layers=1)
+  c.model.t5 = _t5(d_model=32, num_heads=2, d_kv=16, d_ff=64, encoder_layers=1, decoder_layers=1, dropout_rate=0.0)
   c.train.batch_size = 64
   c.model.latent_dim = 128   # = query_dim: the tokenizer_first schedule aligns views in the query space
   c.train.update(first_align_epochs=1, align_epochs=1, cotrain_epochs=1, kmeans_iters=5,

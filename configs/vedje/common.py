@@ -177,11 +177,13 @@ def smoke(c: ml_collections.ConfigDict) -> None:
 
 def tiny(c: ml_collections.ConfigDict) -> None:
   """A tiny random-init reranker, one epoch, no ablations, on any data: with `world` the smoke test, on a user's
-  store the real path's plumbing (the rendered release corpus prepared with `configs/prepare.py:smoke`)."""
+  store the real path's plumbing (the rendered release corpus prepared with `configs/prepare.py:smoke`). No
+  dropout: its masks are half of a tiny training step's compile time (the paper's 0.1 in every other variant;
+  tests/test_vedje_training.py trains through it)."""
   if "world" not in c:
     _small(c)
   c.model.update(hidden_size=32, num_heads=2, intermediate_size=64, compressor_heads=2, compressor_mlp=64,
-                 predictor_heads=2, predictor_mlp=64, prior_hidden=16)
+                 predictor_heads=2, predictor_mlp=64, prior_hidden=16, dropout_rate=0.0)
   c.train.update(batch_size=16, epochs=1, warmup_steps=2, log_every=5, progress=False,
                  hard_negatives=3, candidate_pool=8, in_batch_negatives=1)
   c.eval.update(k=10, k_sweep=(5, 10), query_chunk=64, gallery_chunk=128, pair_block=64)
