@@ -206,7 +206,7 @@ def test_real_youcook2_annotations_with_a_store(tmp_path):
                      features=str(tmp_path / "store"), available_videos=str(tmp_path / "available.txt"),
                      heldout_fraction=0.3)
   config.train.batch_size = 16
-  config.stack.update(k_recall=30, rerank_k=30, rerank_k_sweep=(10,))
+  config.stack.update(k_recall=1000, rerank_k=30, rerank_k_sweep=(10,))  # more than the corpus: clipped to it
   results = stack_experiment.run(config, tmp_path / "run")
   val = [v for v in keep if v.split == "val"]
   assert results["corpus"]["clips"] == sum(len(v.clips) for v in val) and results["synthetic"] is True
@@ -215,3 +215,7 @@ def test_real_youcook2_annotations_with_a_store(tmp_path):
   assert len(set(corpus.label)) == len({v.task for v in val})  # no step labels: the recipe is the label
   manifest = json.loads((tmp_path / "run" / "index" / "manifest.json").read_text())
   assert manifest["backbone"] == "random-test-features" and manifest["dataset"] == "youcook2"
+  # The index keeps the budgets the run evaluated (clipped to the corpus), so a search with its defaults runs.
+  assert manifest["recall"]["k"] == results["corpus"]["k_recall"] == results["corpus"]["clips"] < 1000
+  out = search.search(search.parse(["--index", str(tmp_path / "run" / "index"), str(corpus.captions[0])]))
+  assert len(out["results"]) == 10 and out["stages"] == ["recall", "rerank"]  # no context: CAST skipped

@@ -289,19 +289,19 @@ def write_index(path: Path, *, corpus: Corpus, vectors: np.ndarray, texts: Featu
   if rerank is not None:  # the pair reranker (a VEDJE stage reads its run's caches: not in the index, `omitted`)
     checkpoints.save_npz(rerank[1], path / "rerank.npz")
   checkpoints.save_npz(cast_params, path / "cast.npz")
-  s = config.stack
-  recall = {"kind": "dense", "file": "corpus.npz", "k": s.k_recall, "backbone": backbone,
+  k_recall, rerank_k, k = budgets(config, len(corpus.ids))  # what the run evaluated: no stage past the corpus
+  recall = {"kind": "dense", "file": "corpus.npz", "k": k_recall, "backbone": backbone,
             "index": config.index.to_dict()}  # the backend `python -m vidjax.search` builds over corpus.npz
   if grdr_parts is not None:
     checkpoints.save_npz(grdr_parts[1], path / "grdr.npz")
-    recall = {"kind": "grdr", "file": "grdr.npz", "k": s.k_recall, "backbone": backbone,
+    recall = {"kind": "grdr", "file": "grdr.npz", "k": k_recall, "backbone": backbone,
               "model": config.grdr.model.to_dict(), "context_len": config.model.context_len}
   text_encoder = ({"kind": "caption_lookup", "file": "texts.npz", "backbone": backbone} if text_tower is None else
                   {"kind": "text_tower", "file": "texts.npz", "backbone": backbone, "tower": text_tower})
   stages = [
-      *([{"name": "rerank", "kind": "pair_reranker", "k": s.rerank_k, "file": "rerank.npz", "backbone": backbone}]
+      *([{"name": "rerank", "kind": "pair_reranker", "k": rerank_k, "file": "rerank.npz", "backbone": backbone}]
         if rerank is not None else []),
-      {"name": "cast", "kind": "cast_ensemble", "k": s.k, "file": "cast.npz", "backbone": backbone,
+      {"name": "cast", "kind": "cast_ensemble", "k": k, "file": "cast.npz", "backbone": backbone,
        "num_heads": cast_model.num_heads, "context_len": config.model.context_len,
        "w_v": ensemble.w_v, "w_p": ensemble.w_p, "needs_context": True},
   ]
