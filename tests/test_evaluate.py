@@ -136,6 +136,9 @@ def test_format_table():
   assert lines[4].rstrip().endswith("-") and "nan" in lines[4]
   assert len({len(x) for x in lines[1:]}) == 1  # aligned columns
   assert "SYNTHETIC" not in evaluate.format_table(rows, "CVR results", synthetic=False)
+  # R@1 / R@5 / R@10 keys shown side by side get one naming (the stack's table once read "r1 | R@5 | r10")
+  ranks = evaluate.format_table({"m": {"r1": 1.0, "r5": 2.0, "r10": 3.0}}, "t", True, ["r1", "r5", "r10"]).splitlines()[1]
+  assert [c.strip() for c in ranks.split("|")] == ["Method", "R@1", "R@5", "R@10"]
 
 
 
