@@ -7,6 +7,7 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from vidjax.data import annotations
@@ -223,6 +224,10 @@ def test_lsmdc_fixture():
   assert annotations.lsmdc.parse_time("00.02.17.945") == pytest.approx(137.945)
   assert annotations.lsmdc.parse_time("01.10.02.31") == pytest.approx(4202.31)
   assert annotations.lsmdc.parse_time("00.61.00.000") is None
+  # the worlds write their LSMDC files with format_time, parse_time's inverse
+  assert annotations.lsmdc.format_time(137.945) == "00.02.17.945" and annotations.lsmdc.format_time(0) == "00.00.00.000"
+  for seconds in np.random.default_rng(0).uniform(0, 20_000, 50).round(3):
+    assert annotations.lsmdc.parse_time(annotations.lsmdc.format_time(seconds)) == pytest.approx(seconds, abs=1e-9)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -370,7 +370,7 @@ def evaluate_ranked(retriever: Retriever, queries: Batch, relevant: np.ndarray, 
 # ----------------------------------------------------------------------------- tables
 
 _HEADERS = {"acc": "Acc.", "r5": "R@5", "mnr": "MnR", "state_acc": "State Acc.", "ident_acc": "Ident. Acc."}
-_RANKS = {"r1": "R@1", "r10": "R@10"}  # a table that shows them beside R@5 names them alike
+_NAMES = {**_HEADERS, "r1": "R@1", "r10": "R@10"}  # a table that shows r1 / r10 beside R@5 names them alike
 
 
 def format_table(rows: Mapping[str, Mapping[str, float]], title: str, synthetic: bool,
@@ -391,7 +391,7 @@ def format_table(rows: Mapping[str, Mapping[str, float]], title: str, synthetic:
   if columns is None:
     seen = list(dict.fromkeys(k for r in rows.values() for k in r))
     columns = [k for k in _HEADERS if k in seen] or seen
-  head = ["Method"] + [{**_HEADERS, **_RANKS}.get(c, c) for c in columns]
+  head = ["Method"] + [_NAMES.get(c, c) for c in columns]
 
   def cell(v):
     if v is None:

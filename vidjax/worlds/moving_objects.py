@@ -51,8 +51,8 @@ the dataset a config names would have, under one folder, and the runs read it th
     ActivityNet Captions' `val_1.json` / `train.json`; MSVD's `youtube_mapping.txt` + `AllVideoDescriptions.txt`
     (clip names `<world id>_0_<T>`, numbered vid1.. for training and vid1301.. for test, so at most 1,200 training
     and 670 test videos); LSMDC's `LSMDC16_challenge_1000_publictect.csv` / `LSMDC16_annos_training.csv` (a line
-    per caption, the clip spanning the whole video). Every video has one caption describing the whole video. The files hold the test split,
-    and the training split when the run trains (a config with `data.train_annotations`);
+    per caption, the clip spanning the whole video). Every video has one caption describing the whole video. The
+    files hold the test split, and the training split when the run trains (a config with `data.train_annotations`);
   * `features/`: a feature store with kinds `tokens` [T, P, dim], `clip` [dim] (keyed by video id as the reader
     names it) and `text` [dim] (keyed by every caption id the reader gives, and by video id: a one-caption video's
     paragraph is its caption), its manifest SYNTHETIC and naming the world (`world`, `seed`, `label`, `truth`);
@@ -73,6 +73,7 @@ from vidjax import io
 from vidjax.data import comp, genstate
 from vidjax.data.retrieval import read_dataset
 from vidjax.data.features import write_arrays
+from vidjax.data.annotations import lsmdc
 from vidjax.data.annotations.types import Caption, RetrievalData, RetrievalVideo
 from vidjax.ops import l2_normalize
 
@@ -529,7 +530,7 @@ def write_release_files(world: MovingObjectWorld, root, dataset: str, splits: Se
       io.atomic_write_json(root / files[s], {vid: {"duration": float(frames), "timestamps": [[0.0, float(frames)]],
                                                "sentences": [c.text]} for vid, c, v_split in rows if v_split == s})
   elif dataset == "lsmdc":  # a tab-separated line per caption; the clip spans the whole video (a frame a second)
-    span = "\t".join([lsmdc_time(0), lsmdc_time(frames)] * 2)
+    span = "\t".join([lsmdc.format_time(0), lsmdc.format_time(frames)] * 2)
     for s in splits:
       io.atomic_write_text(root / files[s], "".join(f"{vid}\t{span}\t{c.text}\n" for vid, c, v_split in rows
                                                     if v_split == s))
@@ -545,11 +546,6 @@ def write_release_files(world: MovingObjectWorld, root, dataset: str, splits: Se
         + [f"{vid} {c.text}" for vid, c, _ in rows]))
   test, train = (",".join(str(root / f) for f in files.split(",")) for files in RELEASE_FILES[dataset])
   return {"annotations": test, **({"train_annotations": train} if "train" in splits else {})}
-
-
-def lsmdc_time(seconds: int) -> str:
-  """LSMDC's hh.mm.ss.mmm timestamp of a whole number of seconds."""
-  return f"{seconds // 3600:02d}.{seconds // 60 % 60:02d}.{seconds % 60:02d}.000"
 
 
 def write_truth(world: MovingObjectWorld, path, dataset: str, splits: Sequence[str] = ("test", "train")) -> None:

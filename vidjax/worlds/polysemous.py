@@ -64,6 +64,7 @@ from pathlib import Path
 import numpy as np
 
 from vidjax import io
+from vidjax.data.annotations import lsmdc
 from vidjax.data.features import write_arrays
 from vidjax.metrics import rank_of_target
 from vidjax.ops import check_positive_fields, l2_normalize
@@ -285,7 +286,7 @@ def _write_activitynet(d: Path, world: PolysemousWorld, splits):
 def _write_lsmdc(d: Path, world: PolysemousWorld, splits):
   """LSMDC16_annos_training.csv / LSMDC16_challenge_1000_publictect.csv: a line per query, each clip 10 seconds."""
   files, caption_ids = {}, {}
-  times = "00.00.00.000\t00.00.10.000\t00.00.00.000\t00.00.10.000"
+  times = "\t".join([lsmdc.format_time(0), lsmdc.format_time(10)] * 2)
   for split, name in (("train", "LSMDC16_annos_training.csv"), ("test", "LSMDC16_challenge_1000_publictect.csv")):
     io.atomic_write_text(d / name, "".join(f"{v}\t{times}\t{text}\n" for v, _, text in splits[split]))
     files[split], caption_ids[split] = d / name, [f"{v}#{k:03d}" for v, k, _ in splits[split]]

@@ -42,6 +42,12 @@ def parse_time(text: str) -> float | None:
   return int(h) * 3600 + int(m) * 60 + int(s) + int(frac) / 10 ** len(frac)
 
 
+def format_time(seconds: float) -> str:
+  """The LSMDC `hh.mm.ss.mmm` timestamp of `seconds` (>= 0, to the millisecond): `parse_time`'s inverse."""
+  ms = int(round(seconds * 1000))
+  return f"{ms // 3_600_000:02d}.{ms // 60_000 % 60:02d}.{ms // 1000 % 60:02d}.{ms % 1000:03d}"
+
+
 def read_lsmdc(path: str | os.PathLike) -> types.RetrievalData:
   """Reads an LSMDC tab-separated annotation file (see the module docstring).
 
