@@ -132,8 +132,8 @@ def test_grdr_configs_carry_paper_settings(dataset):
   assert (c.train.lr, c.train.batch_size) == (1e-4, 512)
   assert (c.train.first_align_epochs, c.train.align_epochs, c.train.cotrain_epochs) == (3, 1, 4)
   # X-Pool reranks every GR row (§4.2-4.3), trained at its paper's settings (configs/dense/common.py) on the store's
-  # frame tokens; the world's frames are its own kind
-  assert c.eval.reranker == "xpool" and c.data.frames_kind == "tokens" and w.data.frames_kind == "frames"
+  # per-frame embeddings in the text space, the kind prepare and both worlds write
+  assert c.eval.reranker == "xpool" and c.data.frames_kind == w.data.frames_kind == "frame_clip"
   assert (c.dense.train.xpool.batch_size, c.dense.train.xpool.epochs, c.dense.model.num_frames) == (32, 15, 12)
 
 

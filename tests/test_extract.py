@@ -151,6 +151,28 @@ def test_killed_run_resumes_to_an_identical_store(clips, full_run, tmp_path):
   engine.verify(store, [c.clip_id for c in clips], kinds=("clip", "clip_mean", "tokens"))
 
 
+def test_a_kind_added_to_an_existing_store_is_written_alone(clips, full_run, tmp_path):
+  """A store extracted before a kind existed (prepare's `frame_clip`) gains that kind on a rerun: only the new kind is
+  written, and the old kinds keep their values even where the recomputation differs (no stale-value error)."""
+  root = tmp_path / "store"
+  store, _ = _run(root, clips[:4])
+
+  @jax.jit
+  def more(frames):  # the old kinds recomputed differently, plus a new kind
+    out = _toy_video_fn(frames)
+    return {**{k: v + 1.0 for k, v in out.items()}, "frame_clip": frames.mean(axis=(2, 3))}
+
+  stats = engine.extract_videos(store, clips[:4], more, num_frames=T, resolution=R, batch_size=2,
+                                kinds=("clip", "clip_mean", "tokens", "frame_clip"), progress=False, flush_every=2)
+  assert stats.clips == 4 and stats.skipped == 0
+  ids, old = [c.clip_id for c in clips[:4]], FeatureStore(full_run[0].root)
+  store = FeatureStore(root)
+  for kind in ("clip", "clip_mean", "tokens", "padded_frames"):
+    np.testing.assert_array_equal(store.get(kind, ids), old.get(kind, ids), err_msg=kind)
+  frames = np.stack([video.decode_video(c.video, T, R, c.segment)[0] for c in clips[:4]])
+  np.testing.assert_allclose(store.get("frame_clip", ids), frames.mean(axis=(2, 3)), atol=1e-6)
+
+
 def test_two_processes_write_disjoint_shards_that_merge(clips, tmp_path):
   root = tmp_path / "store"
   for pi in (0, 1):
@@ -289,12 +311,16 @@ def test_videoprism_end_to_end_store_shapes_and_manifest(videoprism_run):
   store = FeatureStore(tmp / "work" / "features")
   ids = ["bad", "drum#000", "drum#001", "drum#002"]
   d, n = 32, (36 // 18) ** 2
-  assert store.kinds() == ["clip", "clip_mean", "padded_frames", "text", "tokens"]
-  assert store.get("clip", ids).shape == (4, d)
+  assert store.kinds() == ["clip", "clip_mean", "frame_clip", "padded_frames", "text", "tokens"]
+  assert store.get("clip", ids).shape == (4, d) and store.get("frame_clip", ids).shape == (4, 2, d)
   assert store.get("tokens", ids).shape == (4, 2, n, d)
   assert store.get("text", ids).shape == (4, d)
-  for kind in ("clip", "clip_mean", "text"):
+  for kind in ("clip", "clip_mean", "text", "frame_clip"):
     np.testing.assert_allclose(np.linalg.norm(store.get(kind, ids), axis=-1), 1.0, atol=1e-5)
+  # frame_clip is the model's own per-frame joint embedding: the failed video's two black frames, recomputed.
+  model, variables, _ = engine.load_model(config)
+  _, _, out = model.apply(variables, jnp.zeros((1, 2, 36, 36, 3)), None, None, return_frame_embeddings=True)
+  np.testing.assert_allclose(store.get("frame_clip", ["bad"])[0], out["frame_embeddings"][0], atol=1e-5)
   # clip_mean is the L2-normalized mean of the stored tokens (CAST App. A), recomputed in NumPy.
   tokens = store.get("tokens", ids).astype(np.float64)
   mean = tokens.mean(axis=(1, 2))

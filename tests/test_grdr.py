@@ -689,10 +689,10 @@ def test_a_store_without_the_frames_kind_is_one_error_unless_nothing_reads_frame
   the store, before any training; with the backbone's cosine as the reranker and no dense rows the run reads no
   frames (as before the trained rows existed)."""
   config = grdr_smoke_config()
-  assert config.data.frames_kind == "frames" and config.eval.reranker == "xpool"
-  config.data.frames_kind = "tokens"  # a prepared store's kind: the world writes "frames"
+  assert config.data.frames_kind == "frame_clip" and config.eval.reranker == "xpool"
+  config.data.frames_kind = "tokens"  # a prepared store's patch tokens: the world writes none
   with pytest.raises(ValueError, match=r"grdr: the store .*features has no per-frame features of kind "
-                                       r"data.frames_kind='tokens' \(it has \['clip', 'frames', 'text'\]\)"):
+                                       r"data.frames_kind='tokens' \(it has \['clip', 'frame_clip', 'text'\]\)"):
     _corpus(config, tmp_path)
   config.eval.update(reranker="dense_backbone", dense_rows=())
   corpus = _corpus(config, tmp_path)

@@ -115,8 +115,8 @@ def test_grdr_bad_inputs_on_a_store_are_one_error_each_before_training(real_path
   missing = tmp_path / "missing.csv"
   missing.write_text("\n".join(lines + ["ret999,msr99999,video99999,a video nobody has"]) + "\n")
   config.data.annotations, config.data.skip_missing = str(missing), False
-  # the per-frame kind too: the trained dense rows and the X-Pool rerank read the store's frame tokens
-  with pytest.raises(ValueError, match=r"1 of \d+ test videos have no \['clip', 'tokens'\] features .*video99999"):
+  # the per-frame kind too: the trained dense rows and the X-Pool rerank read the store's per-frame embeddings
+  with pytest.raises(ValueError, match=r"1 of \d+ test videos have no \['clip', 'frame_clip'\] features .*video99999"):
     GM.read_corpus(config, tmp_path / "a")
   no_text = tmp_path / "no_text.csv"
   no_text.write_text("\n".join(lines + [f"ret998,msr99998,{video},a caption nobody embedded"]) + "\n")
@@ -212,7 +212,7 @@ def test_grdr_on_a_real_store(real_path):
   for setting in ("inductive", "full_corpus"):
     assert set(results["metrics"][setting]) == {"dense_backbone", "clip4clip", "xpool", "grdr_paper", "grdr",
                                                 "grdr_cap5"}
-    assert results["metrics"][setting]["grdr"]["reranker"] == "xpool"  # over the store's frame tokens
+    assert results["metrics"][setting]["grdr"]["reranker"] == "xpool"  # over the store's frame_clip kind
     assert 0.0 <= results["metrics"][setting]["grdr"]["candidate_recall"] <= 100.0
     # the dataset config trains Algorithm 1: its `grdr` row is the paper's
     assert results["metrics"][setting]["grdr"] == results["metrics"][setting]["grdr_paper"]

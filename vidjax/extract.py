@@ -10,6 +10,9 @@ embeddings L2-normalized). The engine knows no model: it takes
 and writes these kinds (the experiment `vidjax/experiments/extract.py` wires VideoPrism in):
 
   clip           [D]        LvT pooled video embedding, L2-normalized (the text-video space CAST uses)
+  frame_clip     [T, D]     each frame's embedding in the same text-video space: the LvT pooler applied to the
+                            frame's auxiliary-encoder tokens, L2-normalized (the per-frame embedding CLIP gives
+                            CLIP4Clip and X-Pool; `FactorizedVideoCLIP(return_frame_embeddings=True)`)
   clip_mean      [D]        encoder tokens mean-pooled over time and space, L2-normalized (CAST App. A)
   tokens         [T, N, D]  per-frame patch tokens (optional; VEDJE's frame-local cache needs them)
   text           [D]        caption embeddings, keyed by caption id
@@ -61,7 +64,7 @@ from vidjax.models import pixelstats
 from vidjax.models import videoprism as vp
 from vidjax.ops import l2_normalize, unflatten_dict
 
-VIDEO_KINDS = ("clip", "clip_mean", "tokens")
+VIDEO_KINDS = ("clip", "frame_clip", "clip_mean", "tokens")
 TEXT_KIND = "text"
 PADDED_KIND = "padded_frames"
 # Manifest keys that must agree between a store and a run resuming into it: mixing features of
@@ -288,9 +291,11 @@ def extract_videos(store: FeatureStore, clips: Sequence[VideoSegment], video_fn:
   def write(batch, outputs):
     outputs = {k: np.asarray(jax.device_get(outputs[k])) for k in kinds}
     for row, (clip, _, padded) in enumerate(batch):
-      for k in kinds:
-        writers[k].add(clip.clip_id, outputs[k][row])
-      writers[PADDED_KIND].add(clip.clip_id, padded.astype(np.float32))
+      for k in kinds:  # only the kinds the store lacks: a kind added to an existing store leaves the others as they are
+        if not store.has(k, clip.clip_id):
+          writers[k].add(clip.clip_id, outputs[k][row])
+      if not store.has(PADDED_KIND, clip.clip_id):
+        writers[PADDED_KIND].add(clip.clip_id, padded.astype(np.float32))
       stats.clips += 1
       stats.frames += num_frames
       stats.padded_clips += int(padded.any())
@@ -456,13 +461,15 @@ def is_lvt(model) -> bool:
 
 
 def make_video_fn(model, variables, mesh, kinds):
-  """`frames [B, T, H, W, 3] -> {kind: [B, ...]}` for `kinds` ⊆ {clip, clip_mean, tokens}, jitted over `mesh`."""
+  """`frames [B, T, H, W, 3] -> {kind: [B, ...]}` for `kinds` ⊆ `VIDEO_KINDS` (clip and frame_clip: LvT models
+  only), jitted over `mesh`."""
   kinds = tuple(kinds)
 
   def forward(variables, frames):
     b, t = frames.shape[:2]
     if is_lvt(model):
-      clip, _, out = model.apply(variables, frames, None, None, train=False)
+      clip, _, out = model.apply(variables, frames, None, None, train=False,
+                                 return_frame_embeddings="frame_clip" in kinds)
       tokens = out["video_tokens"]
     else:
       tokens, _ = model.apply(variables, frames, train=False)
@@ -471,6 +478,8 @@ def make_video_fn(model, variables, mesh, kinds):
     result = {}
     if "clip" in kinds:
       result["clip"] = clip.astype(jnp.float32)
+    if "frame_clip" in kinds:
+      result["frame_clip"] = out["frame_embeddings"].astype(jnp.float32)
     if "clip_mean" in kinds:
       result["clip_mean"] = l2_normalize(tokens.mean(axis=1))  # CAST App. A: mean pool + L2 norm
     if "tokens" in kinds:
@@ -554,14 +563,14 @@ def load_model(config) -> tuple[Any, Any, dict]:
 
 def extract_into(config, store_root: str, clips: list[VideoSegment], captions: dict[str, str], dataset: str,
                  missing_videos: int = 0, num_frames: int | None = None, text_fn=None) -> tuple[dict, dict]:
-  """The backbone of `config.model` embeds `clips` (kinds clip / clip_mean / tokens; `num_frames` each, default
-  `config.num_frames`) and `captions` (kind text) into the store at `store_root`, resumably; returns (the
+  """The backbone of `config.model` embeds `clips` (kinds clip / frame_clip / clip_mean / tokens; `num_frames` each,
+  default `config.num_frames`) and `captions` (kind text) into the store at `store_root`, resumably; returns (the
   extraction's counts, the backbone's metadata). `text_fn` (`texts [B] -> [B, D]`) embeds the captions when the
   backbone has no text tower (the rendered world's stand-in: `pixelstats.colour_bag` of the colour words)."""
   num_frames = num_frames or config.num_frames
   model, variables, meta = load_model(config)
   lvt = is_lvt(model)
-  kinds = (["clip"] if lvt else []) + ["clip_mean"] + (["tokens"] if config.save_tokens else [])
+  kinds = (["clip", "frame_clip"] if lvt else []) + ["clip_mean"] + (["tokens"] if config.save_tokens else [])
   if captions and not lvt and text_fn is None:
     _LOG.warning("%s has no text tower; %d captions are not embedded", config.model.name, len(captions))
     captions = {}

@@ -20,8 +20,9 @@ Deviations (each forced by a frozen-feature setting, and stated):
   * the text and frame towers are frozen (the store's features are the inputs): what trains is the pooling and two
     identity-initialised linear maps that stand in for fine-tuning the towers' last projections (`frame_proj`,
     `text_proj`, `vidjax.models.dense`); with them the trained rows start at the backbone's own space;
-  * the frame features are the store's per-frame patch tokens averaged over each frame's patches (the backbone's
-    frame-level output), not a per-frame embedding in the joint space (CLIP's image embedding of each frame);
+  * the frame features are the backbone's own per-frame embeddings in the joint space (`frame_clip`: VideoPrism's
+    contrastive pooler applied to each frame's tokens after the space-time auxiliary encoder, so a frame's embedding
+    sees the other frames, unlike CLIP's image embedding of each frame alone);
   * seqTransf's transformer starts from random weights (CLIP4Clip copies CLIP's text-transformer weights into it);
   * each trained row is evaluated after its last epoch (the papers keep the best epoch on the test split).
 
@@ -100,7 +101,9 @@ def get_config(dataset: str, arg: str | None = None) -> ml_collections.ConfigDic
       train_video_list="",    # MSR-VTT: the training id list (train_list_jsfusion.txt: the 9k)
       train_split=train_split,  # reader split of the training file (MSR-VTT's JSON marks "train"; an id list replaces it)
       protocol=protocol, split=split,
-      frames_kind="tokens",   # per-frame features: [T, P, D_v] patch tokens (averaged over P) or [T, D_v]
+      frames_kind="frame_clip",  # per-frame features: [T, D_v] frame embeddings in the text space (the backbone's
+                              # pooler and projection per frame; configs/prepare.py writes them) or [T, P, D_v] patch
+                              # tokens averaged over P ("tokens": the encoder's output, not in the text space)
       clip_kind="clip",       # the backbone row's video embeddings
       text_kind="text",       # the frozen text embeddings (queries and training captions)
       skip_missing=True,      # videos without features are skipped and counted (False: an error)

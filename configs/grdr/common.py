@@ -184,8 +184,9 @@ def get_config(dataset: str, arg: str | None = None) -> ml_collections.ConfigDic
   c.data = ml_collections.ConfigDict(dict(
       features="",            # a feature store (configs/prepare.py): `clip` per video, `text` per caption / paragraph
       clip_kind="clip", text_kind="text",   # the text embeddings: the query intents, the dense rerank, and "minilm"'s input
-      frames_kind="tokens",   # per-frame features of the dense rows and the X-Pool rerank: [T, P, D_v] patch tokens
-                              # (averaged over P) or [T, D_v] (a prepared store's "tokens"; the world's "frames")
+      frames_kind="frame_clip",  # per-frame features of the dense rows and the X-Pool rerank: [T, D_v] frame
+                              # embeddings in the text space (configs/prepare.py's kind; the worlds write it too) or
+                              # [T, P, D_v] patch tokens averaged over P ("tokens": not in the text space)
       tokenizer="",           # query_encoder "t5": a SentencePiece model ("": the one the store's text tower used)
       annotations="",         # the test split's file (MSR-VTT: MSRVTT_JSFUSION_test.csv; DiDeMo test_data.json; ...)
       video_list="",          # MSR-VTT: optional id list of the test videos
@@ -213,7 +214,6 @@ def world(c: ml_collections.ConfigDict) -> None:
   (d_model 128, 4 heads, d_ff 512, 2 decoder layers) with the frozen-feature query encoder, whose query vectors
   stand in for frozen all-MiniLM-L6-v2 sentence embeddings (query_encoder "minilm")."""
   c.world = ml_collections.ConfigDict(dict(num_videos=10_000, dim=128, train_queries=12, test_queries=1, frames=12))
-  c.data.frames_kind = "frames"  # the world's per-frame features (vidjax.worlds.polysemous)
   c.train.schedule = "tokenizer_first"  # the module docstring says why
   # The dense rows on the world's 108,000 training captions, sized to train in a few CPU minutes: one epoch each at
   # batch 128 and lr 1e-4 (a deviation: the papers train CLIP4Clip 5 epochs at batch 128, lr 1e-4, and X-Pool 15 at

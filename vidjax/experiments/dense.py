@@ -2,7 +2,7 @@
 over the whole test corpus beside the frozen backbone's cosine.
 
 `run(config, workdir)`:
-  1. data: the dataset's test and training annotations through their readers and a feature store (kinds `tokens`
+  1. data: the dataset's test and training annotations through their readers and a feature store (kinds `frame_clip`
      per-frame features, `clip`, `text`); with no `data.features` the run first writes the embedded SYNTHETIC
      moving-object world as the dataset's release files and store under `<workdir>/world`
      (`vidjax.worlds.moving_objects.write_world`) and reads them the same way (`vidjax.methods.dense.session`);

@@ -7,7 +7,8 @@
 `data.annotations` takes the release files as published, comma-separated (COIN's `coin_train_70.json,
 coin_test_30.json`, ActivityNet's `train.json,val_1.json`, MSVD's `youtube_mapping.txt,AllVideoDescriptions.txt`,
 GenState's `train.json,test.json`; CrossTask: its release folder). One run extracts every kind the methods read,
-keyed as they look them up:
+keyed as they look them up (frame_clip: each frame's embedding in the text space, what CLIP4Clip and X-Pool read;
+an LvT backbone's kind):
 
   CVR datasets (youcook2, coin, crosstask)   each annotated step `video#index`: clip, clip_mean, tokens, and its
                                              caption as text (CAST, the stack); YouCook2 also each whole video

@@ -8,9 +8,9 @@ frozen backbone's cosine beside them; what another experiment needs to train one
 `config` is any section with `model` and `train` as `configs/dense/common.py` builds them (`dense_section()`): GRDR's
 rows and the composed stack can carry one. The training pairs are the training split's captions (or paragraphs) as
 pseudo queries of their videos, as GRDR's and VEDJE's training sets; the text side is the store's frozen `text`
-embedding of each, the video side the store's per-frame features (`data.frames_kind`, `tokens`: `[T, P, D_v]` patch
-tokens averaged over the P patches of a frame, or `[T, D_v]` frame embeddings), `model.num_frames` of them sampled
-uniformly (CLIP4Clip and X-Pool: 12).
+embedding of each, the video side the store's per-frame features (`data.frames_kind`: `frame_clip`, `[T, D_v]` frame
+embeddings in the text space, or `[T, P, D_v]` patch tokens averaged over the P patches of a frame), `model.num_frames`
+of them sampled uniformly (CLIP4Clip and X-Pool: 12).
 """
 from __future__ import annotations
 

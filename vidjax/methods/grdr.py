@@ -631,7 +631,8 @@ def read_corpus(config, workdir: Path) -> Corpus:
                      f"{d.frames_kind!r} (it has {sorted(store.kinds())}), which the trained dense rows "
                      f"eval.dense_rows={tuple(config.eval.dense_rows)} and the reranker eval.reranker="
                      f"{config.eval.reranker!r} read: set data.frames_kind to the store's per-frame kind, prepare the "
-                     "store with them (configs/prepare.py, save_tokens=True), or run the backbone's cosine alone "
+                     "store with them (configs/prepare.py writes frame_clip with an LvT backbone), or run the backbone's "
+                     "cosine alone "
                      "(--config.eval.reranker=dense_backbone --config.eval.dense_rows=())")
   provenance.check_store(workdir, store, (d.clip_kind, d.text_kind) + ((d.frames_kind,) if frames else ()))
   test = build_benchmark(read_dataset(config.dataset, d.annotations, d.video_list), protocol=d.protocol,

@@ -609,10 +609,17 @@ def write_world(config, root) -> dict[str, str]:
   return {**keys, "features": str(root / "features")}
 
 
+def frame_clip(tokens: np.ndarray) -> np.ndarray:
+  """`[V, T, C, D]` tokens -> `[V, T, D]` each frame's embedding in the text space (its tokens summed and
+  L2-normalized: the per-frame form of `clip`), what a prepared store's `frame_clip` kind holds."""
+  return l2_normalize(tokens.astype(np.float64).sum(axis=2)).astype(np.float32)
+
+
 def write_store(world: MovingObjectWorld, root, *, seed: int, world_fields, videos: Mapping[str, str] | None = None,
                 texts: Mapping[str, np.ndarray] | None = None, metadata: Mapping = ()) -> None:
   """Writes the world as a user's extraction would: a feature store with kinds `tokens` (per-frame patch tokens),
-  `clip` (the frame-mean embedding) per video id and `text` per caption id, its manifest saying SYNTHETIC.
+  `clip` (the frame-mean embedding), `frame_clip` (each frame's embedding) per video id and `text` per caption id,
+  its manifest saying SYNTHETIC.
   `videos` ({world video id: store id}, default every video as it is) and `texts` ({id: text embedding}, default
   every caption) choose and key them as a release layout names them (`write_world`); `metadata` adds manifest
   fields."""
@@ -622,6 +629,7 @@ def write_store(world: MovingObjectWorld, root, *, seed: int, world_fields, vide
   if texts is None:
     texts = dict(zip([c.caption_id for c in world.data.captions], world.text))
   write_arrays(root, {"tokens": (ids, world.tokens[rows]), "clip": (ids, world.clip[rows]),
+                      "frame_clip": (ids, frame_clip(world.tokens[rows])),
                       "text": (list(texts), np.asarray(list(texts.values()), np.float32))},
                {"backbone": "synthetic-moving-object-world", "synthetic": True, "seed": seed, "world": dict(world_fields),
                 **dict(metadata)})

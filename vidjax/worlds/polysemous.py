@@ -227,7 +227,7 @@ def write_files(world: PolysemousWorld, root: str | Path, dataset: str = "msrvtt
     caption_ids["test"] = [v for v, _, _ in splits["test"]]
   query_ids = caption_ids["train"] + caption_ids["test"]
   vectors = np.concatenate([world.train_queries, world.test_queries])
-  write_arrays(root / "features", {"clip": (list(ids), world.features), "frames": (list(ids), world.frames),
+  write_arrays(root / "features", {"clip": (list(ids), world.features), "frame_clip": (list(ids), world.frames),
                                    "text": (query_ids, vectors)},
                {"backbone": "synthetic-polysemous-world", "synthetic": True, "seed": world.seed,
                 "world": dataclasses.asdict(world.config), "world_name": WORLD_NAME})
