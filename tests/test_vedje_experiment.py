@@ -17,7 +17,7 @@ from vidjax.methods import vedje as VM
 from vidjax.experiments.common import load_config
 from vidjax.models import vedje as V
 from vidjax.models.bert import BertConfig
-from vidjax.scorers.vedje import VedjeScorer
+from vidjax.scorers.vedje import PriorHeld, VedjeScorer, held_prior
 
 ROOT = Path(__file__).resolve().parents[1]
 KEYS = {f"{d}_r{k}" for d in ("t2v", "v2t") for k in (1, 5, 10)}
@@ -57,6 +57,10 @@ def test_smoke_run_writes_the_results_contract(smoke_run):
   assert set(on_disk["k_sweep"]) == {"5", "10"} and "dynamics" in on_disk and "cache_probe" in on_disk
   m = results["metrics"]["vedje"]
   assert 0 <= m["t2v_r1"] <= m["t2v_r5"] <= m["t2v_r10"] <= 100
+  # the ranking split into the prior alone (stage 1 over the same candidates), as trained, and the joint pass alone
+  split = on_disk["prior_split"]
+  assert split["stage1"] == on_disk["stage1_over_candidates"] and split["vedje"] == on_disk["metrics"]["vedje"]
+  assert set(split["joint_alone"]) >= KEYS
   assert set(on_disk["cost"]) == {"64_tokens", "16_tokens"}  # Table 2, both budgets
   assert on_disk["cost"]["16_tokens"]["rerank_peak_mb"] < on_disk["cost"]["64_tokens"]["rerank_peak_mb"]
   probe = on_disk["cache_probe"]["with_delta"]
@@ -102,6 +106,26 @@ def test_scorer_rejects_bad_inputs_with_one_clear_error(tmp_path):
   pairs = VM.PairBatches(store, "cache", ["t0"], np.ones((1, s), np.int32), np.ones((1, s), np.int32))
   with pytest.raises(features.MissingFeatureError, match="no cache.*'zz'"):
     pairs.text_to_video({"row": np.array([0])}, np.array([["a", "zz"]]), np.zeros((1, 2), np.float32))
+
+
+def test_prior_held_reads_the_joint_pass_alone():
+  """`PriorHeld` scores a query's candidates with the prior replaced by its mean over the real candidates (NumPy,
+  padding kept): a prior that only reorders a query's candidates changes nothing, the reranker as trained does."""
+  _, scorer = _tiny_scorer()
+  rng = np.random.default_rng(0)
+  q, k, s = 2, 3, 4
+  batch = {"input_ids": rng.integers(1, 30, (q, k, s)).astype(np.int32), "attention_mask": np.ones((q, k, s), np.int32),
+           "cache": rng.normal(size=(q, k, scorer.config.cache_len, scorer.config.hidden_size)).astype(np.float32),
+           "prior": np.array([[0.9, 0.1, 0.5], [0.3, -np.inf, 0.7]], np.float32)}
+  want = np.array([[0.5, 0.5, 0.5], [0.5, -np.inf, 0.5]], np.float32)
+  np.testing.assert_allclose(held_prior(batch["prior"]), want, rtol=1e-6)
+  held = PriorHeld(scorer)
+  got = held.score(batch)
+  np.testing.assert_array_equal(got, scorer.score({**batch, "prior": want}))
+  assert got[1, 1] == -np.inf
+  reordered = {**batch, "prior": np.array([[0.5, 0.9, 0.1], [0.7, -np.inf, 0.3]], np.float32)}
+  np.testing.assert_array_equal(held.score(reordered), got)
+  assert not np.allclose(scorer.score(reordered), scorer.score(batch))
 
 
 @pytest.mark.parametrize("tokens,fmt,expected", [(64, "bfloat16", 49_152), (16, "bfloat16", 12_288),

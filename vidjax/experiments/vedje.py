@@ -37,8 +37,8 @@ from vidjax.data.retrieval import DATASETS
 from vidjax.defaults.common import check_choice
 from vidjax.experiments import common
 from vidjax.methods.vedje import (FULL, KEYS, Session, ablation_report, cache_bytes_report, check_config, cost_report,
-                                  diagnostics_report, k_sweep_report, online_param_count, stage1_report,
-                                  tables_needing_all)
+                                  diagnostics_report, k_sweep_report, online_param_count, prior_split_report,
+                                  stage1_report, tables_needing_all)
 from vidjax.worlds import moving_objects
 
 # Besides `common.is_resumable`'s rule: which ablation tables and diagnostics to report (each variant trains in its
@@ -90,7 +90,7 @@ def run(config, workdir: str | Path) -> dict:
 
   # The paper's other tables: cache bytes (A.4), cost (Table 2), ablations, the K sweep (A.7), diagnostics (A.10-11).
   for part, more in (cache_bytes_report(sess), cost_report(sess), ablation_report(sess, stage1),
-                     k_sweep_report(sess), diagnostics_report(sess, main_info)):
+                     k_sweep_report(sess), prior_split_report(sess), diagnostics_report(sess, main_info)):
     results.update(part)
     tables += more
 

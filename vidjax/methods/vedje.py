@@ -31,7 +31,7 @@ from vidjax.models import vedje as V
 from vidjax.models.bert import BertConfig
 from vidjax.retrieval import DenseIndex, TwoStage
 from vidjax.ops import is_positive_int
-from vidjax.scorers.vedje import PairBatches, VedjeScorer
+from vidjax.scorers.vedje import PairBatches, PriorHeld, VedjeScorer
 from vidjax.tokenizers.wordpiece import WordPieceTokenizer
 
 KEYS = ("t2v_r1", "t2v_r5", "t2v_r10", "v2t_r1", "v2t_r5", "v2t_r10")
@@ -899,6 +899,22 @@ def k_sweep_report(sess: Session) -> tuple[dict, list[str]]:
   table = evaluate.format_table({f"K={k}": v for k, v in sweep.items()}, "Candidate-pool size (A.7)", sess.synthetic,
                                 columns=list(KEYS) + ["latency_ms_per_query"])
   return {"k_sweep": sweep}, [table]
+
+
+def prior_split_report(sess: Session) -> tuple[dict, list[str]]:
+  """The main model's ranking split into its parts (`eval.prior_split`): stage 1 over the same candidates (what the
+  prior alone orders), the reranker as trained (joint pass + prior, eq. 5), and the joint pass alone (the reranker
+  with each query's prior held at its mean over the candidates, `PriorHeld`); {} when off."""
+  c = sess.config
+  if not c.eval.prior_split:
+    return {}, []
+  main, info = sess.evaluate_variant(FULL, c.cache.precision)
+  scorer, pairs = sess.scorer(FULL, c.cache.precision)
+  held, _ = rerank_metrics(PriorHeld(scorer), pairs, sess.test, c.eval.k, sess.indices)
+  rows = {"stage1": info["stage1"], "vedje": main, "joint_alone": held}
+  title = (f"VEDJE's ranking split: the prior alone (stage 1), joint + prior (as trained), the joint pass alone "
+           f"(prior held at each query's mean over its top {min(c.eval.k, len(sess.test.video_ids))})")
+  return {"prior_split": rows}, [evaluate.format_table(rows, title, sess.synthetic, columns=list(KEYS))]
 
 
 def diagnostics_report(sess: Session, main_info: dict) -> tuple[dict, list[str]]:

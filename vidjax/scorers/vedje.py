@@ -90,6 +90,26 @@ class VedjeScorer:
     return out.reshape(q, k)
 
 
+def held_prior(prior: np.ndarray) -> np.ndarray:
+  """`[Q, K]` stage-1 scores -> each row's mean over its real candidates in every real slot (-inf padding kept)."""
+  prior = np.asarray(prior, np.float32)
+  real = prior != -np.inf
+  mean = np.where(real, prior, 0.0).sum(axis=1) / np.maximum(real.sum(axis=1), 1)
+  return np.where(real, mean[:, None], -np.inf).astype(np.float32)
+
+
+class PriorHeld:
+  """A reranker read with its stage-1 prior held at each query's mean over its candidates (`held_prior`): the prior
+  no longer orders a query's candidates, so the ranking is the joint pass's alone. Beside the reranker's own ranking
+  and stage 1's, it splits what the learned joint pass contributes from what the residual prior (eq. 5) carries."""
+
+  def __init__(self, scorer: VedjeScorer):
+    self.scorer = scorer
+
+  def score(self, batch: Mapping[str, Any]) -> np.ndarray:
+    return self.scorer.score({**batch, "prior": held_prior(batch["prior"])})
+
+
 class PairBatches:
   """`TwoStage` batch functions for VEDJE: texts (tokenized) x videos (cached in a store).
 
