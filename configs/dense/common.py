@@ -102,7 +102,7 @@ def get_config(dataset: str, arg: str | None = None) -> ml_collections.ConfigDic
       train_split=train_split,  # reader split of the training file (MSR-VTT's JSON marks "train"; an id list replaces it)
       protocol=protocol, split=split,
       frames_kind="frame_clip",  # per-frame features: [T, D_v] frame embeddings in the text space (the backbone's
-                              # pooler and projection per frame; configs/prepare.py writes them) or [T, P, D_v] patch
+                              # contrastive pooler per frame; configs/prepare.py writes them) or [T, P, D_v] patch
                               # tokens averaged over P ("tokens": the encoder's output, not in the text space)
       clip_kind="clip",       # the backbone row's video embeddings
       text_kind="text",       # the frozen text embeddings (queries and training captions)

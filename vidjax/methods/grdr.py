@@ -632,8 +632,7 @@ def read_corpus(config, workdir: Path) -> Corpus:
                      f"eval.dense_rows={tuple(config.eval.dense_rows)} and the reranker eval.reranker="
                      f"{config.eval.reranker!r} read: set data.frames_kind to the store's per-frame kind, prepare the "
                      "store with them (configs/prepare.py writes frame_clip with an LvT backbone), or run the backbone's "
-                     "cosine alone "
-                     "(--config.eval.reranker=dense_backbone --config.eval.dense_rows=())")
+                     "cosine alone (--config.eval.reranker=dense_backbone --config.eval.dense_rows=())")
   provenance.check_store(workdir, store, (d.clip_kind, d.text_kind) + ((d.frames_kind,) if frames else ()))
   test = build_benchmark(read_dataset(config.dataset, d.annotations, d.video_list), protocol=d.protocol,
                          split=d.split or None)
