@@ -727,6 +727,7 @@ class Session:
     self.trained: dict[str, Any] = {}
     self.indices = stage1_indices(self.test, config.index)
     self.evaluated: dict[tuple[str, str, int], tuple[dict, dict]] = {}
+    self.scorers: dict[tuple[str, str], tuple[VedjeScorer, PairBatches]] = {}
 
   @functools.cached_property
   def patch_table(self) -> pipeline.FeatureTable:
@@ -753,7 +754,13 @@ class Session:
     return base if (variant, precision) == (FULL, self.config.cache.precision) else f"{base}.{variant.name}.{precision}"
 
   def scorer(self, variant: Variant, precision: str) -> tuple[VedjeScorer, PairBatches]:
-    """The variant's reranker over the test videos' caches (indexed on first use)."""
+    """The variant's reranker over the test videos' caches (indexed and compiled on first use, then reused)."""
+    key = (variant.name, precision)
+    if key not in self.scorers:
+      self.scorers[key] = self._new_scorer(variant, precision)
+    return self.scorers[key]
+
+  def _new_scorer(self, variant: Variant, precision: str) -> tuple[VedjeScorer, PairBatches]:
     cfg, params = dataclasses.replace(self.cfg_of(variant), scan_pairs=self.config.eval.scan_pairs), self.params_of(variant)
     kind = self.kind_of(variant, precision)
     index_caches(params, cfg, self.store, self.cache_store, self.config.data.tokens_kind, kind, precision,
