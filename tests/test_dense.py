@@ -42,9 +42,10 @@ def _norm(x):
   return x / np.linalg.norm(x, axis=-1, keepdims=True)
 
 
-def _ln(x, p):
+def _ln(x, p, eps):
+  """LayerNorm with the official code's epsilon: X-Pool's torch LayerNorm 1e-5, CLIP4Clip's TF-style one 1e-12."""
   mu = x.mean(-1, keepdims=True)
-  return (x - mu) / np.sqrt(((x - mu) ** 2).mean(-1, keepdims=True) + 1e-6) * p["scale"] + p["bias"]
+  return (x - mu) / np.sqrt(((x - mu) ** 2).mean(-1, keepdims=True) + eps) * p["scale"] + p["bias"]
 
 
 def _dense(x, p):
@@ -80,11 +81,11 @@ def test_meanp_and_seqtransf_pool_as_numpy():
       for i in range(2):
         b = p[f"block_{i}"]
         for n in range(len(h)):
-          y = _ln(h[n], b["ln_1"])
+          y = _ln(h[n], b["ln_1"], 1e-12)
           qkv = [_dense(y, b[name]) for name in ("query", "key", "value")]
           a = np.stack([_attend(qkv[0][t], qkv[1], qkv[2], heads) for t in range(T)])
           h[n] = h[n] + _dense(a, b["out"])
-          m = _dense(_ln(h[n], b["ln_2"]), b["c_fc"])
+          m = _dense(_ln(h[n], b["ln_2"], 1e-12), b["c_fc"])
           h[n] = h[n] + _dense(m / (1 + np.exp(-1.702 * m)), b["c_proj"])
       x = h + x
     want = _norm(_dense(text, params["text_proj"])) @ _meanp(x).T
@@ -100,10 +101,10 @@ def test_xpool_pools_each_text_video_pair_as_numpy():
   for i, t in enumerate(text.astype(np.float64)):
     t = _dense(t, params["text_proj"])
     for j, f in enumerate(frames.astype(np.float64)):
-      tq, fk = _ln(t, p["layer_norm1"]), _ln(_dense(f, params["frame_proj"]), p["layer_norm1"])
+      tq, fk = _ln(t, p["layer_norm1"], 1e-5), _ln(_dense(f, params["frame_proj"]), p["layer_norm1"], 1e-5)
       a = _attend(_dense(tq, p["q_proj"]), _dense(fk, p["k_proj"]), _dense(fk, p["v_proj"]), 2)
-      r = _ln(_dense(a, p["out_proj"]), p["layer_norm2"])
-      z = _ln(r + _dense(r, p["linear_proj"]), p["layer_norm3"])
+      r = _ln(_dense(a, p["out_proj"]), p["layer_norm2"], 1e-5)
+      z = _ln(r + _dense(r, p["linear_proj"]), p["layer_norm3"], 1e-5)
       want[i, j] = _norm(t) @ _norm(z)
   np.testing.assert_allclose(_apply(model, params, text, frames), want, rtol=RTOL, atol=RTOL)
   # Each text against its own K candidates: the same pairs, the same scores.

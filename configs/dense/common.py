@@ -9,7 +9,7 @@ embeddings, residual, then mean pooling), `xpool` (Gorti et al. CVPR 2022, §4: 
 The papers' settings:
   * CLIP4Clip (§4.1-4.2 and its release): 12 frames, batch 128, 5 epochs, lr 1e-4 for the new modules (CLIP itself
     at 1e-7), Adam with weight decay 0.2, linear warm-up over 10% of the steps then cosine decay; seqTransf 4 layers,
-    D / 64 heads, 128 position embeddings;
+    D / 64 heads, 77 frame-position embeddings (CLIP's context length: modeling.py sizes the table so);
   * X-Pool (§5.1 and its release): 12 frames, batch 32, lr 3e-5 for the new modules on MSR-VTT 9k (1e-5 on MSVD and
     LSMDC; CLIP at 1e-6), AdamW weight decay 0.2, warm-up 10% then cosine decay, 15 epochs (the release's default),
     1 head, dropout 0.3 (MSVD 0.4), projections initialised to the identity;
@@ -64,7 +64,7 @@ def dense_section(dataset: str = "msrvtt") -> ml_collections.ConfigDict:
           num_frames=12,          # frames sampled uniformly per video (both papers: 12; 0 = all the store has)
           seq_layers=4,           # CLIP4Clip seqTransf depth
           seq_head_dim=64,        # ... heads = D // 64 (CLIP's rule)
-          max_positions=128,      # ... frame-position embeddings
+          max_positions=77,       # ... frame-position embeddings (CLIP4Clip: CLIP's context length)
           xpool_heads=1,          # X-Pool: one head
           xpool_dropout=dropout,  # X-Pool: dropout after FC
           temperature=0.01,       # CLIP's logit scale 100 (fixed; see the module docstring)

@@ -3,9 +3,10 @@
 CLIP4Clip (Luo et al. 2021, "An Empirical Study of CLIP for End to End Video Clip Retrieval", §3.2 "Similarity
 Calculator"), the parameter-free and the sequential type:
   * meanP: each frame embedding L2-normalised, averaged over the T frames, normalised again; s(t, v) = cos(t, v);
-  * seqTransf: frame embeddings + learned frame-position embeddings through a small transformer (CLIP's
-    residual attention blocks: pre-LayerNorm self-attention and a QuickGELU MLP of width 4D; 4 layers, D / 64 heads),
-    the output added back to the input frames (the residual), then meanP.
+  * seqTransf: frame embeddings + learned frame-position embeddings (a table of 77, CLIP's context length, which the
+    release gives it) through a small transformer (CLIP's residual attention blocks: pre-LayerNorm self-attention and
+    a QuickGELU MLP of width 4D; 4 layers, D / 64 heads; the release builds them with its own TF-style LayerNorm,
+    epsilon 1e-12, not CLIP's 1e-5), the output added back to the input frames (the residual), then meanP.
 
 X-Pool (Gorti et al., CVPR 2022, "Cross-Modal Language-Video Attention for Text-Video Retrieval", §4): the text
 embedding attends over the frames of a video. With one LayerNorm LN_1 on both inputs,
@@ -13,13 +14,18 @@ embedding attends over the frames of a video. With one LayerNorm LN_1 on both in
     r = LN_2(a W_O),  z_{v|t} = LN_3(r + Dropout(FC(r))),  s(t, v) = cos(t, z_{v|t})
 so a video's embedding depends on the text: the similarity is per (text, video) pair and a batch of B pairs gives a
 B x B matrix of B x B pooled embeddings. As in the authors' release, W_Q, W_K, W_V, W_O and FC start as the
-identity (zero biases) and there is 1 head.
+identity (zero biases), there is 1 head, and the LayerNorms are torch's (epsilon 1e-5).
 
 Both papers fine-tune CLIP end to end. Here the text and frame towers are frozen (their features are inputs, read from
 a feature store), so what trains is the pooling above plus two linear maps that stand in for the towers' last
 projections: `frame_proj` (D_v -> D, which also maps a backbone's frame tokens into the D-wide text space when the
-widths differ) and `text_proj` (D -> D), both initialised to the (rectangular) identity. With identity maps, meanP on
-features whose frame mean is the store's clip embedding starts exactly at the frozen backbone's cosine.
+widths differ) and `text_proj` (D -> D), both initialised to the (rectangular) identity. With identity maps meanP
+starts in the backbone's own space but not at its cosine: it averages the `num_frames` sampled frames, each
+L2-normalised first, where the store's clip embedding is the backbone's own pooling of every frame. On the
+moving-object world (seed 0: 12 of 16 frames) meanP at initialisation scores 12.5 T2V R@1, the backbone's cosine 10.0.
+
+Held against the official code (the goldens of `bench/goldens/dense.py`; `tests/test_reference_xpool.py`,
+`tests/test_reference_clip4clip.py`), whose checkpoints `vidjax.convert.xpool` / `vidjax.convert.clip4clip` load.
 
 Shapes: text `[Q, D]` (the store's text embeddings), frames `[V, T, D_v]` (per-frame features), scores `[Q, V]`
 (`similarity`, every text against every video) or `[Q, K]` (`pair_scores`, each text against its own K candidates).
@@ -48,7 +54,7 @@ class DenseConfig:
   frame_dim: int
   seq_layers: int = 4            # CLIP4Clip seqTransf: 4 transformer layers
   seq_head_dim: int = 64         # ... heads = max(1, D // 64) (CLIP's rule, 8 heads at D = 512)
-  max_positions: int = 128       # ... learned frame-position embeddings (CLIP4Clip: 128)
+  max_positions: int = 77        # ... learned frame-position embeddings (CLIP4Clip: CLIP's context length, 77)
   xpool_heads: int = 1           # X-Pool: one head
   dropout: float = 0.3           # X-Pool: dropout on FC's output (MSR-VTT 9k / LSMDC; MSVD 0.4)
   temperature: float = 0.01      # softmax temperature of the loss (CLIP's trained logit scale 100)
@@ -89,20 +95,21 @@ def _heads(x: jax.Array, heads: int) -> jax.Array:
 
 
 class ResidualBlock(nn.Module):
-  """CLIP's residual attention block: x + MHSA(LN(x)), then x + MLP(LN(x)) with QuickGELU, width 4D. Weights start
-  at N(0, 0.02) (CLIP4Clip's `init_weights` for the modules it does not copy from CLIP)."""
+  """CLIP's residual attention block: x + MHSA(LN(x)), then x + MLP(LN(x)) with QuickGELU, width 4D; LayerNorm
+  epsilon 1e-12 (CLIP4Clip's `module_cross` builds the block with its TF-style LayerNorm). Weights start at
+  N(0, 0.02) (CLIP4Clip's `init_weights` for the modules it does not copy from CLIP)."""
   width: int
   heads: int
 
   @nn.compact
   def __call__(self, x: jax.Array) -> jax.Array:
     dense = lambda width, name: nn.Dense(width, kernel_init=nn.initializers.normal(0.02), name=name)  # noqa: E731
-    h = nn.LayerNorm(name="ln_1")(x)
+    h = nn.LayerNorm(epsilon=1e-12, name="ln_1")(x)
     q, k, v = (_heads(dense(self.width, n)(h), self.heads) for n in ("query", "key", "value"))
     w = jax.nn.softmax(jnp.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(q.shape[-1]), axis=-1)
     a = jnp.einsum("bhqk,bkhd->bqhd", w, v).reshape(x.shape)
     x = x + dense(self.width, "out")(a)
-    h = dense(4 * self.width, "c_fc")(nn.LayerNorm(name="ln_2")(x))
+    h = dense(4 * self.width, "c_fc")(nn.LayerNorm(epsilon=1e-12, name="ln_2")(x))
     return x + dense(self.width, "c_proj")(h * jax.nn.sigmoid(1.702 * h))
 
 
@@ -137,7 +144,7 @@ class XPool(nn.Module):
   @nn.compact
   def __call__(self, text: jax.Array, frames: jax.Array, cross: bool, deterministic: bool = True) -> jax.Array:
     dense = lambda name: nn.Dense(self.width, kernel_init=eye_init, name=name)  # noqa: E731
-    ln1 = nn.LayerNorm(name="layer_norm1")
+    ln1 = nn.LayerNorm(epsilon=1e-5, name="layer_norm1")
     t, f = ln1(text), ln1(frames)
     q = _heads(dense("q_proj")(t), self.heads)   # [Q, H, d]
     k = _heads(dense("k_proj")(f), self.heads)   # [V, T, H, d] | [Q, K, T, H, d]
@@ -150,9 +157,9 @@ class XPool(nn.Module):
       w = jax.nn.softmax(jnp.einsum("qhd,qkthd->qkht", q, k) * scale, axis=-1)
       a = jnp.einsum("qkht,qkthd->qkhd", w, v)
     a = a.reshape(*a.shape[:-2], self.width)
-    r = nn.LayerNorm(name="layer_norm2")(dense("out_proj")(a))
+    r = nn.LayerNorm(epsilon=1e-5, name="layer_norm2")(dense("out_proj")(a))
     r = r + Dropout(self.dropout)(dense("linear_proj")(r), deterministic)
-    return nn.LayerNorm(name="layer_norm3")(r)
+    return nn.LayerNorm(epsilon=1e-5, name="layer_norm3")(r)
 
 
 class DenseRetriever(nn.Module):
