@@ -6,10 +6,11 @@ method reads, in one resumable run; vidjax/experiments/prepare.py says what it w
       --config.model.checkpoint=/ckpt/flax_lvt_base_f16r288_repeated.npz --config.model.spm_path=/ckpt/c4_en.model
 
 The store is `RUN/features` (or `--config.store`). Datasets: youcook2, coin, crosstask, msrvtt, didemo,
-activitynet, msvd, lsmdc, genstate (README "Real data" lists each one's files). With `model.checkpoint` empty the
-weights are random and every results.json downstream says `random_init: true`. `smoke`: a tiny random VideoPrism
-(36 px, 4 frames) for the plumbing tests. `rendered`: the shape `configs/backbone_rendered.py` trains on the rendered
-corpus (pass its checkpoint as `model.checkpoint`).
+activitynet, msvd, lsmdc, genstate (README "Real data" lists each one's files). `data.import_features` imports GRDR's
+released features instead of extracting (msrvtt, didemo, activitynet, lsmdc; docs/real_data.md, section 4). With
+`model.checkpoint` empty the weights are random and every results.json downstream says `random_init: true`.
+`smoke`: a tiny random VideoPrism (36 px, 4 frames) for the plumbing tests. `rendered`: the shape
+`configs/backbone_rendered.py` trains on the rendered corpus (pass its checkpoint as `model.checkpoint`).
 """
 from pathlib import Path
 

@@ -25,6 +25,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
   c.data = ml_collections.ConfigDict(dict(
       videos="",             # the dataset's video folder (searched recursively; files named by video id)
       annotations="",        # the release annotation file(s), comma-separated (CrossTask: its release folder)
+      import_features="",    # GRDR's released InternVideo2 features instead of extracting: the folder holding
+                             # InternVideo2/<dataset>/ (download_features.py --features-dir); data.videos stays ''
+      import_frames="",      # with import_features: the X-Pool video features folder (<video id>.npz files)
   ))
   c.num_frames = 0           # 0 = the dataset's paper setting (FRAMES)
   c.save_tokens = True       # per-frame tokens: VEDJE's caches, VideoComp and GenState's VidCLIP read them

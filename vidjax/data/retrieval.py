@@ -98,8 +98,11 @@ def build_benchmark(data: RetrievalData, *, protocol: str = "captions", split: s
 
 
 def read_dataset(dataset: str, annotations: str, video_list: str = "") -> RetrievalData:
-  """A retrieval dataset's records through its reader (`video_list`: MSR-VTT's optional id list)."""
+  """A retrieval dataset's records through its reader (`video_list`: MSR-VTT's optional id list). GRDR's release
+  files (`{video, caption}` lists, plain or gzipped) are read by `read_grdr` for any of its datasets (MSR-VTT,
+  DiDeMo, ActivityNet, LSMDC); every other file by its dataset's own reader."""
   from vidjax.data import annotations as readers  # pylint: disable=g-import-not-at-top
+  from vidjax.data.annotations import grdr  # pylint: disable=g-import-not-at-top
   paths = readers.annotation_paths(annotations)
   if dataset == "msvd":  # two files: the clip mapping and the descriptions
     if len(paths) != 2:
@@ -108,6 +111,11 @@ def read_dataset(dataset: str, annotations: str, video_list: str = "") -> Retrie
     return readers.read_msvd(*paths)
   if len(paths) != 1:
     raise ValueError(f"config.data.annotations={annotations!r}: {dataset} takes one annotation file here")
+  if grdr.is_release_file(paths[0]):
+    if video_list:
+      raise ValueError(f"config.data.video_list={video_list!r} is invalid with GRDR's annotation file {paths[0]}: "
+                       "expected '' (the file is the split)")
+    return readers.read_grdr(paths[0])
   if dataset == "msrvtt":
     return readers.read_msrvtt(paths[0], video_list or None)
   if video_list:

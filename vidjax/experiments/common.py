@@ -177,7 +177,8 @@ def make_workdir(workdir: str | Path) -> Path:
 
 # `data.*` keys that name a file or folder the run reads (comma-separated lists where the readers take several).
 INPUT_KEYS = ("annotations", "train_annotations", "video_list", "train_video_list", "features", "metadata",
-              "train_metadata", "available_videos", "captions", "release_eval", "release_train", "videos", "tokenizer")
+              "train_metadata", "available_videos", "captions", "release_eval", "release_train", "videos", "tokenizer",
+              "import_features", "import_frames")
 LIST_KEYS = ("annotations", "train_annotations")
 
 

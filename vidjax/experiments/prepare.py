@@ -20,6 +20,17 @@ an LvT backbone's kind):
   genstate                                   each clip the metadata names: clip, clip_mean, tokens; every query's
                                              text (query id)
 
+Or it imports GRDR's released features instead of extracting (`data.import_features`, the folder
+`download_features.py --features` wrote; `data.import_frames`, its X-Pool video features): the annotations are GRDR's
+own files (`vidjax.data.annotations.grdr`), and the store gets `clip` and `text` (InternVideo2) and `frame_clip`
+(X-Pool's CLIP frames), keyed as GRDR's records name them (`vidjax.data.grdr_release`); nothing is decoded, and a
+video the release lacks is an error, not a skip::
+
+    python -m vidjax.main --config configs/prepare.py --workdir PREP --config.dataset=msrvtt \
+        --config.data.annotations=msrvtt_ret_train.json,msrvtt_ret_test.json \
+        --config.data.import_features=dataset/features \
+        --config.data.import_frames=reranker/xpool/video_features_cache/msrvtt
+
 The valid-video rule is the same for every dataset: a video counts when it has a file under `data.videos`
 (matched by id, or by the id's stem) that decodes to at least one frame. The others are listed with the reason
 in `<store>/skipped_videos.txt`, counted in results.json, and every method skips them (`data.skip_missing`, the
@@ -36,7 +47,9 @@ from vidjax import extract as engine
 from vidjax import io
 from vidjax.data import genstate
 from vidjax.data.annotations import annotation_paths, paragraphs, read_annotations
+from vidjax.data.annotations.grdr import is_release_file
 from vidjax.data.features import FeatureStore
+from vidjax.data.grdr_release import RELEASE_DIRS, import_release
 from vidjax.data.retrieval import read_dataset
 from vidjax.data.provenance import SKIP_FILE
 from vidjax.defaults.common import bad_value, check_choice, check_positive_int
@@ -111,17 +124,59 @@ def plan(dataset: str, annotations: str) -> Plan:
 
 def validate(config) -> None:
   check_choice(config, "dataset", DATASETS)
-  if not config.data.videos:
+  d = config.data
+  if d.import_frames and not d.import_features:
+    bad_value("data.import_frames", d.import_frames, "'' without data.import_features (the X-Pool frames are imported "
+              "with GRDR's released features)")
+  if d.import_features:
+    if config.dataset not in RELEASE_DIRS:
+      bad_value("dataset", config.dataset, f"one of {tuple(RELEASE_DIRS)} with data.import_features (GRDR's release "
+                "covers these)")
+    if d.videos:
+      bad_value("data.videos", d.videos, "'' with data.import_features (the release's features are imported, no "
+                "video is decoded)")
+  elif not d.videos:
     bad_value("data.videos", "", "the folder of the dataset's videos (searched recursively, by video id)")
-  if not config.data.annotations:
+  if not d.annotations:
     bad_value("data.annotations", "", "the dataset's release annotation file(s), comma-separated")
   check_positive_int(config, ["batch_size", "text_batch_size", "resolution"])
+
+
+def import_features(config, workdir: Path) -> dict:
+  """The import path (module docstring): GRDR's released features for the videos and texts of `data.annotations`
+  into the store; results.json counts what was imported and which split each annotation file is."""
+  store_root = config.store or str(workdir / "features")
+  d = config.data
+  files = annotation_paths(d.annotations)
+  for path in files:
+    if not is_release_file(path):
+      bad_value("data.annotations", d.annotations, "GRDR's own annotation files with data.import_features "
+                f"({{video, caption}} lists, plain or gzipped: the release keys its features by their rows); {path} "
+                "is not one")
+  records = [(path, read_dataset(config.dataset, path)) for path in files]
+  metadata = {"backbone": "internvideo2 (GRDR release)", "checkpoint": "", "random_init": False, "synthetic": False,
+              "source": f"GRDR release: {d.import_features}", "frames_source": d.import_frames or "",
+              "frames_backbone": "X-Pool CLIP ViT-B/32 (GRDR release)" if d.import_frames else ""}
+  counts = {}
+  if is_writer():
+    counts = import_release(store_root, config.dataset, records, d.import_features, d.import_frames or None, metadata)
+  splits = counts.pop("splits", {})
+  results = common.results_dict(
+      config, dataset=config.dataset, synthetic=False, metrics={"prepare": counts}, path="real",
+      provenance=FeatureStore(store_root).provenance(), splits=splits,
+      skipped_videos={"count": 0, "file": ""})
+  rows = "\n".join([f"  {k:<16} {v}" for k, v in counts.items()] + [f"  {p}: {s}" for p, s in splits.items()])
+  common.write_results(workdir, results, [f"prepare {config.dataset} <- GRDR release {d.import_features} -> "
+                                          f"{store_root}\n{rows}"])
+  return results
 
 
 @common.precision_policy
 def run(config, workdir: str) -> dict:
   """Prepares `config.dataset`'s store at `config.store` (default `<workdir>/features`); writes results.json."""
   workdir = common.start_run(config, workdir, validate)
+  if config.data.import_features:
+    return import_features(config, workdir)
   wanted = plan(config.dataset, config.data.annotations)
   path_of = video_finder(config.data.videos)
   skipped = {v: "no video file" for v in wanted.segments if path_of(v) is None}

@@ -6,7 +6,8 @@ in `types.py`.
 
 Text-video retrieval: `read_msrvtt`, `read_didemo`, `read_activitynet_captions`, `read_msvd` and
 `read_lsmdc` return one `RetrievalData` (`RetrievalVideo`s sorted by id, `Caption`s in file order);
-`paragraphs` turns one into the paragraph-to-video protocol (one query per video).
+`paragraphs` turns one into the paragraph-to-video protocol (one query per video). `read_grdr` reads GRDR's
+release files, one format for its four datasets (`grdr.is_release_file` tells them from each dataset's own).
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from vidjax.data.annotations.coin import read_coin
 from vidjax.data.annotations.crosstask import read_crosstask
 from vidjax.data.annotations.crosstask import read_crosstask_tasks
 from vidjax.data.annotations.didemo import read_didemo
+from vidjax.data.annotations.grdr import read_grdr
 from vidjax.data.annotations.lsmdc import read_lsmdc
 from vidjax.data.annotations.msrvtt import read_msrvtt
 from vidjax.data.annotations.msvd import read_msvd
@@ -75,5 +77,5 @@ def read_annotations(fmt: str, path: str | os.PathLike, split: str | None = None
 
 __all__ = ["Caption", "Clip", "READERS", "annotation_paths", "RETRIEVAL_READERS", "RetrievalData", "RetrievalVideo", "Video", "paragraphs",
            "read_activitynet_captions", "read_annotations", "read_coin", "read_crosstask",
-           "read_crosstask_tasks", "read_didemo", "read_lsmdc", "read_msrvtt", "read_msvd", "read_youcook2",
-           "split_by_video"]
+           "read_crosstask_tasks", "read_didemo", "read_grdr", "read_lsmdc", "read_msrvtt", "read_msvd",
+           "read_youcook2", "split_by_video"]

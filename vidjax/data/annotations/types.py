@@ -145,12 +145,17 @@ def _is_didemo(d):  # [{"video", "description", "times", ...}, ...]
   return isinstance(d, list) and bool(d) and isinstance(d[0], dict) and {"video", "description"} <= set(d[0])
 
 
+def _is_grdr(d):  # [{"video", "caption"}, ...]
+  return isinstance(d, list) and bool(d) and isinstance(d[0], dict) and {"video", "caption"} <= set(d[0])
+
+
 JSON_FORMATS = (  # (name, test, what it is and how to read it)
     ("youcook2_coin", _is_step_release, "a YouCook2 / COIN release file ({'database': {video_id: ...}}): read it "
      "with read_youcook2 / read_coin"),
     ("activitynet", _is_activitynet, "an ActivityNet Captions file: read it with read_activitynet_captions"),
     ("msrvtt", _is_msrvtt, "an MSR-VTT MSRVTT_data.json: read it with read_msrvtt"),
     ("didemo", _is_didemo, "a DiDeMo file: read it with read_didemo"),
+    ("grdr", _is_grdr, "a GRDR release annotation file: read it with read_grdr"),
 )
 
 
