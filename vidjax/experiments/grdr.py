@@ -126,9 +126,10 @@ def plot_sweep(sweep: dict, path: Path, synthetic: bool) -> Path:
 
 def table_row(row: dict) -> dict:
   """A printed row: R@1/5/10, candidate recall, candidates, total latency (ms, batch 1), its reranker ("-": a
-  dense row alone) and each second reading's R@1."""
+  dense row alone), each second reading's R@1 and what a baseline leaves out of its published method (`note`)."""
   return {**{k: row[k] for k in KEYS}, "latency_ms": row["latency_ms"]["total"], "reranker": row["reranker"],
-          **{f"R@1 ({name})": r["t2v_r1"] for name, r in row.get("readings", {}).items()}}
+          **{f"R@1 ({name})": r["t2v_r1"] for name, r in row.get("readings", {}).items()},
+          **({"note": row["note"]} if "note" in row else {})}
 
 
 @common.precision_policy

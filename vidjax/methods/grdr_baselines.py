@@ -18,10 +18,17 @@ The rows (`BASELINES`; the models are `vidjax.models.gr_baselines`), all at `con
   `baselines.align_weight` x a symmetric InfoNCE (`losses.clip_contrastive_loss`, temperature `baselines.align_tau`)
   between a projection of the (straight-through) quantized latent and the video's text embedding, the direction of
   the mean of its training queries' embeddings (the store's text space). AVG's paper aligns images with their
-  captions; the loss's exact form here is vidjax's choice.
+  captions; the loss's exact form here is vidjax's choice. Its retriever adds AVG's discriminative training
+  (`retriever_loss`, `Ranking`): a listwise ranking loss of each query's own ID against the retriever's current
+  top IDs of the training trie, as AVG's code trains it (`LTRTrainer.multi_ltr_loss`, 10 beams, weight
+  `ltr_loss_factor` = 1 by default; GRDR's copy: `baselines/mm_semantictvr/retriever/avg_utils.py`, commit
+  5a11a4a). GRDR's stored AVG retriever script (`avg_train_retriever_t5.py`, commit 6b1f2e9) trains with the plain
+  cross-entropy `Trainer` instead; this row is AVG as its own code trains it.
 * `t2vindexer`: hierarchical k-means IDs of the video features (T2VIndexer's semantic tree,
   `vidjax.retrieval.kmeans.HierarchicalKMeans`; one ID per video, several videos may share it), and a T5 retriever
-  with position-specific output weights and the prefix-aware decoder adapter (GRDR §4.5, from NCI §3.2).
+  with position-specific output weights and the prefix-aware decoder adapter (GRDR §4.5, from NCI §3.2). Without
+  T2VIndexer's query expansion: it rewrites queries with a multimodal LLM, and none is available offline (the row's
+  `note` in results.json says so).
 
 Training reuses `config.train`'s tokenizer and retriever phases: the RQ-VAE `view_epochs` over the videos at
 `view_lr` (batch `view_batch_size`; TIGER trains with Adagrad lr 0.4 for 20k epochs, far beyond a CPU budget), the
@@ -52,22 +59,30 @@ from vidjax.methods.grdr import (BACKBONE, Corpus, Reranker, TrainingSet, evalua
                                  training_set)
 from vidjax.models.gr_baselines import IdRetrieverConfig, RQVAE, RQVAEConfig, SemanticIdRetriever
 from vidjax.models.t5 import T5Config
-from vidjax.retrieval import GenerativeRecall, SemanticIdTrie
+from vidjax.retrieval import GenerativeRecall, SemanticIdTrie, beam_search
 from vidjax.retrieval.kmeans import HierarchicalKMeans
+from vidjax.retrieval.trie import TrieArrays
 
 
 @dataclasses.dataclass(frozen=True)
 class Baseline:
   """One GR baseline: its IDs ("rqvae": TIGER's RQ-VAE + collision token; "kmeans": T2VIndexer's tree), AVG's text
-  alignment in the tokenizer, and its decoder (a shared vocabulary; the prefix-aware adapter)."""
+  alignment in the tokenizer, its decoder (a shared vocabulary; the prefix-aware adapter), AVG's discriminative
+  training of the retriever (`rank_weight` > 0: the ranking loss's weight, over `rank_beams` beams; `Ranking`) and
+  what the row leaves out of the published method (`note`, in results.json)."""
   tokenizer: str
   align: bool = False
   shared_vocab: bool = True
   prefix_adapter: bool = False
+  rank_weight: float = 0.0
+  rank_beams: int = 10
+  note: str = ""
 
 
-BASELINES = {"tiger": Baseline("rqvae"), "avg": Baseline("rqvae", align=True),
-             "t2vindexer": Baseline("kmeans", shared_vocab=False, prefix_adapter=True)}
+# AVG's discriminative training at its code's defaults (`LTRTrainer`: ltr_loss_factor 1.0; 10 beams).
+BASELINES = {"tiger": Baseline("rqvae"), "avg": Baseline("rqvae", align=True, rank_weight=1.0, rank_beams=10),
+             "t2vindexer": Baseline("kmeans", shared_vocab=False, prefix_adapter=True,
+                                    note="without T2VIndexer's query expansion (a multimodal LLM; none offline)")}
 
 
 def check_budget(config, corpus: Corpus) -> None:
@@ -201,17 +216,86 @@ def id_loss(logits: jax.Array, codes: jax.Array):
   return jnp.sum(jnp.mean(ce, axis=0)), {f"ce{l + 1}": jnp.mean(ce[:, l]) for l in range(codes.shape[1])}
 
 
+@dataclasses.dataclass(frozen=True)
+class Ranking:
+  """AVG's discriminative training of the retriever (`retriever_loss`): the trie of the training videos' IDs
+  (`trie`, `SemanticIdTrie.arrays()`), the beams searched in it for each query's negatives and the ranking loss's
+  weight."""
+  trie: TrieArrays
+  beams: int
+  weight: float
+
+
+def sequence_logp(logits: jax.Array, codes: jax.Array) -> jax.Array:
+  """An ID's score under the retriever: the sum over its L positions of log-softmax(logits) at its codes.
+  logits [..., L, V], codes int [..., L] -> [...]."""
+  logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+  return jnp.sum(jnp.take_along_axis(logp, codes[..., None], axis=-1)[..., 0], axis=-1)
+
+
+def listwise_rank_loss(scores: jax.Array, negative: jax.Array) -> jax.Array:
+  """AVG's listwise ranking loss (its code's `multi_ltr_loss`): scores [B, 1 + W] (the query's own ID first, then W
+  searched IDs), negative bool [B, W] (which searched IDs count: live beams other than the query's own ID).
+
+  Per query, p = softmax over its own ID's and its negatives' scores, and the loss is the cross-entropy of the
+  one-hot own ID with p taken as logits, logsumexp(p) - p_0: the official code hands the probabilities, not the
+  scores, to `F.cross_entropy` (a second softmax, which damps the gradient against a cross-entropy over the scores).
+  Averaged over the queries with at least one negative (0 when none has one), as the official code skips the
+  others."""
+  keep = jnp.concatenate([jnp.ones_like(negative[:, :1]), negative], axis=1)
+  p = jax.nn.softmax(jnp.where(keep, scores, -jnp.inf), axis=1)
+  per_query = jax.nn.logsumexp(jnp.where(keep, p, -jnp.inf), axis=1) - p[:, 0]
+  has = jnp.any(negative, axis=1)
+  return jnp.sum(jnp.where(has, per_query, 0.0)) / jnp.maximum(jnp.sum(has), 1)
+
+
+def searched_negatives(model: SemanticIdRetriever, params, queries, codes: jax.Array, ranking: Ranking):
+  """Each query's negatives, as AVG's code draws them: the retriever's own top `ranking.beams` IDs of the training
+  trie (trie-constrained beam search on the current parameters, no gradient; the official search runs with dropout
+  on, this one without), and which of them count (bool [B, W]: a live beam whose ID is not the query's own `codes`).
+  Returns (IDs int32 [B, W, L], negative)."""
+  frozen = jax.lax.stop_gradient(params)
+  state = model.apply({"params": frozen}, queries, method=SemanticIdRetriever.encode_query)
+  found, _, score = beam_search(_Bound(model, SemanticIdRetriever.code_logp), ranking.trie, frozen, state,
+                                width=ranking.beams, depth=codes.shape[1])
+  return found, jnp.isfinite(score) & ~jnp.all(found == codes[:, None, :], axis=-1)
+
+
+def retriever_loss(model: SemanticIdRetriever, params, batch, rng, ranking: Ranking | None = None):
+  """The retriever's loss on a batch {"query", "codes" int [B, L]}: `id_loss`'s cross-entropy and, with `ranking`
+  (AVG), its discriminative term: + weight x L x `listwise_rank_loss` of the query's own ID against its
+  `searched_negatives`, each ID's score its `sequence_logp` under teacher forcing (one decoder pass over the own ID
+  and the W searched ones). The official total is the cross-entropy averaged over the ID's tokens + weight x the
+  ranking loss; `id_loss` sums the cross-entropy over the L positions, so the ranking term is scaled by L to keep
+  the official ratio. Returns (loss, {"ce<l>"[, "rank"]})."""
+  queries, codes = batch["query"], batch["codes"]
+  if ranking is None:
+    logits = model.apply({"params": params}, queries, codes, False, rngs={"dropout": rng},
+                         method=SemanticIdRetriever.teacher_logits)
+    return id_loss(logits, codes)
+  negatives, negative = searched_negatives(model, params, queries, codes, ranking)
+  ids = jnp.concatenate([codes[:, None, :], negatives], axis=1)  # [B, 1 + W, L]
+  b, n, length = ids.shape
+  encoder_rng, decoder_rng = jax.random.split(rng)
+  state = model.apply({"params": params}, queries, False, rngs={"dropout": encoder_rng},
+                      method=SemanticIdRetriever.encode_query)
+  repeated = {k: jnp.repeat(v, n, axis=0) for k, v in state.items()}
+  logits = model.apply({"params": params}, repeated, ids.reshape(b * n, length)[:, :-1], False,
+                       rngs={"dropout": decoder_rng}, method=SemanticIdRetriever.logits).reshape(b, n, length, -1)
+  ce, parts = id_loss(logits[:, 0], codes)
+  rank = listwise_rank_loss(sequence_logp(logits, ids), negative)
+  return ce + ranking.weight * length * rank, {**parts, "rank": rank}
+
+
 def train_retriever(model: SemanticIdRetriever, data: TrainingSet, targets: np.ndarray, tcfg, workdir: Path,
-                    seed: int):
+                    seed: int, ranking: Ranking | None = None):
   """The retriever on fixed IDs: each training query's target `targets` int [Nq, L]; `retriever_epochs` at
-  `retriever_lr`."""
+  `retriever_lr`; with `ranking`, AVG's discriminative training (`retriever_loss`)."""
   params = jax.device_get(jax.jit(model.init)(jax.random.PRNGKey(seed), jnp.asarray(data.queries[:1]),
                                               jnp.asarray(targets[:1]))["params"])
 
   def loss_fn(p, batch, rng):
-    logits = model.apply({"params": p}, batch["query"], batch["codes"], False, rngs={"dropout": rng},
-                         method=SemanticIdRetriever.teacher_logits)
-    return id_loss(logits, batch["codes"])
+    return retriever_loss(model, p, batch, rng, ranking)
 
   start = params
   state = train.fit_epochs(
@@ -264,8 +348,12 @@ def train_baseline(config, workdir: Path, corpus: Corpus, baseline: Baseline, da
 
   model = retriever_model(config, sizes, baseline, corpus.query_vocab)
   train_ids = ids(corpus.train)  # data.features are corpus.features[corpus.train]
+  ranking = None
+  if baseline.rank_weight:  # AVG: negatives searched in the trie of the training videos' IDs
+    trie = SemanticIdTrie(corpus.video_ids[corpus.train], train_ids[:, None, :], model.config.num_outputs)
+    ranking = Ranking(trie.arrays(), baseline.rank_beams, baseline.rank_weight)
   with precision():
-    params = train_retriever(model, data, train_ids[data.video], tcfg, workdir / "retriever", seed + 1)
+    params = train_retriever(model, data, train_ids[data.video], tcfg, workdir / "retriever", seed + 1, ranking)
   return TrainedBaseline(model, params, ids)
 
 
@@ -295,7 +383,8 @@ def baseline_rows(config, workdir: Path, corpus: Corpus, pools: dict, sets: dict
                   precision=contextlib.nullcontext, rerankers: tuple[Reranker, ...] = (BACKBONE,)) -> dict:
   """Every baseline trained (`workdir/models/<name>/`) and evaluated on each setting's pool, reranked by
   `rerankers[0]` (the others: second readings): {name: ({setting: metrics}, the inductive pool's recalled ids
-  [Q, candidates])}. `sets` caches the N_v = 1 training set across the run's rows."""
+  [Q, candidates])}; a row that leaves part of its published method out says what in each setting's `note`
+  (`Baseline.note`). `sets` caches the N_v = 1 training set across the run's rows."""
   sets = {} if sets is None else sets
   if 1 not in sets:
     sets[1] = training_set(config, corpus, 1)
@@ -306,6 +395,8 @@ def baseline_rows(config, workdir: Path, corpus: Corpus, pools: dict, sets: dict
     for setting, rows in pools.items():
       metrics[setting], f = evaluate_setting(corpus, make_recall(row, corpus, np.asarray(rows), config.eval),
                                              config.eval, rerankers)
+      if baseline.note:
+        metrics[setting]["note"] = baseline.note
       found = f if setting == "inductive" else found
     out[name] = (metrics, found)
   return out
