@@ -184,8 +184,8 @@ def test_xpool_learns_to_find_the_one_matching_frame(tmp_path):
                    frames.mean(1).astype(np.float32))
 
   train, test = split(512), split(64)
-  schedule = dict(batch_size=32, epochs=12, lr=1e-2, weight_decay=0.0, warmup_fraction=0.1, checkpoint_every=10_000,
-                  log_every=10_000, progress=False)
+  schedule = dict(batch_size=32, epochs=12, lr=1e-2, weight_decay=0.0, warmup_fraction=0.1, mask_same_video=False,
+                  checkpoint_every=10_000, log_every=10_000, progress=False)
   section = ml_collections.ConfigDict(dict(
       model=dict(num_frames=0, seq_layers=1, seq_head_dim=64, max_positions=8, xpool_heads=1, xpool_dropout=0.0,
                  temperature=0.05, learn_logit_scale=False),
@@ -200,12 +200,42 @@ def test_xpool_learns_to_find_the_one_matching_frame(tmp_path):
   assert r1 >= 90.0 and r1 >= oracle_r1 + 25.0 and backbone <= 10.0, (r1, oracle_r1, backbone)
 
 
+def test_same_video_captions_are_negatives_unless_masked(tmp_path):
+  """Both papers' losses count a video's other captions in the batch as negatives (`mask_same_video=False`, the
+  default); True leaves them out of the softmaxes. Each batch here holds both captions of each of 8 videos: the two
+  settings build different batches and train to different weights."""
+  qv = np.repeat(np.arange(8), 2)
+  plain, masked = M.pair_batch(qv, [0, 1, 2], False), M.pair_batch(qv, [0, 1, 2], True)
+  assert set(plain) == {"text", "frames"} and plain["frames"].tolist() == [0, 0, 1]
+  np.testing.assert_array_equal(masked["same"], [[1, 1, 0], [1, 1, 0], [0, 0, 1]])
+  rng = np.random.default_rng(0)
+  frames = rng.normal(size=(8, T, D)).astype(np.float32)
+  text = (frames.mean(1)[qv] + 0.3 * rng.normal(size=(16, D))).astype(np.float32)
+  ids = [str(i) for i in range(16)]
+  split = M.Split(ids, text, qv, [str(v) for v in range(8)], frames, frames.mean(1))
+  trained = {}
+  for mask in (False, True):
+    schedule = dict(batch_size=16, epochs=2, lr=1e-2, weight_decay=0.0, warmup_fraction=0.0, mask_same_video=mask,
+                    checkpoint_every=10_000, log_every=10_000, progress=False)
+    section = ml_collections.ConfigDict(dict(
+        model=dict(num_frames=0, seq_layers=1, seq_head_dim=4, max_positions=8, xpool_heads=1, xpool_dropout=0.0,
+                   temperature=0.05, learn_logit_scale=False),
+        train=dict(clip4clip=schedule, xpool=schedule)))
+    trained[mask] = M.fit_dense(section, "clip4clip_meanp", split, 0, tmp_path / str(mask))[1]
+  assert any(not np.allclose(a, b) for a, b in zip(jax.tree.leaves(trained[False]), jax.tree.leaves(trained[True])))
+
+
 def test_configs_carry_the_papers_settings_and_every_dataset_has_a_world(tmp_path):
   c = load_config(ROOT / "configs/dense_msrvtt.py")
   assert tuple(c.rows) == M.ROWS and c.model.num_frames == 12 and c.model.seq_layers == 4
   assert (c.train.clip4clip.batch_size, c.train.clip4clip.epochs, c.train.clip4clip.lr) == (128, 5, 1e-4)
   assert (c.train.xpool.batch_size, c.train.xpool.lr, c.model.xpool_heads, c.model.xpool_dropout) == (32, 3e-5, 1, 0.3)
   assert load_config(ROOT / "configs/dense_msvd.py").model.xpool_dropout == 0.4
+  assert not c.train.clip4clip.mask_same_video and not c.train.xpool.mask_same_video  # the papers: no mask
+  bad = c.to_dict()
+  bad["train"]["xpool"]["mask_same_video"] = "no"
+  with pytest.raises(ValueError, match="train.xpool.mask_same_video"):
+    M.check_config(ml_collections.ConfigDict(bad))
   for dataset in M.DATASETS:  # the moving-object world writes each one's layout (tests/test_moving_objects.py)
     assert "world" in load_config(ROOT / f"configs/dense_{dataset}.py:smoke"), dataset
 

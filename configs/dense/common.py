@@ -14,7 +14,13 @@ The papers' settings:
     LSMDC; CLIP at 1e-6), AdamW weight decay 0.2, warm-up 10% then cosine decay, 15 epochs (the release's default),
     1 head, dropout 0.3 (MSVD 0.4), projections initialised to the identity;
   * both: the symmetric InfoNCE over the batch's similarity matrix with CLIP's logit scale (trained to 100 by CLIP and
-    fine-tuned at CLIP's tiny lr: here fixed at temperature 0.01; `model.learn_logit_scale` learns it).
+    fine-tuned at CLIP's tiny lr: here fixed at temperature 0.01; `model.learn_logit_scale` learns it). Every other
+    pair of the batch is a negative, a second caption of the same video included: `train.<paper>.mask_same_video=
+    False`, the default, as the papers train. Both official losses take the batch's diagonal as the only positives
+    (X-Pool's `CLIPLoss`, CLIP4Clip's `CrossEn`), and their samplers let a video's captions share a batch (X-Pool
+    shuffles every (video, caption) pair; CLIP4Clip iterates the captions on MSVD and LSMDC, and on MSR-VTT with
+    `--expand_msrvtt_sentences`, its default drawing one caption per video per epoch). True leaves a video's other
+    captions out of both softmaxes (vidjax's option; vidjax's dense rows trained so before it was one).
 
 Deviations (each forced by a frozen-feature setting, and stated):
   * the text and frame towers are frozen (the store's features are the inputs): what trains is the pooling and two
@@ -50,6 +56,7 @@ XPOOL = {"msrvtt": (3e-5, 0.3), "msvd": (1e-5, 0.4), "lsmdc": (1e-5, 0.3)}
 
 def _schedule(**kw) -> ml_collections.ConfigDict:
   base = dict(batch_size=128, epochs=5, lr=1e-4, weight_decay=0.2, warmup_fraction=0.1,
+              mask_same_video=False,  # True: a video's other captions in the batch are not negatives (not the papers')
               checkpoint_every=500, log_every=50, progress=True)
   base.update(kw)
   return ml_collections.ConfigDict(base)

@@ -95,13 +95,24 @@ def model_config(section, row: str, embed_dim: int, frame_dim: int) -> DenseConf
                      dropout=mc.xpool_dropout, temperature=mc.temperature, learn_logit_scale=mc.learn_logit_scale)
 
 
+def pair_batch(query_video: np.ndarray, idx, mask_same_video: bool) -> dict:
+  """A training batch of caption rows `idx`: {"text": the captions' rows, "frames": their videos' rows} (gathered on
+  the device), and with `mask_same_video` "same" bool [B, B], True where captions i and j describe one video (the
+  pairs `losses.similarity_infonce` leaves out of its softmaxes)."""
+  idx = np.asarray(idx)
+  video = np.asarray(query_video)[idx]
+  batch = {"text": idx.astype(np.int32), "frames": video.astype(np.int32)}
+  return {**batch, "same": video[:, None] == video[None, :]} if mask_same_video else batch
+
+
 def fit_dense(section, row: str, split: Split, seed: int, workdir: str | Path) -> tuple[DenseRetriever, Any, dict]:
   """Trains `row` through the one loop on `split`'s (caption, video) pairs; returns (model, host params, info).
 
-  A batch is `train.<paper>.batch_size` pairs drawn from the captions (an epoch visits every caption once); two
-  captions of one video in a batch are not each other's negatives (`losses.similarity_infonce`'s `same`). AdamW
-  with linear warm-up over `warmup_fraction` of the steps then cosine decay (both papers), weight decay on the
-  weight matrices only. The texts and the videos' frames are gathered on the device from tables put there once.
+  A batch is `train.<paper>.batch_size` pairs drawn from the captions (an epoch visits every caption once); every
+  other pair of the batch is a negative, a second caption of the same video included, as both papers train
+  (`train.<paper>.mask_same_video`: True leaves such pairs out of the softmaxes, `losses.similarity_infonce`'s
+  `same`). AdamW with linear warm-up over `warmup_fraction` of the steps then cosine decay (both papers), weight
+  decay on the weight matrices only. The texts and the videos' frames are gathered on the device from tables put there once.
   Resumes from `workdir`'s checkpoints. `info`: steps, batch size, epochs, lr, parameters, and `seconds`, this
   call's wall time (a resumed or finished training counts only what this call did)."""
   tc = section.train[PAPER[row]]
@@ -110,14 +121,12 @@ def fit_dense(section, row: str, split: Split, seed: int, workdir: str | Path) -
   qv = np.asarray(split.query_video, np.int64)
 
   def batch_fn(idx):
-    idx = np.asarray(idx)
-    return {"text": idx.astype(np.int32), "frames": qv[idx].astype(np.int32),
-            "same": qv[idx][:, None] == qv[idx][None, :]}
+    return pair_batch(qv, idx, tc.mask_same_video)
 
   def loss_fn(params, batch, rng):
     sims, scale = model.apply({"params": params}, batch["text"], batch["frames"], deterministic=False,
                               rngs={"dropout": rng})
-    return losses.similarity_infonce(sims, scale, batch["same"]), {"logit_scale": scale}
+    return losses.similarity_infonce(sims, scale, batch.get("same")), {"logit_scale": scale}
 
   steps = (len(qv) // tc.batch_size) * tc.epochs
   warmup = int(round(tc.warmup_fraction * steps))
@@ -169,6 +178,9 @@ def check_section(config, prefix: str = "") -> None:
                                                                           "log_every")])
     common.check_positive(config, [f"{p}train.{paper}.lr"])
     common.check_fraction(config, f"{p}train.{paper}.warmup_fraction")
+    if not isinstance(get(f"train.{paper}.mask_same_video"), bool):
+      common.bad_value(f"{p}train.{paper}.mask_same_video", get(f"train.{paper}.mask_same_video"),
+                       "True or False (False: every other pair of a batch is a negative, as the papers train)")
     if get(f"train.{paper}.weight_decay") < 0:
       common.bad_value(f"{p}train.{paper}.weight_decay", get(f"train.{paper}.weight_decay"), ">= 0")
 
