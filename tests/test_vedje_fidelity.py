@@ -203,8 +203,8 @@ def test_ablation_plan_is_the_papers_tables():
 def test_table17_rows_differ_only_in_capacity():
   """A.15 measures "cache structure versus reranker capacity": both rows from random init whatever the main model's
   init (the dataset configs' main model starts from MiniLM weights; no pretrained weights of BERT-base's shape are
-  available offline), each row carrying its init, depth and width; on the world (random init) the default row is the
-  main model itself."""
+  available offline) over the same cache, each row carrying its init, depth, width and cache width; on the world
+  (random init) the default row is the main model itself."""
   c = load_config(ROOT / "configs/vedje_msrvtt.py")
   assert c.model.init == "minilm"
   plan = ablation_plan(16, 4, "bfloat16", (3,), c.model.init)["backbone"]
@@ -219,11 +219,21 @@ def test_table17_rows_differ_only_in_capacity():
                       {k: v for k, v in dataclasses.asdict(cfg.text).items() if k not in capacity})
   assert rest(shapes["default"]) == rest(shapes["control"])
   assert shapes["default"].text.num_layers < shapes["control"].text.num_layers
+  # The cache is the same in every row: its width (the main model's 384, not BERT-base's 768) and the compressor
+  # and F_omega that write and read it, parameter for parameter; the control reads it through cache_proj.
+  assert {cfg.cache_width for cfg in shapes.values()} == {384} and shapes["control"].hidden_size == 768
+  trees = {name: jax.eval_shape(lambda cfg=cfg: V.init_params(V.Vedje(cfg), jax.random.PRNGKey(0)))
+           for name, cfg in shapes.items()}
+  for part in ("compressor", "delta_predictor"):
+    assert jax.tree.map(np.shape, trees["default"][part]) == jax.tree.map(np.shape, trees["control"][part]), part
+  assert trees["control"]["reranker"]["cache_proj"]["kernel"].shape == (384, 768)
+  assert "cache_proj" not in trees["default"]["reranker"]
   rows = VM.backbone_rows({"default": {"t2v_r1": 1.0}, "control": {"t2v_r1": 2.0}}, variants, c.model,
                           lambda v: 110 if v.control else 33)
-  assert rows == {"default": {"t2v_r1": 1.0, "online_params": 33, "num_layers": 6, "hidden_size": 384, "init": "random"},
+  assert rows == {"default": {"t2v_r1": 1.0, "online_params": 33, "num_layers": 6, "hidden_size": 384,
+                              "cache_width": 384, "init": "random"},
                   "control": {"t2v_r1": 2.0, "online_params": 110, "num_layers": 12, "hidden_size": 768,
-                              "init": "random"}}
+                              "cache_width": 384, "init": "random"}}
   world = load_config(ROOT / "configs/vedje_msrvtt.py:world")
   assert ablation_plan(16, 4, "bfloat16", (3,), world.model.init)["backbone"]["default"][0] == FULL
 

@@ -13,8 +13,10 @@ Deviations, each stated where it is set:
   * Table 17 (A.15, the `backbone` ablation: "cache structure versus reranker capacity") compares the default
     MiniLM-L12-H384 reranker with BERT-base, both pretrained. BERT-base weights are not available offline (the only
     text-encoder weights installed are all-MiniLM-L6-v2's), so vidjax's rows differ only in capacity with both from
-    random init: the joint encoder at the main shape and at `model.control`'s (BERT-base's: 12 layers, 768 wide;
-    the cache width d_l follows the encoder's width), each row's "init" in results.json. With `model.init="minilm"`
+    random init: the joint encoder at the main shape and at `model.control`'s (BERT-base's: 12 layers, 768 wide)
+    over the same cache (T x M tokens of the main width `model.hidden_size`, written by the same compressor shape;
+    the control reads it through a learned 384 -> 768 projection), each row's "init" and "cache_width" in
+    results.json. With `model.init="minilm"`
     the default-shape row is a random-init model of its own, not the pretrained main model, which would compare
     pretraining, not capacity.
   * the embedded SYNTHETIC moving-object world (the `world` variant, `configs/vedje_<dataset>.py:world`)
@@ -62,8 +64,8 @@ def _reranker(**kw) -> ml_collections.ConfigDict:
       prior_scale=1.0,          # e_rho reads prior_scale * rho (1: the raw stage-1 cosine, as the paper writes it)
       dtype="float32",          # computation dtype ("bfloat16" on accelerators); params stay float32
       # Table 17's reranker-backbone control (A.15): the joint encoder at BERT-base's shape, random init (BERT-base
-      # weights are not available offline), against the main shape, also random init (module docstring); the cache
-      # width d_l follows the encoder's width.
+      # weights are not available offline), against the main shape, also random init (module docstring); both rows
+      # read the same cache, of width `hidden_size` (the control through a learned projection to its width).
       control=ml_collections.ConfigDict(dict(hidden_size=768, num_layers=12, num_heads=12, intermediate_size=3072)),
   )
   base.update(kw)
@@ -131,7 +133,8 @@ def get_config(dataset: str, arg: str | None = None) -> ml_collections.ConfigDic
       pair_block=256,              # (text, cache) pairs per reranker call
       scan_pairs=20,               # ... run inside the call in scan blocks of this many (CPU cache; 0 = one pass)
       cost_k=100,                  # Table 2's cost profile: candidates per query (clipped to the gallery)
-      prior_split=True,            # also rank with the prior held (the joint pass alone): results' `prior_split`
+      prior_split=True,            # also read the main reranker with a flat prior (held at each query's mean):
+                                   # results' `prior_split.joint_alone` (not Table 6's joint-only model)
   ))
   # Ablation tables to train and print (each distinct variant is trained once and reused across tables):
   # the default runs the two the VEDJE issue's checks read; ":all" runs every table; () = the main model only.
@@ -159,7 +162,8 @@ def _small(c: ml_collections.ConfigDict) -> None:
   c.model = _reranker(init="random", hidden_size=64, num_layers=2, num_heads=4, intermediate_size=256,
                       compressor_heads=4, compressor_mlp=256, predictor_heads=4, predictor_mlp=256,
                       prior_hidden=64, max_text_len=28)
-  # Table 17's control at the world's scale: twice the width and depth (random init, like the default).
+  # Table 17's control at the world's scale: twice the encoder's width and depth over the same 64-wide cache (random
+  # init, like the default).
   c.model.control.update(hidden_size=128, num_layers=4, num_heads=4, intermediate_size=512)
   # VTM candidates: the stage-1 neighbourhood scheme (C = 1 + 6 + 1 = 8 per query), the setting the world's
   # checks were measured with; BENCHMARKS.md compares it with the paper's in-batch scheme at the same C.

@@ -51,7 +51,8 @@ class Variant:
   weights: tuple[float, ...] = (1.0, 1.0, 1.0, 1.0)  # multiplies train.loss_weights (vtm, vtc, mlm, delta)
   horizons: Optional[tuple[int, ...]] = None
   absolute_delta: bool = False
-  control: bool = False   # Table 17: the joint encoder takes `model.control`'s (larger) shape, random init
+  control: bool = False   # Table 17: the joint encoder takes `model.control`'s (larger) shape, random init; the
+                          # cache keeps the config's width
   init: Optional[str] = None  # the joint encoder's initialisation: None = the config's `model.init`; "random"
 
   @property
@@ -88,7 +89,9 @@ def ablation_plan(frames: int, tokens_per_frame: int, precision: str, horizons=(
   the full model); loss_stack: Table 15, the losses added cumulatively (VTM, +MLM, +VTC, +L_delta; the run adds the
   stage-1 row); loss_leave_one_out: one loss dropped at a time (not in the paper); backbone: Table 17 (A.15, "cache
   structure versus reranker capacity"), two rows that differ only in capacity: the joint encoder at the config's
-  shape and at `model.control`'s (BERT-base's on the dataset configs), both from random init (`init` is the config's
+  shape and at `model.control`'s (BERT-base's on the dataset configs) over the same cache (the config's T x M
+  tokens of width `model.hidden_size`, which the control reads through a learned projection), both from random
+  init (`init` is the config's
   `model.init`: with "minilm" the default-shape row is a random-init model of its own, not the pretrained main
   model, since no pretrained weights of the control's shape are available offline).
   """
@@ -128,7 +131,9 @@ def ablation_plan(frames: int, tokens_per_frame: int, precision: str, horizons=(
 
 
 def model_config(mc, variant: Variant, visual_dim: int, patches: int, vtc_dim: int, vocab_size: int) -> V.VedjeConfig:
-  """The variant's model; Table 17's control (`variant.control`) takes `mc.control`'s encoder shape."""
+  """The variant's model; Table 17's control (`variant.control`) takes `mc.control`'s encoder shape and keeps the
+  config's cache (its width `mc.hidden_size`, its compressor and F_omega), so the rows differ only in the encoder."""
+  cache_dim = mc.hidden_size
   if variant.control:
     mc = mc.copy_and_resolve_references()
     mc.update(dict(mc.control))
@@ -142,7 +147,7 @@ def model_config(mc, variant: Variant, visual_dim: int, patches: int, vtc_dim: i
       predictor_layers=mc.predictor_layers, predictor_heads=mc.predictor_heads, predictor_mlp=mc.predictor_mlp,
       horizons=variant.horizons or tuple(mc.horizons), decoder_dropout=mc.dropout_rate, prior_hidden=mc.prior_hidden, prior_scale=mc.prior_scale,
       vtc_dim=vtc_dim, dtype=mc.dtype, cache_structure=variant.cache_structure, use_prior=variant.use_prior,
-      use_joint=variant.use_joint)
+      use_joint=variant.use_joint, cache_dim=cache_dim)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -848,7 +853,7 @@ def ablation_report(sess: Session, stage1: dict) -> tuple[dict, list[str]]:
       rows = backbone_rows(rows, {name: v for name, (v, _) in plan[table].items()}, mc,
                            lambda v: online_param_count(sess.params_of(v)))
     out[table] = rows
-    extra = ["online_params", "num_layers", "hidden_size", "init"] if table == "backbone" else []
+    extra = ["online_params", "num_layers", "hidden_size", "cache_width", "init"] if table == "backbone" else []
     tables.append(evaluate.format_table(rows, f"Ablation: {table.replace('_', ' ')}", sess.synthetic,
                                         columns=list(KEYS) + extra))
     print(tables[-1] + "\n", flush=True)
@@ -860,14 +865,14 @@ def ablation_report(sess: Session, stage1: dict) -> tuple[dict, list[str]]:
 
 def backbone_rows(rows: dict, variants: dict[str, Variant], mc, online_params: Callable[[Variant], int]) -> dict:
   """Table 17's rows with what makes them differ: each row's online parameters (`online_params(variant)`), its joint
-  encoder's depth and width and its initialisation (`init_of`: "random" for both rows, so the table measures
-  capacity, not pretraining)."""
+  encoder's depth and width, its cache width (the same in every row: `model_config` keeps the config's cache) and
+  its initialisation (`init_of`: "random" for both rows, so the table measures capacity, not pretraining)."""
   out = {}
   for name, row in rows.items():
     v = variants[name]
     shape = mc.control if v.control else mc
     out[name] = {**row, "online_params": online_params(v), "num_layers": int(shape.num_layers),
-                 "hidden_size": int(shape.hidden_size), "init": init_of(mc, v)}
+                 "hidden_size": int(shape.hidden_size), "cache_width": int(mc.hidden_size), "init": init_of(mc, v)}
   return out
 
 
@@ -910,8 +915,10 @@ def k_sweep_report(sess: Session) -> tuple[dict, list[str]]:
 
 def prior_split_report(sess: Session) -> tuple[dict, list[str]]:
   """The main model's ranking split into its parts (`eval.prior_split`): stage 1 over the same candidates (what the
-  prior alone orders), the reranker as trained (joint pass + prior, eq. 5), and the joint pass alone (the reranker
-  with each query's prior held at its mean over the candidates, `PriorHeld`); {} when off."""
+  prior alone orders), the reranker as trained (joint pass + prior, eq. 5), and `joint_alone`: the same reranker,
+  trained with the prior, read with a flat prior (each query's prior held at its mean over the candidates,
+  `PriorHeld`). `joint_alone` is not Table 6's joint-only model, which trains without the prior (the `prior`
+  ablation's `joint_only` row). {} when off."""
   c = sess.config
   if not c.eval.prior_split:
     return {}, []
@@ -919,8 +926,9 @@ def prior_split_report(sess: Session) -> tuple[dict, list[str]]:
   scorer, pairs = sess.scorer(FULL, c.cache.precision)
   held, _ = rerank_metrics(PriorHeld(scorer), pairs, sess.test, c.eval.k, sess.indices)
   rows = {"stage1": info["stage1"], "vedje": main, "joint_alone": held}
-  title = (f"VEDJE's ranking split: the prior alone (stage 1), joint + prior (as trained), the joint pass alone "
-           f"(prior held at each query's mean over its top {min(c.eval.k, len(sess.test.video_ids))})")
+  title = (f"VEDJE's ranking split: the prior alone (stage 1), joint + prior (as trained), joint_alone = the reranker "
+           f"trained with the prior, read with a flat prior (held at each query's mean over its top "
+           f"{min(c.eval.k, len(sess.test.video_ids))}; not Table 6's joint-only model)")
   return {"prior_split": rows}, [evaluate.format_table(rows, title, sess.synthetic, columns=list(KEYS))]
 
 

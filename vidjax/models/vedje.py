@@ -55,7 +55,7 @@ Design decisions the paper leaves open (each also noted where it is implemented)
 Shapes::
 
     patches         [B, T, P, d_v]   frozen per-frame patch tokens X_t (VideoPrism: P=256, d_v=768)
-    cache           [B, N, d_l]      N = T*M cached tokens Z(v)
+    cache           [B, N, d_l]      N = T*M cached tokens Z(v) (width `cache_dim` when it sets its own)
     input_ids       [B, S] int       WordPiece ids incl. [CLS]/[SEP], S <= max_text_len (64)
     attention_mask  [B, S]           1 = real token, 0 = padding
     prior           [B]              stage-1 score rho(q, v)
@@ -115,11 +115,17 @@ class VedjeConfig:
   tokens_per_frame: int = 4          # M
   patches: int = 256                 # P
   visual_dim: int = 768              # d_v
-  # Joint encoder (BERT / MiniLM): its vocabulary, width d_l (= `hidden_size`, shared by every module), depth,
-  # heads, FFN, LayerNorm eps and dropouts. Its positions and pooler are the reranker's (`bert_config`).
+  # Joint encoder (BERT / MiniLM): its vocabulary, width d_l (= `hidden_size`, shared by every module unless
+  # `cache_dim` sets the cache's own), depth, heads, FFN, LayerNorm eps and dropouts. Its positions and pooler are the
+  # reranker's (`bert_config`).
   text: BertConfig = BertConfig(num_layers=12, use_pooler=False)
   max_text_len: int = 64
   cache_token_type: int = 1          # BERT segment id of cache tokens (text is segment 0)
+  # Width of the cache tokens, the compressor's and F_omega's (`cache_width`): 0 = the joint encoder's d_l (the
+  # paper's single width). Another width keeps the cache while the encoder changes (Table 17's control: a BERT-base
+  # encoder over the main model's 384-wide cache); the reranker then reads the cache through a learned linear map to
+  # its width (`cache_proj`, an online parameter).
+  cache_dim: int = 0
   # Frame-local compressor (A.2).
   compressor_layers: int = 2
   compressor_heads: int = 8
@@ -155,13 +161,16 @@ class VedjeConfig:
   def __post_init__(self):
     object.__setattr__(self, "horizons", tuple(int(h) for h in self.horizons))
     problems = []
-    for what, heads in (("text.num_heads", self.text.num_heads), ("compressor_heads", self.compressor_heads),
-                        ("predictor_heads", self.predictor_heads)):
-      if heads < 1 or self.hidden_size % heads:
-        problems.append(f"hidden_size={self.hidden_size} is not divisible by {what}={heads}")
-    if self.hidden_size % 4:
-      problems.append(f"hidden_size={self.hidden_size} must be a multiple of 4 (F_omega's "
-                      "queries split d_l in two sinusoidal halves of sin/cos pairs)")
+    if self.cache_dim < 0:
+      problems.append(f"cache_dim={self.cache_dim} must be >= 0 (0 = the joint encoder's width)")
+    for what, width, heads in (("text.num_heads", "hidden_size", self.text.num_heads),
+                               ("compressor_heads", "cache_width", self.compressor_heads),
+                               ("predictor_heads", "cache_width", self.predictor_heads)):
+      if heads < 1 or getattr(self, width) % heads:
+        problems.append(f"{width}={getattr(self, width)} is not divisible by {what}={heads}")
+    if self.cache_width % 4:
+      problems.append(f"cache_width={self.cache_width} must be a multiple of 4 (F_omega's "
+                      "queries split it in two sinusoidal halves of sin/cos pairs)")
     for name in ("frames", "tokens_per_frame", "patches", "visual_dim", "max_text_len",
                  "compressor_layers", "predictor_layers", "prior_hidden", "vtc_dim"):
       if getattr(self, name) < 1:
@@ -195,8 +204,13 @@ class VedjeConfig:
 
   @property
   def hidden_size(self) -> int:
-    """d_l: the joint encoder's width, which the compressor, F_omega and the heads share."""
+    """d_l: the joint encoder's width, which the heads share (and the cache, unless `cache_dim` sets its own)."""
     return self.text.hidden_size
+
+  @property
+  def cache_width(self) -> int:
+    """The cache tokens' width, the compressor's and F_omega's: `cache_dim`, or d_l when it is 0."""
+    return self.cache_dim or self.hidden_size
 
   @property
   def cache_len(self) -> int:
@@ -319,7 +333,8 @@ class TransformerDecoderLayer(nn.Module):
 
 
 class FrameCompressor(nn.Module):
-  """Frame-local cache writer (eq. 1-2, A.2): patches [B, T, P, d_v] -> cache Z(v) [B, T*M, d_l].
+  """Frame-local cache writer (eq. 1-2, A.2): patches [B, T, P, d_v] -> cache Z(v) [B, T*M, d_c] (d_c =
+  `config.cache_width`, d_l by default).
 
   Frames are folded into the batch ([B*T, P, d_v]) so each frame's M queries can only see that
   frame's patches: Z_t depends on X_t alone, and row block [t*M, (t+1)*M) of the cache is Z_t.
@@ -336,14 +351,14 @@ class FrameCompressor(nn.Module):
 
   @nn.compact
   def __call__(self, patches: jax.Array, deterministic: bool = True) -> jax.Array:
-    """patches [B, T, P, d_v] -> cache [B, T*M, d_l] float32 (T may differ from config.frames)."""
+    """patches [B, T, P, d_v] -> cache [B, T*M, d_c] float32 (T may differ from config.frames)."""
     cfg = self.config
     if patches.ndim != 4 or patches.shape[-1] != cfg.visual_dim:
       raise ValueError(f"FrameCompressor expects patches [B, T, P, d_v={cfg.visual_dim}], got "
                        f"shape {tuple(patches.shape)}")
     dtype = jnp.dtype(cfg.dtype)
     b, t, p, dv = patches.shape
-    d, m = cfg.hidden_size, cfg.tokens_per_frame
+    d, m = cfg.cache_width, cfg.tokens_per_frame
     x = patches.astype(dtype)
     if cfg.cache_structure == "ordered":      # [B*T, P, d_v]: each frame its own memory
       memory, groups, queries_per_group = x.reshape(b * t, p, dv), b * t, m
@@ -467,7 +482,8 @@ class JointReranker(nn.Module):
     training_outputs(...) -> dict   all of the above at once (also what `init_params` runs)
 
   Parameters: bert (`JointEncoder`), prior_fc1/prior_fc2 (e_rho), score_fc1/score_fc2,
-  vtc_proj, mlm_transform/mlm_norm/mlm_bias. Deployment needs bert, prior_* and score_* only.
+  vtc_proj, mlm_transform/mlm_norm/mlm_bias, and `cache_proj` (d_c -> d_l) when the cache has its own width
+  (`VedjeConfig.cache_dim`). Deployment needs bert, prior_*, score_* (and cache_proj) only.
   """
   config: VedjeConfig
 
@@ -484,11 +500,21 @@ class JointReranker(nn.Module):
     self.mlm_transform = _dense(d, dtype, None, nn.initializers.normal(0.02))
     self.mlm_norm = nn.LayerNorm(epsilon=cfg.text.layer_norm_eps, dtype=dtype, param_dtype=jnp.float32)
     self.mlm_bias = self.param("mlm_bias", nn.initializers.zeros, (cfg.text.vocab_size,), jnp.float32)
+    if cfg.cache_width != d:
+      self.cache_proj = _dense(d, dtype, None)
+
+  def _read_cache(self, cache: Optional[jax.Array]) -> Optional[jax.Array]:
+    """The cache [B, N, d_c] as the encoder reads it: mapped to d_l by `cache_proj` when the widths differ."""
+    if cache is None or self.config.cache_width == self.config.hidden_size:
+      return cache
+    if cache.ndim != 3 or cache.shape[2] != self.config.cache_width:
+      raise ValueError(f"expected cache [B, N, {self.config.cache_width}], got {tuple(cache.shape)}")
+    return self.cache_proj(cache.astype(jnp.dtype(self.config.dtype)))
 
   def encode(self, input_ids: jax.Array, attention_mask: jax.Array,
              cache: Optional[jax.Array] = None, deterministic: bool = True) -> jax.Array:
     """Final hidden states [B, S(+N), d] float32: joint over [text; cache], or text-only (cache=None)."""
-    return self.bert(input_ids, attention_mask, cache, deterministic).astype(jnp.float32)
+    return self.bert(input_ids, attention_mask, self._read_cache(cache), deterministic).astype(jnp.float32)
 
   def score_from_hidden(self, hidden: jax.Array, prior: jax.Array) -> jax.Array:
     """Eq. 5 on a joint pass: hidden [B, L, d] ([CLS] first), prior [B] -> score [B] float32."""
@@ -511,7 +537,7 @@ class JointReranker(nn.Module):
     With `use_joint=False` ("prior only") no joint pass runs: the score reads e_rho(rho) alone.
     """
     if self.config.use_joint:
-      hidden = self.bert(input_ids, attention_mask, cache, deterministic)
+      hidden = self.bert(input_ids, attention_mask, self._read_cache(cache), deterministic)
     else:
       hidden = jnp.zeros((input_ids.shape[0], 1, self.config.hidden_size), jnp.float32)
     return self.score_from_hidden(hidden, prior)
@@ -577,7 +603,7 @@ class JointReranker(nn.Module):
     'mlm_logits' [B, S, V] (joint pass over mlm_input_ids, default input_ids, with the cache)}."""
     mlm_ids = input_ids if mlm_input_ids is None else mlm_input_ids
     s = input_ids.shape[1]
-    masked_hidden = self.bert(mlm_ids, attention_mask, cache, deterministic)
+    masked_hidden = self.bert(mlm_ids, attention_mask, self._read_cache(cache), deterministic)
     return {
         "score": self(input_ids, attention_mask, cache, prior, deterministic),
         "text_embedding": self.text_embedding(input_ids, attention_mask, deterministic),
@@ -604,9 +630,9 @@ class FutureDeltaPredictor(nn.Module):
 
   @nn.compact
   def __call__(self, cache: jax.Array, deterministic: bool = True) -> jax.Array:
-    """cache [B, T*M, d_l] -> [B, T, |H|, P, d_v] float32."""
+    """cache [B, T*M, d_c] -> [B, T, |H|, P, d_v] float32."""
     cfg = self.config
-    m, d = cfg.tokens_per_frame, cfg.hidden_size
+    m, d = cfg.tokens_per_frame, cfg.cache_width
     if cache.ndim != 3 or cache.shape[2] != d or cache.shape[1] % m:
       raise ValueError(f"FutureDeltaPredictor expects cache [B, T*M (M={m}), {d}], got "
                        f"{tuple(cache.shape)}")
@@ -649,7 +675,7 @@ class Vedje(nn.Module):
     self.delta_predictor = FutureDeltaPredictor(self.config)
 
   def compress(self, patches: jax.Array, deterministic: bool = True) -> jax.Array:
-    """patches [B, T, P, d_v] -> cache [B, T*M, d_l] float32."""
+    """patches [B, T, P, d_v] -> cache [B, T*M, d_c] float32."""
     return self.compressor(patches, deterministic)
 
   def __call__(self, patches: jax.Array, input_ids: jax.Array, attention_mask: jax.Array,
@@ -691,7 +717,7 @@ def dummy_inputs(module: nn.Module, batch: int = 1, text_len: Optional[int] = No
   s = cfg.max_text_len if text_len is None else text_len
   ids = jnp.zeros((batch, s), jnp.int32)
   mask = jnp.ones((batch, s), jnp.int32)
-  cache = jnp.zeros((batch, cfg.cache_len, cfg.hidden_size), jnp.float32)
+  cache = jnp.zeros((batch, cfg.cache_len, cfg.cache_width), jnp.float32)
   patches = jnp.zeros((batch, cfg.frames, cfg.patches, cfg.visual_dim), jnp.float32)
   if isinstance(module, FrameCompressor):
     return (patches,)

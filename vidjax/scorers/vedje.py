@@ -55,11 +55,11 @@ class VedjeScorer:
                        "rho(q, v) must be finite (only -inf, a recall stage's padding, is allowed): check the stage-1 "
                        "embeddings")
     cache = batch["cache"]
-    want = (q, k, self.config.cache_len, self.config.hidden_size)
+    want = (q, k, self.config.cache_len, self.config.cache_width)
     if tuple(np.shape(cache)) != want:
-      raise ValueError(f"VEDJE rerank: cache has shape {tuple(np.shape(cache))}, expected [Q, K, N, d_l] = {want} "
+      raise ValueError(f"VEDJE rerank: cache has shape {tuple(np.shape(cache))}, expected [Q, K, N, d_c] = {want} "
                        f"(T*M = {self.config.frames}*{self.config.tokens_per_frame} tokens of width "
-                       f"{self.config.hidden_size}): was the cache written by a compressor of this config?")
+                       f"{self.config.cache_width}): was the cache written by a compressor of this config?")
     if not jnp.issubdtype(np.asarray(cache[:0]).dtype, jnp.floating):
       raise ValueError(f"VEDJE rerank: cache must be floating point, got dtype {np.asarray(cache[:0]).dtype}")
     for key in ("input_ids", "attention_mask"):
@@ -100,8 +100,9 @@ def held_prior(prior: np.ndarray) -> np.ndarray:
 
 class PriorHeld:
   """A reranker read with its stage-1 prior held at each query's mean over its candidates (`held_prior`): the prior
-  no longer orders a query's candidates, so the ranking is the joint pass's alone. Beside the reranker's own ranking
-  and stage 1's, it splits what the learned joint pass contributes from what the residual prior (eq. 5) carries."""
+  no longer orders a query's candidates, so the ranking is the joint pass's (of a reranker trained with the prior:
+  not Table 6's joint-only model, trained without it). Beside the reranker's own ranking and stage 1's, it splits
+  what the learned joint pass contributes from what the residual prior (eq. 5) carries."""
 
   def __init__(self, scorer: VedjeScorer):
     self.scorer = scorer
