@@ -72,6 +72,14 @@ def test_save_load_and_into(tmp_path):
     convert.into(params, tmp_path / "c", ("grdr",))
   with pytest.raises(ConversionError, match="not a converted checkpoint"):
     convert.load(tmp_path)
+  with pytest.raises(ConversionError, match="holds one model, not parts"):
+    convert.into(params, tmp_path / "c", subtree="text_tower")
+  # A conversion of several models (X-Pool's retriever and text tower): each loads its part.
+  convert.save(tmp_path / "p", {"a": params, "b": {"x": np.ones(2, np.float32)}}, {"info": {"parts": ["a", "b"]}})
+  loaded, _ = convert.into({"x": np.zeros(2, np.float32)}, tmp_path / "p", subtree="b")
+  np.testing.assert_array_equal(loaded["x"], 1.0)
+  with pytest.raises(ConversionError, match=r"holds the parts \['a', 'b'\]; name the one this model takes"):
+    convert.into(params, tmp_path / "p")
 
 
 def test_cli_errors_are_one_line(tmp_path, capsys):

@@ -3,8 +3,10 @@
 `sim_matrix_training`, `modules/loss.py`'s `CLIPLoss`, run by torch on random weights, 1 and 4 heads, inputs at CLIP
 features' scale and at unit scale) loaded through `vidjax.convert.xpool` into `DenseRetriever(pooling="xpool")`.
 
-Deviation by design, not compared: vidjax holds no CLIP towers (frozen; their features are its inputs), so the
-golden's inputs are the towers' outputs and `frame_proj` / `text_proj` are the identity.
+Deviation by design, not compared: vidjax's X-Pool reads the CLIP towers' outputs (frozen; their features are its
+inputs), so the golden's inputs are the towers' outputs and `frame_proj` / `text_proj` are the identity (the text
+tower, which embeds the queries, is converted as its own part and held against the official code in
+tests/test_reference_clip_text.py).
 Not compared: dropout (training only; both apply it to FC's output before the residual, `XPool`).
 """
 import json
@@ -46,7 +48,7 @@ def _model(info, params):
   model = DenseRetriever(DenseConfig(pooling="xpool", **info["widths"], xpool_heads=c["model.xpool_heads"],
                                      temperature=c["model.temperature"],
                                      learn_logit_scale=c["model.learn_logit_scale"]))
-  return model, {"params": params}
+  return model, {"params": params[convert_xpool.RETRIEVER]}
 
 
 def test_golden_records_the_official_commit(golden):
@@ -87,11 +89,12 @@ def test_converted_params_have_the_models_structure_and_the_cli_round_trips(gold
                        str(tmp_path / "out"), "--option", "heads=4", "--option", "learn_logit_scale=true"]) == 0
   record = json.loads((tmp_path / "out" / convert.INFO_FILE).read_text())
   info = record["info"]
-  assert info["config"]["model.xpool_heads"] == 4 and set(record["skipped"]) == {"clip."}
+  assert info["config"]["model.xpool_heads"] == 4 and set(record["skipped"]) == {"clip.visual."}
+  assert info["parts"] == [convert_xpool.RETRIEVER, convert_xpool.TEXT_TOWER]
   assert info["config"]["model.temperature"] == pytest.approx(1 / 50, rel=1e-6)
   model = DenseRetriever(DenseConfig(pooling="xpool", **info["widths"], xpool_heads=4, learn_logit_scale=True))
   params, _ = convert.into(init_params(model, jax.random.PRNGKey(0)), tmp_path / "out",
-                           expect_from=("xpool",))
+                           expect_from=("xpool",), subtree=convert_xpool.RETRIEVER)
   assert float(params["log_logit_scale"]) == pytest.approx(np.log(50.0), rel=1e-6)
   text, frames = golden["in/real/text"], golden["in/real/frames"]
   sims = np.asarray(model.apply({"params": params}, text, frames, method=DenseRetriever.similarity))

@@ -12,7 +12,8 @@ the mapping is held against the official modules by the goldens in `tests/golden
 
 A run starts from them with `--config.init_checkpoint=DIR`: `load(DIR)` reads them back and `into(init, DIR)` checks
 that they have exactly the structure and shapes of the model the config builds (one error naming the first path that
-differs), so a checkpoint never half-loads.
+differs), so a checkpoint never half-loads. A conversion that holds several models (X-Pool's: its retriever and its
+CLIP text tower) lists them in `info["parts"]`, and each model loads its own with `into(init, DIR, subtree=PART)`.
 """
 from __future__ import annotations
 
@@ -79,13 +80,23 @@ def load(directory: str | Path) -> tuple[dict, dict]:
   return params, record
 
 
-def into(init: Mapping[str, Any], directory: str | Path, expect_from: tuple[str, ...] = ()) -> tuple[dict, dict]:
+def into(init: Mapping[str, Any], directory: str | Path, expect_from: tuple[str, ...] = (),
+         subtree: str | None = None) -> tuple[dict, dict]:
   """The converted params at `directory` in place of `init` (a model's freshly initialised params), after checking
-  that both have the same paths and shapes; (params, record). `expect_from`: the kinds this model takes."""
+  that both have the same paths and shapes; (params, record). `expect_from`: the kinds this model takes; `subtree`:
+  the part this model takes of a conversion that holds several (`info["parts"]`), None for one that holds one."""
   params, record = load(directory)
   if expect_from and record.get("from") not in expect_from:
     raise ConversionError(f"{directory}: converted from {record.get('from')!r}, but this model takes "
                           f"{' or '.join(expect_from)}")
+  parts = (record.get("info") or {}).get("parts")
+  if parts and subtree not in parts:
+    raise ConversionError(f"{directory}: the conversion holds the parts {parts}; name the one this model takes "
+                          f"(subtree=...), not {subtree!r}")
+  if subtree is not None and not parts:
+    raise ConversionError(f"{directory}: the conversion holds one model, not parts (asked for {subtree!r})")
+  if subtree is not None:
+    params = params[subtree]
   want, have = flatten(init), flatten(params)
   for path in sorted(set(want) | set(have)):
     if path not in have:
