@@ -267,3 +267,27 @@ def test_xpool_as_the_stacks_rerank_stage(real_path, tmp_path):
   assert {"recall", "recall_rerank", "full_stack"} <= set(results["metrics"])
   index = json.loads((workdir / "index" / "manifest.json").read_text())
   assert [s["kind"] for s in index["omitted_stages"]] == ["xpool"]
+
+
+def test_a_converted_checkpoint_is_evaluated_as_released(smoke_runs, tmp_path):
+  """`init_checkpoint`: the row of a converted official checkpoint evaluates the converted weights, untrained. Here the
+  conversion holds the smoke run's own trained X-Pool (written as `python -m vidjax.convert` writes one), so the row's
+  metrics must equal the smoke run's."""
+  from vidjax import convert, main, train  # pylint: disable=g-import-not-at-top
+  workdir, results = smoke_runs("dense")
+  params = train.load_params(workdir / "models" / "xpool")
+  info = {"pooling": "xpool", "parts": ["retriever", "text_tower"], "config": {"model.xpool_heads": 1}}
+  convert.save(tmp_path / "ckpt", {"retriever": params, "text_tower": {"unused": np.zeros(1)}},
+               {"from": "xpool", "checkpoint": "xpool.pth", "sha256": "0" * 64, "info": info})
+  config = load_config(ROOT / "configs/dense_msrvtt.py:smoke")
+  config.rows, config.init_checkpoint = ("xpool",), str(tmp_path / "ckpt")
+  again = main.run(config, tmp_path / "run")
+  assert again["metrics"]["xpool"] == results["metrics"]["xpool"]
+  assert again["train"]["xpool"]["trained"] is False and again["train"]["xpool"]["steps"] == 0
+  assert not (tmp_path / "run" / "models" / "xpool").exists()  # nothing trained
+  config.rows = ("backbone", "clip4clip_meanp")
+  with pytest.raises(ValueError, match="init_checkpoint=.* a checkpoint of one of the rows .* holds xpool's weights"):
+    main.run(config, tmp_path / "other")
+  config.init_checkpoint = str(tmp_path)
+  with pytest.raises(convert.ConversionError, match="not a converted checkpoint"):
+    main.run(config, tmp_path / "other")

@@ -67,6 +67,10 @@ def dense_section(dataset: str = "msrvtt") -> ml_collections.ConfigDict:
   for `dataset` (X-Pool's lr and dropout differ by dataset; its MSR-VTT 9k values elsewhere)."""
   lr, dropout = XPOOL.get(dataset, XPOOL["msrvtt"])
   return ml_collections.ConfigDict(dict(
+      # A converted official checkpoint (`python -m vidjax.convert --from xpool|clip4clip`): its row (X-Pool's, or
+      # CLIP4Clip's of the checkpoint's pooling) is evaluated with the released weights as they are, nothing trains,
+      # and the checkpoint fixes that row's model.* values (heads, layers, logit scale); "" = every row trains.
+      init_checkpoint="",
       model=ml_collections.ConfigDict(dict(
           num_frames=12,          # frames sampled uniformly per video (both papers: 12; 0 = all the store has)
           seq_layers=4,           # CLIP4Clip seqTransf depth

@@ -24,8 +24,8 @@ from vidjax import evaluate
 from vidjax.data.retrieval import PROTOCOLS
 from vidjax.defaults.common import bad_value, check_choice, clip_to_data
 from vidjax.experiments import common
-from vidjax.methods.dense import (DATASETS, KEYS, backbone_metrics, check_config, fit_dense, limits, rounded,
-                                  row_metrics, session)
+from vidjax.methods.dense import (DATASETS, KEYS, backbone_metrics, check_config, checkpoint_row, fit_dense,
+                                  from_checkpoint, limits, rounded, row_metrics, session)
 from vidjax.worlds import moving_objects
 
 RESUMABLE = ("rows",)  # a row added later trains in its own folder; finished rows resume from their checkpoints
@@ -41,6 +41,11 @@ def validate(config) -> None:
     bad_value("data.annotations / data.train_annotations", (config.data.annotations, config.data.train_annotations),
               "the test and training splits' annotation files when data.features is set")
   check_config(config)
+  if config.init_checkpoint:  # a converted checkpoint of one of the rows (read before any work)
+    released = checkpoint_row(config.init_checkpoint)[0]
+    if released not in config.rows:
+      bad_value("init_checkpoint", config.init_checkpoint, f"a checkpoint of one of the rows {tuple(config.rows)} "
+                f"(it holds {released}'s weights)")
 
 
 @common.precision_policy
@@ -60,19 +65,24 @@ def run(config, workdir: str | Path) -> dict:
         ", ".join(f"{k}={v}" for k, v in s.stats.items()) + f", {s.test.frames.shape[1]} frames of width "
         f"{s.test.frames.shape[2]}", flush=True)
 
-  # Fit and evaluate each row.
+  # Fit (or take a converted official checkpoint's weights) and evaluate each row.
+  released = checkpoint_row(config.init_checkpoint)[0] if config.init_checkpoint else None
   metrics, trained = {}, {}
   for row in config.rows:
     if row == "backbone":
       metrics[row] = rounded(backbone_metrics(s))
       continue
-    with common.precision(config, "train"):
-      model, params, info = fit_dense(config, row, s.train, config.seed, workdir / "models" / row)
+    if row == released:
+      model, params, info = from_checkpoint(config, row, s.train, config.init_checkpoint)
+    else:
+      with common.precision(config, "train"):
+        model, params, info = fit_dense(config, row, s.train, config.seed, workdir / "models" / row)
     begin = time.time()
     metrics[row] = rounded(row_metrics(s, model, params))
     trained[row] = {**info, "eval_seconds": round(time.time() - begin, 1)}
-    print(f"{row}: T2V R@1 {metrics[row]['t2v_r1']}, trained {info['steps']} steps in {info['seconds']} s",
-          flush=True)
+    done = (f"trained {info['steps']} steps in {info['seconds']} s" if info.get("trained", True) else
+            f"the released weights of {info['checkpoint']} (converted from {info['from']}), not trained")
+    print(f"{row}: T2V R@1 {metrics[row]['t2v_r1']}, {done}", flush=True)
 
   # Write.
   results = common.results_dict(

@@ -22,7 +22,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from vidjax import evaluate, losses, train
+from vidjax import convert, evaluate, losses, train
 from vidjax.data import pipeline, provenance
 from vidjax.data.features import FeatureStore
 from vidjax.data.retrieval import DATASETS as RETRIEVAL_DATASETS
@@ -141,6 +141,39 @@ def fit_dense(section, row: str, split: Split, seed: int, workdir: str | Path) -
   params = jax.device_get(state.params)
   info = {"steps": steps, "batch_size": tc.batch_size, "epochs": tc.epochs, "lr": tc.lr,
           "seconds": round(time.time() - start, 1), "params": int(sum(np.size(x) for x in jax.tree.leaves(params)))}
+  return model, params, info
+
+
+def checkpoint_row(directory: str) -> tuple[str, dict]:
+  """(the row, the conversion record) of a converted official checkpoint (`python -m vidjax.convert --from xpool` or
+  `--from clip4clip`): X-Pool's is the `xpool` row, CLIP4Clip's the row of its pooling (meanP or seqTransf)."""
+  _, record = convert.load(directory)
+  kind, info = record.get("from"), record.get("info") or {}
+  if kind == "xpool":
+    return "xpool", record
+  if kind == "clip4clip" and f"clip4clip_{info.get('pooling')}" in POOLING:
+    return f"clip4clip_{info['pooling']}", record
+  raise convert.ConversionError(f"{directory}: converted from {kind!r} (pooling {info.get('pooling')!r}); a dense "
+                                "run takes an X-Pool or CLIP4Clip conversion")
+
+
+def from_checkpoint(section, row: str, split: Split, directory: str) -> tuple[DenseRetriever, Any, dict]:
+  """`row`'s model with the converted official weights at `directory` (`checkpoint_row`), evaluated as released:
+  nothing trains. The model's `model.*` values are the ones the checkpoint fixes (`info["config"]`: heads, layers,
+  position table, logit scale), recorded in the returned info beside the conversion's source and hash; the params'
+  paths and shapes are checked against the model (`vidjax.convert.into`)."""
+  found, record = checkpoint_row(directory)
+  if found != row:
+    raise convert.ConversionError(f"{directory}: a {found} checkpoint, not {row}'s")
+  fixed = dict((record.get("info") or {}).get("config") or {})
+  section = common.with_values(section, fixed)
+  model = DenseRetriever(model_config(section, row, split.text.shape[1], split.frames.shape[2]))
+  init = jax.device_get(init_params(model, jax.random.PRNGKey(0), split.frames.shape[1]))
+  parts = (record.get("info") or {}).get("parts")
+  params, _ = convert.into(init, directory, ("xpool", "clip4clip"), subtree=parts[0] if parts else None)
+  info = {"steps": 0, "trained": False, "init_checkpoint": str(directory), "from": record.get("from"),
+          "checkpoint": record.get("checkpoint"), "sha256": record.get("sha256"), "model": fixed,
+          "params": int(sum(np.size(x) for x in jax.tree.leaves(params)))}
   return model, params, info
 
 
