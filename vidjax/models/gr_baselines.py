@@ -26,7 +26,8 @@ T5 retriever and reranker:
   adaptation, A a one-layer causal Transformer over the prefix's tokens (NCI: a small Transformer decoder).
 
 Decisions the papers leave open, stated here: the RQ-VAE's MLPs use ReLU (TIGER §4.1: 512-256-128 hidden, 32-d
-latent; the config sets the widths), its straight-through estimator feeds the decoder (RQ-VAE); the retriever's
+latent; the config sets the widths), its straight-through estimator feeds the decoder (RQ-VAE; its gradient the
+official baseline's, tests/test_reference_tiger.py); the retriever's
 decoder input is a learned embedding of each position's token (one table over the shared vocabulary, position-
 specific tokens either way, as NCI's and TIGER's tokens are); T5 v1.1's untied output layer.
 """
@@ -53,7 +54,8 @@ def euclidean_residual_quantize(z: jax.Array, codebooks: jax.Array):
     z: [..., D] latent vectors; codebooks: [M, K, D].
 
   Returns:
-    codes int32 [..., M]; z_hat [..., D] (sum of the selected codewords); residuals [..., M, D] (r_1 = z .. r_M);
+    codes int32 [..., M]; z_hat [..., D] (sum of the selected codewords); residuals [..., M, D] (r_1 = z .. r_M,
+    the codewords subtracted under a stop-gradient, as the official quantizer: a loss on them reaches z only);
     selected [..., M, D] (e_{c_1} .. e_{c_M}).
   """
   codes, residuals, selected = [], [], []
@@ -66,7 +68,7 @@ def euclidean_residual_quantize(z: jax.Array, codebooks: jax.Array):
     codes.append(c)
     residuals.append(r)
     selected.append(e)
-    r = r - e
+    r = r - jax.lax.stop_gradient(e)
   selected = jnp.stack(selected, -2)
   return jnp.stack(codes, -1), jnp.sum(selected, -2), jnp.stack(residuals, -2), selected
 
@@ -127,7 +129,10 @@ class RQVAE(nn.Module):
   def __call__(self, features):
     z = self.encode(features)
     codes, z_hat, residuals, selected = euclidean_residual_quantize(z, self.codebooks)
-    straight_through = z + jax.lax.stop_gradient(z_hat - z)
+    # The official straight-through (baselines/mm_semantictvr/index/models/rq.py): one per layer on its residual, so
+    # z_hat in value with the gradient of sum_l r_l, M times the identity.
+    through = jnp.sum(residuals, axis=-2)
+    straight_through = through + jax.lax.stop_gradient(z_hat - through)
     out = {"z": z, "codes": codes, "z_hat": z_hat, "residuals": residuals, "selected": selected,
            "reconstruction": self.decoder(straight_through)}
     if self.config.text_dim:

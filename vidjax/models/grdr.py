@@ -12,14 +12,19 @@
   `vidjax.models.t5`) in one module, with the methods Algorithm 1 and inference call.
 * `match_views` — the view <-> query-cluster rule (below).
 
-Decisions the paper leaves open:
+Decisions the paper leaves open, and what the official code (JasonCodeMaker/GRDR, models/grdr.py and
+models/video_rqvae/, held against it by tests/test_reference_grdr.py) does:
 
-* View encoder shape: phi_i(f) = W2 GELU(W1 f) + S f (width `hidden`), output L2-normalised,
-  since everything downstream compares views by cosine (eq. 5, 8, 9). psi_i has the same shape
-  without the normalisation.
-* Gradients through the quantizer: straight-through (z + sg[z_hat - z]) into the reconstruction
-  decoder, as RQ-VAE; the codebook learns from L_RQ's codebook term and, shared with the
-  retriever, from L_CE / L_HC.
+* View encoder shape: phi_i(f) = W2 GELU(W1 f) + S f (width `hidden`); psi_i the same per view. The official
+  encoders and decoders are one linear map each (its case W1 = W2 = 0, which `vidjax.convert.grdr` writes).
+  `TokenizerConfig.normalize_views`: True (vidjax's default) L2-normalises the views; False is the official
+  tokenizer, whose views keep their length: each layer picks its code by the cosine of the residual (the residual
+  is normalised for the choice only) and the residual arithmetic r^(l+1) = r^(l) - C^(l)[c_l] stays unnormalised.
+* Gradients through the quantizer, as the official code: the residuals subtract the selected codewords under a
+  stop-gradient (r^(l) reaches the encoder only), and the straight-through estimator feeds the reconstruction
+  decoder z_hat in value with the gradient of sum_l r^(l)/|r^(l)| (each layer's straight-through is on its
+  normalised residual); the codebook learns from L_RQ's codebook term and, shared with the retriever, from L_CE /
+  L_HC.
 * View <-> cluster matching: each video's training queries are clustered into N_v intents
   (k-means, `vidjax.ops.kmeans`), whose order is arbitrary. View i is aligned with the cluster
   pi(i) under the permutation pi that maximises sum_i cos(z_i, centre_pi(i)) for the current
@@ -51,6 +56,7 @@ class TokenizerConfig:
   feature_dim: d_v, the frozen video feature (768: VideoPrism-LvT-B's stage-1 space).
   latent_dim: d_z, the view / codebook / retriever-output space.
   hidden: width of the view MLPs.
+  normalize_views: L2-normalise the views (False: the official tokenizer's unnormalised views, module docstring).
   """
   feature_dim: int = 768
   latent_dim: int = 512
@@ -58,6 +64,7 @@ class TokenizerConfig:
   num_views: int = 4
   num_layers: int = 3
   num_codes: int = 128
+  normalize_views: bool = True
 
   def __post_init__(self):
     check_positive_fields(self, ("feature_dim", "latent_dim", "hidden", "num_views", "num_layers", "num_codes"))
@@ -95,7 +102,8 @@ def residual_quantize(z: jax.Array, codebooks: jax.Array, num_layers: int):
 
   Returns:
     codes int32 [..., m]; z_hat [..., D] = sum of the selected entries; residuals [..., m, D]
-    (r^(l), the vector layer l quantizes: r^(1) = z).
+    (r^(l), the vector layer l quantizes: r^(1) = z; the subtracted entries under a stop-gradient, as the official
+    quantizer, so a loss on the residuals reaches z only).
   """
   if num_layers == 0:
     return (jnp.zeros(z.shape[:-1] + (0,), jnp.int32), jnp.zeros_like(z), jnp.zeros(z.shape[:-1] + (0, z.shape[-1]),
@@ -109,8 +117,16 @@ def residual_quantize(z: jax.Array, codebooks: jax.Array, num_layers: int):
     residuals.append(r)
     codes.append(c)
     z_hat = z_hat + book[c]
-    r = z - z_hat
+    r = z - jax.lax.stop_gradient(z_hat)
   return jnp.stack(codes, -1), z_hat, jnp.stack(residuals, -2)
+
+
+def straight_through(residuals: jax.Array, z_hat: jax.Array) -> jax.Array:
+  """The quantized vectors as the reconstruction decoder reads them: z_hat [..., D] in value, with the gradient of
+  sum_l r^(l) / |r^(l)| (residuals [..., m, D] from `residual_quantize`): the official quantizer's straight-through,
+  one per layer on its normalised residual."""
+  through = jnp.sum(l2_normalize(residuals), axis=-2)
+  return through + jax.lax.stop_gradient(z_hat - through)
 
 
 class Tokenizer(nn.Module):
@@ -128,8 +144,9 @@ class Tokenizer(nn.Module):
                                 for l in range(c.num_layers)])
 
   def encode(self, features):
-    """f_v [..., d_v] -> unit views z [..., N_v, d_z] (eq. 3)."""
-    return l2_normalize(self.encoder(features))
+    """f_v [..., d_v] -> views z [..., N_v, d_z] (eq. 3), unit length with `normalize_views`."""
+    z = self.encoder(features)
+    return l2_normalize(z) if self.config.normalize_views else z
 
   def __call__(self, features, num_layers: int | None = None):
     """f_v [B, d_v] -> dict(z, codes [B, N_v, m], z_hat, residuals [B, N_v, m, d_z], reconstruction [B, d_v]).
@@ -139,8 +156,7 @@ class Tokenizer(nn.Module):
     m = self.config.num_layers if num_layers is None else num_layers
     z = self.encode(features)
     codes, z_hat, residuals = residual_quantize(z, self.codebooks, m)
-    straight_through = z + jax.lax.stop_gradient(z_hat - z)
-    reconstruction = jnp.mean(self.decoder(straight_through), axis=-2)
+    reconstruction = jnp.mean(self.decoder(straight_through(residuals, z_hat)), axis=-2)
     return {"z": z, "codes": codes, "z_hat": z_hat, "residuals": residuals, "reconstruction": reconstruction}
 
 
@@ -182,6 +198,12 @@ def match_views(z: jax.Array, centres: jax.Array, valid: jax.Array | None = None
 
 QUERY_ENCODERS = ("t5", "t5_features", "minilm")
 
+# The code temperature of eq. 8 (the paper gives no value) as the official model keeps it: a learnable logit scale
+# exp(4.605) ~ 100 clamped to [20, 100] (models/grdr.py `logit_scale`), i.e. tau_code starts at ~0.01 and stays in
+# [0.01, 0.05].
+CODE_LOG_TAU_INIT = -4.605
+CODE_TAU_RANGE = (0.01, 0.05)
+
 
 @dataclasses.dataclass(frozen=True)
 class RetrieverConfig:
@@ -196,7 +218,8 @@ class RetrieverConfig:
   query_tokens: a feature query becomes this many memory tokens (a learned linear map).
   vocab_size: "t5": the query token vocabulary (the tokenizer's ids + 1, id 0 the padding).
   t5: the T5 shape (`T5Config.small()` is the paper's, §4.3; `vocab_size` 0 when queries are features).
-  tau_init: initial value of both learnable temperatures (eq. 8 and eq. 9).
+  tau_init: initial value of the learnable alignment temperature (eq. 9); the code temperature (eq. 8) starts at
+    exp(CODE_LOG_TAU_INIT) and is clamped to CODE_TAU_RANGE, as the official model's.
   """
   t5: T5Config = dataclasses.field(default_factory=lambda: T5Config.small(vocab_size=0))
   query_encoder: str = "t5"
@@ -219,9 +242,12 @@ class RetrieverConfig:
 class GRDR(nn.Module):
   """Tokenizer + generative retriever sharing the codebooks `tokenizer/codebooks` [M, K, d_z].
 
-  The decoder reads [BOS, e_1(c_1), ..., e_{m-1}(c_{m-1})] (a learned embedding per layer and code)
-  and its output at position l, projected to d_z, is h_l; P(c_l | c_<l, q) = softmax(cos(h_l, C^(l)) / tau)
-  (eq. 8). Two learnable temperatures, `log_tau_code` (eq. 8, 10, 11) and `log_tau_align` (eq. 9).
+  The decoder reads [BOS, C^(1)[c_1], ..., C^(m-1)[c_{m-1}]]: a learned start vector, then each earlier code's own
+  codebook entry (the official model's decoder inputs: the shared codebook is also the decoder's input
+  vocabulary); its output at position l is h_l; P(c_l | c_<l, q) = softmax(cos(h_l, C^(l)) / tau) (eq. 8). Where
+  d_z differs from T5's width (the official model has them equal) learned linear maps `code_in` / `out` carry the
+  entries into the decoder and its outputs back to d_z. Two learnable temperatures,
+  `log_tau_code` (eq. 8, 10, 11; clamped as the official model's) and `log_tau_align` (eq. 9).
   """
   tokenizer: TokenizerConfig
   retriever: RetrieverConfig
@@ -237,16 +263,18 @@ class GRDR(nn.Module):
     if r.query_encoder in ("t5", "t5_features"):
       self.encoder = T5Encoder(r.t5, name="encoder")
     self.decoder = T5Decoder(r.t5, name="decoder")
-    self.bos = self.param("bos", nn.initializers.normal(1.0), (d,))
-    self.code_embed = self.param("code_embed", nn.initializers.normal(1.0), (max(t.num_layers - 1, 1), t.num_codes, d))
-    self.out = nn.Dense(t.latent_dim, use_bias=False, name="out")
-    init = lambda _, v=math.log(r.tau_init): jnp.asarray(v, jnp.float32)  # noqa: E731
-    self.log_tau_code = self.param("log_tau_code", init)
-    self.log_tau_align = self.param("log_tau_align", init)
+    self.bos = self.param("bos", nn.initializers.normal(0.02), (d,))  # the official start vector's init
+    if t.latent_dim != d:
+      self.code_in = nn.Dense(d, use_bias=False, name="code_in")
+      self.out = nn.Dense(t.latent_dim, use_bias=False, name="out")
+    constant = lambda v: lambda _: jnp.asarray(v, jnp.float32)  # noqa: E731
+    self.log_tau_code = self.param("log_tau_code", constant(CODE_LOG_TAU_INIT))
+    self.log_tau_align = self.param("log_tau_align", constant(math.log(r.tau_init)))
 
   def temperatures(self):
-    """(tau_code, tau_align), each floored at 0.01."""
-    return jnp.maximum(jnp.exp(self.log_tau_code), 0.01), jnp.maximum(jnp.exp(self.log_tau_align), 0.01)
+    """(tau_code in CODE_TAU_RANGE, tau_align floored at 0.01)."""
+    return (jnp.clip(jnp.exp(self.log_tau_code), *CODE_TAU_RANGE),
+            jnp.maximum(jnp.exp(self.log_tau_align), 0.01))
 
   def encode_query(self, queries, deterministic: bool = True):
     """queries [B, query_dim] (feature queries) or int [B, L] (token ids, "t5") -> the decoder's state
@@ -265,11 +293,14 @@ class GRDR(nn.Module):
   def decode(self, state, prefix, deterministic: bool = True):
     """state (`encode_query`); prefix int [B, m] (codes of layers 1..m) -> h [B, m + 1, d_z] (h_1 .. h_{m+1})."""
     b, m = prefix.shape
+    project = self.tokenizer.latent_dim != self.retriever.t5.d_model
     y = [jnp.broadcast_to(jnp.asarray(self.bos), (b, 1, self.bos.shape[0]))]
     if m:
-      y.append(jnp.stack([jnp.asarray(self.code_embed[l])[prefix[:, l]] for l in range(m)], axis=1))
+      entries = jnp.stack([self.tok.codebooks[l][prefix[:, l]] for l in range(m)], axis=1)
+      y.append(self.code_in(entries) if project else entries)
     y = jnp.concatenate(y, axis=1)
-    return self.out(self.decoder(y, state["memory"], state["mask"], deterministic))
+    h = self.decoder(y, state["memory"], state["mask"], deterministic)
+    return self.out(h) if project else h
 
   def code_logp(self, state, prefix):
     """Beam-search step: state (`encode_query`, Q rows), prefix int [Q, W, m] -> log P(c_{m+1} | prefix, q)
