@@ -127,7 +127,8 @@ def test_annotation_times_past_the_video(tmp_path):
 @pytest.mark.parametrize("damage,message", [
     (lambda d: (d / "clip").glob("*.npy").__next__().write_bytes(b"\x93NUMPY"), r"clip/p0-00000.*cannot be read"),
     (lambda d: (d / "clip").glob("*.npy").__next__().write_bytes(b""), r"clip/p0-00000.*cannot be read"),
-    (lambda d: (d / "clip" / "p0-00000.ids.json").write_text('{"ids": ["a", "b", "c"]}'), r"3 ids but an array"),
+    (lambda d: (d / "clip" / "p0-00000.ids.json").write_text(json.dumps(
+        {**json.loads((d / "clip" / "p0-00000.ids.json").read_text()), "ids": ["a", "b", "c"]})), r"3 ids but an array"),
     (lambda d: (d / "clip" / "p0-00000.ids.json").write_text('{"rows": ["a"]}'), r"has no 'ids' list"),
 ])
 def test_a_corrupt_shard_names_the_store_and_shard(tmp_path, damage, message):

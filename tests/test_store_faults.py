@@ -458,3 +458,134 @@ def test_json_readers_accept_a_byte_order_mark_like_the_text_readers(tmp_path):
   path.write_bytes(b"\xef\xbb\xbf\xef\xbb\xbf{}")  # one mark is a mark; a second is content
   with pytest.raises(ValueError, match=r"a.json is not valid JSON"):
     io.read_json(path)
+
+
+# ----------------------------------------------------------------------------- issue 62: a store cannot be scrambled
+
+
+def test_reordered_ids_are_refused_when_read_and_by_verify(tmp_path):
+  """The ids of a shard's id list swapped (shapes, dtype and rows all still agree): the hash its id list recorded
+  covers the ids and rows together, so the shard is refused before a row is read under another id."""
+  kdir = _two_shards(tmp_path)
+  _edit_ids(kdir / "p0-00000.ids.json", ids=["b", "a"])
+  message = (r"shard clip/p0-00000: p0-00000.npy does not hold the rows its id list p0-00000.ids.json was written "
+             r"with \(the sha256_ids_rows of its ids and rows differs")
+  with pytest.raises(ValueError, match=message):
+    FeatureStore(tmp_path).get("clip", ["a"])
+  with pytest.raises(ValueError, match=message):
+    FeatureStore(tmp_path).verify()
+  assert features.main(["verify", str(tmp_path)]) == 1
+
+
+def _as_written_before_issue_62(kdir):
+  """Id lists as the store wrote them before its hash covered the ids: "sha256" of the rows only."""
+  for path in kdir.glob("*.ids.json"):
+    meta = json.loads(path.read_text())
+    del meta["sha256_ids_rows"]
+    meta["sha256"] = __import__("hashlib").sha256(np.load(path.with_name(
+        path.name.replace(".ids.json", ".npy"))).tobytes()).hexdigest()
+    path.write_text(json.dumps(meta))
+
+
+def test_the_hash_of_ids_and_rows_is_required_and_an_older_store_is_upgraded_once(tmp_path, capsys):
+  kdir = _two_shards(tmp_path)
+  _as_written_before_issue_62(kdir)
+  with pytest.raises(ValueError, match=r"shard clip/p0-00000: its id list p0-00000.ids.json records no "
+                                       r"sha256_ids_rows .*upgrade the store once with `python -m "
+                                       r"vidjax.data.features upgrade "):
+    FeatureStore(tmp_path).ids("clip")
+  assert features.main(["verify", str(tmp_path)]) == 1
+  err = capsys.readouterr().err
+  assert len(err.strip().splitlines()) == 1 and "records no sha256_ids_rows" in err, err
+  _edit_ids(kdir / "p0-00001.ids.json", ids=["d", "c"])  # reordered before the upgrade: its rows hash still matches,
+  assert features.main(["upgrade", str(tmp_path)]) == 0    # so the upgrade records the order it finds
+  assert json.loads(capsys.readouterr().out)["upgraded_shards"] == {"clip": 2}
+  store = FeatureStore(tmp_path)
+  np.testing.assert_array_equal(store.get("clip", ["a", "d"])[:, 0], [0, 2])
+  assert features.main(["upgrade", str(tmp_path)]) == 0  # once: nothing left to upgrade
+  assert json.loads(capsys.readouterr().out)["upgraded_shards"] == {}
+  # Edited rows are not vouched for by an upgrade, and an id list with no hash at all is refused.
+  kdir = _two_shards(tmp_path / "t")
+  _as_written_before_issue_62(kdir)
+  np.save(kdir / "p0-00001.npy", np.full((2, 3), 7, np.float32))
+  with pytest.raises(ValueError, match=r"shard clip/p0-00001: p0-00001.npy does not hold the rows its id list was "
+                                       r"written with"):
+    FeatureStore(tmp_path / "t").upgrade()
+  _edit_ids(kdir / "p0-00001.ids.json", sha256=None)
+  with pytest.raises(ValueError, match=r"shard clip/p0-00001: its id list records no hash of its rows"):
+    FeatureStore(tmp_path / "t").upgrade()
+
+
+@pytest.mark.parametrize("name", ["p[0]", "p*", "p?", "a b", "p0\n", "é"])
+def test_shard_prefixes_and_kinds_with_glob_or_odd_characters_are_refused(tmp_path, name):
+  store = write_arrays(tmp_path, {"clip": (["a"], np.ones((1, 3), np.float32))})
+  with pytest.raises(ValueError, match=r"shard_prefix must be a plain name .*no path or glob characters"):
+    store.writer("clip", shard_prefix=name)
+  with pytest.raises(ValueError, match=r"feature kind must be a plain name"):
+    store.writer(name)
+  np.testing.assert_array_equal(FeatureStore(tmp_path).get("clip", ["a"]), [[1, 1, 1]])
+
+
+def test_a_prefix_that_ends_like_another_never_takes_its_shard_names(tmp_path):
+  """Shard names are found by listing the kind, not by a glob of the prefix: writers of "p0" and "p0-00000" (each
+  a plain name) keep their own shards."""
+  store = write_arrays(tmp_path, {"clip": (["a"], np.ones((1, 3), np.float32))})
+  for prefix, item in (("p0-00000", "b"), ("p0", "c")):
+    with store.writer("clip", shard_prefix=prefix) as w:
+      w.add(item, np.full(3, ord(item), np.float32))
+  store = FeatureStore(tmp_path)
+  assert store.ids("clip") == ["a", "b", "c"] and store.verify()["clip"]["shards"] == 3
+
+
+@pytest.mark.parametrize("item_id, why", [("", "empty"), ("  \t", "only whitespace"), ("a\x00b", "holds a NUL")])
+def test_an_empty_or_blank_id_is_refused_when_added(tmp_path, item_id, why):
+  store = FeatureStore.create(tmp_path, {})
+  with store.writer("clip") as w:
+    w.add("ok", np.ones(3))
+    with pytest.raises(ValueError, match=rf"kind 'clip': id .* is {why}.*; ids are non-empty strings"):
+      w.add(item_id, np.ones(3))
+  assert FeatureStore(tmp_path).ids("clip") == ["ok"]  # the store stays readable
+  with pytest.raises(ValueError, match="ids are non-empty strings"):
+    write_arrays(tmp_path / "s", {"clip": (["u", item_id], np.ones((2, 3)))})
+
+
+def test_creating_an_existing_store_refuses_another_manifest_instead_of_rewriting_it(tmp_path):
+  FeatureStore.create(tmp_path, {"backbone": "videoprism", "num_frames": 16, "shape": (2, 3)})
+  before = (tmp_path / "manifest.json").read_bytes()
+  with pytest.raises(ValueError, match=r"its manifest.json says backbone=\"videoprism\", but it was opened to be "
+                                       r"written with backbone=\"clip\"; a store keeps one manifest"):
+    FeatureStore.create(tmp_path, {"backbone": "clip", "num_frames": 16})
+  with pytest.raises(ValueError, match=r"backbone=\"clip\""):
+    write_arrays(tmp_path, {"clip": (["a"], np.ones((1, 3)))}, {"backbone": "clip"})
+  assert (tmp_path / "manifest.json").read_bytes() == before and not (tmp_path / "clip").exists()
+  FeatureStore.create(tmp_path, {"backbone": "videoprism", "shape": (2, 3)})  # the same (tuples as lists): reopened
+  assert (tmp_path / "manifest.json").read_bytes() == before
+  assert FeatureStore.create(tmp_path, {"backbone": "videoprism", "dataset": "coin"}).metadata == {
+      "backbone": "videoprism", "num_frames": 16, "shape": [2, 3], "dataset": "coin"}  # a new key is added
+  # Importing a second kind keeps the manifest the first import wrote.
+  np.save(tmp_path / "a.npy", np.ones((1, 3), np.float32))
+  np.save(tmp_path / "b.npy", np.ones((1, 3), np.float32))
+  features.import_arrays(tmp_path / "s", "clip", tmp_path / "a.npy", ["x"])
+  features.import_arrays(tmp_path / "s", "text", tmp_path / "b.npy", ["x"])
+  assert FeatureStore(tmp_path / "s").metadata == {"source": str(tmp_path / "a.npy")}
+
+
+def test_get_of_no_ids_has_the_kinds_item_shape(tmp_path):
+  store = write_arrays(tmp_path, {"clip": (["a"], np.ones((1, 4))), "tokens": (["a"], np.ones((1, 2, 3)))})
+  assert store.get("clip", []).shape == (0, 4) and store.get("tokens", []).shape == (0, 2, 3)
+  assert store.get("clip", []).dtype == np.float32
+
+
+def test_remove_drops_items_and_keeps_every_other_row_of_their_shards(tmp_path):
+  store = FeatureStore.create(tmp_path, {})
+  with store.writer("clip", flush_every=3) as w:
+    for i, item_id in enumerate("abcdefg"):
+      w.add(item_id, np.full(3, i, np.float32))
+  assert store.remove("clip", ["b", "e", "zzz"]) == 2
+  store = FeatureStore(tmp_path)
+  assert store.ids("clip") == list("acdfg")
+  np.testing.assert_array_equal(store.get("clip", list("acdfg"))[:, 0], [0, 2, 3, 5, 6])
+  assert store.verify()["clip"]["items"] == 5
+  with store.writer("clip") as w:  # a removed id is written again with new values (what re-extraction does)
+    assert w.add("b", np.full(3, 9.0, np.float32))
+  np.testing.assert_array_equal(FeatureStore(tmp_path).get("clip", ["b"]), [[9, 9, 9]])

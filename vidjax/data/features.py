@@ -9,7 +9,7 @@ Layout of one store (one directory per backbone)::
     <root>/<kind>/<shard>.npy             array [n, ...] (bfloat16 / float8_e4m3 as their uint16 / uint8 bit
                                           patterns; float4_e2m1 as two codes a byte, [n, ceil(items / 2)])
     <root>/<kind>/<shard>.ids.json        {"ids": [n ids], "dtype": one of STORAGE_DTYPES, "shape": [...],
-                                           "sha256": hash of the array's rows}
+                                           "sha256_ids_rows": hash of the ids, dtype, shape and rows together}
     <root>/.locks/                        one lock file per kind (and the manifest) that writers hold
 
 A *kind* is one family of arrays with one per-item shape, e.g. ``clip`` ([D] clip embeddings),
@@ -21,7 +21,8 @@ processes (``shard_prefix``) live side by side; reading merges them by their id 
 write one kind at once, with the same prefix or not: a writer holds the kind's lock (``fcntl.flock``, released
 when a process dies) while it chooses a shard name and commits the shard. Every file is checked against what it
 claims when it is opened (an id list's ids, dtype and shape against its array; every shard of a kind against the
-first), and a mismatch names the file.
+first; the rows and their ids, in order, against the hash the id list recorded), and a mismatch names the file. Kind
+names and shard prefixes are plain names (letters, digits and `_ . - + = @`), ids non-empty strings.
 
 Interface (all a consumer needs)::
 
@@ -32,6 +33,7 @@ Interface (all a consumer needs)::
     with store.writer("clip", shard_prefix="p0") as w:  w.add(id, array)   # resumable: skip store.has(...)
     import_arrays(root, kind, "emb.npy", "ids.txt")
     store.verify()                             # integrity report, raises on corruption
+    store.remove("clip", ["vid_0001_03"])      # drops items (re-extracting a changed video)
 """
 from __future__ import annotations
 
@@ -108,6 +110,11 @@ class StaleFeatureError(ValueError):
   """An id is written again with values other than the ones the store holds."""
 
 
+def _shown(value, limit: int = 120) -> str:
+  text = json.dumps(value)
+  return text if len(text) <= limit else text[:limit] + "..."
+
+
 def _ids_shown(ids: Sequence[str], limit: int = 5) -> str:
   return ", ".join(repr(str(i)) for i in list(ids)[:limit]) + (f" ... ({len(ids)} in all)" if len(ids) > limit else "")
 
@@ -121,13 +128,48 @@ def check_finite(array: np.ndarray, ids: Sequence[str], where: str) -> None:
                                 "re-extract them (or drop them from the annotations)")
 
 
+# A kind is a folder of the store and a shard prefix starts its file names: plain names only, so that "../x" cannot
+# write outside the store, "" into its root, ".x" among its hidden files, and "p[0]" (a glob pattern) cannot miss
+# its own shards when a writer lists them and overwrite one.
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+=@-]*")
+
+
 def _check_name(name: str, what: str) -> str:
-  """`name` when it is a plain file name for a kind or shard prefix; else one clear error (a kind is a folder of
-  the store: "../x" would write outside it, "" into its root, ".x" among its hidden files)."""
-  if (not isinstance(name, str) or not name or name.startswith(".") or "\x00" in name
-      or any(sep and sep in name for sep in ("/", "\\", os.sep, os.altsep))):
-    raise ValueError(f"{what} must be a plain name (not empty, not starting with '.', no '/' or '\\'), got {name!r}")
+  """`name` when it is a plain name for a kind or shard prefix (`_PLAIN_NAME`); else one clear error."""
+  if not isinstance(name, str) or not _PLAIN_NAME.fullmatch(name):
+    raise ValueError(f"{what} must be a plain name (letters, digits and _ . - + = @, not starting with '.'; no path "
+                     f"or glob characters such as / \\ * ? [ ]), got {name!r}")
   return name
+
+
+def _id_problem(item_id) -> str | None:
+  """Why `item_id` cannot be an id (None when it can): ids are non-empty strings with a visible character and no
+  NUL, as every annotation reader requires of the ids it returns."""
+  if not isinstance(item_id, str):
+    return type(item_id).__name__
+  if not item_id.strip():
+    return "empty" if not item_id else "only whitespace"
+  if "\x00" in item_id:
+    return "holds a NUL character"
+  return None
+
+
+DIGEST_KEY = "sha256_ids_rows"  # what an id list records of its shard (`_digest`); required
+
+
+def _digest_of_ids(ids: Sequence[str], dtype: str, shape: Sequence[int]):
+  """The SHA-256 a shard's rows are then fed to (`_digest`): its ids in order, storage dtype and item shape."""
+  return hashlib.sha256(json.dumps({"ids": list(ids), "dtype": dtype, "shape": [int(d) for d in shape]},
+                                   separators=(",", ":")).encode() + b"\n")
+
+
+def _digest(ids: Sequence[str], dtype: str, shape: Sequence[int], array: np.ndarray) -> str:
+  """SHA-256 of a shard as its id list records it (`DIGEST_KEY`): the ids in order, the storage dtype and item
+  shape, then the on-disk rows in C order. Rows moved to other ids, reordered ids and edited rows all change it."""
+  h = _digest_of_ids(ids, dtype, shape)
+  for rows in _row_chunks(array):
+    h.update(np.ascontiguousarray(array[rows]).data)
+  return h.hexdigest()
 
 
 # What each storage dtype's rows are on disk: (numpy kind, item size).
@@ -147,14 +189,6 @@ def _row_chunks(array: np.ndarray, budget: int = 64 << 20) -> Iterable[slice]:
   step = max(1, budget // max(1, array[:1].nbytes))
   for start in range(0, array.shape[0], step):
     yield slice(start, start + step)
-
-
-def _digest(array: np.ndarray) -> str:
-  """SHA-256 of an array's rows in C order: what a shard's id list records of the rows it was written with."""
-  h = hashlib.sha256()
-  for rows in _row_chunks(array):
-    h.update(np.ascontiguousarray(array[rows]).tobytes())
-  return h.hexdigest()
 
 
 @contextlib.contextmanager
@@ -188,14 +222,19 @@ class FeatureStore:
           "FeatureStore.create(...), vidjax.data.features.import_arrays(...) or the extract_videoprism config")
     self.metadata = _read_manifest(self.root)
     self._index: dict[str, dict[str, tuple[str, int]]] = {}
-    self._metas: dict[tuple[str, str], tuple[list[str], str, tuple[int, ...] | None, str | None]] = {}
+    self._metas: dict[tuple[str, str], tuple[list[str], str, tuple[int, ...] | None, str]] = {}
     self._decl: dict[str, tuple[str, tuple[int, ...], str]] = {}  # kind -> (dtype, item shape, which file said so)
     self._shards: dict[tuple[str, str], tuple[np.ndarray, str, tuple[int, ...]]] = {}
 
   # -- creation --------------------------------------------------------------------------------
   @classmethod
   def create(cls, root: str | os.PathLike, metadata: dict | None = None, exist_ok: bool = True) -> "FeatureStore":
-    """Creates (or reopens, when `exist_ok`) a store with `metadata` written to its manifest."""
+    """Creates (or reopens, when `exist_ok`) a store with `metadata` written to its manifest.
+
+    Reopening never rewrites what the manifest says: a key of `metadata` that the manifest holds with another value
+    is one error naming the key and both values (features of another backbone or source under one manifest would be
+    silent corruption); keys the manifest lacks are added. `update_metadata` is the explicit way to change it.
+    """
     root = Path(root)
     manifest = root / MANIFEST
     created = False
@@ -209,7 +248,15 @@ class FeatureStore:
       raise FileExistsError(f"feature store already exists at {root}")
     store = cls(root)
     if not created and metadata:
-      store.update_metadata(metadata)
+      given = json.loads(json.dumps(dict(metadata)))  # as the manifest holds it (tuples as lists)
+      for key, value in given.items():
+        if key in store.metadata and store.metadata[key] != value:
+          raise ValueError(
+              f"feature store {root} exists and its {MANIFEST} says {key}={_shown(store.metadata[key])}, but it was "
+              f"opened to be written with {key}={_shown(value)}; a store keeps one manifest: write into a new store "
+              "(or change the manifest on purpose with FeatureStore.update_metadata)")
+      if any(key not in store.metadata for key in given):
+        store.update_metadata({k: v for k, v in given.items() if k not in store.metadata})
     return store
 
   def update_metadata(self, metadata: dict) -> None:
@@ -229,8 +276,8 @@ class FeatureStore:
     return sorted(p.name for p in self.root.iterdir()
                   if p.is_dir() and not p.name.startswith(".") and any(p.glob("*" + _IDS_SUFFIX)))
 
-  def _read_meta(self, kind: str, shard: str) -> tuple[list[str], str, tuple[int, ...] | None, str | None]:
-    """A shard's id list, checked: (ids, storage dtype, declared item shape or None, sha256 of its rows or None)."""
+  def _read_meta(self, kind: str, shard: str) -> tuple[list[str], str, tuple[int, ...] | None, str]:
+    """A shard's id list, checked: (ids, storage dtype, declared item shape or None, its `DIGEST_KEY`)."""
     path = self.root / kind / (shard + _IDS_SUFFIX)
     meta = io.read_json(path, "feature shard id list")
 
@@ -242,8 +289,9 @@ class FeatureStore:
       raise corrupt("has no 'ids' list")
     ids = meta["ids"]
     for n, item_id in enumerate(ids):
-      if not isinstance(item_id, str) or not item_id:
-        raise corrupt(f"holds id #{n} = {item_id!r} ({type(item_id).__name__}); ids are non-empty strings")
+      if _id_problem(item_id):
+        shown = repr(item_id[:80]) if isinstance(item_id, str) else repr(item_id)[:80]
+        raise corrupt(f"holds id #{n} = {shown} ({_id_problem(item_id)}); ids are non-empty strings")
     if len(set(ids)) != len(ids):
       seen: set[str] = set()
       twice = [i for i in ids if i in seen or seen.add(i)]
@@ -259,9 +307,15 @@ class FeatureStore:
       shape = tuple(shape)
     elif dtype == "float4_e2m1":
       raise corrupt("declares no item shape (float4_e2m1 rows cannot be read without one)")
-    digest = meta.get("sha256")
-    if digest is not None and not isinstance(digest, str):
-      raise corrupt(f"declares sha256 {digest!r} (expected a hex string)")
+    digest = meta.get(DIGEST_KEY)
+    if digest is None:
+      raise ValueError(f"feature store {self.root}: shard {kind}/{shard}: its id list {path.name} records no "
+                       f"{DIGEST_KEY} (the hash of its ids and rows together, which every shard has had since vidjax "
+                       f"issue 62); upgrade the store once with `python -m vidjax.data.features upgrade {self.root}` "
+                       "(checks each shard against the hash of its rows it recorded, then records the new one), or "
+                       "re-extract into a new store")
+    if not isinstance(digest, str) or not re.fullmatch(r"[0-9a-f]{64}", digest):
+      raise corrupt(f"declares {DIGEST_KEY} {str(digest)[:80]!r} (expected 64 hex digits)")
     return ids, dtype, shape, digest
 
   def _declare(self, kind: str, dtype: str, shape: tuple[int, ...], source: str) -> None:
@@ -327,14 +381,15 @@ class FeatureStore:
 
   def _shard(self, kind: str, shard: str) -> tuple[np.ndarray, str, tuple[int, ...]]:
     """(memory-mapped on-disk array, storage dtype, per-item shape as read back). A shard is checked once, when
-    first opened, against its id list (row count, dtype, shape), against the kind's other shards (one shape and
-    dtype), and for finite values (`NonFiniteFeatureError` names the store, kind and ids)."""
+    first opened, against its id list (row count, dtype, shape, and the hash of its ids and rows, so rows moved to
+    other ids are found before they are read), against the kind's other shards (one shape and dtype), and for finite
+    values (`NonFiniteFeatureError` names the store, kind and ids)."""
     key = (kind, shard)
     if key not in self._shards:
       self._kind_index(kind)
       if key not in self._metas:
         self._sync(kind)
-      ids, dtype, declared, _ = self._metas[key]
+      ids, dtype, declared, digest = self._metas[key]
       where = f"feature store {self.root}: shard {kind}/{shard}"
       try:
         array = np.load(self.root / kind / (shard + ".npy"), mmap_mode="r")
@@ -354,9 +409,16 @@ class FeatureStore:
                          f"{shard}{_IDS_SUFFIX} declares {dtype} items of shape {list(shape)}; the shard is corrupt "
                          "(re-extract into a new store)")
       self._declare(kind, dtype, shape, f"shard {kind}/{shard}")
+      h = _digest_of_ids(ids, dtype, shape)
       for rows in _row_chunks(array):
-        check_finite(_from_storage(array[rows], dtype, shape), ids[rows],
+        part = np.ascontiguousarray(array[rows])
+        check_finite(_from_storage(part, dtype, shape), ids[rows],
                      f"feature store {self.root}, kind {kind!r} (shard {shard})")
+        h.update(part.data)
+      if h.hexdigest() != digest:
+        raise ValueError(f"{where}: {shard}.npy does not hold the rows its id list {shard}{_IDS_SUFFIX} was written "
+                         f"with (the {DIGEST_KEY} of its ids and rows differs: rows edited, or ids reordered or "
+                         "replaced); the shard is corrupt (re-extract into a new store)")
       self._shards[key] = (array, dtype, shape)
     return self._shards[key]
 
@@ -364,7 +426,7 @@ class FeatureStore:
     """Returns float32 `[len(ids), *item_shape]`; raises `MissingFeatureError` naming missing ids."""
     names, shard, row = self.locate(kind, ids)
     if not len(ids):
-      return np.zeros((0,), np.float32)
+      return np.zeros((0,) + self.item_shape(kind), np.float32)
     out = np.empty((len(ids),) + self.item_shape(kind), np.float32)
     for n, name in enumerate(names):
       sel = np.flatnonzero(shard == n)
@@ -471,9 +533,78 @@ class FeatureStore:
     self.update_metadata({"shards": shards, "counts": counts})
     return counts
 
+  def remove(self, kind: str, ids: Iterable[str]) -> int:
+    """Drops the items of `ids` that `kind` holds; returns how many (re-extracting a changed video: the store keeps
+    one version of an item, so its old rows go first).
+
+    Under the kind's lock, each shard holding one is read (and checked), its id list removed (the shard disappears
+    whole) with its array file, and its other rows committed as a new shard of its prefix. A process killed in
+    between loses at most those other rows of one shard, which the next extraction writes again (it fills in every
+    id a kind lacks).
+    """
+    _check_name(kind, "feature kind")
+    drop = set(ids)
+    kdir = self.root / kind
+    if not drop or not kdir.is_dir():
+      return 0
+    removed = 0
+    with _locked(self.root, "kind-" + kind):
+      self._forget(kind)
+      index = self._sync(kind)
+      shards = sorted({index[i][0] for i in drop if i in index})
+      for shard in shards:
+        array, dtype, shape = self._shard(kind, shard)
+        shard_ids = self._metas[(kind, shard)][0]
+        keep = [n for n, i in enumerate(shard_ids) if i not in drop]
+        kept = np.array(array[keep])  # in memory: the file goes next
+        prefix = re.fullmatch(r"(.+)-\d{5,}", shard)
+        new = _next_shard_name(kdir, prefix.group(1) if prefix else shard)  # named while the old one is there
+        (kdir / (shard + _IDS_SUFFIX)).unlink()
+        (kdir / (shard + ".npy")).unlink(missing_ok=True)
+        if keep:
+          _commit_shard(kdir, new, [shard_ids[n] for n in keep], kept, dtype, shape)
+        removed += len(shard_ids) - len(keep)
+      self._forget(kind)
+    return removed
+
+  def upgrade(self) -> dict[str, int]:
+    """Records `DIGEST_KEY` in every id list that lacks it (a store written before vidjax issue 62, whose id lists
+    hashed their rows only, as "sha256"), after checking the shard's rows against that hash; a shard without one
+    cannot be vouched for and is refused (re-extract it). Returns {kind: shards upgraded}."""
+    upgraded: dict[str, int] = {}
+    kinds = sorted(p.name for p in self.root.iterdir() if p.is_dir() and _PLAIN_NAME.fullmatch(p.name)
+                   and any(p.glob("*" + _IDS_SUFFIX)))
+    for kind in kinds:
+      kdir = self.root / kind
+      with _locked(self.root, "kind-" + kind):
+        for path in sorted(kdir.glob("*" + _IDS_SUFFIX)):
+          meta = io.read_json(path, "feature shard id list")
+          if not isinstance(meta, dict) or DIGEST_KEY in meta:
+            continue
+          shard = path.name[: -len(_IDS_SUFFIX)]
+          where = f"feature store {self.root}: shard {kind}/{shard}"
+          if not isinstance(meta.get("sha256"), str):
+            raise ValueError(f"{where}: its id list records no hash of its rows, so its rows cannot be checked before "
+                             "the new hash vouches for them; re-extract into a new store")
+          array = np.load(kdir / (shard + ".npy"), mmap_mode="r")
+          h = hashlib.sha256()
+          for rows in _row_chunks(array):
+            h.update(np.ascontiguousarray(array[rows]).data)
+          if h.hexdigest() != meta["sha256"]:
+            raise ValueError(f"{where}: {shard}.npy does not hold the rows its id list was written with (their "
+                             "sha256 differs); the shard is corrupt (re-extract into a new store)")
+          dtype = meta.get("dtype", "float32")
+          shape = meta["shape"] if meta.get("shape") is not None else list(array.shape[1:])
+          meta = {k: v for k, v in meta.items() if k != "sha256"}
+          meta[DIGEST_KEY] = _digest(meta.get("ids", []), dtype, shape, array)
+          io.atomic_write_json(path, meta, indent=None)
+          upgraded[kind] = upgraded.get(kind, 0) + 1
+    self.refresh()
+    return upgraded
+
   def verify(self) -> dict:
-    """Checks every shard: ids match rows, shapes and dtypes agree with the id list and within a kind, the rows
-    are the ones the id list was written with (its sha256), values finite.
+    """Checks every shard: ids match rows, shapes and dtypes agree with the id list and within a kind, the ids and
+    rows are the ones the id list was written with, in that order (its `DIGEST_KEY`), values finite.
 
     Returns `{kind: {"items": n, "shape": [...], "shards": k}}`; raises ValueError naming the first problem.
     """
@@ -487,12 +618,7 @@ class FeatureStore:
         npy = self.root / kind / (shard + ".npy")
         if not npy.exists():
           raise ValueError(f"feature store {self.root}: shard {kind}/{shard} has ids but no array file {npy.name}")
-        array, dtype, shape = self._shard(kind, shard)
-        digest = self._metas[(kind, shard)][3]
-        if digest is not None and _digest(array) != digest:
-          raise ValueError(f"feature store {self.root}: shard {kind}/{shard}: {npy.name} does not hold the rows its "
-                           f"id list {shard}{_IDS_SUFFIX} was written with (their sha256 differs); the shard is "
-                           "corrupt (re-extract into a new store)")
+        array, dtype, shape = self._shard(kind, shard)  # checks its rows and ids against their hash
         if not np.all(np.isfinite(_from_storage(array, dtype, shape))):
           raise ValueError(f"feature store {self.root}: shard {kind}/{shard} contains NaN or Inf")
         shapes.add(shape)
@@ -590,6 +716,8 @@ class ShardWriter:
   def add(self, item_id: str, array: np.ndarray) -> bool:
     """Queues one item; returns False (and does nothing) if the id is already stored or queued with these values."""
     item_id = str(item_id)
+    if _id_problem(item_id):
+      raise ValueError(f"{self._where()}: id {item_id[:80]!r} is {_id_problem(item_id)}; ids are non-empty strings")
     array = np.asarray(array)
     if array.dtype.kind not in "biuf":
       why = " (storing them would drop the imaginary part)" if array.dtype.kind == "c" else ""
@@ -614,14 +742,6 @@ class ShardWriter:
       self.flush()
     return True
 
-  def _next_shard_name(self) -> str:
-    kdir = self.store.root / self.kind
-    taken = {p.name[: -len(_IDS_SUFFIX)] for p in kdir.glob(f"{self.prefix}-*{_IDS_SUFFIX}")} if kdir.exists() else set()
-    n = 0
-    while f"{self.prefix}-{n:05d}" in taken:
-      n += 1
-    return f"{self.prefix}-{n:05d}"
-
   def flush(self) -> None:
     if not self._ids:
       return
@@ -641,20 +761,36 @@ class ShardWriter:
         ids = [self._ids[n] for n in keep]
         stacked = np.stack([self._arrays[n] for n in keep])
         self._check_kind(stacked.shape[1:])
-        stored = _to_storage(stacked, self.dtype)
-        shard = self._next_shard_name()
-        npy = kdir / (shard + ".npy")
-        io.atomic_save_npy(npy, stored)
-        try:
-          io.atomic_write_json(kdir / (shard + _IDS_SUFFIX), {"ids": ids, "dtype": self.dtype,
-                                                               "shape": list(stacked.shape[1:]),
-                                                               "sha256": _digest(stored)}, indent=None)
-        except BaseException:
-          npy.unlink(missing_ok=True)  # not committed: leave no orphan behind
-          raise
+        _commit_shard(kdir, _next_shard_name(kdir, self.prefix), ids, _to_storage(stacked, self.dtype), self.dtype,
+                      stacked.shape[1:])
         self.store._sync(self.kind)  # reads the new shard into the index
         self.written += len(ids)
     self._ids, self._arrays, self._pending = [], [], set()
+
+
+def _next_shard_name(kdir: Path, prefix: str) -> str:
+  """The first `<prefix>-<n>` (n of 5 digits) that no id list of the kind folder `kdir` uses (listed by name, never by
+  a glob pattern); call under the kind's lock."""
+  taken = {p.name[: -len(_IDS_SUFFIX)] for p in kdir.iterdir() if p.name.endswith(_IDS_SUFFIX)} if kdir.exists() \
+      else set()
+  n = 0
+  while f"{prefix}-{n:05d}" in taken:
+    n += 1
+  return f"{prefix}-{n:05d}"
+
+
+def _commit_shard(kdir: Path, shard: str, ids: Sequence[str], stored: np.ndarray, dtype: str,
+                  shape: Sequence[int]) -> None:
+  """Writes a shard (call under the kind's lock): its array, then its id list with `DIGEST_KEY`, which commits it."""
+  npy = kdir / (shard + ".npy")
+  io.atomic_save_npy(npy, stored)
+  try:
+    shape = [int(d) for d in shape]
+    io.atomic_write_json(kdir / (shard + _IDS_SUFFIX), {"ids": list(ids), "dtype": dtype, "shape": shape,
+                                                         DIGEST_KEY: _digest(ids, dtype, shape, stored)}, indent=None)
+  except BaseException:
+    npy.unlink(missing_ok=True)  # not committed: leave no orphan behind
+    raise
 
 
 def _read_id_list(path: Path) -> list[str]:
@@ -738,7 +874,10 @@ def import_arrays(root: str | os.PathLike, kind: str, array_path: str | os.PathL
     seen: set[str] = set()
     twice = sorted({i for i in id_list if i in seen or seen.add(i)})
     raise ValueError(f"{source} for {array_path} names {len(twice)} ids more than once: {_ids_shown(twice)}")
-  store = FeatureStore.create(root, metadata or {"source": str(array_path)})
+  if metadata is None and (Path(root) / MANIFEST).exists():  # another kind into an existing store: its manifest stays
+    store = FeatureStore(root)
+  else:
+    store = FeatureStore.create(root, metadata or {"source": str(array_path)})
   with store.writer(kind, shard_prefix="import", flush_every=max(1, len(id_list)), dtype=dtype) as w:
     for item_id, row in zip(id_list, array):
       w.add(item_id, row)
@@ -761,6 +900,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
       python -m vidjax.data.features verify STORE            # exit 1 with the problem on corruption
       python -m vidjax.data.features merge STORE             # record all shards in the manifest (multi-host)
+      python -m vidjax.data.features upgrade STORE           # hash ids and rows together (stores before issue 62)
       python -m vidjax.data.features import STORE KIND ARRAY.npy|.npz IDS.txt|.json [--key NAME]
   """
   import argparse
@@ -769,6 +909,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   sub = parser.add_subparsers(dest="command", required=True)
   sub.add_parser("verify").add_argument("store")
   sub.add_parser("merge").add_argument("store")
+  sub.add_parser("upgrade").add_argument("store")
   imp = sub.add_parser("import")
   for name in ("store", "kind", "array", "ids"):
     imp.add_argument(name)
@@ -780,6 +921,9 @@ def main(argv: Sequence[str] | None = None) -> int:
       print(json.dumps({"imported": len(store.ids(args.kind)), "kind": args.kind, "store": args.store}))
     elif args.command == "merge":
       print(json.dumps({"counts": FeatureStore(args.store).merge_manifest()}))
+    elif args.command == "upgrade":
+      store = FeatureStore(args.store)
+      print(json.dumps({"upgraded_shards": store.upgrade(), "verify": store.verify()}, sort_keys=True))
     else:
       print(json.dumps(FeatureStore(args.store).verify(), indent=1, sort_keys=True))
   except (OSError, ValueError, KeyError) as e:
