@@ -467,3 +467,74 @@ def test_transform_kind_writes_a_cache_kind_resumably_in_low_precision(tmp_path)
   np.testing.assert_array_equal(got, ops.quantize_dequantize(tokens.mean(axis=2), "float8_e4m3"))
   with pytest.raises(FloatingPointError, match="NaN"):
     engine.transform_kind(store, "tokens", "bad", lambda x: x * np.nan, batch_size=2, progress=False)
+
+
+# ----------------------------------------------------------------------------- issue 62: stale inputs
+
+
+def test_a_video_whose_file_changed_is_re_extracted_and_said_so(tmp_path, capsys):
+  """The store records what each clip was made from (`<store>/inputs.json`): a rerun after a video file changed
+  (here: rewritten, so its modification time moved) re-extracts its clip and says so, instead of skipping it as
+  already stored; an unchanged rerun writes nothing."""
+  videos = tmp_path / "videos"
+  videos.mkdir()
+  for name in ("v1", "v2"):
+    (videos / f"{name}.mp4").write_bytes(MP4.read_bytes())
+  config = _smoke_config(videos=str(videos))
+  store_root = tmp_path / "work" / "features"
+  m = experiment.run(config, str(tmp_path / "work"))["metrics"]["extract"]
+  assert (m["clips_written"], m["clips_changed"]) == (2, 0)
+  before = FeatureStore(store_root).get("clip", ["v1", "v2"])
+  record = json.loads((store_root / engine.INPUTS_FILE).read_text())
+  assert record["videos"]["v2"]["bytes"] == MP4.stat().st_size and set(record["videos"]) == {"v1", "v2"}
+  m = experiment.run(config, str(tmp_path / "work"))["metrics"]["extract"]
+  assert (m["clips_written"], m["clips_skipped"], m["clips_changed"]) == (0, 2, 0)
+  capsys.readouterr()
+  stat = (videos / "v2.mp4").stat()
+  os.utime(videos / "v2.mp4", ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+  m = experiment.run(config, str(tmp_path / "work"))["metrics"]["extract"]
+  assert (m["clips_written"], m["clips_skipped"], m["clips_changed"]) == (1, 1, 1)
+  out = capsys.readouterr().out
+  assert "1 video(s) changed since their features were extracted" in out and "v2.mp4" in out, out
+  assert "re-extracting their 1 clip(s)" in out
+  store = FeatureStore(store_root)
+  np.testing.assert_array_equal(store.get("clip", ["v1", "v2"]), before)  # the same pixels: the same features
+  assert store.verify()["clip"]["items"] == 2 and sorted(store.ids("padded_frames")) == ["v1", "v2"]
+
+
+def test_a_changed_text_or_segment_is_re_embedded(tmp_path, capsys):
+  store = FeatureStore.create(tmp_path, {})
+  clips = [engine.VideoSegment("a#0", str(MP4), 0.0, 1.0), engine.VideoSegment("a#1", str(MP4), 1.0, 2.0)]
+  assert engine.forget_changed_inputs(store, clips, {"a#0": "cut", "a#1": "stir"}) == {"clips_changed": 0,
+                                                                                       "texts_changed": 0}
+  for kind in ("clip", "padded_frames", "text"):
+    with store.writer(kind) as w:
+      for c in clips:
+        w.add(c.clip_id, np.ones(3))
+  moved = [clips[0], engine.VideoSegment("a#1", str(MP4), 1.0, 2.5)]  # the annotation's segment changed
+  assert engine.forget_changed_inputs(store, moved, {"a#0": "cut", "a#1": "stir well"}) == {"clips_changed": 1,
+                                                                                            "texts_changed": 1}
+  out = capsys.readouterr().out
+  assert "re-extracting their 1 clip(s)" in out and "1 text(s) changed since they were embedded (e.g. 'a#1')" in out
+  store = FeatureStore(tmp_path)
+  assert store.ids("clip") == ["a#0"] and store.ids("padded_frames") == ["a#0"] and store.ids("text") == ["a#0"]
+  assert engine.forget_changed_inputs(store, moved, {"a#0": "cut", "a#1": "stir well"}) == {"clips_changed": 0,
+                                                                                            "texts_changed": 0}
+
+
+def test_a_video_id_found_at_two_paths_is_an_error_naming_both(tmp_path):
+  (tmp_path / "a").mkdir()
+  (tmp_path / "b").mkdir()
+  os.symlink(MP4, tmp_path / "a" / "v1.mp4")
+  os.symlink(MP4, tmp_path / "b" / "v1.mp4")
+  os.symlink(MP4, tmp_path / "a" / "v2.mp4")
+  message = rf"video id 'v1' matches 2 files under {tmp_path}: {tmp_path}/a/v1.mp4 and {tmp_path}/b/v1.mp4"
+  with pytest.raises(ValueError, match=message):
+    experiment.build_clips(_smoke_config(videos=str(tmp_path)).data)
+  with pytest.raises(ValueError, match=message.replace("'v1'", "'v1.mp4'")):
+    engine.one_file_per_video(tmp_path, ["v2", "v1.mp4"])  # DiDeMo-style ids match by their stem too
+  engine.one_file_per_video(tmp_path, ["v2", "v3"])
+  (tmp_path / "b" / "v1.mp4").unlink()
+  os.symlink(MP4, tmp_path / "a" / "v1.webm")  # another extension is another file
+  with pytest.raises(ValueError, match=r"video id 'v1' matches 2 files .*v1.mp4 and .*v1.webm"):
+    experiment.build_clips(_smoke_config(videos=str(tmp_path)).data)

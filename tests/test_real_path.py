@@ -77,6 +77,25 @@ def test_prepare_lists_missing_and_undecodable_videos(real_path, tmp_path):
   assert not any(t.startswith(ids[3]) for t in FeatureStore(r["provenance"]["store"]).ids("text"))
 
 
+def test_prepare_refuses_a_video_id_found_at_two_paths(real_path, tmp_path):
+  """Issue 62: two files for one video id (a re-download beside the original) are one error naming both, before
+  anything is extracted (the finder would take one and ignore the other)."""
+  _, corpus = real_path("corpus")
+  release = json.loads(Path(corpus["youcook2"]["annotations"]).read_text())
+  video_id = sorted(release["database"])[0]
+  (tmp_path / "videos" / "old").mkdir(parents=True)
+  for where in ("videos", "videos/old"):
+    os.symlink(Path(corpus["youcook2"]["videos"]) / f"{video_id}.mp4", tmp_path / where / f"{video_id}.mp4")
+  annotations = tmp_path / "annotations.json"
+  annotations.write_text(json.dumps({"database": {video_id: release["database"][video_id]}}))
+  config = load_config(ROOT / "configs/prepare.py:smoke")
+  config.dataset, config.data.videos, config.data.annotations = "youcook2", str(tmp_path / "videos"), str(annotations)
+  with pytest.raises(ValueError, match=rf"video id '{video_id}' matches 2 files under .*: .*videos/{video_id}.mp4 "
+                                       rf"and .*videos/old/{video_id}.mp4"):
+    prepare.run(config, tmp_path / "prep")
+  assert not (tmp_path / "prep" / "features").exists()
+
+
 def test_prepare_refuses_a_file_of_another_dataset(real_path, tmp_path):
   _, corpus = real_path("corpus")
   config = load_config(ROOT / "configs/prepare.py:smoke")

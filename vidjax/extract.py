@@ -31,7 +31,11 @@ fetches batch i only after batch i+1 was dispatched, so decoding, transfer and c
 
 Resuming. Clips (captions) whose ids are already in every requested kind are skipped before
 decoding; the store's writers commit shards atomically, so a killed run loses at most its unflushed
-buffer and a restart writes exactly the missing ids.
+buffer and a restart writes exactly the missing ids. What each stored clip and text was made from is recorded in
+`<store>/inputs.json` (a clip's video file: path, size and modification time, and its segment; a text's SHA-256), so
+a rerun re-extracts a clip whose video file changed (or a text that did) and says so, instead of keeping stale
+features under the old id (`forget_changed_inputs`). A video id that names two files is refused
+(`one_file_per_video`).
 
 Multi-host. Every process takes every `process_count`-th video, runs on its own local devices
 (extraction needs no collective) and writes shards with prefix `p{process_index}`; after a barrier
@@ -44,6 +48,7 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import functools
+import hashlib
 import logging
 import multiprocessing
 import os
@@ -56,6 +61,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from vidjax import checkpoints
+from vidjax import io
 from vidjax import progress as progress_lib
 from vidjax import sharding
 from vidjax.data import video as video_lib
@@ -67,6 +73,7 @@ from vidjax.ops import l2_normalize, unflatten_dict
 VIDEO_KINDS = ("clip", "frame_clip", "clip_mean", "tokens")
 TEXT_KIND = "text"
 PADDED_KIND = "padded_frames"
+INPUTS_FILE = "inputs.json"  # <store>/inputs.json: what each stored clip and text was made from
 # Manifest keys that must agree between a store and a run resuming into it: mixing features of
 # another backbone, checkpoint, frame count or resolution under one kind would be silent corruption.
 IDENTITY_KEYS = ("backbone", "model_overrides", "checkpoint_hash", "random_init", "seed", "fprop_dtype", "num_frames",
@@ -133,6 +140,92 @@ def open_store(root, metadata: Mapping[str, Any]) -> FeatureStore:
           f"{key}={metadata[key]!r}; use another store directory (config.store) or delete the old one")
   existing.update_metadata(dict(metadata))
   return existing
+
+
+def one_file_per_video(folder: str | os.PathLike, video_ids: Iterable[str] | None = None) -> None:
+  """Refuses a video id that matches two files under `folder` (found as `vidjax.data.video.video_finder` finds them:
+  by id, else by the id's stem; e.g. `a/x.mp4` and `b/x.mp4`, or `x.mp4` and `x.webm`): one of them would be embedded
+  and the other silently ignored. `video_ids`: the ids a run looks up (None: every file stem)."""
+  found: dict[str, list[str]] = {}
+  for path in sorted(Path(folder).rglob("*")):
+    if video_lib.is_video(path):
+      found.setdefault(path.stem, []).append(str(path))
+  for video_id in (found if video_ids is None else video_ids):
+    paths = found.get(video_id) or found.get(Path(video_id).stem) or []
+    if len(paths) > 1:
+      raise ValueError(f"config.data.videos: video id {video_id!r} matches {len(paths)} files under {folder}: "
+                       f"{paths[0]} and {paths[1]}{' ...' if len(paths) > 2 else ''}; a video id names one file: "
+                       "move or rename the others")
+
+
+def _video_state(clip: VideoSegment) -> dict | None:
+  """What a clip's features are made from: its video file (path, size, modification time) and its segment; None
+  when the file cannot be read (the decoder then says so)."""
+  try:
+    st = os.stat(clip.video)
+  except (OSError, ValueError):
+    return None
+  return {"file": str(clip.video), "bytes": st.st_size, "mtime_ns": st.st_mtime_ns,
+          "segment": None if clip.segment is None else list(clip.segment)}
+
+
+def _text_hash(text: str) -> str:
+  return hashlib.sha256(str(text).encode("utf-8")).hexdigest()
+
+
+def _changed(old: dict, now: dict) -> bool:
+  """A clip's inputs changed: its video file's size or modification time, or its segment (a moved file is not)."""
+  return any(old.get(k) != now[k] for k in ("bytes", "mtime_ns", "segment"))
+
+
+def forget_changed_inputs(store: FeatureStore, clips: Sequence[VideoSegment], captions: Mapping[str, str],
+                          kinds: Sequence[str] = (*VIDEO_KINDS, PADDED_KIND)) -> dict[str, int]:
+  """Removes from the store the clips whose video file (size or modification time) or segment changed since they
+  were extracted, and the captions whose text changed since they were embedded, so that the extraction that follows
+  writes them again; says so in one line each; records what every clip and caption of this run is made from in
+  `<store>/inputs.json`. Call on one process, before any process extracts.
+
+  A store extracted before inputs were recorded has no record: its items are taken as they are, and recorded.
+
+  Returns:
+    {"clips_changed": clips removed for re-extraction, "texts_changed": captions removed for re-embedding}.
+  """
+  path = store.root / INPUTS_FILE
+  with store.lock("inputs"):
+    record = io.read_json(path, "extraction input record") if path.exists() else {}
+    if not isinstance(record, dict) or not all(isinstance(record.get(k, {}), dict) for k in ("videos", "texts")):
+      raise ValueError(f"{path}: not an extraction input record ({{\"videos\": {{...}}, \"texts\": {{...}}}}); the "
+                       "file is corrupt: delete it (the store's items are then taken as they are)")
+    videos, texts = dict(record.get("videos", {})), dict(record.get("texts", {}))
+    held = [k for k in kinds if k in store.kinds()]
+    changed, files = [], set()
+    for clip in clips:
+      now = _video_state(clip)
+      if now is None:
+        continue
+      old = videos.get(clip.clip_id)
+      if isinstance(old, dict) and _changed(old, now) and any(store.has(k, clip.clip_id) for k in held):
+        changed.append(clip.clip_id)
+        files.add(clip.video)
+      videos[clip.clip_id] = now
+    embedded = TEXT_KIND in store.kinds()
+    retexts = [t for t, text in captions.items()
+               if t in texts and texts[t] != _text_hash(text) and embedded and store.has(TEXT_KIND, t)]
+    texts.update({t: _text_hash(text) for t, text in captions.items()})
+    for kind in held:  # the old features go before the record says they are current
+      store.remove(kind, changed)
+    if retexts:
+      store.remove(TEXT_KIND, retexts)
+    io.atomic_write_json(path, {"videos": videos, "texts": texts}, indent=None)
+  if changed:
+    shown = ", ".join(Path(f).name for f in sorted(files)[:3]) + (" ..." if len(files) > 3 else "")
+    print(f"{len(files)} video(s) changed since their features were extracted (file size, modification time or "
+          f"segment: {shown}): re-extracting their {len(changed)} clip(s) into {store.root}", flush=True)
+  if retexts:
+    print(f"{len(retexts)} text(s) changed since they were embedded (e.g. {retexts[0]!r}): re-embedding them into "
+          f"{store.root}", flush=True)
+  store.refresh()
+  return {"clips_changed": len(changed), "texts_changed": len(retexts)}
 
 
 def _missing(store: FeatureStore, kinds: Sequence[str], item_id: str) -> bool:
@@ -593,6 +686,13 @@ def extract_into(config, store_root: str, clips: list[VideoSegment], captions: d
               "dtype": config.store_dtype, "kinds": kinds + ([TEXT_KIND] if captions else []),
               "spm_path": config.model.spm_path if captions else "", "dataset": dataset}
   store = open_store(store_root, metadata)
+  changed = {"clips_changed": 0, "texts_changed": 0}
+  if jax.process_index() == 0:
+    changed = forget_changed_inputs(store, clips, captions)
+  if jax.process_count() > 1:  # no process extracts before the changed items are gone
+    from jax.experimental import multihost_utils  # pylint: disable=g-import-not-at-top
+    multihost_utils.sync_global_devices("vidjax_extract_inputs_checked")
+    store.refresh()
   mesh = local_mesh()
 
   stats = extract_videos(
@@ -609,7 +709,7 @@ def extract_into(config, store_root: str, clips: list[VideoSegment], captions: d
   return {"clips": len(clips), "texts": len(captions), "padded_videos": report["padded_videos"],
           "failed_videos": report["failed_videos"], "missing_videos": missing_videos,
           "frames_per_s": stats.frames_per_s, "compile_s": stats.compile_seconds, "clips_written": stats.clips,
-          "clips_skipped": stats.skipped, "texts_written": texts}, meta
+          "clips_skipped": stats.skipped, "texts_written": texts, **changed}, meta
 
 
 TEXT_TOWER_KEYS = ("backbone", "model_overrides", "fprop_dtype", "checkpoint", "random_init", "seed", "spm_path")

@@ -519,6 +519,11 @@ class FeatureStore:
     return have
 
   # -- writing ---------------------------------------------------------------------------------
+  def lock(self, name: str):
+    """An exclusive lock on `<root>/.locks/<name>` (released when the process dies), for a file of the store that
+    several processes update (e.g. the extraction's record of its inputs); a kind's writers hold `kind-<kind>`."""
+    return _locked(self.root, _check_name(name, "lock name"))
+
   def writer(self, kind: str, shard_prefix: str = "p0", flush_every: int = 1024,
              dtype: str | None = None) -> "ShardWriter":
     """A buffered writer for `kind`; see `ShardWriter`."""

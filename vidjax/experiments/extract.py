@@ -118,6 +118,7 @@ def build_clips(data) -> tuple[list[engine.VideoSegment], dict[str, str], dict[s
   captions: dict[str, str] = {}
   if data.annotations and data.format in RETRIEVAL_READERS:
     clips, captions, missing, total = _retrieval_clips(data, index_videos(videos))
+    engine.one_file_per_video(videos, {Path(c.video).stem for c in clips})
     if missing:
       _LOG.warning("%d of %d annotated videos have no file under %s and are skipped (e.g. %s)",
                    len(missing), total, videos, ", ".join(missing[:5]))
@@ -132,6 +133,7 @@ def build_clips(data) -> tuple[list[engine.VideoSegment], dict[str, str], dict[s
                        f"got {data.format!r}")
     annotated = read_annotations(data.format, data.annotations, data.split or None)
     index = index_videos(videos)
+    engine.one_file_per_video(videos, [v.video_id for v in annotated])
     clips, missing = [], []
     for v in annotated:
       if v.video_id not in index:
@@ -146,6 +148,7 @@ def build_clips(data) -> tuple[list[engine.VideoSegment], dict[str, str], dict[s
     info["missing_videos"] = len(missing)
     info["missing_video_ids"] = missing[:100]
   elif videos.is_dir():
+    engine.one_file_per_video(videos)
     clips = [engine.VideoSegment(stem, path) for stem, path in sorted(index_videos(videos).items())]
   elif is_video(videos):
     clips = [engine.VideoSegment(videos.stem, str(videos))]

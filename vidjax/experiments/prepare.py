@@ -35,8 +35,10 @@ The valid-video rule is the same for every dataset: a video counts when it has a
 (matched by id, or by the id's stem) that decodes to at least one frame. The others are listed with the reason
 in `<store>/skipped_videos.txt`, counted in results.json, and every method skips them (`data.skip_missing`, the
 default) or stops on them (`data.skip_missing=False`). The run is resumable (the extraction skips what the store
-has) and shows progress. Frames per clip follow each paper (`FRAMES`; CAST App. A: 8 on YouCook2, 4 on COIN /
-CrossTask; VEDJE A.2: T = 16).
+has) and shows progress; a video whose file changed since its features were extracted (size, modification time) is
+re-extracted, and a text that changed re-embedded, each said in one line (`vidjax.extract.forget_changed_inputs`);
+a video id that matches two files is an error naming both. Frames per clip follow each paper (`FRAMES`; CAST App. A:
+8 on YouCook2, 4 on COIN / CrossTask; VEDJE A.2: T = 16).
 """
 from __future__ import annotations
 
@@ -179,6 +181,7 @@ def run(config, workdir: str) -> dict:
     return import_features(config, workdir)
   wanted = plan(config.dataset, config.data.annotations)
   path_of = video_finder(config.data.videos)
+  engine.one_file_per_video(config.data.videos, wanted.segments)  # a video id found at two paths: one error
   skipped = {v: "no video file" for v in wanted.segments if path_of(v) is None}
   clips = [engine.VideoSegment(clip_id, path_of(v), start, end) for v, segs in wanted.segments.items()
            if v not in skipped for clip_id, start, end in segs]
