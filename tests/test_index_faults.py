@@ -255,10 +255,16 @@ def _stack_index(path, n=12, dim=D):
               "clips": n, "text_encoder": {"kind": "caption_lookup", "file": "texts.npz", "backbone": "b"},
               "recall": {"kind": "dense", "file": "corpus.npz", "k": 10, "backbone": "b",
                          "index": {"backend": "jax", "dtype": "float32", "params": {}}},
-              "stages": [],
+              "stages": [], "omitted_stages": [],
               "files": {f: files.file_record(path / f) for f in ("corpus.npz", "texts.npz")}}
-  (path / "manifest.json").write_text(json.dumps(manifest))
+  _write_manifest(path, manifest)
   return path, manifest
+
+
+def _write_manifest(path, manifest):
+  """Writes `manifest` with the hash of its fields (what a writer with these values would have written)."""
+  manifest[index_format.MANIFEST_HASH] = index_format.manifest_digest(manifest)
+  (path / "manifest.json").write_text(json.dumps(manifest))
 
 
 def _cli_error(path, capsys, query="step 1"):
@@ -277,7 +283,7 @@ def test_stack_index_opens_and_searches(tmp_path, capsys):
 @pytest.mark.parametrize("damage,match", [
     ("edited_corpus", "corpus.npz does not match the SHA-256 manifest.json recorded"),
     ("truncated_texts", "texts.npz has .* bytes, manifest.json recorded .*truncated"),
-    ("missing_key", "manifest.json: recall.k is missing, expected a positive integer"),
+    ("missing_key", r"manifest.json: recall.k is missing, expected an integer in \[1, 12\]"),
     ("bad_type", "manifest.json: dim is 16.0, expected a positive integer"),
     ("unknown_backend", "manifest.json: recall index .*'annoy'.* is not one this vidjax builds"),
     ("wrong_count", "corpus.npz holds 12 ids .*the manifest says 13 clips"),
@@ -310,16 +316,104 @@ def test_stack_index_checks_what_it_claims(tmp_path, capsys, damage, match):
       arrays["vectors"][4 if damage == "nan_vector" else 2, 1] = np.nan
       np.savez(path / name, **arrays)
       manifest["files"][name] = files.file_record(path / name)  # the hash agrees: the rows themselves are checked
-    (path / "manifest.json").write_text(json.dumps(manifest))
+    _write_manifest(path, manifest)
   err = _cli_error(path, capsys)
   assert str(path) in err and __import__("re").search(match, err), err
 
 
-def test_a_stack_index_without_recorded_hashes_still_opens(tmp_path, capsys):
+
+
+_CAST_STAGE = {"name": "cast", "kind": "cast_ensemble", "k": 5, "file": "cast.npz", "backbone": "b", "num_heads": 2,
+               "context_len": 2, "w_v": 0.5, "w_p": 0.5, "needs_context": True}
+
+
+@pytest.mark.parametrize("edit", [
+    lambda m: m.update(synthetic=False),
+    lambda m: m["recall"].update(k=5),
+    lambda m: m["text_encoder"].update(kind="text_tower", tower={"backbone": "b"}),
+    lambda m: m.update(omitted_stages=[]),
+    lambda m: m.update(stages=[dict(_CAST_STAGE)], files={**m["files"], "cast.npz": {"bytes": 1, "sha256": "0" * 64}}),
+    lambda m: m.update(dataset="msrvtt"),
+])
+def test_a_stack_index_whose_manifest_was_edited_is_refused(tmp_path, capsys, edit):
+  """Issue 62: the manifest's own fields (stages, weights, context lengths, `synthetic`, omitted stages, the text
+  encoder) are covered by the hash it records, as its files are: a valid but edited value is refused."""
   path, manifest = _stack_index(tmp_path / "index")
-  del manifest["files"]
-  (path / "manifest.json").write_text(json.dumps(manifest))
-  assert search.main(["--index", str(path), "step 2", "--k", "2"]) == 0
+  manifest["omitted_stages"] = [{"name": "rerank", "kind": "vedje", "why": "built with reranker=vedje"}]
+  _write_manifest(path, manifest)
+  edit(manifest)
+  (path / "manifest.json").write_text(json.dumps(manifest))  # the hash is the one written before the edit
+  err = _cli_error(path, capsys)
+  assert "manifest.json: its fields do not match the manifest_sha256 it recorded" in err, err
+
+
+@pytest.mark.parametrize("drop, match", [
+    ("files", r"manifest.json: files is missing, expected an object"),
+    ("manifest_sha256", r"manifest.json: manifest_sha256 is missing, expected 64 hex digits"),
+    ("format", r"format 'vidjax-stack-index/1' is not 'vidjax-stack-index/2'; an index written before its manifest's "
+               r"own fields were hashed: rebuild it"),
+])
+def test_a_stack_index_without_its_integrity_records_is_refused(tmp_path, capsys, drop, match):
+  path, manifest = _stack_index(tmp_path / "index")
+  if drop == "format":
+    manifest["format"] = "vidjax-stack-index/1"
+    (path / "manifest.json").write_text(json.dumps(manifest))
+  else:
+    del manifest[drop]
+    if drop == "files":
+      _write_manifest(path, manifest)  # a manifest that hashes itself but records no file: never loaded unchecked
+    else:
+      (path / "manifest.json").write_text(json.dumps(manifest))
+  err = _cli_error(path, capsys)
+  assert __import__("re").search(match, err), err
+
+
+@pytest.mark.parametrize("edit, match", [
+    (lambda m: m["recall"].update(k=0), r"recall.k is 0, expected an integer in \[1, 12\]"),
+    (lambda m: m["recall"].update(k=40), r"recall.k is 40, expected an integer in \[1, 12\]"),
+    (lambda m: m.update(synthetic="yes"), r"synthetic is 'yes', expected true or false"),
+    (lambda m: m["text_encoder"].update(kind="bert"), r"text_encoder.kind is 'bert', expected one of"),
+    (lambda m: m["text_encoder"].update(file="../texts.npz"), r"text_encoder.file is '../texts.npz', expected a file "
+                                                              r"name inside the index"),
+    (lambda m: m.update(omitted_stages="vedje"), r"omitted_stages is 'vedje', expected a list of"),
+    (lambda m: m.update(stages=[dict(_CAST_STAGE, w_v=float("nan"))]), r"stages\[0\].w_v is NaN, expected a finite"),
+    (lambda m: m.update(stages=[dict(_CAST_STAGE, context_len=-1)]), r"stages\[0\].context_len is -1, expected an "
+                                                                    r"integer >= 0"),
+    (lambda m: m.update(stages=[dict(_CAST_STAGE, num_heads=3)]), r"stages\[0\].num_heads is 3, expected a positive "
+                                                                 r"integer that divides dim 16"),
+    (lambda m: m.update(stages=[dict(_CAST_STAGE, k=11)]), r"stages\[0\].k is 11, expected an integer in \[1, 10\]"),
+    (lambda m: m.update(stages=[dict(_CAST_STAGE), dict(_CAST_STAGE, k=2)]), r"stages\[1\].name is 'cast', expected "
+                                                                            r"a name no earlier stage has"),
+    (lambda m: m.update(stages=["cast"]), r"stages\[0\] is 'cast', expected an object"),
+    (lambda m: m.update(stages=[dict(_CAST_STAGE)]), r"files does not record stages\[0\].file 'cast.npz'"),
+    (lambda m: m["files"]["corpus.npz"].update(sha256="abc"), r"files.corpus.npz is .*expected \{bytes, sha256\}"),
+])
+def test_a_bad_value_in_a_stack_index_manifest_is_one_error_naming_the_field(tmp_path, capsys, edit, match):
+  """Issue 62: a manifest a writer got wrong (hashed as written) is one line naming the index file and the field."""
+  path, manifest = _stack_index(tmp_path / "index")
+  edit(manifest)
+  _write_manifest(path, manifest)
+  err = _cli_error(path, capsys)
+  assert f"index {path}/manifest.json: " in err and __import__("re").search(match, err), err
+
+
+@pytest.mark.parametrize("vectors, which, problem", [
+    (lambda n, d: np.zeros((n, d), np.float32), "corpus.npz", "zero"),
+    (lambda n, d: np.tile(np.arange(d, dtype=np.float32), (n, 1)), "corpus.npz", "the same vector"),
+    (lambda n, d: np.zeros((n, d), np.float32), "texts.npz", "zero"),
+])
+def test_a_stack_index_over_vectors_that_rank_nothing_is_refused(tmp_path, capsys, vectors, which, problem):
+  """As stage-1 retrieval refuses them: every score would tie, and results would read as a ranking."""
+  path, manifest = _stack_index(tmp_path / "index")
+  with np.load(path / which) as z:
+    arrays = dict(z)
+  arrays["vectors"] = vectors(*arrays["vectors"].shape)
+  np.savez(path / which, **arrays)
+  manifest["files"][which] = files.file_record(path / which)
+  _write_manifest(path, manifest)
+  err = _cli_error(path, capsys)
+  what = "clip" if which == "corpus.npz" else "caption"
+  assert f"index {path}: {which}: all " in err and f"{what} vectors are {problem}; they rank nothing" in err, err
 
 
 def test_search_quotes_at_most_the_start_of_a_long_query(tmp_path, capsys):
@@ -413,6 +507,6 @@ def test_search_names_the_stages_it_ran_and_those_the_index_does_not_keep(tmp_pa
   assert search.main(["--index", str(path), "step 1", "--k", "3", "--json"]) == 0
   out = json.loads(capsys.readouterr().out)
   assert out["stages"] == ["recall"] and out["omitted_stages"] == omitted and out["stages_line"] == first
-  old, _ = _stack_index(tmp_path / "old")  # an index written before omitted stages were recorded: none named
+  old, _ = _stack_index(tmp_path / "old")  # an index without omitted stages: none named
   assert search.main(["--index", str(old), "step 1", "--k", "3"]) == 0
   assert capsys.readouterr().out.split("\n")[0] == "stages: dense recall"

@@ -4,22 +4,27 @@
                              "text_encoder": {"kind": "caption_lookup" | "text_tower", "file", "backbone"[, "tower"]},
                              "recall": {"kind": "dense" | ..., "file", "k", "backbone", ...the kind's fields},
                              "stages": [{"name", "kind", "k", "file", "backbone", ...the kind's fields}],
-                             "files": {name: {"bytes", "sha256"}}}      (written last: an index without it is
-                                                                          incomplete)
+                             "omitted_stages": [{"name", "kind", "why"}],
+                             "files": {name: {"bytes", "sha256"}},
+                             "manifest_sha256": SHA-256 of every other field}   (written last: an index without it
+                                                                                 is incomplete)
     <index>/corpus.npz      ids [N], vectors [N, D], captions [N], videos [N]
     <index>/texts.npz       captions [C], vectors [C, D] (each caption's mean text embedding: the query encoder of a
                             space without a text tower)
     <index>/<stage>.npz     each stage's (and a generative recall's) parameters, `{"params": ...}`
 
-`write_index` writes it, `StackIndex` opens it (checking the manifest's fields and every file against what it
-recorded) and searches it. What a stage or recall kind *is* (the model behind "pair_reranker", "cast_ensemble",
-"grdr") is not this module's business: the reader is given `Kinds`, builders by kind (`vidjax.search.KINDS`), so
+`write_index` writes it, `StackIndex` opens it (checking every field of the manifest's, then the manifest against its
+own hash and every file against what it recorded, then the corpus) and searches it. What a stage or recall kind *is*
+(the model behind "pair_reranker", "cast_ensemble", "grdr") is not this module's business: the reader is given `Kinds`, builders by kind (`vidjax.search.KINDS`), so
 that the format imports no model and no method. The dense recall is built here (`DenseIndex`, this package's).
 """
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import io as _io
+import json
+import math
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -31,8 +36,10 @@ from vidjax.retrieval import files
 from vidjax.retrieval.dense import DenseIndex
 from vidjax.retrieval.stack import Stack, Stage
 
-INDEX_FORMAT = "vidjax-stack-index/1"
+INDEX_FORMAT = "vidjax-stack-index/2"  # 2: the manifest hashes its own fields (manifest_sha256); 1 is refused
 MANIFEST = "manifest.json"
+MANIFEST_HASH = "manifest_sha256"
+TEXT_ENCODERS = ("caption_lookup", "text_tower")
 REBUILD = "rebuild it (python -m vidjax.main --config configs/stack_<dataset>.py --workdir DIR writes DIR/index)"
 
 
@@ -46,6 +53,27 @@ class Kinds:
   recalls: Mapping[str, Callable[..., Any]]
   stages: Mapping[str, Callable[..., Any]]
   text_tower: Callable[[dict], Callable[[Sequence[str]], np.ndarray]] | None = None
+
+
+def manifest_digest(manifest: Mapping[str, Any]) -> str:
+  """SHA-256 of a manifest's fields but `MANIFEST_HASH` (canonical JSON: sorted keys, no spaces), which the manifest
+  records: stages, weights, context lengths, `synthetic`, omitted stages and the text encoder are then covered like
+  the files are."""
+  fields = {k: v for k, v in manifest.items() if k != MANIFEST_HASH}
+  return hashlib.sha256(json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+                        ).hexdigest()
+
+
+def uninformative(vectors: np.ndarray) -> str | None:
+  """"zero" when every row of `vectors` [N, ...] is zero, "the same vector" when every row is one vector (N >= 2),
+  else None: such vectors rank nothing (every cosine ties), as stage-1 retrieval refuses them."""
+  x = np.asarray(vectors).reshape(len(vectors), -1)
+  if len(x) < 2:
+    return None
+  high, low = x.max(axis=0), x.min(axis=0)
+  if not (high.any() or low.any()):
+    return "zero"
+  return "the same vector" if np.array_equal(high, low) else None
 
 
 def _npz_bytes(**arrays) -> bytes:
@@ -73,6 +101,7 @@ def write_index(path: Path, *, ids: Sequence[str], vectors: np.ndarray, captions
               "stages": list(stages), "omitted_stages": [dict(o) for o in omitted]}
   named = ["corpus.npz", text_encoder["file"], recall["file"], *(st["file"] for st in stages)]
   manifest["files"] = {name: files.file_record(path / name) for name in dict.fromkeys(named)}  # checked on open
+  manifest[MANIFEST_HASH] = manifest_digest(json.loads(json.dumps(manifest)))  # as it reads back
   io.atomic_write_json(path / MANIFEST, manifest)
   return path
 
@@ -80,11 +109,12 @@ def write_index(path: Path, *, ids: Sequence[str], vectors: np.ndarray, captions
 class StackIndex:
   """A built index: the corpus, the query encoder and the stages, ready to `search`.
 
-  Opening it checks what the index claims before anything is trusted: the manifest's fields (one error naming the
-  field), every file it names against the size and SHA-256 the manifest recorded (`"files"`; an index written before
-  they were recorded gets every other check), the corpus (ids distinct, as many as the manifest's clips, captions and
-  videos one per id, vectors [clips, dim] and finite) and the caption table (one finite [dim] vector per caption).
-  Each mismatch is one ValueError naming the index and the file."""
+  Opening it checks what the index claims before anything is trusted: every field of the manifest (one error naming
+  the field and what it should be), the manifest against the hash of its fields it recorded (`MANIFEST_HASH`), every
+  file it names against the size and SHA-256 it recorded (`"files"`, required), the corpus (ids distinct, as many as
+  the manifest's clips, captions and videos one per id, vectors [clips, dim], finite, not all zero or all one vector)
+  and the caption table (one finite [dim] vector per caption). Each mismatch is one ValueError naming the index and
+  the file."""
 
   def __init__(self, path: str | Path, kinds: Kinds):
     path = Path(path)
@@ -95,10 +125,15 @@ class StackIndex:
       raise ValueError(f"index {path}: no {MANIFEST}; not a vidjax stack index, or its build did not finish")
     m = io.read_json(path / MANIFEST, "index manifest")
     if not isinstance(m, dict) or m.get("format") != INDEX_FORMAT:
+      old = isinstance(m, dict) and m.get("format") == "vidjax-stack-index/1"
       raise ValueError(f"index {path}/{MANIFEST}: format {m.get('format') if isinstance(m, dict) else m!r} is not "
-                       f"{INDEX_FORMAT!r}")
+                       f"{INDEX_FORMAT!r}" + ("; an index written before its manifest's own fields were hashed: "
+                                              + REBUILD if old else ""))
     self.path, self.manifest = path, m
     self._check_manifest()
+    if m[MANIFEST_HASH] != manifest_digest(m):
+      raise files.IndexFileError(f"index {path}/{MANIFEST}: its fields do not match the {MANIFEST_HASH} it recorded "
+                                 "(the manifest was edited after the index was built); " + REBUILD)
     parts = [("the text encoder", m["text_encoder"]), ("the recall stage", m["recall"])] + [
         (f"stage {s['name']!r}", s) for s in m["stages"]]
     for what, part in parts:
@@ -107,7 +142,7 @@ class StackIndex:
                          f"holds {m['backbone']!r} features; rebuild the index from one feature store")
       if not (path / part["file"]).is_file():
         raise ValueError(f"index {path}: {what}'s file {part['file']} is missing")
-    for name, record in (m.get("files") or {}).items():
+    for name, record in m["files"].items():
       files.check_file(path, name, record, f"index {path}", recorded_in=MANIFEST, rebuild=REBUILD)
     self.synthetic = bool(m["synthetic"])
     corpus = self._arrays("corpus.npz", "index corpus", ("ids", "vectors", "captions", "videos"))
@@ -121,6 +156,7 @@ class StackIndex:
       raise self._bad("corpus.npz", f"holds vectors {corpus['vectors'].shape}, {len(self.captions)} captions and "
                       f"{len(self.videos)} videos; the manifest says {len(self.ids)} clips x dim {m['dim']}")
     self.vectors = self._finite("corpus.npz", corpus["vectors"], self.ids)
+    self._informative("corpus.npz", self.vectors, "clip")
     r = m["recall"]
     if r["kind"] == "dense":  # an index written before backends were configurable: the exact one
       section = r.get("index", {"backend": "jax", "dtype": "float32", "params": {}})
@@ -142,6 +178,7 @@ class StackIndex:
       raise self._bad(m["text_encoder"]["file"], f"holds {len(captions)} captions and vectors "
                       f"{texts['vectors'].shape}, expected [{len(captions)}, dim {m['dim']}]")
     self.text_of = dict(zip(captions, self._finite(m["text_encoder"]["file"], texts["vectors"], captions)))
+    self._informative(m["text_encoder"]["file"], texts["vectors"], "caption")
     self.stages, self.needs_context = [], set()
     self._text_tower = kinds.text_tower
     for s in m["stages"]:
@@ -154,7 +191,7 @@ class StackIndex:
       if s.get("needs_context"):
         self.needs_context.add(s["name"])
       self.stages.append(Stage(s["name"], scorer, int(s["k"])))
-    self.omitted = list(m.get("omitted_stages", []))  # an index written before it was recorded: none named
+    self.omitted = list(m["omitted_stages"])
 
   def stages_line(self, ran: Sequence[str]) -> str:
     """One line naming the stages a search ran, and the run's stages this index does not keep (with why)."""
@@ -171,45 +208,85 @@ class StackIndex:
                                 f"was built: {REBUILD}")
 
   def _check_manifest(self) -> None:
-    """Every field the index reads, present and of its type: one error naming the field."""
+    """Every field the index reads, present and of its type and range: one error naming the index file, the field
+    and what it should be."""
     m = self.manifest
+    missing = object()
 
-    def need(obj, key, kind, where):
-      value = obj.get(key) if isinstance(obj, dict) else None
-      ok = isinstance(value, kind) and not (isinstance(value, bool) and kind is not bool)
-      if not ok or (kind is int and value < 1):
-        raise ValueError(f"index {self.path}/{MANIFEST}: {where}{key} is {str(value)[:80] if key in obj else 'missing'}"
-                         f", expected {'a positive integer' if kind is int else getattr(kind, '__name__', 'a number')}"
-                         f"; the index is damaged or incomplete: {REBUILD}")
+    def check(obj, key, where, ok, expected):
+      value = obj.get(key, missing)
+      if value is missing or not ok(value):
+        shown = ("missing" if value is missing else files.quote(value) if isinstance(value, str) else
+                 json.dumps(value)[:80])
+        raise files.IndexFileError(f"index {self.path}/{MANIFEST}: {where}{key} is {shown}, expected {expected}; "
+                                   f"the index is damaged, incomplete or was edited after it was built: {REBUILD}")
       return value
 
-    for key, kind in (("synthetic", bool), ("backbone", str), ("dim", int), ("clips", int), ("text_encoder", dict),
-                      ("recall", dict), ("stages", list)):
-      need(m, key, kind, "")
-    for key, kind in (("kind", str), ("file", str), ("backbone", str)):
-      need(m["text_encoder"], key, kind, "text_encoder.")
-    for key, kind in (("kind", str), ("file", str), ("backbone", str), ("k", int)):
-      need(m["recall"], key, kind, "recall.")
-    if m["recall"]["kind"] == "grdr":
-      need(m["recall"], "model", dict, "recall.")
-      need(m["recall"], "context_len", (int,), "recall.")
+    def integer(low, high=None):
+      def ok(v):
+        return isinstance(v, int) and not isinstance(v, bool) and v >= low and (high is None or v <= high)
+      return ok, (f"an integer in [{low}, {high}]" if high is not None else
+                  "a positive integer" if low == 1 else f"an integer >= {low}")
+
+    def kind_of(t, what):
+      return (lambda v: isinstance(v, t) and not (isinstance(v, bool) and t is not bool)), what
+
+    text, obj, array, flag = kind_of(str, "a string"), kind_of(dict, "an object"), kind_of(list, "a list"), \
+        kind_of(bool, "true or false")
+    file_name = (lambda v: isinstance(v, str) and v not in ("", ".", "..") and Path(v).name == v,
+                 "a file name inside the index")
+    number = (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v), "a finite number")
+    digest = (lambda v: isinstance(v, str) and len(v) == 64 and all(c in "0123456789abcdef" for c in v),
+              "64 hex digits (SHA-256)")
+
+    for key, rule in (("dataset", text), ("synthetic", flag), ("backbone", text), ("dim", integer(1)),
+                      ("clips", integer(1)), ("text_encoder", obj), ("recall", obj), ("stages", array),
+                      ("files", obj), (MANIFEST_HASH, digest)):
+      check(m, key, "", *rule)
+    te, recall = m["text_encoder"], m["recall"]
+    check(te, "kind", "text_encoder.", lambda v: v in TEXT_ENCODERS, f"one of {TEXT_ENCODERS}")
+    for key, rule in (("file", file_name), ("backbone", text)):
+      check(te, key, "text_encoder.", *rule)
+    if te["kind"] == "text_tower":
+      check(te, "tower", "text_encoder.", *obj)
+    for key, rule in (("kind", text), ("file", file_name), ("backbone", text), ("k", integer(1, m["clips"]))):
+      check(recall, key, "recall.", *rule)
+    if "index" in recall:
+      check(recall, "index", "recall.", *obj)
+    if recall["kind"] == "grdr":
+      check(recall, "model", "recall.", *obj)
+      check(recall, "context_len", "recall.", *integer(0))
+    previous, names = recall["k"], {"recall"}
     for i, s in enumerate(m["stages"]):
       if not isinstance(s, dict):
-        raise ValueError(f"index {self.path}/{MANIFEST}: stages[{i}] is not an object; {REBUILD}")
-      for key, kind in (("name", str), ("kind", str), ("file", str), ("backbone", str), ("k", int)):
-        need(s, key, kind, f"stages[{i}].")
+        check({f"[{i}]": s}, f"[{i}]", "stages", *obj)
+      where = f"stages[{i}]."
+      check(s, "name", where, lambda v: isinstance(v, str) and v not in names and bool(v),
+            f"a name no earlier stage has (not {sorted(names)})")
+      names.add(s["name"])
+      for key, rule in (("kind", text), ("file", file_name), ("backbone", text), ("k", integer(1, previous))):
+        check(s, key, where, *rule)
+      previous = s["k"]
+      if "needs_context" in s:
+        check(s, "needs_context", where, *flag)
       if s["kind"] == "cast_ensemble":
-        for key, kind in (("num_heads", int), ("context_len", (int,)), ("w_v", (int, float)), ("w_p", (int, float))):
-          need(s, key, kind, f"stages[{i}].")
-    if "files" in m and not (isinstance(m["files"], dict) and all(
-        isinstance(r, dict) and isinstance(r.get("bytes"), int) and isinstance(r.get("sha256"), str)
-        for r in m["files"].values())):
-      raise ValueError(f"index {self.path}/{MANIFEST}: files must map each file to its bytes and sha256; "
-                       f"{REBUILD}")
-    names = [m["text_encoder"]["file"], m["recall"]["file"], *(s["file"] for s in m["stages"])]
-    outside = [n for n in names if Path(n).name != n]
-    if outside:
-      raise ValueError(f"index {self.path}/{MANIFEST}: file {outside[0]!r} is not a file name inside the index")
+        check(s, "num_heads", where, lambda v: integer(1)[0](v) and m["dim"] % v == 0,
+              f"a positive integer that divides dim {m['dim']}")
+        check(s, "context_len", where, *integer(0))
+        check(s, "w_v", where, *number)
+        check(s, "w_p", where, *number)
+    check(m, "omitted_stages", "", lambda v: isinstance(v, list) and all(
+        isinstance(o, dict) and all(isinstance(o.get(k), str) for k in ("name", "kind", "why")) for o in v),
+          "a list of {name, kind, why} strings")
+    for name, record in m["files"].items():
+      check(m["files"], name, "files.", lambda r: isinstance(r, dict) and integer(0)[0](r.get("bytes")) and
+            digest[0](r.get("sha256")), "{bytes, sha256} of the file")
+    named = {"text_encoder.file": te["file"], "recall.file": recall["file"],
+             **{f"stages[{i}].file": s["file"] for i, s in enumerate(m["stages"])}}
+    for field, name in named.items():
+      if name not in m["files"]:
+        raise files.IndexFileError(f"index {self.path}/{MANIFEST}: files does not record {field} {name!r} (its size "
+                                   f"and SHA-256); the index is damaged or incomplete: {REBUILD}")
 
   def _arrays(self, name: str, what: str, keys: Sequence[str]) -> dict[str, np.ndarray]:
     arrays = checkpoints.read_npz(self.path / name, what)
@@ -217,6 +294,13 @@ class StackIndex:
     if missing:
       raise self._bad(name, f"lacks the arrays {missing} (it has {sorted(arrays)[:10]})")
     return arrays
+
+  def _informative(self, name: str, vectors: np.ndarray, what: str) -> None:
+    """Refuses vectors that rank nothing (`uninformative`), as stage-1 retrieval does."""
+    problem = uninformative(vectors)
+    if problem:
+      raise ValueError(f"index {self.path}: {name}: all {len(vectors)} {what} vectors are {problem}; they rank "
+                       "nothing (every score ties): rebuild the index from features that do (re-extract them)")
 
   def _finite(self, name: str, vectors: np.ndarray, ids: Sequence[str]) -> np.ndarray:
     if not np.issubdtype(vectors.dtype, np.floating):
