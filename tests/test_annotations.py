@@ -61,7 +61,9 @@ def test_coin_list_layout_real_file():
     raw = {k: e for item in json.load(f) for k, e in item.items()}
   assert len(videos) == 3006 and sum(len(v.clips) for v in videos) == 11583
   assert all(v.split == "test" for v in videos)
-  assert annotations.read_coin(COIN_TEST, "train") == []
+  with pytest.raises(ValueError, match=r"coin_test_30.json: file: no video of the 'train' split asked for: the file "
+                     r"holds test \(3,006 videos\)"):  # it used to return [], silently
+    annotations.read_coin(COIN_TEST, "train")
   _check_clip_model(videos)
   for v in videos[::100]:
     entry = raw[v.video_id]
@@ -253,7 +255,7 @@ def test_a_release_file_of_another_format_gives_a_short_message():
     annotations.read_youcook2(anet)
   text = str(err.value)
   assert len(text) < 600, len(text)
-  assert "top level: missing key 'database'" in text and "looks like an ActivityNet Captions file" in text
+  assert "top level: expected a YouCook2 release file" in text and "this looks like an ActivityNet Captions file" in text
   assert re.search(r"\d{4} keys, first \['v_", text), text
   assert "\n" not in text
 
@@ -265,3 +267,86 @@ def test_long_values_in_messages_are_cut(tmp_path):
   with pytest.raises(ValueError, match=r"'annotations' must be list, got str 'xxx.*\.\.\. \(5002 characters\)") as err:
     annotations.read_youcook2(path)
   assert len(str(err.value)) < 400
+
+
+# ------------------------------------------------------------------------------------------------
+# Issue 62: whole files, clean ids and captions, absurd times, no records, other formats, splits.
+
+
+@pytest.mark.parametrize("reader,content,message", [
+    # Empty, whitespace-only or NUL-bearing ids and captions.
+    ("read_youcook2", _yc2_with(ann_sentence="crack \x00the eggs"), "annotation #0: 'sentence' holds a NUL character"),
+    ("read_youcook2", _yc2_with(recipe_type=" "), "video 'vid_x': 'recipe_type' must be a non-empty task id"),
+    ("read_youcook2", {"database": {" ": _YC2_OK}}, "video ' ': the video id must be a non-empty video id"),
+    ("read_coin", {"database": {"a\x00": _COIN_ENTRY}}, "the video id must be a video id without control characters"),
+    ("read_coin", {"database": {"a": {**_COIN_ENTRY, "annotation": [{"id": "5", "segment": [0, 2], "label": "\x00"}]}}},
+     "annotation #0: 'label' holds a NUL character"),
+    ("read_coin", {"database": {"a": {**_COIN_ENTRY, "annotation": [{"id": " ", "segment": [0, 2], "label": "x"}]}}},
+     "annotation #0: 'id' must be a non-empty step id"),
+    # Absurd times and durations.
+    ("read_youcook2", _yc2_with(duration=1e9, ann_segment=[1, 5]), "'duration' must be a non-negative number of "
+     "seconds, at most 86400"),
+    ("read_youcook2", _yc2_with(duration=None, ann_segment=[1, 1e8]), r"'segment' \[1.0, 100000000.0\] ends past "
+     "86400 s"),
+    # No records.
+    ("read_youcook2", {"database": {}}, "file: expected at least one video, the file has none"),
+    ("read_coin", [], "file: expected at least one video, the file has none"),
+    # Another dataset's file.
+    ("read_coin", _yc2_with(), "top level: expected a COIN release file .*this looks like a YouCook2 release file"),
+    ("read_youcook2", [{"a": _COIN_ENTRY}], "top level: expected a YouCook2 release file .*this looks like a COIN"),
+    ("read_youcook2", [{"annotation_id": 1, "video": "a.mp4", "description": "x", "times": [[0, 0]]}],
+     "this looks like a DiDeMo file"),
+])
+def test_issue62_step_release_faults(tmp_path, reader, content, message):
+  path = tmp_path / "bad.json"
+  path.write_text(json.dumps(content))
+  with pytest.raises(ValueError, match=f"bad.json: .*{message}"):
+    getattr(annotations, reader)(path)
+
+
+def test_a_split_the_file_does_not_hold_names_the_splits_it_holds(tmp_path):
+  """`read_coin(coin_test_30.json, "train")` used to return [] (a run then had no training data, or worse, a
+  merged read silently dropped a split)."""
+  with pytest.raises(ValueError, match=r"youcookii_annotations_trainval.json: file: no video of the 'test' split "
+                                       r"asked for: the file holds train \(1,333 videos\) and val \(457 videos\)"):
+    annotations.read_youcook2(YC2, "test")
+  path = tmp_path / "train.json"
+  path.write_text(json.dumps({"database": {"a": _COIN_ENTRY}}))
+  assert len(annotations.read_annotations("coin", f"{path},{COIN_TEST}", "test")) == 3006  # one file holds it
+  with pytest.raises(ValueError, match=r"no video of the 'val' split asked for in .*train.json holds train \(1 "
+                                       r"video\); .*coin_test_30.json holds test \(3,006 videos\)"):
+    annotations.read_annotations("coin", f"{path},{COIN_TEST}", "val")
+
+
+def test_crosstask_reads_every_csv_whatever_the_case_of_its_suffix(tmp_path):
+  """`10003_pan00000001.CSV` used to be dropped (glob("*.csv") is case-sensitive): a video silently gone."""
+  root = _copy_crosstask(tmp_path)
+  (root / "annotations" / "10003_pan00000001.csv").rename(root / "annotations" / "10003_pan00000001.CSV")
+  videos = annotations.read_crosstask(root)
+  assert [v.video_id for v in videos] == ["pan00000001"] and len(videos[0].clips) == 4
+
+
+@pytest.mark.parametrize("file,content,message", [
+    # A stray quote used to swallow the lines after it into one field.
+    ("videos.csv", '10003,"pan00000001,https://x\n10001,jel_lo-0001,https://y\n', "line 1: not one ','-delimited row"),
+    ("annotations/10003_pan00000001.csv", '1,"1.0,2.0\n2,3.0,4.0\n', "line 1: not one ','-delimited row"),
+    ("videos.csv", "10003,pan00000001,https://x,extra\n", "line 1: expected 'task_id,youtube_id,url'"),
+    ("videos.csv", "10003, \x00 ,https://x\n", "line 1: the youtube id must be a video id without control"),
+    ("tasks_primary.txt", "10003\nPan\x00cakes\nhttp://x\n1\nflip\n", "the task name holds a NUL character"),
+    ("tasks_primary.txt", "\n\n", "file: expected at least one task block"),
+    ("annotations/10003_pan00000001.csv", "1,0,1e9\n", r"'segment' \[0.0, 1000000000.0\] ends past 86400 s"),
+    ("annotations/10003_pan00000001.csv", "", "annotations: folder: expected at least one annotation file"),
+    ("tasks_primary.txt", "1,5.00,11.83\n", "file: expected a CrossTask task file .*this looks like a CrossTask "
+     "annotation csv"),
+])
+def test_issue62_crosstask_faults(tmp_path, file, content, message):
+  root = _copy_crosstask(tmp_path)
+  (root / file).write_text(content)
+  with pytest.raises(ValueError, match=message):
+    annotations.read_crosstask(root)
+
+
+def test_crosstask_given_a_file_says_it_wants_the_folder(tmp_path):
+  with pytest.raises(ValueError, match="videos.csv: file: expected the CrossTask release folder .*got a file; this "
+                                       "looks like a CrossTask videos.csv"):
+    annotations.read_crosstask(CROSSTASK / "videos.csv")

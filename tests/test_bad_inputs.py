@@ -325,3 +325,13 @@ def test_a_full_disk_while_checkpointing_is_one_error_and_leaves_nothing_half_wr
   state, _ = fit()
   assert int(jax.device_get(state.step)) == 4
   assert not list((tmp_path / "checkpoints").glob("*.orbax-checkpoint-tmp*"))
+
+
+def test_prepare_says_no_video_file_for_an_absent_video_not_an_invalid_one():
+  """prepare used to print "N of M videos are not valid video files" for videos that have no file at all."""
+  from vidjax.data import provenance  # pylint: disable=g-import-not-at-top
+  line = provenance.skipped_line({"a": "no video file", "b": "does not decode", "c": "no video file"}, 10, "/videos",
+                                 "/store/skipped_videos.txt")
+  assert line == ("3 of 10 videos are skipped: 1 has a file that does not decode; 2 have no video file under /videos "
+                  "(files are found by video id) (listed with the reason in /store/skipped_videos.txt)")
+  assert "not valid" not in provenance.skipped_line({"a": "no video file"}, 1, "/videos", "x")

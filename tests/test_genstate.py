@@ -77,3 +77,34 @@ def test_prompt_texts_key_the_query_and_the_negatives_prompts():
   assert genstate.video_prompts(triplets) == {"m0": ("q0", "query 0"), "t0": ("q0/temporal_prompt", "t prompt"),
                                               "s0": ("q0/semantic_prompt", "s prompt"), "m1": ("q1", "query 1")}
   assert list(genstate.video_prompts(triplets, {"q0", "q1"})) == ["m0", "m1"]  # only the texts a store holds
+
+
+@pytest.mark.parametrize("entries, message", [
+    # Typos of the optional keys used to be ignored: the distractors or prompts they hold silently dropped.
+    ([_entry(0, distractor=["x9"])], r"entry 0: unknown key 'distractor' \(did you mean 'distractors'\?\)"),
+    ([_entry(0, temporal_promt="t", semantic_prompt="s")], r"unknown key 'temporal_promt' \(did you mean "
+     r"'temporal_prompt'\?\)"),
+    ([_entry(0, notes="x")], r"unknown key 'notes'; the keys are \['id', 'query'"),
+    # Empty, whitespace-only or NUL-bearing ids and texts.
+    ([_entry(0, main="m\x000")], "'main' must be a video id without control characters"),
+    ([_entry(0, query="the bear \x00moves")], "'query' holds a NUL character"),
+    ([_entry(0, distractors=[" "])], "a distractor must be a non-empty video id"),
+    ([_entry(0, subset="Home\x00")], "'subset' must be a subset name without control characters"),
+    # Query ids and prompt ids live apart: "q0/temporal_prompt" used to overwrite q0's temporal prompt in the store.
+    ([_entry(0, temporal_prompt="t", semantic_prompt="s"), _entry(1, id="q0/temporal_prompt")],
+     r"entry 1 \(id 'q0/temporal_prompt'\): a query id holds no '/'"),
+    # Another dataset's file.
+    ([{"annotation_id": 1, "video": "a.mp4", "description": "x", "times": [[0, 0]]}], "this looks like a DiDeMo file"),
+])
+def test_issue62_metadata_faults(tmp_path, entries, message):
+  path = tmp_path / "bad.json"
+  path.write_text(json.dumps(entries))
+  with pytest.raises(ValueError, match=f"bad.json: .*{message}"):
+    genstate.read_triplets(path)
+
+
+def test_a_query_id_equal_to_a_prompt_id_is_refused_wherever_triplets_come_from():
+  triplets = [genstate.Triplet("q0", "a", "m0", "t0", "s0", "Home", negative_prompts=("t", "s")),
+              genstate.Triplet("q0/semantic_prompt", "b", "m1", "t1", "s1", "Home")]
+  with pytest.raises(ValueError, match="text id 'q0/semantic_prompt' names two texts"):
+    genstate.prompt_texts(triplets)

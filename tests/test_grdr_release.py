@@ -49,7 +49,8 @@ def test_real_files_read_with_grdr_ids(name):
   rows = _rows(name)
   assert (len(rows), len(data.videos), len(data.captions)) == COUNTS[name]
   ids = data.video_ids()
-  assert ids == sorted(ids) and all(v.split == "" and v.duration is None for v in data.videos)
+  split = "train" if "_ret_train" in name else "test"  # the split the file's name says it holds
+  assert ids == sorted(ids) and all(v.split == split and v.duration is None for v in data.videos)
   # GRDR's loader (data/video_dataset.py): the id drops ".mp4" / ".avi" and LSMDC's folder; a caption is
   # f"{video}_{i}", i counting the video's sentences in file order.
   expected, count = [], {}
@@ -107,7 +108,7 @@ def _write(path: Path, obj, gz=False):
     ([], False, "expected at least one {'video', 'caption'} row, found none"),
     ([{"video": "a.mp4", "caption": "x"}, {"video": " ", "caption": "y"}], False, r"row #1 .*'video' must name"),
     ([{"video": ".mp4", "caption": "x"}], True, r"row #0 .*'video' must name"),
-    ([{"video": "a.mp4", "caption": "  "}], False, r"row #0 \(video 'a.mp4'\): 'caption' must be non-empty"),
+    ([{"video": "a.mp4", "caption": "  "}], False, r"row #0 \(video 'a.mp4'\): 'caption' must be a non-empty caption"),
     ([{"video": "a.mp4", "caption": ["ok", ""]}], False, r"row #0 \(video 'a.mp4'\) sentence #1: 'caption' must be"),
     ([{"video": "a.mp4", "caption": []}], False, "non-empty list of sentences"),
     ([{"video": "a.mp4", "caption": ["ok", 3]}], False, "sentence #1: a sentence must be str, got int"),
@@ -116,8 +117,8 @@ def _write(path: Path, obj, gz=False):
     ([{"video": "m1/a.avi", "caption": "x"}, {"video": "m2/a.avi", "caption": "y"}], False,
      r"'m1/a.avi' \(row #0\) and 'm2/a.avi' give one video id 'a'"),
     ([{"annotation_id": 1, "video": "a.mp4", "description": "x", "times": [[0, 0]]}], True,
-     "found a JSON list of 1 dicts; it looks like a DiDeMo file"),
-    ({"videos": [], "sentences": []}, True, "it looks like an MSR-VTT MSRVTT_data.json"),
+     "found a JSON list of 1 dicts; this looks like a DiDeMo file"),
+    ({"videos": [], "sentences": []}, True, "this looks like an MSR-VTT MSRVTT_data.json"),
 ])
 def test_malformed_files_are_one_error_naming_the_file(tmp_path, content, gz, message):
   path = _write(tmp_path / ("bad.json.gz" if gz else "bad.json"), content, gz)
@@ -348,3 +349,22 @@ def test_import_config_is_checked_before_anything_is_written(tmp_path):
   with pytest.raises(ValueError, match=f"GRDR's own annotation files .*{csv} is not one"):
     _prepare(tmp_path, "msrvtt", {"train": files["train"], "test": csv}, features, None)
   assert not (tmp_path / "prep" / "features").exists()
+
+
+@pytest.mark.parametrize("content, message", [
+    ([{"video": "a\x00.mp4", "caption": "x"}], r"row #0 .*'video' must be a video file name without control"),
+    ([{"video": "a.mp4", "caption": "a \x00dog"}], r"row #0 \(video 'a.mp4'\): 'caption' holds a NUL character"),
+    ([{"video": "a.mp4", "caption": ["ok", "\x00"]}], r"sentence #1: 'caption' holds a NUL character"),
+])
+def test_nul_bearing_names_and_captions_are_refused(tmp_path, content, message):
+  path = _write(tmp_path / "bad.json", content)
+  with pytest.raises(ValueError, match=message):
+    grdr.read_grdr(path)
+
+
+def test_the_split_a_release_file_holds_is_its_name(tmp_path):
+  rows = [{"video": "a.mp4", "caption": "x"}]
+  assert {v.split for v in grdr.read_grdr(_write(tmp_path / "msrvtt_ret_test.json", rows)).videos} == {"test"}
+  assert {v.split for v in grdr.read_grdr(_write(tmp_path / "didemo_ret_train.json.gz", rows, gz=True)).videos} == {
+      "train"}
+  assert {v.split for v in grdr.read_grdr(_write(tmp_path / "mine.json", rows)).videos} == {""}

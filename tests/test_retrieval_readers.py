@@ -357,7 +357,7 @@ MALFORMED = [
     # MSVD mapping
     ("read_msvd", "mapping_bad.txt", "-4wsuPCjDBc_5_15 vid1\nabc_1_2 vid2 extra\n",
      r"line 2: expected '<youtube clip name> vid<N>'"),
-    ("read_msvd", "mapping_bad.txt", "-4wsuPCjDBc_15_5 vid1\n", "line 1: clip '-4wsuPCjDBc_15_5' must satisfy start <= end"),
+    ("read_msvd", "mapping_bad.txt", "-4wsuPCjDBc_15_5 vid1\n", "line 1: clip '-4wsuPCjDBc_15_5' must satisfy start < end"),
     ("read_msvd", "mapping_bad.txt", "-4wsuPCjDBc_5_x vid1\n", r"clip name must be '<youtube id>_<start>_<end>'"),
     ("read_msvd", "mapping_bad.txt", "aaa_1_2 vid1\nbbb_1_2 vid1\n", "line 2: clip 'bbb_1_2' / vid1 is mapped twice"),
     ("read_msvd", "mapping_bad.txt", "aaa_1_2 vid1971\n", "clip number must be vid1..vid1970"),
@@ -443,4 +443,183 @@ def test_activitynet_reader_on_a_youcook2_file_says_what_it_is():
   text = str(err.value)
   assert len(text) < 500, len(text)
   assert "top level: expected a JSON object mapping video ids to" in text
-  assert "found a JSON object of ['database']; it looks like a YouCook2 / COIN release file" in text
+  assert "found a JSON object of ['database']; this looks like a YouCook2 release file" in text
+
+
+# ------------------------------------------------------------------------------------------------
+# Issue 62: a file is read whole or refused; ids and captions are clean; cross-fields, times and durations are
+# checked; a file without records, or of another dataset's format, is one error; a split asked for that a file
+# does not hold is named.
+
+_CSV_HEAD = "key,vid_key,video_id,sentence\n"
+_CSV_OK = "".join(f"ret{i},msr{i},video{i},caption {i}\n" for i in range(4))
+
+
+def _write(tmp_path, name, content):
+  path = tmp_path / name
+  if isinstance(content, bytes):
+    path.write_bytes(content)
+  else:
+    path.write_text(content, encoding="utf-8")
+  return path
+
+
+def test_one_stray_quote_in_a_msrvtt_csv_is_an_error_naming_its_line_not_one_row(tmp_path):
+  """The csv module let the quote run to the end of the file: the 4-row file read as one caption, and a run
+  reported R@1 100 on 1 video."""
+  rows = _CSV_OK.splitlines(keepends=True)
+  rows[1] = 'ret1,msr1,video1,"a man opens\n'
+  for content, line in ((_CSV_HEAD + "".join(rows), 3),
+                        (_CSV_HEAD.replace(",", ";") + "".join(rows).replace(",", ";"), 3),
+                        (_CSV_HEAD + _CSV_OK.replace("caption 2", '"caption" 2'), 4),  # text after a closing quote
+                        ("video_id\nvideo0\n\"video1\nvideo2\n", 3)):                # the training id list
+    path = _write(tmp_path, "MSRVTT_JSFUSION_test.csv", content)
+    with pytest.raises(ValueError, match=rf"MSRVTT_JSFUSION_test.csv: line {line}: not one '[,;]'-delimited row "
+                                         r"\(.*\): a quoted field must close on its line"):
+      annotations.read_msrvtt(path)
+  # Quoting as pandas writes it still reads: a delimiter inside a quoted field, a doubled quote.
+  path = _write(tmp_path, "ok.csv", _CSV_HEAD + 'ret0,msr0,video0,"a man, a dog and a ""ball"""\n')
+  assert annotations.read_msrvtt(path).captions[0].text == 'a man, a dog and a "ball"'
+
+
+def test_a_file_is_read_whole_bom_blank_lines_and_line_separators_inside_a_caption(tmp_path):
+  plain = annotations.read_msrvtt(_write(tmp_path, "a.csv", _CSV_HEAD + _CSV_OK))
+  rows = _CSV_OK.splitlines(keepends=True)
+  odd = annotations.read_msrvtt(_write(tmp_path, "b.csv", b"\xef\xbb\xbf" + (_CSV_HEAD + rows[0] + rows[1] + "\n  \n"
+                                                                          + rows[2] + rows[3]).encode()))
+  assert odd.captions == plain.captions and odd.videos == plain.videos
+  with pytest.raises(ValueError, match="b.csv: line 6: expected 4 ','-delimited fields"):  # numbered as an editor does
+    annotations.read_msrvtt(_write(tmp_path, "b.csv", _CSV_HEAD + rows[0] + "\n\n" + rows[1] + "ret9,msr9\n"))
+  # A form feed or U+2028 inside an LSMDC sentence is text, not a line break (the line used to split in two).
+  line = _LSMDC_OK.replace("Someone runs.", "Someone\u2028runs\x0cfast.")
+  data = annotations.read_lsmdc(_write(tmp_path, "lsmdc.csv", line + _LSMDC_OK.replace("clip_a", "clip_b")))
+  assert [c.text for c in data.captions] == ["Someone\u2028runs\x0cfast.", "Someone runs."]
+
+
+def _didemo(**over):
+  entry = {"annotation_id": 1, "video": "a.mp4", "description": "a dog runs", "times": [[0, 1]], "num_segments": 6}
+  entry.update(over)
+  return json.dumps([{k: v for k, v in entry.items() if v is not None}])
+
+
+def _anet(video="v_a", duration=10.0, sentence="a dog runs", times=(0.0, 5.0)):
+  return json.dumps({video: {"duration": duration, "timestamps": [list(times)], "sentences": [sentence]}})
+
+
+def _msrvtt_json(video_id="video0", caption="a dog runs", sen_id=0, end=10.0):
+  return json.dumps({"videos": [{"video_id": video_id, "split": "train", "start time": 0.0, "end time": end}],
+                     "sentences": [{"caption": caption, "video_id": video_id, "sen_id": sen_id}]})
+
+
+_MAPPING = "-4wsuPCjDBc_5_15 vid1\n"
+
+ISSUE62 = [
+    # Empty, whitespace-only or NUL-bearing ids and captions.
+    ("read_msrvtt", "a.csv", _CSV_HEAD + "ret0,msr0,video0,a \x00dog\n", r"line 2: 'sentence' holds a NUL character"),
+    ("read_msrvtt", "a.csv", _CSV_HEAD + "ret\x000,msr0,video0,a dog\n", r"line 2: 'key' must be a caption id without "
+     r"control characters, got 'ret\\x000' \(holds '\\x00'"),
+    ("read_msrvtt", "a.csv", _CSV_HEAD + "ret0,msr0,vid\x00eo0,a dog\n", "line 2: 'video_id' must be a video id without"),
+    ("read_msrvtt", "a.csv", _CSV_HEAD + "ret0, ,video0,a dog\n", "line 2: 'vid_key' must be a non-empty video key"),
+    ("read_msrvtt", "a.csv", "video_id\nvideo0\nvideo\x001\n", "line 3: 'video_id' must be a video id without"),
+    ("read_msrvtt", "a.json", _msrvtt_json(video_id="video\x000"), r"videos\[0\]: 'video_id' must be a video id without"),
+    ("read_msrvtt", "a.json", _msrvtt_json(caption="a \x00dog"), r"sentences\[0\] \(sen_id 0\): 'caption' holds a NUL"),
+    ("read_msrvtt", "a.json", _msrvtt_json(sen_id=" "), r"sentences\[0\]: 'sen_id' must be a non-empty caption id"),
+    ("read_didemo", "d.json", _didemo(annotation_id=" "), "description #0: 'annotation_id' must be a non-empty"),
+    ("read_didemo", "d.json", _didemo(video="a\x00.mp4"), "'video' must be a video name without control characters"),
+    ("read_didemo", "d.json", _didemo(description="a \x00dog"), "'description' holds a NUL character"),
+    ("read_activitynet_captions", "n.json", _anet(video=" "), "video ' ': the video id must be a non-empty video id"),
+    ("read_activitynet_captions", "n.json", _anet(video="v_\x00"), "the video id must be a video id without control"),
+    ("read_activitynet_captions", "n.json", _anet(sentence="a\x00"), "sentence #0: sentence holds a NUL character"),
+    ("read_msvd", "m.txt", "ab\x00c_1_2 vid1\n", "line 1: the clip name must be a clip name without control"),
+    ("read_lsmdc", "l.csv", _LSMDC_OK.replace("clip_a", "clip\x00a"), "line 1: 'clip_id' must be a clip name without"),
+    ("read_lsmdc", "l.csv", _LSMDC_OK.replace("runs", "r\x00uns"), "line 1: 'sentence' holds a NUL character"),
+    # Cross-fields.
+    ("read_msrvtt", "a.csv", _CSV_HEAD + "ret0,msr7,video8,a dog\n",
+     r"line 2: 'vid_key' 'msr7' does not name the video 'video8': expected 'msr8'"),
+    ("read_msrvtt", "a.csv", _CSV_HEAD + "ret0,k1,clip_a,a dog\nret1,k2,clip_a,a cat\n",
+     r"line 3: 'clip_a' goes with 'k2' here but with 'k1' at line 2: a video has one vid_key"),
+    ("read_didemo", "d.json", _didemo(times=[[0, 6]], num_segments=None),
+     r"'times'\[0\] must satisfy 0 <= start_chunk <= end_chunk < num_segments = 6 \(the default\), got \[0, 6\]"),
+    ("read_didemo", "d.json", _didemo(times=[[0, 8]], num_segments=9), "'num_segments' must be an integer in 1..6"),
+    # Absurd times and durations.
+    ("read_msvd", "m.txt", "-4wsuPCjDBc_5_5 vid1\n", "line 1: clip '-4wsuPCjDBc_5_5' must satisfy start < end"),
+    ("read_msvd", "m.txt", "-4wsuPCjDBc_0_999999 vid1\n", "ends past 86400 s"),
+    ("read_activitynet_captions", "n.json", _anet(duration=1e9, times=(0.0, 1e9 - 1)),
+     "'duration' must be a positive number of seconds, at most 86400"),
+    ("read_msrvtt", "a.json", _msrvtt_json(end=1e7), r"videos\[0\] \('video0'\): 'end time' must be seconds in "
+     r"\[0, 86400\]"),
+    ("read_lsmdc", "l.csv", _LSMDC_OK.replace("00.00.02.000", "99.00.02.000"), "'end_aligned' .*must be seconds in"),
+    # MSVD: one clip under two names, two clips under one number.
+    ("read_msvd", "m.txt", _MAPPING + "-4wsuPCjDBc_05_15 vid2\n", "line 2: .*must be written without leading zeros"),
+    ("read_msvd", "m.txt", _MAPPING + "zzzzzzzzzzz_30_36 vid01\n", "line 2: .*must be written without leading zeros"),
+    # No records.
+    ("read_didemo", "d.json", "[]", "top level: expected at least one description"),
+    ("read_activitynet_captions", "n.json", "{}", "top level: expected at least one video"),
+    ("read_msrvtt", "a.json", json.dumps({"videos": [], "sentences": []}), "expected at least one video and one "
+     "sentence"),
+    # Trailing garbage after the JSON (json's own check: a regression guard).
+    ("read_didemo", "d.json", _didemo() + "\n]", r"is not valid JSON: Extra data: line 2"),
+    # Another dataset's file.
+    ("read_lsmdc", "l.csv", _CSV_HEAD + _CSV_OK, "file: expected an LSMDC annotation file .*; this looks like an "
+     "MSR-VTT JSFusion csv"),
+    ("read_msrvtt", "a.csv", _LSMDC_OK, "file: expected an MSR-VTT csv .*; this looks like an LSMDC annotation file"),
+    ("read_msrvtt", "a.json", _didemo(), "top level: expected an MSR-VTT MSRVTT_data.json .*this looks like a DiDeMo"),
+    ("read_didemo", "d.json", json.dumps([{"video": "a.mp4", "caption": "x"}]), "this looks like a GRDR release"),
+    ("read_didemo", "d.json", _anet(), "top level: expected a DiDeMo file.*this looks like an ActivityNet Captions"),
+    ("read_msvd", "m.txt", "# header\n-4wsuPCjDBc_5_15 a squirrel eats\n", "file: expected an MSVD youtube_mapping.txt"
+     r".*; this looks like an MSVD caption file .*read_msvd's second file"),
+    ("read_lsmdc", "l.csv", _didemo(), "this looks like a DiDeMo file"),
+]
+
+
+@pytest.mark.parametrize("reader,name,content,message", ISSUE62, ids=[f"{i:02d}-{c[0][5:]}" for i, c in enumerate(ISSUE62)])
+def test_issue62_malformed_inputs_are_one_error(tmp_path, reader, name, content, message):
+  path = _write(tmp_path, name, content)
+  with pytest.raises(ValueError, match=f"{re.escape(name)}[: ].*{message}") as err:
+    getattr(annotations, reader)(path)
+  assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("content,message", [
+    ("# header\n\n# only comments\n", "file: expected '<clip name> <description>' lines, the file has none"),
+    ("-4wsuPCjDBc_5_15 a \x00squirrel\n", "line 1: the description of '-4wsuPCjDBc_5_15' holds a NUL character"),
+    ("-4wsuPCjDBc_5_15 \t \n", "line 1: expected '<clip name> <description>', got an empty description"),
+])
+def test_msvd_captions_no_records_and_nul(tmp_path, content, message):
+  path = _write(tmp_path, "captions.txt", content)
+  with pytest.raises(ValueError, match=f"captions.txt: {message}"):
+    annotations.read_msvd(FIXTURES / "msvd_youtube_mapping.txt", path)
+
+
+def test_msrvtt_json_under_another_name_reads_as_the_json(tmp_path):
+  path = _write(tmp_path, "annotations.csv", _msrvtt_json())
+  assert [(c.caption_id, c.text) for c in annotations.read_msrvtt(path).captions] == [("0", "a dog runs")]
+
+
+def test_msrvtt_video_list_of_another_format_is_named(tmp_path):
+  with pytest.raises(ValueError, match="list.csv: file: expected an MSR-VTT video id list .*this looks like an "
+                                       "MSR-VTT JSFusion csv"):
+    annotations.read_msrvtt(FIXTURES / "MSRVTT_data.json", _write(tmp_path, "list.csv", _CSV_HEAD + _CSV_OK))
+
+
+def test_a_split_asked_for_that_the_file_does_not_hold_is_named(tmp_path):
+  """DiDeMo's val_data.json given as the training file used to be read whole as training data (its split is in
+  its name only)."""
+  from vidjax.data.retrieval import build_benchmark
+  val = _write(tmp_path, "val_data.json", (DIDEMO / "val_data.json").read_text())
+  data = annotations.read_didemo(val)
+  assert {v.split for v in data.videos} == {"val"}
+  with pytest.raises(ValueError, match=r"val_data.json: no videos in split 'train' .*the file holds val \(1,094 "
+                                       r"videos\), not the train split asked for"):
+    build_benchmark(data, protocol="paragraphs", split="train")
+  assert len(build_benchmark(data, protocol="paragraphs", split="val").corpus) == 1094
+  # A file under another name does not say which split it holds: it is taken as the split asked for.
+  mine = _write(tmp_path, "my_didemo.json", _didemo())
+  assert build_benchmark(annotations.read_didemo(mine), split="train").corpus == ("a.mp4",)
+  # The other readers whose release names the split in the file name.
+  anet = _write(tmp_path, "val_1.json", _anet())
+  assert annotations.read_activitynet_captions(anet).videos[0].split == "val"
+  lsmdc = _write(tmp_path, "LSMDC16_annos_training.csv", _LSMDC_OK)
+  assert annotations.read_lsmdc(lsmdc).videos[0].split == "train"
+  with pytest.raises(ValueError, match="LSMDC16_annos_training.csv: no videos in split 'test'.*holds train"):
+    build_benchmark(annotations.read_lsmdc(lsmdc), split="test")

@@ -45,6 +45,18 @@ def present_videos(config, store, kinds: Sequence[str], ids: Sequence[str], what
   return kept, skipped
 
 
+def skipped_line(skipped: Mapping[str, str], total: int, videos: str | Path, listing: str | Path) -> str:
+  """prepare's one line on the videos it skipped (`skipped`: {video id: reason}, the reasons "no video file" and
+  "does not decode"), counted by reason: an absent file is "no video file" under `videos`, never an invalid one."""
+  counts: dict[str, int] = {}
+  for why in skipped.values():
+    counts[why] = counts.get(why, 0) + 1
+  said = {"no video file": f"no video file under {videos} (files are found by video id)",
+          "does not decode": "a file that does not decode"}
+  reasons = "; ".join(f"{n} {'has' if n == 1 else 'have'} {said.get(why, why)}" for why, n in sorted(counts.items()))
+  return f"{len(skipped)} of {total} videos are skipped: {reasons} (listed with the reason in {listing})"
+
+
 def real_path(workdir: str | Path, store, skipped: Sequence[str]) -> dict:
   """results.json's keys of a run on a store: `path` ("real", or "world" for a store a world wrote), `provenance` (the store's backbone, checkpoint or
   `random_init`, path and fingerprint) and `skipped_videos` (count, and the file listing them)."""

@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import numpy as np
 
-from vidjax.data.annotations.types import Caption, RetrievalData, paragraphs
+from vidjax.data.annotations.types import Caption, RetrievalData, paragraphs, split_counts
 
 PROTOCOLS = ("captions", "paragraphs")
 # dataset -> (reader protocol, evaluation split) of its standard text-to-video benchmark (`read_dataset` reads each).
@@ -83,13 +83,19 @@ class RetrievalBenchmark:
 
 def build_benchmark(data: RetrievalData, *, protocol: str = "captions", split: str | None = None,
                     name: str | None = None) -> RetrievalBenchmark:
-  """The benchmark of `data`'s videos in `split` (None = all) under `protocol` (see module docstring)."""
+  """The benchmark of `data`'s videos in `split` (None = all) under `protocol` (see module docstring).
+
+  A reader labels each video with the split its file holds: from the file itself (MSR-VTT's JSON, MSVD's clip
+  numbers) or from the name the release gives the file (DiDeMo's `val_data.json` holds "val"). Videos whose file
+  says no split ("": a file under another name) are taken as the split asked for. A split asked for that the file
+  does not hold is one error saying which split(s) it holds (DiDeMo's `val_data.json` given as training data)."""
   if protocol not in PROTOCOLS:
     raise ValueError(f"retrieval protocol must be one of {PROTOCOLS}, got {protocol!r}")
-  videos = [v for v in data.videos if split is None or v.split == split]
+  videos = [v for v in data.videos if split is None or v.split in (split, "")]
   if not videos:
     splits = sorted({v.split for v in data.videos})
-    raise ValueError(f"{data.source}: no videos in split {split!r} (splits present: {splits})")
+    raise ValueError(f"{data.source}: no videos in split {split!r} (splits present: {splits}): the file holds "
+                     f"{split_counts(v.split for v in data.videos)}, not the {split} split asked for")
   keep = {v.video_id for v in videos}
   source = paragraphs(data) if protocol == "paragraphs" else data
   queries = tuple(c for c in source.captions if c.video_id in keep)

@@ -207,8 +207,8 @@ def run(config, workdir: str) -> dict:
     io.atomic_write_text(Path(store_root) / SKIP_FILE, "".join(f"{v}\t{why}\n" for v, why in sorted(skipped.items())))
     store.update_metadata({"synthetic": synthetic, "skipped_videos": len(skipped)})
   if skipped:
-    print(f"{len(skipped)} of {len(wanted.segments)} videos are not valid video files and are skipped (listed with "
-          f"the reason in {Path(store_root) / SKIP_FILE})", flush=True)
+    print(provenance.skipped_line(skipped, len(wanted.segments), config.data.videos, Path(store_root) / SKIP_FILE),
+          flush=True)
   metrics.update(videos=len(wanted.segments), valid_videos=len(wanted.segments) - len(skipped),
                  release_texts=len(wanted.texts))
   results = common.results_dict(

@@ -22,6 +22,7 @@ from vidjax.data.annotations.grdr import read_grdr
 from vidjax.data.annotations.lsmdc import read_lsmdc
 from vidjax.data.annotations.msrvtt import read_msrvtt
 from vidjax.data.annotations.msvd import read_msvd
+from vidjax.data.annotations import types
 from vidjax.data.annotations.types import Caption
 from vidjax.data.annotations.types import Clip
 from vidjax.data.annotations.types import RetrievalData
@@ -58,20 +59,27 @@ def annotation_paths(path: str | os.PathLike) -> list[str]:
 
 def read_annotations(fmt: str, path: str | os.PathLike, split: str | None = None) -> list[Video]:
   """Reads annotations of format 'youcook2' | 'coin' | 'crosstask' (a file, or CrossTask's folder); several
-  files joined by commas are read in turn and merged (a video in two of them is an error naming both)."""
+  files joined by commas are read in turn and merged (a video in two of them is an error naming both). A `split`
+  none of the files holds is one error saying which splits each holds."""
   if fmt not in READERS:
     raise ValueError(f"unknown annotation format {fmt!r}; expected one of {sorted(READERS)}")
+  types.check_split_arg(split, types.SPLITS, "read_annotations")
   paths = annotation_paths(path)
   if len(paths) == 1:
     return READERS[fmt](paths[0], split)
   seen: dict[str, str] = {}
-  videos = []
+  videos, held = [], []
   for p in paths:
-    for v in READERS[fmt](p, split):
+    read = READERS[fmt](p, None)  # every file whole: one of them may hold none of `split`
+    held.append(f"{p} holds {types.split_counts(v.split for v in read)}")
+    for v in read:
       if v.video_id in seen:
         raise ValueError(f"{p}: video {v.video_id!r} is also in {seen[v.video_id]}; each video belongs to one file")
       seen[v.video_id] = p
-      videos.append(v)
+      if split is None or v.split == split:
+        videos.append(v)
+  if not videos:
+    raise ValueError(f"no video of the {split!r} split asked for in {', '.join(paths)}: {'; '.join(held)}")
   return sorted(videos, key=lambda v: v.video_id)
 
 

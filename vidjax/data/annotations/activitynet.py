@@ -11,7 +11,9 @@ Timestamps are seconds, one [start, end] per sentence. One `Caption` per sentenc
 `caption_id` is f"{video_id}#{i:03d}" with i the sentence's index in its video's list, the text is
 the stripped sentence (they often start with a space), and start / end are the timestamps clipped
 to [0, duration]. Video ids are the keys as written (with their "v_" prefix); `duration` is the
-video's; the split is not in the file, so it is "".
+video's (0 < duration <= 24 h). The split is not in the file but in its name, as the release writes it
+(`train.json` / `train_modified.json`: "train"; `val_1.json` / `val_2.json`: "val"); a file of another name has
+split "". A file without videos is an error.
 
 Out-of-range times, decided on the real files (measured on val_1 / val_2 / train_modified):
 
@@ -30,6 +32,8 @@ Out-of-range times, decided on the real files (measured on val_1 / val_2 / train
 from __future__ import annotations
 
 import os
+import re
+from pathlib import Path
 
 from vidjax import io
 from vidjax.data.annotations import types
@@ -37,6 +41,7 @@ from vidjax.data.annotations import types
 
 # Seconds a timestamp may run past [0, duration] and still be clipped (the release files: at most 0.01 s).
 OVERRUN_TOLERANCE = 0.5
+_SPLIT_FILES = ((re.compile(r"train(_modified)?\.json"), "train"), (re.compile(r"val_[12]\.json"), "val"))
 
 
 def read_activitynet_captions(path: str | os.PathLike) -> types.RetrievalData:
@@ -58,13 +63,19 @@ def read_activitynet_captions(path: str | os.PathLike) -> types.RetrievalData:
     # Another release's file (YouCook2's {"database": ...} read as ActivityNet named every one of its keys).
     types.fail(path, "top level", "expected a JSON object mapping video ids to {'duration', 'timestamps', "
                f"'sentences'}} (an ActivityNet Captions file); found {types.describe_json(data)}")
+  if not data:
+    types.fail(path, "top level", "expected at least one video, the file has none")
+  name = Path(path).name
+  split = next((s for pattern, s in _SPLIT_FILES if pattern.fullmatch(name)), "")
   videos, captions = [], []
   clipped = 0
   for video_id, entry in data.items():
     where = f"video {video_id!r}"
+    types.clean_id(video_id, path, where, "the video id", "video id")
     duration = types.require(entry, "duration", (int, float), path, where)
-    if not types.is_number(duration) or duration <= 0:
-      types.fail(path, where, f"'duration' must be a positive number of seconds, got {duration!r}")
+    if not types.is_number(duration) or not 0 < duration <= types.MAX_SECONDS:
+      types.fail(path, where, f"'duration' must be a positive number of seconds, at most {types.MAX_SECONDS:.0f} "
+                 f"(24 h), got {duration!r}")
     duration = float(duration)
     timestamps = types.require(entry, "timestamps", list, path, where)
     sentences = types.require(entry, "sentences", list, path, where)
@@ -87,12 +98,10 @@ def read_activitynet_captions(path: str | os.PathLike) -> types.RetrievalData:
       clipped += overrun > 0
       if not isinstance(sentence, str):
         types.fail(path, at, f"sentence must be str, got {type(sentence).__name__} {sentence!r}")
-      text = sentence.strip()
-      if not text:
-        types.fail(path, at, "sentence must be a non-empty caption")
+      text = types.clean_text(sentence, path, at, "sentence")
       captions.append(types.Caption(caption_id=f"{video_id}#{i:03d}", video_id=video_id, text=text,
                                     start=max(start, 0.0), end=min(end, duration)))
-    videos.append(types.RetrievalVideo(video_id, duration))
+    videos.append(types.RetrievalVideo(video_id, duration, split))
   return types.RetrievalData(source=f"ActivityNet Captions {path}",
                              videos=tuple(sorted(videos, key=lambda v: v.video_id)),
                              captions=tuple(captions), clipped=clipped)

@@ -49,17 +49,17 @@ def read_coin(path: str | os.PathLike, split: str | None = None) -> list[types.V
     split: 'train' | 'val' | 'test' | None (all).
 
   Raises:
-    ValueError: naming the file, the video / annotation and what was expected, on malformed input.
+    ValueError: naming the file, the video / annotation and what was expected, on malformed input; naming the
+      format of another dataset's file; saying which splits the file holds when it has none of `split`.
   """
   types.check_split_arg(split, types.SPLITS, "read_coin")
 
   def step_of(ann, at):
-    step = str(types.require(ann, "id", (str, int), path, at)).strip()
-    label = types.require(ann, "label", str, path, at).strip()
-    if not step or not label:
-      types.fail(path, at, f"'id' and 'label' must be non-empty, got id={step!r} label={label!r}")
-    return label, step
+    step = types.clean_id(str(types.require(ann, "id", (str, int), path, at)), path, at, "'id'", "step id")
+    return types.clean_text(types.require(ann, "label", str, path, at), path, at, "'label'", "step label"), step
 
-  entries = _entries(io.read_json(path, "COIN annotation file"), path)
-  return types.step_videos(entries, path, split, annotations_key="annotation", step_of=step_of,
+  data = io.read_json(path, "COIN annotation file")
+  types.refuse_other_json(data, path, ("coin", "youcook2_coin"), "a COIN release file ({'database': {video_id: "
+                          "entry}} or a list of {video_id: entry})")
+  return types.step_videos(_entries(data, path), path, split, annotations_key="annotation", step_of=step_of,
                            task_types=(int, str))

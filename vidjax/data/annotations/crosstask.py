@@ -19,7 +19,6 @@ videos 80/20 with seed 42 (App. B); `read_crosstask` labels each video with that
 """
 from __future__ import annotations
 
-import csv
 import dataclasses
 import os
 from pathlib import Path
@@ -34,6 +33,8 @@ def read_crosstask_tasks(path: str | os.PathLike) -> dict[str, tuple[str, tuple[
   """Parses `tasks_primary.txt` / `tasks_related.txt`: {task_id: (task name, step names)}."""
   path = Path(path)
   lines = types.read_lines(path, "CrossTask task file")
+  types.refuse_other_text(path, ("crosstask_tasks",), "a CrossTask task file (blocks of 5 lines: id, name, url, "
+                          "number of steps, steps)")
   blocks, block, first_line = [], [], 1
   for n, line in enumerate(lines + [""], start=1):
     if line.strip():
@@ -57,21 +58,27 @@ def read_crosstask_tasks(path: str | os.PathLike) -> dict[str, tuple[str, tuple[
     if len(steps) != int(n_steps) or not all(steps):
       types.fail(path, where, f"declares {n_steps} steps but the step line has {len(steps)} "
                  f"comma-separated names (empty names not allowed): {steps_line!r}")
+    for step in steps:
+      types.clean_text(step, path, where, "a step name", "step name")
+    types.clean_text(name, path, where, "the task name", "task name")
     if task_id in tasks:
       types.fail(path, where, f"task id {task_id} is defined twice")
     tasks[task_id] = (name, steps)
+  if not tasks:
+    types.fail(path, "file", "expected at least one task block, the file has none")
   return tasks
 
 
 def _read_video_list(path: Path) -> dict[str, str]:
   """{youtube_id: task_id} from `videos.csv`."""
+  lines = types.read_lines(path, "CrossTask video list")
+  types.refuse_other_text(path, ("crosstask_videos",), "a CrossTask video list ('task_id,youtube_id,url' lines)")
   listed = {}
-  for n, row in enumerate(csv.reader(types.read_lines(path, "CrossTask video list")), start=1):
-    if not row or not "".join(row).strip():
-      continue
-    if len(row) < 2 or not row[0].strip().isdigit() or not row[1].strip():
+  for n, row in types.csv_rows(path, lines):
+    if len(row) != 3 or not row[0].strip().isdigit():
       types.fail(path, f"line {n}", f"expected 'task_id,youtube_id,url', got {','.join(row)!r}")
-    task_id, video_id = row[0].strip(), row[1].strip()
+    task_id = row[0].strip()
+    video_id = types.clean_id(row[1], path, f"line {n}", "the youtube id", "video id")
     if listed.get(video_id, task_id) != task_id:
       types.fail(path, f"line {n}", f"video {video_id!r} listed under tasks {listed[video_id]} and {task_id}")
     listed[video_id] = task_id
@@ -80,9 +87,7 @@ def _read_video_list(path: Path) -> dict[str, str]:
 
 def _parse_annotation(path: Path, steps: tuple[str, ...]) -> list[tuple[float, float, str, str]]:
   segments = []
-  for n, row in enumerate(csv.reader(types.read_lines(path, "CrossTask annotation")), start=1):
-    if not row or not "".join(row).strip():
-      continue
+  for n, row in types.csv_rows(path, types.read_lines(path, "CrossTask annotation")):
     where = f"line {n}"
     if len(row) != 3:
       types.fail(path, where, f"expected 'step,start,end', got {','.join(row)!r}")
@@ -112,6 +117,10 @@ def read_crosstask(root: str | os.PathLike, split: str | None = None, *,
   """
   types.check_split_arg(split, ("train", "test"), "read_crosstask")
   root = Path(root)
+  if root.is_file():
+    what = types.sniff(root)
+    types.fail(root, "file", "expected the CrossTask release folder (tasks_primary.txt, videos.csv, annotations/), "
+               "got a file" + (f"; this looks like {types.FORMATS[what]}" if what else ""))
   tasks = read_crosstask_tasks(root / "tasks_primary.txt")
   if (root / "tasks_related.txt").exists():
     for task_id, value in read_crosstask_tasks(root / "tasks_related.txt").items():
@@ -127,8 +136,9 @@ def read_crosstask(root: str | os.PathLike, split: str | None = None, *,
   ann_dir = root / "annotations"
   if not ann_dir.is_dir():
     raise FileNotFoundError(f"CrossTask annotation folder not found: {ann_dir}")
-  videos = {}
-  for path in sorted(ann_dir.glob("*.csv")):
+  videos, files = {}, {}
+  # Every csv file, whatever the case of its suffix ("A.CSV" is a csv file too: a case-sensitive match dropped it).
+  for path in sorted(p for p in ann_dir.iterdir() if p.suffix.lower() == ".csv"):
     # YouTube ids may contain '_', task ids never do: split at the first one.
     task_id, sep, video_id = path.stem.partition("_")
     if not sep or not task_id.isdigit() or not video_id:
@@ -137,11 +147,15 @@ def read_crosstask(root: str | os.PathLike, split: str | None = None, *,
       types.fail(path, "file name", f"task {task_id} is not defined in tasks_primary.txt / tasks_related.txt")
     if listed.get(video_id, task_id) != task_id:
       types.fail(path, "file name", f"video {video_id!r} is listed under task {listed[video_id]} in videos.csv")
-    if video_id in videos:
-      types.fail(path, "file name", f"video {video_id!r} is annotated under two tasks")
+    if video_id in files:
+      types.fail(path, "file name", f"video {video_id!r} is annotated twice (also in {files[video_id].name})")
+    files[video_id] = path
     segments = _parse_annotation(path, tasks[task_id][1])
     if segments:
       videos[video_id] = (task_id, segments)
+  if not videos:
+    types.fail(ann_dir, "folder", "expected at least one annotation file '<task_id>_<youtube_id>.csv' with a "
+               "'step,start,end' line, found none")
   all_videos = [types.make_video(v, t, "", s) for v, (t, s) in sorted(videos.items())]
   _, test = types.split_by_video(all_videos, test_fraction, split_seed)
   test_ids = {v.video_id for v in test}

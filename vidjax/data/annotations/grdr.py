@@ -22,14 +22,17 @@ its released feature pickles (`vidjax.data.grdr_release`) are keyed as these rec
 
 The text is the stripped caption (GRDR strips the sentences of a list and keeps a string caption as written: 142 of
 the 20,000 captions of `msrvtt_ret_train_addition.json` carry outer spaces). Two file names with one video id (the
-same clip in two folders) are an error, as are an empty video name or caption and a file with no rows. Captions
-are whole-video captions (no times); the split is not in the file, so it is "" and the duration None.
+same clip in two folders) are an error, as are an empty, whitespace-only or NUL-bearing video name or caption and a
+file with no rows. Captions are whole-video captions (no times); the duration is None. The split is not in the file
+but in its name, as the release writes it (`<dataset>_ret_train*.json`: "train", `<dataset>_ret_test*.json`:
+"test"); a file of another name has split "".
 """
 from __future__ import annotations
 
 import gzip
 import json
 import os
+import re
 import zlib
 from pathlib import Path
 
@@ -38,6 +41,7 @@ from vidjax.data.annotations import types
 
 EXTENSIONS = (".mp4", ".avi")  # what GRDR's loader removes from a file name to get the video id
 _GZIP_MAGIC = b"\x1f\x8b"
+_SPLIT_FILE = re.compile(r".+_ret_(train|test)(_\w+)?\.json(\.gz)?")
 
 
 def video_id(name: str) -> str:
@@ -111,16 +115,19 @@ def read_grdr(path: str | os.PathLike) -> types.RetrievalData:
                f"(a GRDR annotation file); found {types.describe_json(data)}")
   if not data:
     types.fail(path, "file", "expected at least one {'video', 'caption'} row, found none")
+  named = _SPLIT_FILE.fullmatch(Path(path).name)
+  split = named.group(1) if named else ""
   names: dict[str, tuple[str, int]] = {}  # video id -> (file name, first row)
   counts: dict[str, int] = {}
   captions = []
   for i, row in enumerate(data):
     where = f"row #{i}"
-    name = types.require(row, "video", str, path, where).strip()
-    where = f"row #{i} (video {name!r})"
-    vid = video_id(name)
-    if not vid:
+    name = types.require(row, "video", str, path, where)
+    where = f"row #{i} (video {name.strip()!r})"
+    vid = video_id(name.strip())
+    if not vid.strip():
       types.fail(path, where, "'video' must name a video file (e.g. 'video9770.mp4')")
+    name = types.clean_id(name, path, where, "'video'", "video file name")
     first = names.setdefault(vid, (name, i))
     if first[0] != name:
       types.fail(path, where, f"the file names {first[0]!r} (row #{first[1]}) and {name!r} give one video id {vid!r}: "
@@ -133,12 +140,10 @@ def read_grdr(path: str | os.PathLike) -> types.RetrievalData:
       at = where if isinstance(caption, str) else f"{where} sentence #{k}"
       if not isinstance(sentence, str):
         types.fail(path, at, f"a sentence must be str, got {type(sentence).__name__} {types.short_repr(sentence)}")
-      text = sentence.strip()
-      if not text:
-        types.fail(path, at, "'caption' must be non-empty text")
+      text = types.clean_text(sentence, path, at, "'caption'")
       n = counts.get(vid, 0)
       counts[vid] = n + 1
       captions.append(types.Caption(caption_id=caption_id(vid, n), video_id=vid, text=text))
   return types.RetrievalData(source=f"GRDR {path}",
-                             videos=tuple(types.RetrievalVideo(v) for v in sorted(names)),
+                             videos=tuple(types.RetrievalVideo(v, None, split) for v in sorted(names)),
                              captions=tuple(captions))

@@ -16,8 +16,10 @@ The retrieval unit is the clip: `video_id` is the clip id and `duration` the len
 extracted span (END_EXTRACTED - START_EXTRACTED); a clip's lines must agree on that span. One
 `Caption` per line, in file order: `caption_id` is f"{clip_id}#{i:03d}" with i the sentence's index
 among its clip's lines, the text is the stripped sentence, and start / end are None (a sentence
-describes its whole clip; the movie-time columns are validated, 0 <= start <= end in both pairs,
-but are not clip times). The split is not in the file, so it is "".
+describes its whole clip; the movie-time columns are validated, 0 <= start <= end <= 24 h in both pairs,
+but are not clip times). The split is not in the file but in its name, as the release writes it
+(`LSMDC16_annos_training.csv`: "train", `LSMDC16_annos_val.csv`: "val", `LSMDC16_annos_test.csv` and
+`LSMDC16_challenge_1000_publictect.csv`: "test"); a file of another name has split "".
 """
 from __future__ import annotations
 
@@ -29,6 +31,8 @@ from vidjax.data.annotations import types
 
 COLUMNS = ("clip_id", "start_aligned", "end_aligned", "start_extracted", "end_extracted", "sentence")
 _TIME = re.compile(r"(\d+)\.(\d{1,2})\.(\d{1,2})\.(\d{1,3})")
+_SPLIT_FILES = ((re.compile(r"LSMDC\d*_annos_training\.csv"), "train"), (re.compile(r"LSMDC\d*_annos_val\.csv"), "val"),
+                (re.compile(r"LSMDC\d*_(annos_test|challenge_1000_publictect)\.csv"), "test"))
 
 
 def parse_time(text: str) -> float | None:
@@ -63,6 +67,8 @@ def read_lsmdc(path: str | os.PathLike) -> types.RetrievalData:
   """
   path = Path(path)
   lines = types.read_lines(path, "LSMDC annotation file")
+  types.refuse_other_text(path, ("lsmdc",), "an LSMDC annotation file (six tab-separated fields a line)")
+  split = next((s for pattern, s in _SPLIT_FILES if pattern.fullmatch(path.name)), "")
   videos: dict[str, types.RetrievalVideo] = {}
   spans: dict[str, tuple[float, float, int]] = {}
   counts: dict[str, int] = {}
@@ -75,26 +81,23 @@ def read_lsmdc(path: str | os.PathLike) -> types.RetrievalData:
     if len(fields) != len(COLUMNS):
       types.fail(path, where, f"expected {len(COLUMNS)} tab-separated fields ({', '.join(COLUMNS)}), "
                  f"got {len(fields)}: {line[:120]!r}")
-    clip_id, sentence = fields[0].strip(), fields[5].strip()
-    if not clip_id:
-      types.fail(path, where, "'clip_id' must be a non-empty clip name")
+    clip_id = types.clean_id(fields[0], path, where, "'clip_id'", "clip name")
     times = []
     for name, value in zip(COLUMNS[1:5], fields[1:5]):
       seconds = parse_time(value)
       if seconds is None:
         types.fail(path, where, f"{name!r} must be a timestamp hh.mm.ss.mmm (e.g. 00.02.17.945), got {value!r}")
-      times.append(seconds)
+      times.append(types.check_seconds(seconds, path, where, f"{name!r} ({value.strip()})"))
     for (a, b), label in (((0, 1), "aligned"), ((2, 3), "extracted")):
       if times[a] > times[b]:
         types.fail(path, where, f"the {label} times must satisfy start <= end, got reversed "
                    f"{fields[1 + a]!r} > {fields[1 + b]!r}")
-    if not sentence:
-      types.fail(path, where, f"'sentence' must be a non-empty caption (clip {clip_id!r})")
+    sentence = types.clean_text(fields[5], path, where, "'sentence'", f"caption (clip {clip_id!r})")
     first = spans.setdefault(clip_id, (times[2], times[3], n))
     if first[:2] != (times[2], times[3]):
       types.fail(path, where, f"clip {clip_id!r} is extracted from {fields[3]!r} to {fields[4]!r} here but "
                  f"with other times at line {first[2]}: a clip has one extracted span")
-    videos.setdefault(clip_id, types.RetrievalVideo(clip_id, round(times[3] - times[2], 6)))
+    videos.setdefault(clip_id, types.RetrievalVideo(clip_id, round(times[3] - times[2], 6), split))
     i = counts.get(clip_id, 0)
     counts[clip_id] = i + 1
     captions.append(types.Caption(caption_id=f"{clip_id}#{i:03d}", video_id=clip_id, text=sentence))

@@ -30,15 +30,16 @@ def read_youcook2(path: str | os.PathLike, split: str | None = None) -> list[typ
     split: 'train' | 'val' | 'test' | None (all).
 
   Raises:
-    ValueError: naming the file, the video / annotation and what was expected, on malformed input.
+    ValueError: naming the file, the video / annotation and what was expected, on malformed input; naming the
+      format of another dataset's file; saying which splits the file holds when it has none of `split`.
   """
   types.check_split_arg(split, types.SPLITS, "read_youcook2")
 
   def step_of(ann, at):  # free-text captions, no step labels
-    sentence = types.require(ann, "sentence", str, path, at).strip()
-    if not sentence:
-      types.fail(path, at, "'sentence' must be a non-empty caption")
-    return sentence, ""
+    return types.clean_text(types.require(ann, "sentence", str, path, at), path, at, "'sentence'"), ""
 
-  database = types.require(io.read_json(path, "YouCook2 annotation file"), "database", dict, path, "top level")
+  data = io.read_json(path, "YouCook2 annotation file")
+  types.refuse_other_json(data, path, ("youcook2", "youcook2_coin"), "a YouCook2 release file ({'database': "
+                          "{video_id: {..., 'annotations': [...]}}})")
+  database = types.require(data, "database", dict, path, "top level")
   return types.step_videos(database, path, split, annotations_key="annotations", step_of=step_of)
