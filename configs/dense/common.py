@@ -48,8 +48,11 @@ from vidjax.worlds.moving_objects import RELEASE_FILES, MovingObjectWorldConfig
 ROWS = ("backbone", "clip4clip_meanp", "clip4clip_seqtransf", "xpool")
 # dataset -> (reader protocol, test split, training file's reader split) as the retrieval and VEDJE configs read them;
 # LSMDC (per caption) as GRDR's configs read it.
-PROTOCOLS = {"msrvtt": ("captions", "", "train"), "didemo": ("paragraphs", "", ""),
-             "activitynet": ("paragraphs", "", ""), "msvd": ("captions", "test", "train"), "lsmdc": ("captions", "", "")}
+# The training file's split is asked for by name, so a file of another split given as training data (DiDeMo's
+# val_data.json) is refused naming the split it holds (a file whose name states no split is taken as asked).
+PROTOCOLS = {"msrvtt": ("captions", "", "train"), "didemo": ("paragraphs", "", "train"),
+             "activitynet": ("paragraphs", "", "train"), "msvd": ("captions", "test", "train"),
+             "lsmdc": ("captions", "", "train")}
 # X-Pool's release per dataset: (lr of the new modules, dropout)
 XPOOL = {"msrvtt": (3e-5, 0.3), "msvd": (1e-5, 0.4), "lsmdc": (1e-5, 0.3)}
 
