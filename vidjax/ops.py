@@ -11,11 +11,6 @@ from typing import Any
 
 import numpy as np
 
-# Vectors with an L2 norm below this count as zero vectors (padding, missing context, the CAST
-# paper's zero-vector negatives): they normalise to exactly 0 and never produce NaN.
-NORM_EPS = 1e-6
-
-
 def is_positive_int(value: Any) -> bool:
   """True for an integer >= 1 (Python or NumPy; not a bool)."""
   return isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= 1
@@ -29,27 +24,48 @@ def check_positive_fields(obj: Any, names: tuple[str, ...]) -> None:
       raise ValueError(f"{type(obj).__name__}.{name} must be a positive integer, got {value!r}")
 
 
-def l2_normalize(x: Any, axis: int = -1) -> Any:
-  """Unit-normalises `x` along `axis`; vectors with norm < `NORM_EPS` (1e-6) map to 0.
+def _pow2_scale(peak: Any, dtype: Any, xp: Any) -> Any:
+  """The power of two 2^-e with peak = m * 2^e, m in [0.5, 1) (`frexp`), e clipped so that 2^-e is a normal number
+  of `dtype` (never flushed to zero): `x * scale` is exact and brings the largest |x| to about 1."""
+  limit = np.finfo(dtype).maxexp - 2  # float32: 126, float64: 1022
+  _, e = xp.frexp(peak)
+  return xp.ldexp(xp.ones_like(peak), -xp.clip(e, -limit, limit))
 
-  The one L2 normalization of vidjax. A NumPy input gives a NumPy output computed in its own
-  dtype (`x / ||x||`, so data builders stay bit-exact in float64); anything else is computed
-  with jax in float32 (`x * rsqrt(||x||^2)`, with a double `where` so the gradient is finite at
-  exactly-zero vectors) and cast back to the input's floating dtype, so a bfloat16 activation
-  stays bfloat16. Shape is preserved.
+
+def l2_normalize(x: Any, axis: int = -1) -> Any:
+  """Unit-normalises `x` along `axis`; an all-zero vector maps to 0 (padding, missing context, the CAST paper's
+  zero-vector negatives), and a vector holding NaN or Inf to NaN (refused downstream, never silently 0).
+
+  The one L2 normalization of vidjax. Each vector is first scaled by the power of two that brings its largest |x|
+  to about 1, so that the sum of squares neither overflows nor underflows: finite vectors of 1e30 or 1e-30 normalise
+  like the same vectors of size 1 (unscaled, their norm is Inf or 0 in float32 and they would become zero vectors).
+  Scaling by a power of two is exact, so a vector whose squares did not overflow or underflow gets the bits it got
+  before. "Zero" is therefore only the all-zero vector (as the dtype represents it: a vector of subnormals that a
+  device flushes to zero counts as one). A NumPy input gives a NumPy output computed in its own floating dtype
+  (`y / ||y||`, so data builders stay bit-exact in float64); anything else is computed with jax in float32
+  (`y * rsqrt(||y||^2)`, the scale held out of the gradient and a double `where`, so the gradient is that of
+  x / ||x|| and finite at exactly-zero vectors) and cast back to the input's floating dtype, so a bfloat16
+  activation stays bfloat16. Shape is preserved.
   """
   if isinstance(x, np.ndarray):
-    sq = np.sum(x * x, axis=axis, keepdims=True)
-    ok = sq > NORM_EPS**2
-    return np.where(ok, x / np.sqrt(np.where(ok, sq, 1.0)), 0.0).astype(x.dtype, copy=False)
+    dtype = x.dtype if np.issubdtype(x.dtype, np.floating) else np.dtype(np.float64)
+    x = x.astype(dtype, copy=False)
+    with np.errstate(invalid="ignore", over="ignore"):
+      peak = np.max(np.abs(x), axis=axis, keepdims=True, initial=0.0)
+      y = x * _pow2_scale(peak, dtype, np)
+      sq = np.sum(y * y, axis=axis, keepdims=True)
+      ok = peak != 0  # NaN != 0: a NaN or Inf vector stays NaN
+      return np.where(ok, y / np.sqrt(np.where(ok, sq, 1.0)), 0.0).astype(dtype, copy=False)
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   x = jnp.asarray(x)
   out_dtype = x.dtype if jnp.issubdtype(x.dtype, jnp.floating) else jnp.float32
   x32 = x.astype(jnp.float32)
-  sq = jnp.sum(x32 * x32, axis=axis, keepdims=True)
-  ok = sq > NORM_EPS**2
-  return jnp.where(ok, x32 * jax.lax.rsqrt(jnp.where(ok, sq, 1.0)), 0.0).astype(out_dtype)
+  peak = jax.lax.stop_gradient(jnp.max(jnp.abs(x32), axis=axis, keepdims=True, initial=0.0))
+  y = x32 * jax.lax.stop_gradient(_pow2_scale(peak, np.float32, jnp))
+  sq = jnp.sum(y * y, axis=axis, keepdims=True)
+  ok = peak != 0
+  return jnp.where(ok, y * jax.lax.rsqrt(jnp.where(ok, sq, 1.0)), 0.0).astype(out_dtype)
 
 
 def cosine(queries: Any, candidates: Any) -> Any:

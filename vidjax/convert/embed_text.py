@@ -34,6 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from vidjax import convert, io
+from vidjax.ops import l2_normalize
 from vidjax.convert import ConversionError
 from vidjax.convert import xpool as convert_xpool
 from vidjax.data.annotations.types import paragraphs
@@ -117,7 +118,7 @@ def embed(config: CLIPTextConfig, params: dict, tok, end: int, texts: Sequence[s
     for i, r in enumerate(rows):
       ids[i, :len(encoded[r])] = encoded[r]
     out[rows] = np.asarray(apply(params, ids))[:len(rows)]
-  return out / np.linalg.norm(out, axis=-1, keepdims=True)
+  return l2_normalize(out)
 
 
 def embed_into_store(checkpoint: str | Path, tokenizer: str | Path, store_root: str | Path, dataset: str,

@@ -98,8 +98,7 @@ def rerank_training_set(corpus: Corpus, clips: FeatureTable, texts: FeatureTable
   missing = ~(rows == target_rows[:, None]).any(axis=1)
   rows[missing, -1] = target_rows[missing]  # the positive always in its own softmax
   vectors = clips.gather(rows[missing, -1])
-  prior[missing, -1] = np.sum(vectors * queries[missing], axis=-1) / np.maximum(
-      np.linalg.norm(vectors, axis=-1) * np.linalg.norm(queries[missing], axis=-1), 1e-12)
+  prior[missing, -1] = np.sum(l2_normalize(vectors) * l2_normalize(queries[missing]), axis=-1)
   positive = (corpus.label[rows] == corpus.label[target_rows][:, None]) | (rows == target_rows[:, None])
   return {"text": text_rows, "candidates": rows, "prior": prior.astype(np.float32),
           "positive": positive.astype(np.float32)}

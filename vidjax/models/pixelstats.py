@@ -31,6 +31,8 @@ import flax.linen as nn
 import jax.numpy as jnp
 import numpy as np
 
+from vidjax.ops import l2_normalize
+
 NAME = "pixel_stats"  # config.model.name of the extraction experiment that selects this backbone
 DIM = 32
 HUE_BINS = 12
@@ -105,8 +107,7 @@ def colour_bag(colours) -> np.ndarray:
   for rgb in colours:
     hue, _, _ = hue_saturation_value(jnp.asarray(rgb, jnp.float32) / 255.0)
     vec[int(hue_bin(hue))] += 1.0
-  norm = np.linalg.norm(vec)
-  return vec / norm if norm > 0 else vec
+  return l2_normalize(vec)
 
 
 class PixelStats(nn.Module):

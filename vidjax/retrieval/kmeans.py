@@ -73,6 +73,6 @@ def kmeans(x: np.ndarray, k: int, iters: int, rng: np.random.Generator) -> np.nd
     assign = np.argmax(x @ c.T, axis=1)
     sums = np.zeros_like(c)
     np.add.at(sums, assign, x)
-    norm = np.linalg.norm(sums, axis=1, keepdims=True)
-    c = np.where(norm > 0, sums / np.maximum(norm, 1e-12), c)
+    unit = l2_normalize(sums)
+    c = np.where(unit.any(axis=1, keepdims=True), unit, c)
   return c
