@@ -100,7 +100,7 @@ def cast_loss(v_hat: jax.Array, pos: jax.Array, state_negs: jax.Array,
   Returns:
     (loss [], {"batch", "state", "ident"}) as `type_aware_contrastive`.
   """
-  # Zero vectors (the paper's padding) normalise to 0, so their cosine is 0 (ops.NORM_EPS).
+  # Zero vectors (the paper's padding) normalise to 0, so their cosine is 0 (ops.l2_normalize).
   v, p = (l2_normalize(jnp.asarray(x, jnp.float32)) for x in (v_hat, pos))
   s, i = (l2_normalize(jnp.asarray(x, jnp.float32)) for x in (state_negs, ident_negs))
   if state_mask is None:
