@@ -170,3 +170,26 @@ def test_evaluate_comp_matches_numpy_for_video_and_text_query_scorers():
   with pytest.raises(ValueError, match=r"expected scores \[Q, 2\]"):
     evaluate.evaluate_comp(evaluate.CosineScorer("video"), {"temp_reorder": {**pools["temp_reorder"],
                                                                              "candidates": pools["temp_reorder"]["candidates"][:, :1]}})
+
+
+def test_a_small_gallery_notes_its_recall_at_k_in_the_metrics_the_tables_and_the_comparison():
+  """Issue 62: 4 videos, R@5 and R@10 are 100 whatever the scores: each comes with a note, which `rounded` (what a
+  method keeps), `format_table` (marked *n, the note under the table) and `Model.evaluate` carry."""
+  from vidjax import metrics
+  rng = np.random.default_rng(0)
+  videos = rng.normal(size=(4, 8)).astype(np.float32)
+  text = rng.normal(size=(4, 8)).astype(np.float32)  # scores unrelated to the answers
+  out = evaluate.evaluate_gallery(evaluate.CosineScorer(), {"text": text}, {"candidates": videos}, np.arange(4))
+  assert out["t2v_r5"] == out["t2v_r10"] == 100.0
+  assert set(out[metrics.NOTES]) == {"t2v_r5", "t2v_r10", "v2t_r5", "v2t_r10"}
+  kept = evaluate.rounded({k: v for k, v in out.items() if k != "v2t_videos"}, 4)
+  assert kept[metrics.NOTES] == out[metrics.NOTES] and kept["t2v_r1"] == round(out["t2v_r1"], 4)
+  assert evaluate.rounded(out, 2, ["t2v_r1", "t2v_r10"], prefix="x_")[metrics.NOTES] == {
+      "x_t2v_r10": out[metrics.NOTES]["t2v_r10"]}
+  table = evaluate.format_table({"cosine": kept}, "R@K", False, ["t2v_r1", "t2v_r5", "t2v_r10"])
+  lines = table.splitlines()
+  assert "100.00 *1" in lines[3] and "100.00 *2" in lines[3], table
+  assert lines[4].startswith("*1 t2v_r5: K=5 >= the 4 videos of the gallery: a hit whatever the scores"), table
+  model = evaluate.dual_encoder("enc", "space", lambda keys: text[keys], lambda keys: videos[keys])
+  cell = model.evaluate(evaluate.Benchmark("R@K", "gallery", "space", ([0, 1, 2, 3], [0, 1, 2, 3], np.arange(4))))
+  assert cell["t2v_r10"] == 100.0 and set(cell[metrics.NOTES]) == {"t2v_r5", "t2v_r10"}

@@ -48,7 +48,8 @@ def test_every_cell_is_metrics_or_a_reason_and_matches_the_runs_own_numbers(comp
   for model, row in table.items():
     for bench, cell in row.items():
       assert ("n/a" in cell and isinstance(cell["n/a"], str) and cell["n/a"]) or \
-          (cell and all(isinstance(v, float) for v in cell.values())), (model, bench)
+          (cell and all(isinstance(v, float) for k, v in cell.items() if k != "notes") and
+           all(isinstance(n, str) and n for n in cell.get("notes", {}).values())), (model, bench)
   # Each model's own benchmark reproduces its run's results.json.
   own = {k: json.loads((runs[k][0] / "results.json").read_text()) for k in KINDS}
   genstate_keys = {k: k for k in ("r1", "r5", "r10", "acc_temp", "acc_sem", "acc_tri")}
@@ -184,8 +185,11 @@ def test_a_new_method_is_one_table_entry_plus_its_own_files(tmp_path, monkeypatc
   config.runs = (toy.smoke,)
   compared = main.run(config, tmp_path / "all")
   assert "evaluate_all: training" in capsys.readouterr().out
-  assert compared["metrics"] == {"toy_run/toy": {"R@K (toy) [SYNTHETIC]": {"t2v_r1": 100.0, "t2v_r5": 100.0,
-                                                                          "t2v_r10": 100.0}}}
+  cell = compared["metrics"]["toy_run/toy"]["R@K (toy) [SYNTHETIC]"]
+  assert list(compared["metrics"]) == ["toy_run/toy"] and list(compared["metrics"]["toy_run/toy"]) == [
+      "R@K (toy) [SYNTHETIC]"]
+  assert {k: v for k, v in cell.items() if k != "notes"} == {"t2v_r1": 100.0, "t2v_r5": 100.0, "t2v_r10": 100.0}
+  assert set(cell["notes"]) == {"t2v_r5", "t2v_r10"}  # 4 videos: R@5 and R@10 cannot miss (issue 62)
   # the real path's summary
   summary = real_path.summarize(tmp_path)
   assert [l["holds"] for l in summary["lines"] if l["method"] == "toy"] == [True]

@@ -297,3 +297,31 @@ def test_hierarchy_accuracy_pools_a_videos_inputs():
   assert got["n"] == 2 and got["acc"] == pytest.approx(100.0 * (5 / 6 + 0) / 2)
   per_row = metrics.hierarchy_accuracy(scores, levels, valid)
   assert per_row["n"] == 4 and per_row["acc"] == pytest.approx(100.0 * (4 / 5 + 1 + 0 + 0) / 4)
+
+
+# ----------------------------------------------------------------------------- issue 62: R@K no rank can miss
+
+
+def test_a_recall_at_k_of_at_least_the_candidates_is_noted_never_a_plain_100():
+  r = metrics.retrieval_metrics(np.array([1, 3, 4]), "t2v_", candidates=4, what="videos of the gallery")
+  assert r["t2v_r5"] == r["t2v_r10"] == 100.0 and set(r[metrics.NOTES]) == {"t2v_r5", "t2v_r10"}
+  assert r[metrics.NOTES]["t2v_r5"] == ("K=5 >= the 4 videos of the gallery: a hit whatever the scores (100 by "
+                                       "construction)")
+  assert metrics.NOTES not in metrics.retrieval_metrics(np.array([1, 3, 4]), "t2v_", candidates=11)
+  # Two ways: T2V ranks the 3 videos; V2T a video's captions against at most 1 + 4 others (two captions each here).
+  two = metrics.two_way_retrieval_metrics(np.eye(6, 3), np.array([0, 0, 1, 1, 2, 2]))
+  assert set(two[metrics.NOTES]) == {"t2v_r5", "t2v_r10", "v2t_r5", "v2t_r10"} and list(two)[-1] == metrics.NOTES
+  assert "K=5 >= the 5 captions a video ranks at most" in two[metrics.NOTES]["v2t_r5"]
+  ranked = metrics.recall_from_ranked(np.array([[3, 1, 2], [1, 2, 3]]), np.array([1, 3]), ks=(1, 3), corpus=3)
+  assert ranked["r3"] == 100.0 and list(ranked[metrics.NOTES]) == ["r3"]
+
+
+def test_triplet_pools_smaller_than_k_are_noted_and_pooled_with_their_share():
+  small = metrics.triplet_metrics(np.random.default_rng(0).random((4, 5)))  # main, two negatives, 2 distractors
+  assert small["r5"] == small["r10"] == 100.0 and set(small[metrics.NOTES]) == {"r5", "r10"}
+  assert "K=5 >= the 5 videos of each query's pool" in small[metrics.NOTES]["r5"]
+  large = metrics.triplet_metrics(np.random.default_rng(1).random((2, 12)))
+  assert metrics.NOTES not in large
+  pooled = metrics.pool_triplet_metrics([small, large])
+  assert set(pooled[metrics.NOTES]) == {"r5", "r10"} and pooled[metrics.NOTES]["r5"].startswith("4 of the 6 queries: ")
+  assert metrics.pool_triplet_metrics([small, small])[metrics.NOTES]["r5"] == small[metrics.NOTES]["r5"]

@@ -92,3 +92,26 @@ def test_bad_values_fail_before_work(tmp_path):
   config.data.features = str(tmp_path)
   with pytest.raises(ValueError, match="data.annotations"):
     retrieval.run(config, tmp_path)
+
+
+def test_a_gallery_of_fewer_videos_than_k_says_its_recall_is_100_by_construction(tmp_path, capsys):
+  """Issue 62: 6 videos, so R@10 (either way) cannot miss: results.json notes it beside the 100 and the table marks
+  it, instead of a plain 100."""
+  ids = [f"video{i}" for i in range(6)]
+  csv = tmp_path / "test.csv"
+  csv.write_text("key;vid_key;video_id;sentence\n" + "".join(
+      f"ret{i};msr{i};{v};a person does thing {i}\n" for i, v in enumerate(ids)))
+  rng = np.random.default_rng(0)
+  video = rng.normal(size=(6, 16)).astype(np.float32)
+  features.write_arrays(tmp_path / "store", {"clip": (ids, video), "text": ([f"ret{i}" for i in range(6)],
+                                                                           video + rng.normal(size=(6, 16)))},
+                        {"backbone": "test"})
+  config = load_config(ROOT / "configs/retrieval_msrvtt.py")
+  config.data.annotations, config.data.features = str(csv), str(tmp_path / "store")
+  results = retrieval.run(config, tmp_path / "run")
+  stage1 = json.loads((tmp_path / "run" / "results.json").read_text())["metrics"]["stage1"]
+  assert stage1["t2v_r10"] == stage1["v2t_r10"] == 100.0
+  assert set(stage1["notes"]) == {"t2v_r10", "v2t_r10"} and results["metrics"]["stage1"]["notes"] == stage1["notes"]
+  assert "K=10 >= the 6 videos of the gallery: a hit whatever the scores" in stage1["notes"]["t2v_r10"]
+  out = capsys.readouterr().out
+  assert "*1 t2v_r10: K=10 >= the 6 videos of the gallery" in out, out

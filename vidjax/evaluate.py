@@ -349,25 +349,41 @@ def evaluate_gallery(scorer: Scorer | Callable, queries: Batch, gallery: Batch, 
   Returns:
     {t2v_r1, t2v_r5, t2v_r10, t2v_mdr, t2v_mnr, v2t_... likewise, v2t_videos}: recalls in %, ranks as
     ranks; the V2T metrics are over the gallery items that at least one query points at
-    (`v2t_videos` of them).
+    (`v2t_videos` of them). An R@K that no rank can miss (K >= the gallery, or >= the captions a video ranks at
+    most) has a note in `metrics.NOTES`.
   """
   t2v, v2t = gallery_ranks(scorer, queries, gallery, relevant, query_chunk=query_chunk,
                            gallery_chunk=gallery_chunk)
   v2t = v2t[v2t > 0]
-  return {**metrics.retrieval_metrics(t2v, "t2v_"), **metrics.retrieval_metrics(v2t, "v2t_"),
-          "v2t_videos": int(v2t.size)}
+  t2v_most, v2t_most = metrics.two_way_candidates(_leading(gallery, "gallery"), relevant)
+  return metrics.joined(metrics.retrieval_metrics(t2v, "t2v_", candidates=t2v_most, what="videos of the gallery"),
+                        metrics.retrieval_metrics(v2t, "v2t_", candidates=v2t_most,
+                                                  what="captions a video ranks at most"),
+                        {"v2t_videos": int(v2t.size)})
 
 
 def evaluate_ranked(retriever: Retriever, queries: Batch, relevant: np.ndarray, k: int,
                     ks: Sequence[int] = (1, 5, 10), chunk: int = DEFAULT_CHUNK) -> dict[str, float]:
-  """R@K (%) of a recall stage from its ranked ids; `ks` must not exceed the `k` it retrieves."""
+  """R@K (%) of a recall stage from its ranked ids; `ks` must not exceed the `k` it retrieves. An R@K with K at
+  least the retriever's corpus (`len(retriever)`, when it has one) has a note in `metrics.NOTES`."""
   if max(ks) > k:
     raise ValueError(f"evaluate_ranked: ks={tuple(ks)} exceed the k={k} items retrieved")
   ids = chunked(lambda rows: retriever.retrieve(rows, k)[0], queries, chunk)
-  return metrics.recall_from_ranked(ids, relevant, ks)
+  return metrics.recall_from_ranked(ids, relevant, ks, len(retriever) if hasattr(retriever, "__len__") else None)
 
 
 # ----------------------------------------------------------------------------- tables
+
+
+def rounded(values: Mapping[str, Any], digits: Optional[int] = 2, keys: Optional[Sequence[str]] = None,
+            prefix: str = "") -> dict[str, Any]:
+  """The metrics `keys` of `values` (default: every one) as floats rounded to `digits` (None: as they are), named
+  `prefix + key`, with the notes `values` has for them (`metrics.NOTES`: an R@K no rank can miss) kept under
+  `metrics.NOTES`: what a results table keeps of an evaluator's metrics."""
+  keys = [k for k in values if k != metrics.NOTES] if keys is None else list(keys)
+  out = {prefix + k: values[k] if digits is None else round(float(values[k]), digits) for k in keys}
+  notes = values.get(metrics.NOTES, {})
+  return metrics.with_notes(out, {prefix + k: notes[k] for k in keys if k in notes})
 
 _HEADERS = {"acc": "Acc.", "r5": "R@5", "mnr": "MnR", "state_acc": "State Acc.", "ident_acc": "Ident. Acc."}
 _NAMES = {**_HEADERS, "r1": "R@1", "r10": "R@10"}  # a table that shows r1 / r10 beside R@5 names them alike
@@ -386,11 +402,22 @@ def format_table(rows: Mapping[str, Mapping[str, float]], title: str, synthetic:
       every key in order of first appearance. Missing values print as "-".
 
   Returns:
-    the table as one string (no trailing newline).
+    the table as one string (no trailing newline). A value with a note (a row's `metrics.NOTES`, e.g. an R@K no
+    rank can miss) is marked `*n` and its note printed under the table.
   """
   if columns is None:
-    seen = list(dict.fromkeys(k for r in rows.values() for k in r))
+    seen = list(dict.fromkeys(k for r in rows.values() for k in r if k != metrics.NOTES))
     columns = [k for k in _HEADERS if k in seen] or seen
+  notes: list[str] = []
+
+  def mark(row, c):
+    note = row.get(metrics.NOTES, {}).get(c) if c in row else None
+    if note is None:
+      return ""
+    text = f"{_NAMES.get(c, c)}: {note}"
+    if text not in notes:
+      notes.append(text)
+    return f" *{notes.index(text) + 1}"
   head = ["Method"] + [_NAMES.get(c, c) for c in columns]
 
   def cell(v):
@@ -400,14 +427,14 @@ def format_table(rows: Mapping[str, Mapping[str, float]], title: str, synthetic:
       return "nan" if math.isnan(v) else f"{v:.2f}"
     return str(v)
 
-  body = [[str(m)] + [cell(r.get(c)) for c in columns] for m, r in rows.items()]
+  body = [[str(m)] + [cell(r.get(c)) + mark(r, c) for c in columns] for m, r in rows.items()]
   widths = [max(len(x[i]) for x in [head] + body) for i in range(len(head))]
   fmt = lambda cells: " | ".join(  # noqa: E731
       c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
   line = "-+-".join("-" * w for w in widths)
   if synthetic:
     title = f"SYNTHETIC DATA: {title} (demonstrates mechanisms; not the paper's numbers)"
-  return "\n".join([title, fmt(head), line] + [fmt(r) for r in body])
+  return "\n".join([title, fmt(head), line] + [fmt(r) for r in body] + [f"*{i + 1} {n}" for i, n in enumerate(notes)])
 
 
 # ----------------------------------------------------------------------------- every model on every benchmark
@@ -455,8 +482,7 @@ class Model:
     if bench.kind not in self.evaluators:
       return {"n/a": self.reasons.get(bench.kind, f"{self.name} has no {bench.kind} evaluation")}
     out = self.evaluators[bench.kind](bench.data)
-    keys = SHOWN[bench.kind] or list(out)
-    return {k: round(float(out[k]), 2) for k in keys}
+    return rounded(out, 2, SHOWN[bench.kind])
 
 
 def dual_encoder(name: str, space: str, encode_texts: Callable[[Sequence[Any]], np.ndarray],

@@ -16,6 +16,10 @@ CVR (../shared/papers/cast.txt §3.1 "Metrics"): every query ranks its own candi
 Queries without a negative of a type are left out of that diagnostic's denominator (its count is
 returned as ``n_state`` / ``n_ident``; the value is NaN when no query qualifies).
 
+R@K with K at least the number of candidates a query ranks is 100 whatever the scores: such a value is reported with
+a note, `NOTES` in the metrics dict ({metric: why}; `recall_notes`), which results.json keeps and tables print
+under the table, never as a plain 100. A dict has `NOTES` only when a note applies.
+
 Ties are resolved pessimistically everywhere: the rank of the GT is the number of candidates
 whose score is >= the GT score, so a model that gives every candidate the same score gets rank C,
 not 1, and a tie with a hard negative is a diagnostic failure. This makes constant or degenerate
@@ -33,6 +37,25 @@ STATE = 1
 IDENTITY = 2
 EASY = 3
 NEG_TYPE_CODES = {"gt": GT, "state": STATE, "identity": IDENTITY, "easy": EASY}
+NOTES = "notes"  # a metrics dict's {metric: note} for values that say less than they seem (`recall_notes`)
+
+
+def recall_notes(ks: Sequence[int], candidates: int | None, prefix: str = "",
+                 what: str = "candidates each query ranks") -> dict:
+  """{f"{prefix}r{k}": note} for every k >= `candidates` (the most a query's rank can be, counted as `what`): every
+  query is a hit at such a k whatever the scores, so its R@k is 100 by construction, not a result. {} when
+  `candidates` is None."""
+  if candidates is None:
+    return {}
+  return {f"{prefix}r{k}": f"K={k} >= the {candidates} {what}: a hit whatever the scores (100 by construction)"
+          for k in ks if k >= candidates}
+
+
+def with_notes(values: dict, notes: Mapping[str, str]) -> dict:
+  """`values` with `notes` added under `NOTES` (merged with any it has); unchanged when there are none."""
+  if notes:
+    values[NOTES] = {**values.get(NOTES, {}), **notes}
+  return values
 
 
 def _check_scores(scores, target_index):
@@ -134,8 +157,12 @@ def cvr_top1_breakdown(scores: np.ndarray, target_index: np.ndarray, neg_types: 
 # ----------------------------------------------------------------------------- gallery retrieval
 
 
-def retrieval_metrics(ranks: np.ndarray, prefix: str = "", ks: Sequence[int] = (1, 5, 10)) -> dict[str, float]:
-  """R@K in %, median and mean rank from 1-based ranks: [N] -> {prefix r1, r5, r10, mdr, mnr}."""
+def retrieval_metrics(ranks: np.ndarray, prefix: str = "", ks: Sequence[int] = (1, 5, 10),
+                      candidates: int | None = None, what: str = "candidates each query ranks") -> dict[str, float]:
+  """R@K in %, median and mean rank from 1-based ranks: [N] -> {prefix r1, r5, r10, mdr, mnr}.
+
+  `candidates`: the most a rank can be (the gallery's size); each R@K with K >= it gets a note (`recall_notes`,
+  naming them as `what`)."""
   ranks = np.asarray(ranks)
   if ranks.ndim != 1 or (ranks.size and ranks.min() < 1):
     raise ValueError(f"ranks must be 1-based [N], got shape {ranks.shape}"
@@ -144,7 +171,7 @@ def retrieval_metrics(ranks: np.ndarray, prefix: str = "", ks: Sequence[int] = (
   out = {f"{prefix}r{k}": float(100.0 * np.mean(ranks <= k)) if ranks.size else nan for k in ks}
   out[f"{prefix}mdr"] = float(np.median(ranks)) if ranks.size else nan
   out[f"{prefix}mnr"] = float(np.mean(ranks)) if ranks.size else nan
-  return out
+  return with_notes(out, recall_notes(ks, candidates, prefix, what) if ranks.size else {})
 
 
 def best_relevant_ranks(scores: np.ndarray, relevant: np.ndarray) -> np.ndarray:
@@ -197,9 +224,25 @@ def two_way_ranks(scores: np.ndarray, relevant: np.ndarray) -> tuple[np.ndarray,
 
 def two_way_retrieval_metrics(scores: np.ndarray, relevant: np.ndarray,
                               ks: Sequence[int] = (1, 5, 10)) -> dict[str, float]:
-  """{t2v_r1, t2v_r5, t2v_r10, t2v_mdr, t2v_mnr, v2t_...}: `retrieval_metrics` of `two_way_ranks`."""
+  """{t2v_r1, t2v_r5, t2v_r10, t2v_mdr, t2v_mnr, v2t_...}: `retrieval_metrics` of `two_way_ranks` (with notes for a
+  K no rank can exceed, `two_way_candidates`)."""
   t2v, v2t = two_way_ranks(scores, relevant)
-  return {**retrieval_metrics(t2v, "t2v_", ks), **retrieval_metrics(v2t[v2t > 0], "v2t_", ks)}
+  t2v_most, v2t_most = two_way_candidates(np.shape(scores)[1], relevant)
+  return joined(retrieval_metrics(t2v, "t2v_", ks, t2v_most, "videos of the gallery"),
+                retrieval_metrics(v2t[v2t > 0], "v2t_", ks, v2t_most, "captions a video ranks at most"))
+
+
+def joined(*parts: Mapping[str, Any]) -> dict:
+  """Metrics dicts merged into one, their `NOTES` merged and last."""
+  out = {k: v for p in parts for k, v in p.items() if k != NOTES}
+  return with_notes(out, {k: v for p in parts for k, v in p.get(NOTES, {}).items()})
+
+
+def two_way_candidates(num_videos: int, relevant: np.ndarray) -> tuple[int, int]:
+  """The most a rank of `two_way_ranks` can be: T2V, the number of videos; V2T, 1 + the captions outside a video's
+  own, for the video with the fewest (`relevant`: int [Q], each query's video)."""
+  own = np.bincount(np.asarray(relevant, np.int64), minlength=num_videos)
+  return num_videos, 1 + len(relevant) - int(own[own > 0].min()) if own.any() else 1
 
 
 def candidate_ranks(scores: np.ndarray, relevant: np.ndarray) -> np.ndarray:
@@ -223,11 +266,12 @@ def candidate_ranks(scores: np.ndarray, relevant: np.ndarray) -> np.ndarray:
   return np.where(relevant.any(axis=1), ranks, scores.shape[1] + 1).astype(np.int64)
 
 
-def recall_from_ranked(ids: np.ndarray, relevant: np.ndarray, ks: Sequence[int] = (1, 5, 10)) -> dict[str, float]:
+def recall_from_ranked(ids: np.ndarray, relevant: np.ndarray, ks: Sequence[int] = (1, 5, 10),
+                       corpus: int | None = None) -> dict[str, float]:
   """R@K (%) of ranked ids: ids [Q, K] best first, relevant [Q] -> {"r1": ..., "r5": ..., ...}.
 
   A query is a hit at k when its relevant id is among its first k ids (a recall stage's scores
-  have already broken ties).
+  have already broken ties). `corpus`: the number of items ranked; each R@K with K >= it gets a note.
   """
   ids, relevant = np.asarray(ids), np.asarray(relevant)
   if ids.ndim != 2 or relevant.shape != (ids.shape[0],):
@@ -236,7 +280,8 @@ def recall_from_ranked(ids: np.ndarray, relevant: np.ndarray, ks: Sequence[int] 
     raise ValueError(f"ks={tuple(ks)} exceed the K={ids.shape[1]} ranked ids")
   hit = ids == relevant[:, None]
   first = np.where(hit.any(axis=1), np.argmax(hit, axis=1) + 1, ids.shape[1] + 1)
-  return {f"r{k}": float(100.0 * np.mean(first <= k)) if first.size else float("nan") for k in ks}
+  out = {f"r{k}": float(100.0 * np.mean(first <= k)) if first.size else float("nan") for k in ks}
+  return with_notes(out, recall_notes(ks, corpus, what="items of the corpus") if first.size else {})
 
 
 def confusion_rates(kinds: np.ndarray, k: int = 10) -> dict[str, float]:
@@ -342,8 +387,9 @@ def triplet_metrics(scores: np.ndarray) -> dict:
   Returns:
     {"r1", "r5", "r10": % of queries whose main ranks within k of the whole pool (pessimistic
      ties), "acc_temp": % main > temporal, "acc_sem": % main > semantic, "acc_tri": % both,
-     "order_histogram": {order: number of queries} over `TRIPLET_ORDERS`, "n": Q}. Ties count against the
-    model: main loses every tie; a tie between the two negatives puts T before S.
+     "order_histogram": {order: number of queries} over `TRIPLET_ORDERS`, "n": Q; `NOTES` for each R@k with k >=
+     the 3 + n pool}. Ties count against the model: main loses every tie; a tie between the two negatives puts T
+    before S.
   """
   scores = np.asarray(scores, np.float64)
   if scores.ndim != 2 or scores.shape[1] < 3:
@@ -358,17 +404,20 @@ def triplet_metrics(scores: np.ndarray) -> dict:
   s_pos = (s < m).astype(int) + (t >= s)
   names = np.array(["M", "T", "S"])
   orders = ["".join(names[np.argsort([a, b, c], kind="stable")]) for a, b, c in zip(m_pos, t_pos, s_pos)]
-  return {
+  out = {
       **{f"r{k}": pct(ranks <= k) for k in (1, 5, 10)},
       "acc_temp": pct(m > t), "acc_sem": pct(m > s), "acc_tri": pct((m > t) & (m > s)),
       "order_histogram": {o: int(sum(x == o for x in orders)) for o in TRIPLET_ORDERS},
       "n": int(scores.shape[0]),
   }
+  return with_notes(out, recall_notes((1, 5, 10), scores.shape[1], what="videos of each query's pool") if len(scores)
+                    else {})
 
 
 def pool_triplet_metrics(parts: Sequence[Mapping[str, Any]]) -> dict:
   """`triplet_metrics` of several query sets scored in their own pools (e.g. GenState's subsets, §5.1) as
-  one: percentages averaged with weights n, histograms summed -- what `triplet_metrics` gives per query."""
+  one: percentages averaged with weights n, histograms summed -- what `triplet_metrics` gives per query; a note of
+  a part is kept, saying how many of the queries it holds for."""
   parts = [p for p in parts if p["n"]]
   if not parts:
     raise ValueError("pool_triplet_metrics: no queries")
@@ -376,7 +425,15 @@ def pool_triplet_metrics(parts: Sequence[Mapping[str, Any]]) -> dict:
   out = {k: float(sum(p[k] * p["n"] for p in parts) / n) for k in ("r1", "r5", "r10", "acc_temp", "acc_sem", "acc_tri")}
   out["order_histogram"] = {o: int(sum(p["order_histogram"][o] for p in parts)) for o in TRIPLET_ORDERS}
   out["n"] = n
-  return out
+  notes: dict[str, list] = {}
+  for p in parts:
+    for key, note in p.get(NOTES, {}).items():
+      notes.setdefault(key, []).append((p["n"], note))
+  def joined(held):
+    count, text = sum(c for c, _ in held), "; ".join(dict.fromkeys(note for _, note in held))
+    return text if count == n else f"{count} of the {n} queries: {text}"
+
+  return with_notes(out, {key: joined(held) for key, held in notes.items()})
 
 
 def codebook_health(codes: np.ndarray, num_codes: int) -> dict:

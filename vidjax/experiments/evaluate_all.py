@@ -18,7 +18,7 @@ from typing import Any, Mapping, Sequence
 import ml_collections
 
 import vidjax
-from vidjax import evaluate, io
+from vidjax import evaluate, io, metrics
 from vidjax.data import provenance
 from vidjax.defaults.common import bad_value
 from vidjax.sharding import is_writer
@@ -117,11 +117,20 @@ def markdown(comparison: Mapping[str, Mapping[str, Mapping[str, Any]]], models: 
   spaces = list(dict.fromkeys([m.space for m in models] + [b.space for b in benchmarks]))
   label = {sp: f"S{i + 1}" for i, sp in enumerate(spaces)}
   reasons: list[str] = []
+  notes: list[str] = []
+
+  def note(text):  # an R@K no rank can miss (metrics.NOTES): marked, and said under the table
+    if text is None:
+      return ""
+    if text not in notes:
+      notes.append(text)
+    return f" *{notes.index(text) + 1}"
 
   def cell(model: evaluate.Model, bench: evaluate.Benchmark) -> str:
     m = comparison[model.name][benchmark_key(bench)]
     if "n/a" not in m:
-      return " · ".join(f"{k} {v:.1f}" for k, v in m.items())
+      return " · ".join(f"{k} {v:.1f}" + note(m.get(metrics.NOTES, {}).get(k)) for k, v in m.items()
+                        if k != metrics.NOTES)
     if model.space != bench.space:
       return "other space"
     if m["n/a"] not in reasons:
@@ -135,6 +144,7 @@ def markdown(comparison: Mapping[str, Mapping[str, Mapping[str, Any]]], models: 
   lines += [f"| {m.name} ({label[m.space]}) | " + " | ".join(cell(m, b) for b in benchmarks) + " |" for m in models]
   lines += [""] + [f"{label[sp]}: {sp}" for sp in spaces]
   lines += [""] * bool(reasons) + [f"[{i + 1}] {r}" for i, r in enumerate(reasons)]
+  lines += [""] * bool(notes) + [f"*{i + 1} {n}" for i, n in enumerate(notes)]
   return "\n".join(lines)
 
 

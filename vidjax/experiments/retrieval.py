@@ -102,7 +102,7 @@ def run(config, workdir: str | Path) -> dict:
   relevant = bench.relevant()
   values = evaluate.evaluate_gallery(evaluate.CosineScorer(), {"text": text}, {"candidates": video}, relevant,
                                      query_chunk=config.eval.query_chunk, gallery_chunk=config.eval.gallery_chunk)
-  stage1 = {k: round(float(v), 4) for k, v in values.items() if k != "v2t_videos"}
+  stage1 = evaluate.rounded({k: v for k, v in values.items() if k != "v2t_videos"}, 4)  # with its notes
   metrics = {"stage1": stage1}
   index_info = {}
   if (config.index.backend, config.index.dtype) != ("jax", "float32"):  # the exact float32 index is stage1 itself
@@ -110,7 +110,7 @@ def run(config, workdir: str | Path) -> dict:
     k = min(10, len(bench.corpus))
     ranked = evaluate.evaluate_ranked(index, {index.query_key: text}, np.asarray(bench.corpus)[relevant], k,
                                       ks=[x for x in (1, 5, 10) if x <= k], chunk=config.eval.query_chunk)
-    metrics["stage1_index"] = {f"t2v_{key}": round(v, 4) for key, v in ranked.items()}
+    metrics["stage1_index"] = evaluate.rounded(ranked, 4, prefix="t2v_")
     index_info = {"index": {"backend": index.backend, "dtype": index.dtype, "params": index.params,
                             "exact": index.exact}}
   results = common.results_dict(

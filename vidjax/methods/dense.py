@@ -285,7 +285,7 @@ def row_metrics(s: Session, model: DenseRetriever, params: Any) -> dict:
 
 
 def rounded(values: dict) -> dict:
-  return {k: round(float(values[k]), 2) for k in KEYS}
+  return evaluate.rounded(values, 2, KEYS)  # with the notes of an R@K no rank can miss
 
 
 def space(config, store: FeatureStore) -> str:

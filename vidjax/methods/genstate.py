@@ -266,7 +266,7 @@ def pool_inputs(triplets: Sequence[genstate.Triplet], query_emb: np.ndarray,
 def evaluate_methods(config, test: Sequence[genstate.Triplet], encoders_: Encoders) -> tuple[dict, dict]:
   """({method: all-queries metrics}, {subset: {method: metrics}}) with the results.json keys (§4.3 metrics in %,
   the relative-order histogram in counts)."""
-  keep = lambda m: {**{k: m[k] for k in METRICS}, "order_histogram": m["order_histogram"]}  # noqa: E731
+  keep = lambda m: {**evaluate.rounded(m, None, METRICS), "order_histogram": m["order_histogram"]}  # noqa: E731
   overall, subsets = {}, {}
   for name, (texts, videos) in encoders_.items():
     inputs = pool_inputs(test, texts([t.query for t in test]), videos)

@@ -255,9 +255,10 @@ def stacks(recall: DenseIndex, rerank: Stage, cast_scorer, config, corpus_size: 
 
 
 def row_metrics(result, corpus: Corpus, targets: Sequence[str], k: int = 10) -> dict[str, float]:
-  values = metrics.recall_from_ranked(result.ids[:, :k], np.asarray(targets))
+  """R@1/5/10 over the corpus (an R@K no rank can miss, K >= the corpus, with its note) and the confusion rates."""
+  values = metrics.recall_from_ranked(result.ids[:, :k], np.asarray(targets), corpus=len(corpus.ids))
   values.update(metrics.confusion_rates(corpus.kinds(result.ids, targets), k))
-  return {key: round(v, 4) for key, v in values.items()}
+  return evaluate.rounded(values, 4)
 
 
 def latency(stack: Stack, queries: dict, exclude: Sequence[Sequence[str]], n: int) -> dict[str, float]:

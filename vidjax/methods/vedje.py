@@ -796,7 +796,7 @@ def stage1_report(sess: Session) -> dict:
   c, test = sess.config, sess.test
   full = evaluate.evaluate_gallery(evaluate.CosineScorer(), {"text": test.text}, {"candidates": test.clip},
                                    test.query_video, query_chunk=c.eval.query_chunk, gallery_chunk=c.eval.gallery_chunk)
-  return {k: round(float(v), 2) for k, v in full.items() if k != "v2t_videos"}
+  return evaluate.rounded({k: v for k, v in full.items() if k != "v2t_videos"})  # with its notes
 
 
 def cache_bytes_report(sess: Session) -> tuple[dict, list[str]]:
