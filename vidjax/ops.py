@@ -68,6 +68,19 @@ def l2_normalize(x: Any, axis: int = -1) -> Any:
   return jnp.where(ok, y * jax.lax.rsqrt(jnp.where(ok, sq, 1.0)), 0.0).astype(out_dtype)
 
 
+def uninformative(vectors: Any) -> str | None:
+  """"zero" when every row of `vectors` [N, ...] is zero, "the same vector" when every row is one vector (N >= 2),
+  else None: such vectors rank nothing (every cosine ties). NumPy; no [N, D] temporary."""
+  x = np.asarray(vectors)
+  if x.ndim < 2 or len(x) < 2:
+    return None
+  x = x.reshape(len(x), -1)
+  high, low = x.max(axis=0), x.min(axis=0)
+  if not (high.any() or low.any()):
+    return "zero"
+  return "the same vector" if np.array_equal(high, low) else None
+
+
 def cosine(queries: Any, candidates: Any) -> Any:
   """Cosine similarity of queries with candidates (jax, float32).
 

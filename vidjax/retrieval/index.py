@@ -64,18 +64,6 @@ def manifest_digest(manifest: Mapping[str, Any]) -> str:
                         ).hexdigest()
 
 
-def uninformative(vectors: np.ndarray) -> str | None:
-  """"zero" when every row of `vectors` [N, ...] is zero, "the same vector" when every row is one vector (N >= 2),
-  else None: such vectors rank nothing (every cosine ties), as stage-1 retrieval refuses them."""
-  x = np.asarray(vectors).reshape(len(vectors), -1)
-  if len(x) < 2:
-    return None
-  high, low = x.max(axis=0), x.min(axis=0)
-  if not (high.any() or low.any()):
-    return "zero"
-  return "the same vector" if np.array_equal(high, low) else None
-
-
 def _npz_bytes(**arrays) -> bytes:
   buf = _io.BytesIO()
   np.savez(buf, **arrays)
@@ -296,8 +284,8 @@ class StackIndex:
     return arrays
 
   def _informative(self, name: str, vectors: np.ndarray, what: str) -> None:
-    """Refuses vectors that rank nothing (`uninformative`), as stage-1 retrieval does."""
-    problem = uninformative(vectors)
+    """Refuses vectors that rank nothing (`ops.uninformative`), as stage-1 retrieval does."""
+    problem = ops.uninformative(vectors)
     if problem:
       raise ValueError(f"index {self.path}: {name}: all {len(vectors)} {what} vectors are {problem}; they rank "
                        "nothing (every score ties): rebuild the index from features that do (re-extract them)")
