@@ -1,6 +1,8 @@
 """Inputs that used to give silently wrong results now give one clear error naming the file/store and key/id."""
 import json
+import os
 from pathlib import Path
+import re
 
 import numpy as np
 import pytest
@@ -80,7 +82,7 @@ def test_a_negative_seed_is_one_clear_error(tmp_path):
   from vidjax.experiments.common import load_config
   config = load_config(Path(__file__).resolve().parents[1] / "configs/retrieval_msrvtt.py:smoke")
   config.seed = -1  # used to fail inside NumPy without naming the key
-  with pytest.raises(ValueError, match=r"config.seed=-1 is invalid: expected a non-negative integer"):
+  with pytest.raises(ValueError, match=r"config.seed=-1 is invalid: expected an integer in \[0, 2\*\*32 - 1\]"):
     retrieval.run(config, tmp_path / "run")
   assert not (tmp_path / "run").exists()  # validated before anything is written
 
@@ -286,6 +288,222 @@ def test_a_workdir_that_is_a_file_is_one_clear_error(tmp_path):
   for workdir in (tmp_path / "f", tmp_path / "f" / "run"):
     with pytest.raises(FileExistsError, match=rf"--workdir {workdir}: {tmp_path / 'f'} is a file, not a folder"):
       common.start_run(config, workdir, lambda c: None)
+
+
+# One interpreter for every command-line case: it imports vidjax.main once and forks a child per case, which runs
+# `entry()` with that command line (each is a fresh parse; none gets past the command line and the config file).
+_CLI_DRIVER = r"""
+import json, os, sys
+from vidjax import main
+out = []
+for argv in json.loads(sys.argv[1]):
+  r, w = os.pipe()
+  pid = os.fork()
+  if pid == 0:
+    os.close(r)
+    os.dup2(w, 1)
+    os.dup2(w, 2)
+    sys.argv = ["vidjax.main", *argv]
+    code = 0
+    try:
+      main.entry()
+    except SystemExit as e:
+      code = e.code if isinstance(e.code, int) else 1
+    except BaseException:
+      import traceback
+      traceback.print_exc()
+      code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+  os.close(w)
+  text = b""
+  while chunk := os.read(r, 65536):
+    text += chunk
+  os.close(r)
+  out.append({"rc": os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]), "output": text.decode()})
+print(json.dumps(out))
+"""
+
+
+def _cli_cases(cases, env=None):
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  proc = subprocess.run([sys.executable, "-c", _CLI_DRIVER, json.dumps(cases)], cwd=ROOT, capture_output=True,
+                        text=True, timeout=120, env=dict(os.environ, JAX_PLATFORMS="cpu", **(env or {})))
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_command_line_and_config_file_errors_are_one_line_and_exit_2(tmp_path):
+  """A config file with a syntax error, without get_config, or whose get_config returns a dict or names an unknown
+  experiment, and a command line without --workdir, with an empty one or an extra argument: each used to print a
+  traceback or absl's usage screen with exit status 1. Now one line, exit 2, before any JAX work."""
+  (tmp_path / "syntax.py").write_text("def get_config(arg=None:\n  pass\n")
+  (tmp_path / "none.py").write_text("X = 1\n")
+  (tmp_path / "dict.py").write_text("def get_config(arg=None):\n  return {'experiment': 'cast'}\n")
+  (tmp_path / "typo.py").write_text("def get_config(arg=None):\n  return configdict\n")
+  (tmp_path / "unknown.py").write_text("import ml_collections\n\ndef get_config(arg=None):\n"
+                                       "  return ml_collections.ConfigDict({'experiment': 'castt', 'seed': 0})\n")
+  w = str(tmp_path / "w")
+  cases = {
+      "syntax": (["--config", str(tmp_path / "syntax.py"), "--workdir", w],
+                 rf"--config {tmp_path}/syntax.py: {tmp_path}/syntax.py:1: SyntaxError: "),
+      "none": (["--config", str(tmp_path / "none.py"), "--workdir", w], r"the file defines no get_config\(arg\)"),
+      "dict": (["--config", str(tmp_path / "dict.py"), "--workdir", w],
+               r"dict.py: get_config returned a dict, not an ml_collections.ConfigDict"),
+      "typo": (["--config", str(tmp_path / "typo.py"), "--workdir", w],
+               r"typo.py:2: NameError: name 'configdict' is not defined"),
+      "unknown": (["--config", str(tmp_path / "unknown.py"), "--workdir", w],
+                  r"unknown.py: config.experiment='castt' is not one of \['backbone', 'cast',"),
+      "no workdir": (["--config", "configs/cast_coin.py:smoke"], r"--workdir is required"),
+      "empty workdir": (["--config", "configs/cast_coin.py:smoke", "--workdir="], r"--workdir is empty \(''\)"),
+      "extra argument": (["--config", "configs/cast_coin.py:smoke", "--workdir", w, "smoke"],
+                         r"unexpected argument\(s\) 'smoke'"),
+      "no config": (["--workdir", w], r"--config is required"),
+  }
+  results = _cli_cases([args for args, _ in cases.values()])
+  for (name, (_, pattern)), got in zip(cases.items(), results):
+    lines = got["output"].strip().splitlines()
+    assert got["rc"] == 2 and len(lines) == 1 and lines[0].startswith("vidjax: error: "), (name, got["output"][-2000:])
+    assert re.search(pattern, lines[0]), (name, lines[0])
+  assert not (tmp_path / "w").exists()
+  debug = _cli_cases([cases["dict"][0]], env={"VIDJAX_DEBUG": "1"})[0]
+  assert debug["rc"] != 2 and "Traceback (most recent call last)" in debug["output"]
+
+
+def test_config_values_checked_only_after_training_are_refused_before_any_work(tmp_path):
+  """eval.chunk=0, a NaN or string in CAST's w_p_grid, a seed past 32 bits (PRNGKey(2**32) == PRNGKey(0): the run
+  silently repeated seed 0's) and num_frames=-1 used to pass the config checks and fail (or not) after training."""
+  from vidjax.experiments import common, extract, prepare  # pylint: disable=g-import-not-at-top
+  from vidjax.experiments.common import load_config  # pylint: disable=g-import-not-at-top
+  from vidjax.methods import cast  # pylint: disable=g-import-not-at-top
+  cases = [
+      ("cast_coin.py:smoke", "eval.chunk", 0, cast.validate, r"config.eval.chunk=0 is invalid: expected a positive "),
+      ("cast_coin.py:smoke", "eval.w_p_grid", (0.2, float("nan")), cast.validate,
+       r"config.eval.w_p_grid=\(0.2, nan\) is invalid: expected finite numbers >= 0"),
+      ("stack_coin.py:smoke", "eval.w_v_grid", (0.1, -0.5), cast.validate, r"config.eval.w_v_grid=\(0.1, -0.5\)"),
+      ("cast_coin.py:smoke", "seed", 2**32, cast.validate, r"config.seed=4294967296 is invalid: expected an integer in "
+                                                           r"\[0, 2\*\*32 - 1\]"),
+      ("cast_coin.py:smoke", "data.crosstask_split_seed", -1, cast.validate, r"config.data.crosstask_split_seed=-1"),
+      ("genstate_rendered.py:smoke", "extract.seed", 2**40, lambda c: None, r"config.extract.seed=1099511627776"),
+      ("prepare.py:smoke", "num_frames", -1, prepare.validate, r"config.num_frames=-1 is invalid: expected an integer "
+                                                               r">= 0"),
+      ("extract_videoprism.py:smoke", "num_frames", -1, extract.validate, r"config.num_frames=-1 is invalid"),
+      ("cast_coin.py:smoke", "train.num_state_negatives", -1, cast.validate,
+       r"config.train.num_state_negatives=-1 is invalid"),
+      ("vedje_msrvtt.py:smoke", "eval.query_chunk", 0, lambda c: None, r"config.eval.query_chunk=0 is invalid"),
+  ]
+  for i, (spec, key, value, validate, message) in enumerate(cases):
+    config = load_config(ROOT / "configs" / spec)
+    *parents, leaf = key.split(".")
+    section = config
+    for part in parents:
+      section = section[part]
+    with config.unlocked():
+      section[leaf] = value
+    if spec.startswith("prepare"):
+      config.data.update(videos=str(tmp_path), annotations=str(tmp_path / "none.json"))
+      (tmp_path / "none.json").write_text("{}")
+    with pytest.raises(ValueError, match=message):
+      common.start_run(config, tmp_path / f"run{i}", validate)
+    assert not (tmp_path / f"run{i}").exists(), spec
+  config = load_config(ROOT / "configs/vedje_msrvtt.py:smoke,seeds3")
+  config.seeds = (0, 2**32)
+  with pytest.raises(ValueError, match=r"config.seeds=\(0, 4294967296\) is invalid: expected two or more distinct "
+                                       r"integers in \[0, 2\*\*32 - 1\]"):
+    common.run_seeds(lambda c, w: None, config, tmp_path / "seeds")
+
+
+def test_a_folder_given_as_a_file_names_the_key(tmp_path):
+  """A folder where a key names a file (or a file where it names a folder) used to pass `check_inputs` and fail in
+  a reader, after the workdir was made, with IsADirectoryError naming no key."""
+  from vidjax.experiments import common  # pylint: disable=g-import-not-at-top
+  config = _msrvtt_run(tmp_path)
+  good = dict(config.data)
+  (tmp_path / "folder").mkdir()
+  config.data.annotations = str(tmp_path / "folder")
+  with pytest.raises(IsADirectoryError, match=rf"config.data.annotations: {tmp_path}/folder is a folder; it names "
+                                              "a file"):
+    common.start_run(config, tmp_path / "a", lambda c: None)
+  config.data.update(annotations=good["annotations"], features=good["annotations"])
+  with pytest.raises(NotADirectoryError, match=r"config.data.features: .*test.csv is a file; it names a folder"):
+    common.start_run(config, tmp_path / "b", lambda c: None)
+  from vidjax.experiments.common import load_config  # pylint: disable=g-import-not-at-top
+  comp = load_config(ROOT / "configs/comp_activitynet.py:smoke")
+  comp.model.spm_path = str(tmp_path / "folder")
+  with pytest.raises(IsADirectoryError, match=r"config.model.spm_path: .*folder is a folder; it names a file"):
+    common.start_run(comp, tmp_path / "c", lambda c: None)
+  assert not any((tmp_path / d).exists() for d in "abc")
+  from vidjax import main  # pylint: disable=g-import-not-at-top
+  try:
+    common.check_inputs(config)
+  except NotADirectoryError as e:
+    assert main.user_error(e).startswith("config.data.features: ")  # one line at the command line
+
+
+def test_a_storage_library_failure_is_one_summary_line(tmp_path):
+  """orbax / TensorStore errors (a checkpoint that does not read) used to print a trace of 60+ lines ending in a
+  tensorstore spec of 1,000 characters; the command line now prints one summary line (--debug: the trace)."""
+  import orbax.checkpoint as ocp  # pylint: disable=g-import-not-at-top
+  from vidjax import main, train  # pylint: disable=g-import-not-at-top
+  manager = ocp.CheckpointManager(tmp_path / "checkpoints")
+  manager.save(1, args=ocp.args.Composite(state=ocp.args.StandardSave({"params": {"w": np.zeros(3, np.float32)}})))
+  manager.wait_until_finished()
+  manager.close()
+  for path in (tmp_path / "checkpoints" / "1" / "state").rglob("manifest.ocdbt"):
+    path.write_bytes(b"garbage")
+  with pytest.raises(Exception) as err:  # whatever orbax raises
+    train.load_params(tmp_path)
+  line = main.user_error(err.value)
+  assert line is not None and "\n" not in line and len(line) < 700, line
+  assert line.startswith("checkpoint storage failed in train.py:") and "tensorstore_spec" not in line
+  assert "--debug" in line
+  assert main.storage_error(ValueError("plain")) is None
+
+
+def test_sizes_the_data_cannot_fill_are_clipped_and_recorded_or_refused(tmp_path):
+  """CAST's negatives per instance past what the CVR files mine (3) only added zero-vector slots to every loss; the
+  stack's and VEDJE's k past the corpus were used clipped while the tables named the k asked for."""
+  from vidjax import main  # pylint: disable=g-import-not-at-top
+  from vidjax.defaults.common import clip_to_data  # pylint: disable=g-import-not-at-top
+  from vidjax.experiments import stack  # pylint: disable=g-import-not-at-top
+  from vidjax.experiments.common import load_config  # pylint: disable=g-import-not-at-top
+  from vidjax.methods import vedje  # pylint: disable=g-import-not-at-top
+  config = load_config(ROOT / "configs/cast_coin.py:smoke")
+  config.train.num_state_negatives = 5
+  plan = main.run(config, tmp_path / "cast", check=True)  # stops before training: the data read, every size fitted
+  assert plan["clipped"]["train.num_state_negatives"] == [5, 3]
+  assert plan["config"]["train"]["num_state_negatives"] == 3
+  config.strict = True
+  with pytest.raises(ValueError, match=r"config.train.num_state_negatives=5 does not fit the data: at most 3 fits "
+                                       r"\(the most state negatives a training instance .* holds: 3\); strict=True"):
+    main.run(config, tmp_path / "cast_strict", check=True)
+  # The k of VEDJE's rerank and of the stack's stages: clipped to the gallery / corpus, the used k in the config.
+  v = load_config(ROOT / "configs/vedje_msrvtt.py:smoke")
+  out, clipped = clip_to_data(v, {**vedje.limits(v, 100), **vedje.gallery_limits(7)}, say=False)
+  assert clipped == {"eval.k": [10, 7], "eval.cost_k": [100, 7]} and out.eval.k == 7
+  s = load_config(ROOT / "configs/stack_coin.py:smoke")
+  out, clipped = clip_to_data(s, stack.limits(30), say=False)
+  assert clipped == {"stack.k_recall": [50, 30], "stack.rerank_k": [50, 30]}  # rerank_k_sweep (20,) and k 10 fit
+  assert out.stack.k_recall == out.stack.rerank_k == 30
+  with pytest.raises(ValueError, match=r"config.stack.k_recall=50 does not fit the data: nothing fits"):
+    clip_to_data(s, stack.limits(8), say=False)
+
+
+def test_provenance_names_the_backbone_as_built(tmp_path):
+  """A store extracted by the tiny smoke VideoPrism was reported as `videoprism_lvt_public_v1_base`."""
+  from vidjax.data import provenance  # pylint: disable=g-import-not-at-top
+  store = write_arrays(tmp_path / "store", {"clip": (["a", "b"], np.eye(2, dtype=np.float32))},
+                       {"backbone": "videoprism_lvt_public_v1_base", "random_init": True,
+                        "model_overrides": {"model_dim": 32, "num_heads": 2, "pos_emb_shape": [4, 2, 2]}})
+  built = provenance.real_path(tmp_path / "run", store, [])["provenance"]
+  assert built["backbone"] == ("videoprism_lvt_public_v1_base with model_dim=32, num_heads=2, pos_emb_shape=(4, 2, 2) "
+                               "(random init)")
+  assert built["model_overrides"] == {"model_dim": 32, "num_heads": 2, "pos_emb_shape": [4, 2, 2]}
+  plain = write_arrays(tmp_path / "plain", {"clip": (["a", "b"], np.eye(2, dtype=np.float32))},
+                       {"backbone": "videoprism_lvt_public_v1_base", "random_init": False})
+  assert provenance.real_path(tmp_path / "run2", plain, [])["provenance"]["backbone"] == "videoprism_lvt_public_v1_base"
 
 
 @pytest.mark.parametrize("wrapped", [False, True])  # orbax / tensorstore may wrap the OSError in their own types

@@ -14,13 +14,23 @@ ROOT = Path(__file__).resolve().parents[1]
 KINDS = tuple(METHODS)
 
 
+def _files(folder: Path) -> dict:
+  """{path: (size, mtime)} of every file under `folder` (what a reader must leave as it was)."""
+  return {p: (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*") if p.is_file()}
+
+
 @pytest.fixture(scope="module")
 def compared(smoke_runs, tmp_path_factory):
   runs = {k: smoke_runs(k) for k in KINDS}
   config = load_config(ROOT / "configs/evaluate_all.py")
   config.workdirs = tuple(str(runs[k][0]) for k in KINDS)
   workdir = tmp_path_factory.mktemp("evaluate_all")
-  return runs, workdir, E.run(config, workdir)
+  before = {k: _files(runs[k][0]) for k in KINDS}
+  results = E.run(config, workdir)
+  after = {k: _files(runs[k][0]) for k in KINDS}
+  runs["touched"] = {k: sorted(str(p) for p in before[k].keys() | after[k].keys()
+                               if before[k].get(p) != after[k].get(p)) for k in KINDS}
+  return runs, workdir, results
 
 
 def _close(cell, expected, keys, scale=1.0):
@@ -30,6 +40,7 @@ def _close(cell, expected, keys, scale=1.0):
 
 def test_every_cell_is_metrics_or_a_reason_and_matches_the_runs_own_numbers(compared):
   runs, workdir, results = compared
+  assert runs["touched"] == {k: [] for k in KINDS}  # evaluate_all wrote nothing in the runs it read
   table = json.loads((workdir / "comparison.json").read_text())
   assert table == results["metrics"] and results["synthetic"] is True
   names = {f"{r}/{m}" for r, ms in (("cast_coin", ("cast", "zero_shot")),
@@ -197,18 +208,71 @@ def test_a_new_method_is_one_table_entry_plus_its_own_files(tmp_path, monkeypatc
 
 def test_a_model_that_cannot_encode_a_benchmark_of_its_space_gets_a_reason():
   """Two runs on one store share its space but key their items differently (VEDJE's captions by id, a VideoComp
-  benchmark's texts by row): the cell says so instead of a bare KeyError."""
+  benchmark's videos by row): the cell says so, decided from the keys before anything is encoded; an error while
+  scoring stays an error (it used to be caught as a KeyError and shown as n/a, whatever raised it)."""
   import numpy as np  # pylint: disable=g-import-not-at-top
-  ids = {"c1": 0, "c2": 1}
-  table = np.eye(2, dtype=np.float32)
+  ids = {"c1": 0, "c2": 1, "c3": 2}
+  table = np.eye(3, dtype=np.float32)
   encode = lambda ks: table[[ids[k] for k in ks]]  # noqa: E731  keys by caption id
-  by_id = E.evaluate.dual_encoder("vedje_run/vedje_stage1", "store S", encode, encode)
-  rows = E.evaluate.Benchmark("R@K (comp_run)", "gallery", "store S", ([0, 1], [0, 1], np.arange(2)))
-  own = E.evaluate.Benchmark("R@K (vedje_run)", "gallery", "store S", (["c1", "c2"], ["c1", "c2"], np.arange(2)))
-  table_ = E.compare([by_id], [rows, own])
+  by_id = E.evaluate.dual_encoder("vedje_run/vedje_stage1", "store S", encode, encode, keys=E.evaluate.STORE_IDS,
+                                  texts=ids, videos=ids)
+
+  def never(keys):
+    raise AssertionError(f"encoded {keys} of a benchmark it cannot read")
+
+  by_row = E.evaluate.dual_encoder("comp_run/negclip", "store S", never, never, keys="the items of run comp_run",
+                                   videos=range(2))
+  rows = E.evaluate.Benchmark("R@K (comp_run)", "gallery", "store S", (["a b", "c d"], [0, 1], np.arange(2)),
+                              keys="the items of run comp_run")
+  own = E.evaluate.Benchmark("R@K (vedje_run)", "gallery", "store S", (["c1", "c2"], ["c1", "c2"], np.arange(2)),
+                             keys=E.evaluate.STORE_IDS)
+  other_split = E.evaluate.Benchmark("R@K (dense_run)", "gallery", "store S", (["c1", "c9"], ["c1", "c2"], [0, 1]),
+                                     keys=E.evaluate.STORE_IDS)
+  table_ = E.compare([by_id], [rows, own, other_split])
   why = table_["vedje_run/vedje_stage1"][E.benchmark_key(rows)]["n/a"]
-  assert "cannot encode the items of R@K (comp_run)" in why and "0" in why
+  assert why.startswith("vedje_run/vedje_stage1 reads items keyed by the store's query") and "comp_run" in why
   assert table_["vedje_run/vedje_stage1"][E.benchmark_key(own)]["t2v_r1"] == 100.0
+  assert table_["vedje_run/vedje_stage1"][E.benchmark_key(other_split)]["n/a"].startswith(
+      "its encoders have no text item 'c9' (1 of the benchmark's 2 text keys")
+  assert "reads items keyed by the items of run comp_run" in E.cell(by_row, own)["n/a"]  # the comp run's IndexError
+  # An encoder that fails while scoring is a bug: its error, not a cell.
+  broken = E.evaluate.dual_encoder("vedje_run/broken", "store S", lambda ks: {}[ks[0]], encode,
+                                   keys=E.evaluate.STORE_IDS)
+  with pytest.raises(KeyError):
+    E.cell(broken, own)
+
+
+def _fake_run(root: Path, name: str, experiment: str) -> Path:
+  run = root / name
+  run.mkdir(parents=True)
+  (run / "results.json").write_text("{}")
+  (run / "config.json").write_text(json.dumps({"experiment": experiment, "name": name}))
+  return run
+
+
+def test_a_run_list_that_cannot_be_compared_is_refused_before_anything_loads(tmp_path, monkeypatch):
+  """Two workdirs of one config name (their models' names collide) used to be found after every run had loaded
+  (minutes of checkpoints); a workdir given twice likewise; an evaluate_all workdir inside a run it reads wrote its
+  files into that run."""
+  loaded = []
+  monkeypatch.setattr(E, "load_run", lambda d: loaded.append(d) or ([], []))
+  a = _fake_run(tmp_path / "x", "cast_coin", "cast")
+  b = _fake_run(tmp_path / "y", "cast_coin", "cast")
+  config = load_config(ROOT / "configs/evaluate_all.py")
+  config.workdirs = (str(a), str(b))
+  with pytest.raises(ValueError, match=r"config.workdirs: .*x/cast_coin and .*y/cast_coin are both runs named "
+                                       r"'cast_coin'"):
+    E.run(config, tmp_path / "out")
+  config.workdirs = (str(a), str(a))
+  with pytest.raises(ValueError, match=r"config.workdirs: .*x/cast_coin is given twice"):
+    E.run(config, tmp_path / "out")
+  config.workdirs = (str(a),)
+  with pytest.raises(ValueError, match=r"--workdir .*x/cast_coin/comparison is inside the run .*x/cast_coin it reads"):
+    E.run(config, a / "comparison")
+  config.workdirs = (str(a), str(_fake_run(tmp_path, "retrieval_run", "retrieval")))
+  with pytest.raises(ValueError, match="experiment 'retrieval' has no models to compare"):
+    E.run(config, tmp_path / "out")
+  assert loaded == [] and not (tmp_path / "out").exists() and not (a / "comparison").exists()
 
 
 def test_a_shared_stores_skipped_videos_count_once(tmp_path):
@@ -230,3 +294,61 @@ def test_a_shared_stores_skipped_videos_count_once(tmp_path):
   assert out["path"] == "real" and [r["name"] for r in out["runs"]] == ["vedje_msrvtt", "comp_msrvtt", "cast_coin"]
   assert [p["store"] for p in out["provenance"]["stores"]] == ["/s/a", "/s/b"]
   assert out["runs"][0]["provenance"]["fingerprint"] == "/s/a-fp" and out["runs"][0]["synthetic"] is False
+
+
+_SUITES = {"rows_suite": """
+import numpy as np
+from vidjax import evaluate
+
+ROWS = np.eye(3, dtype=np.float32)
+TEXTS = {"a": 0, "bb": 1, "ccc": 2}
+
+
+def suite(config, workdir):  # VideoComp's way: videos by evaluation-input row, texts by paragraph
+  encode = lambda keys: ROWS[list(keys)]  # a string key: IndexError, as methods/comp.py raised
+  model = evaluate.dual_encoder("negclip", "the feature store /s", lambda texts: ROWS[[TEXTS[t] for t in texts]],
+                                encode, videos=range(3))
+  return [model], [evaluate.Benchmark("R@K (comp_run)", "gallery", "the feature store /s",
+                                      (list(TEXTS), [0, 1, 2], np.arange(3)))]
+""", "ids_suite": """
+import numpy as np
+from vidjax import evaluate
+
+IDS = {"v0": 0, "v1": 1, "v2": 2}
+
+
+def suite(config, workdir):  # dense's and VEDJE's way: the store's query ids and video ids
+  from pathlib import Path
+  from vidjax.data import provenance
+  from vidjax.data.features import write_arrays
+  store = write_arrays(Path(workdir).parent / "store", {"clip": (list(IDS), np.eye(3, dtype=np.float32))})
+  provenance.check_store(workdir, store, ["clip"])  # a run's suite reads its data as the run did: these wrote
+  provenance.real_path(workdir, store, ["v9"])      # store.json and skipped_videos.txt into the run it read
+  encode = lambda keys: np.eye(3, dtype=np.float32)[[IDS[k] for k in keys]]
+  model = evaluate.dual_encoder("dense_backbone", "the feature store /s", encode, encode, keys=evaluate.STORE_IDS,
+                                texts=IDS, videos=IDS)
+  return [model], [evaluate.Benchmark("R@K (dense_run)", "gallery", "the feature store /s",
+                                      (list(IDS), list(IDS), np.arange(3)), keys=evaluate.STORE_IDS)]
+"""}
+
+
+def test_runs_on_one_store_keyed_differently_get_reasons_not_a_crash(tmp_path, monkeypatch):
+  """A VideoComp run sharing a store with dense / VEDJE runs crashed evaluate_all with an IndexError in
+  methods/comp.py (its video encoder indexed rows with the other run's video ids); a run's own items are now keyed
+  by the run, so each model reads its own and the shared-id runs' benchmarks, and says why not the others'."""
+  for module, text in _SUITES.items():
+    (tmp_path / f"{module}.py").write_text(text)
+    monkeypatch.setitem(METHODS, module, Method(module, module, "none.py", suite_module=module))
+  monkeypatch.syspath_prepend(str(tmp_path))
+  config = load_config(ROOT / "configs/evaluate_all.py")
+  config.workdirs = (str(_fake_run(tmp_path, "comp_run", "rows_suite")),
+                     str(_fake_run(tmp_path, "dense_run", "ids_suite")))
+  before = _files(tmp_path / "dense_run")
+  table = E.run(config, tmp_path / "out")["metrics"]
+  assert _files(tmp_path / "dense_run") == before  # evaluate_all wrote nothing in a run it read
+  assert table["comp_run/negclip"]["R@K (comp_run) [SYNTHETIC]"]["t2v_r1"] == 100.0
+  assert table["dense_run/dense_backbone"]["R@K (dense_run) [SYNTHETIC]"]["t2v_r1"] == 100.0
+  why = table["comp_run/negclip"]["R@K (dense_run) [SYNTHETIC]"]["n/a"]
+  assert why == (f"comp_run/negclip reads items keyed by the items of run {tmp_path / 'comp_run'}; R@K (dense_run)'s "
+                 "are keyed by the store's query (caption) ids and video ids (one store, but not one key space)")
+  assert "keyed by the items of run" in table["dense_run/dense_backbone"]["R@K (comp_run) [SYNTHETIC]"]["n/a"]

@@ -355,8 +355,11 @@ def test_changed_resolution_into_same_store_is_refused(videoprism_run):
   config, _, tmp, _ = videoprism_run
   config = config.copy_and_resolve_references()
   config.resolution = 54
-  with pytest.raises(ValueError, match="resolution=36 but this run uses resolution=54"):
+  with pytest.raises(ValueError, match=r"made by a different config \(changed: resolution\)"):  # the workdir's record
     experiment.run(config, str(tmp / "work"))
+  config.store = str(tmp / "work" / "features")  # the same store from another workdir: the store's own check
+  with pytest.raises(ValueError, match="resolution=36 but this run uses resolution=54"):
+    experiment.run(config, str(tmp / "work2"))
 
 
 def test_wrong_checkpoint_is_a_clear_error(tmp_path):

@@ -37,7 +37,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Any, Callable, Mapping, Optional, Protocol, Sequence
+from typing import Any, Callable, Collection, Mapping, Optional, Protocol, Sequence
 
 import jax
 import numpy as np
@@ -454,42 +454,102 @@ class Benchmark:
     comp      {type: (video keys [Q], positive text keys [Q], negative text keys [Q])};
     genstate  {subset: (query text keys [Q], candidate video keys [Q, C]: main, temporal, semantic, distractors)};
     gallery   (query text keys [Q], gallery video keys [V], relevant int [Q]: each query's gallery row).
+  `keys`: what those keys name (`EMBEDDINGS`, `STORE_IDS`, `PROMPTS`, or "": this run's own items).
   """
   name: str
   kind: str
   space: str
   data: Any
   synthetic: bool = True
+  keys: str = ""
 
   def __post_init__(self):
     if self.kind not in BENCHMARK_KINDS:
       raise ValueError(f"benchmark {self.name!r}: kind {self.kind!r} is not one of {BENCHMARK_KINDS}")
 
 
+# What a benchmark's item keys name (`Benchmark.keys`, `Model.keys`): a model reads a benchmark only in its own key
+# space, so rows of one run are never read as rows of another. "" = the run's own items (evaluate_all names them by
+# the run's workdir); the shared ones:
+EMBEDDINGS = "the space's raw embeddings (CVR arrays carry them; no keys)"
+STORE_IDS = "the store's query (caption) ids and video ids"
+PROMPTS = "prompt texts and the store's video ids"
+
+
 @dataclasses.dataclass
 class Model:
   """A trained model as the comparison sees it: the space its inputs live in and, per benchmark kind, a
-  function `data -> metrics`; `reasons[kind]` says why it takes no benchmark of a kind it lacks."""
+  function `data -> metrics`; `reasons[kind]` says why it takes no benchmark of a kind it lacks. `keys`: the key
+  space its evaluators read (see `Benchmark`); `reads(kind, data)`: why it cannot read those items (a key its
+  encoders do not have, another split), or None; both are decided before anything is scored."""
   name: str
   space: str
   evaluators: Mapping[str, Callable[[Any], Mapping[str, Any]]]
   reasons: Mapping[str, str] = dataclasses.field(default_factory=dict)
+  keys: str = ""
+  reads: Optional[Callable[[str, Any], Optional[str]]] = None
+
+  def cannot(self, bench: Benchmark) -> Optional[str]:
+    """Why this model cannot score `bench`, or None: another space, a kind it has no evaluator for, another key
+    space, or items its encoders do not have (`reads`). Decided from the benchmark's keys, before any scoring."""
+    if bench.space != self.space:
+      return f"trained on {self.space}; this benchmark's inputs are {bench.space}"
+    if bench.kind not in self.evaluators:
+      return self.reasons.get(bench.kind, f"{self.name} has no {bench.kind} evaluation")
+    if bench.keys != self.keys:
+      return f"{self.name} reads items keyed by {self.keys or 'its own run'}; {bench.name}'s are keyed by " \
+             f"{bench.keys or 'its own run'} (one store, but not one key space)"
+    return self.reads(bench.kind, bench.data) if self.reads is not None else None
 
   def evaluate(self, bench: Benchmark) -> dict[str, Any]:
-    """The shown metrics of `bench` (rounded), or {"n/a": why this model cannot take it}."""
-    if bench.space != self.space:
-      return {"n/a": f"trained on {self.space}; this benchmark's inputs are {bench.space}"}
-    if bench.kind not in self.evaluators:
-      return {"n/a": self.reasons.get(bench.kind, f"{self.name} has no {bench.kind} evaluation")}
+    """The shown metrics of `bench` (rounded), or {"n/a": why this model cannot take it} (`cannot`); any error
+    while scoring is an error."""
+    why = self.cannot(bench)
+    if why is not None:
+      return {"n/a": why}
     out = self.evaluators[bench.kind](bench.data)
     return rounded(out, 2, SHOWN[bench.kind])
 
 
+def item_keys(kind: str, data: Any) -> tuple[list, list]:
+  """(text keys, video keys) of a comp, genstate or gallery benchmark's `data` (see `Benchmark`)."""
+  def flat(*parts):
+    out = []
+    for part in parts:
+      out += flat(*part) if isinstance(part, (list, tuple, np.ndarray)) else [part]
+    return out
+  if kind == "comp":
+    return flat(*(t for _, p, n in data.values() for t in (p, n))), flat(*(v for v, _, _ in data.values()))
+  if kind == "genstate":
+    return flat(*(q for q, _ in data.values())), flat(*(pool for _, pool in data.values()))
+  if kind == "gallery":
+    return flat(data[0]), flat(data[1])
+  raise ValueError(f"item_keys: benchmark kind {kind!r} has no item keys (one of comp, genstate, gallery)")
+
+
+def missing_keys(kind: str, data: Any, texts: Optional[Collection] = None,
+                 videos: Optional[Collection] = None) -> Optional[str]:
+  """Why encoders that know the keys `texts` / `videos` (None: any key, e.g. a text tower) cannot read `data`:
+  the first keys they lack and how many; None when they know every one."""
+  text_keys, video_keys = item_keys(kind, data)
+  for what, known, wanted in (("text", texts, text_keys), ("video", videos, video_keys)):
+    if known is None:
+      continue
+    known = known if isinstance(known, (set, frozenset, Mapping)) else set(known)
+    absent = list(dict.fromkeys(k for k in wanted if k not in known))
+    if absent:
+      return (f"its encoders have no {what} item {absent[0]!r} ({len(absent)} of the benchmark's "
+              f"{len(set(wanted))} {what} keys are not among the {len(known)} they have)")
+  return None
+
+
 def dual_encoder(name: str, space: str, encode_texts: Callable[[Sequence[Any]], np.ndarray],
-                 encode_videos: Callable[[Sequence[Any]], np.ndarray], chunk: int = DEFAULT_CHUNK) -> Model:
+                 encode_videos: Callable[[Sequence[Any]], np.ndarray], chunk: int = DEFAULT_CHUNK, *,
+                 keys: str = "", texts: Optional[Collection] = None, videos: Optional[Collection] = None) -> Model:
   """A `Model` from two encoders (keys -> [N, D] embeddings) scored by cosine: it takes comp (the video as
   the query, its two texts as candidates), genstate pools and gallery R@K; not CVR, whose arrays carry the
-  space's raw embeddings rather than keys."""
+  space's raw embeddings rather than keys. `keys`: the key space the encoders read (see `Benchmark`); `texts` /
+  `videos`: the keys each encoder knows (None: any), checked before scoring (`missing_keys`)."""
 
   def embed(fn, keys):
     flat = np.asarray(keys, dtype=object).reshape(-1)
@@ -514,4 +574,5 @@ def dual_encoder(name: str, space: str, encode_texts: Callable[[Sequence[Any]], 
                             {"candidates": embed(encode_videos, videos)}, np.asarray(relevant))
 
   return Model(name, space, {"comp": comp, "genstate": genstate, "gallery": gallery},
-               {"cvr": "CVR pools carry the space's raw embeddings; this encoder reads other inputs"})
+               {"cvr": "CVR pools carry the space's raw embeddings; this encoder reads other inputs"}, keys,
+               lambda kind, data: missing_keys(kind, data, texts, videos))

@@ -6,9 +6,12 @@ Reads an ml_collections config file (locked: an unknown `--config.<key>` is an e
 multi-host JAX when the environment asks for it, logs hosts and devices and calls the experiment's
 `run(config, workdir)`. Everything else is importable, so notebooks and tests call `run` directly.
 
-Errors about the user's input (a bad flag, config value or variant, a missing config file or input, a file where
-the workdir should be, a malformed annotation file, a full disk) print one line, `vidjax: ...`, on stderr and exit
-with status 2; `--debug` (or `VIDJAX_DEBUG=1`) shows the traceback. Anything else keeps its traceback (`entry`).
+Errors about the user's input (a bad flag, config value or variant, a missing config file or input, a config file
+that does not load or returns no ConfigDict, a missing or empty --workdir, an extra argument, a file where the
+workdir should be, a malformed annotation file, a full disk) print one line, `vidjax: ...`, on stderr and exit with
+status 2, the command line's and the config file's before JAX starts; orbax / TensorStore failures print one summary
+line (`storage_error`). `--debug` (or `VIDJAX_DEBUG=1`) shows the traceback. Anything else keeps its traceback
+(`entry`).
 """
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ from typing import Sequence
 
 from absl import app, flags, logging
 import jax
+import ml_collections
 from ml_collections import config_flags
 
 from vidjax import methods, sharding
@@ -60,7 +64,7 @@ def experiment(kind: str):
     return TOOLS[kind]
   if kind in methods.METHODS:
     return methods.METHODS[kind].run
-  raise ValueError(f"config.experiment={kind!r} is not one of {sorted([*TOOLS, *methods.METHODS])}")
+  raise ValueError(f"config.experiment={kind!r} is not one of {experiments_known()}")
 
 
 def experiments() -> dict:
@@ -85,12 +89,53 @@ def run(config, workdir: str, check: bool = False):
 _PARSED = []  # set once absl has parsed the flags: errors before that are the command line's
 
 
+def check_command_line(argv: Sequence[str], config, workdir: str | None, path: str | None) -> None:
+  """The command line and the config file's result, before any work (JAX is not initialized yet): one
+  `UsageProblem` naming what is wrong (an extra argument, a missing or empty --config / --workdir, a config file
+  whose get_config returned no ConfigDict, an unknown or missing `experiment`)."""
+  if len(argv) > 1:
+    raise UsageProblem(f"unexpected argument(s) {' '.join(map(repr, argv[1:]))}: give every value as a flag "
+                       "(--config FILE[:variants] --workdir DIR --config.<key>=VALUE)")
+  if config is None:
+    raise UsageProblem("--config is required: --config configs/<experiment>.py[:variants]")
+  if workdir is None:
+    raise UsageProblem("--workdir is required: the folder for the run's results, checkpoints and logs")
+  if not workdir.strip():
+    raise UsageProblem(f"--workdir is empty ({workdir!r}): name the folder for the run's results")
+  if not isinstance(config, ml_collections.ConfigDict):
+    try:  # ml_collections keeps an OSError raised while loading the file and raises it on first use
+      getattr(config, "experiment")
+    except OSError as e:
+      raise UsageProblem(f"--config {path}: {e.__cause__ or e}") from None
+    except AttributeError:
+      pass
+    raise UsageProblem(f"--config {path}: get_config returned a {type(config).__name__}, not an "
+                       "ml_collections.ConfigDict")
+  if "experiment" not in config:
+    raise UsageProblem(f"--config {path}: the config has no `experiment` key (one of {sorted(experiments_known())})")
+  try:
+    experiment(config.experiment)
+  except ValueError as e:
+    raise UsageProblem(f"--config {path}: {e}") from None
+
+
+class UsageProblem(ValueError):
+  """An error in the command line or in what the config file returned (`check_command_line`)."""
+
+
+def experiments_known() -> list[str]:
+  """The names `config.experiment` may take (no method module imported)."""
+  return sorted([*TOOLS, *methods.METHODS])
+
+
 def main(argv):
   _PARSED.append(True)
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  if _CONFIG.value is None or not _WORKDIR.value:
-    raise app.UsageError("both --config and --workdir are required")
+  try:
+    check_command_line(argv, _CONFIG.value, _WORKDIR.value, _config_file(sys.argv[1:]))
+  except UsageProblem as e:
+    if _debug(sys.argv[1:]):
+      raise
+    _fail(str(e))
   if not flags.FLAGS["verbosity"].present:  # library INFO logs (orbax) drown the tables; -v 0 restores
     logging.set_verbosity(logging.WARNING)
   sharding.initialize_distributed()
@@ -123,7 +168,8 @@ def _raised_by_vidjax(error: BaseException) -> bool:
     return False
   while tb.tb_next is not None:
     tb = tb.tb_next
-  name = tb.tb_frame.f_globals.get("__name__", "")
+  spec = tb.tb_frame.f_globals.get("__spec__")  # `python -m vidjax.main` runs this module as __main__
+  name = getattr(spec, "name", None) or tb.tb_frame.f_globals.get("__name__", "")
   return name == "vidjax" or name.startswith(("vidjax.", "vidjax_config_")) or name == "config_config"
 
 
@@ -135,10 +181,37 @@ def user_error(error: BaseException) -> str | None:
   if isinstance(error, OSError) and error.errno == errno.ENOSPC:
     text = str(error)  # e.g. "[Errno 28] No space left on device: '<path>'"
     return text if "no space left" in text.lower() else f"no space left on device: {text}"
+  storage = storage_error(error)
+  if storage is not None:
+    return storage
   if not isinstance(error, (ValueError, KeyError, OSError, FloatingPointError)) or not _raised_by_vidjax(error):
     return None
   text = error.args[0] if isinstance(error, KeyError) and error.args else error
   return " ".join(str(text).split("\n")).strip() or type(error).__name__
+
+
+STORAGE_LIBRARIES = ("orbax", "tensorstore")  # checkpoint I/O: their failures are the disk's or the files'
+
+
+def storage_error(error: BaseException) -> str | None:
+  """One summary line for an error raised inside orbax or TensorStore (a checkpoint that does not read, a folder
+  that cannot be written): what failed, where vidjax called it, and the first line of the library's message, its
+  tensorstore spec dropped; their traces run to hundreds of lines (`--debug` shows it). None for other errors."""
+  frames = list(_frames(error.__traceback__))
+  modules = [tb.tb_frame.f_globals.get("__name__", "") for tb in frames]
+  if not any(m.split(".")[0] in STORAGE_LIBRARIES for m in [*modules, type(error).__module__]):
+    return None
+  ours = [tb for tb, m in zip(frames, modules) if m == "vidjax" or m.startswith("vidjax.")]
+  where = ""
+  if ours:
+    code = ours[-1].tb_frame.f_code
+    where = f" in {Path(code.co_filename).name}:{ours[-1].tb_lineno} ({code.co_name})"
+  text = str(error).strip().splitlines()[0] if str(error).strip() else ""
+  text = re.sub(r"\s*\[tensorstore_spec=.*$", "", text)
+  if len(text) > 400:
+    text = text[:400] + " ..."
+  return (f"checkpoint storage failed{where}: {type(error).__name__}: {text} (orbax / TensorStore; --debug or "
+          f"{DEBUG_ENV}=1 shows the trace)")
 
 
 def _fail(message: str) -> None:
@@ -156,8 +229,32 @@ def _flag_error_line(error: Exception) -> str:
   return " ".join(text.split("\n"))
 
 
+def config_file_error(error: BaseException, path: str) -> str | None:
+  """The one line for an error raised while the config file `path` was loaded (a syntax error, a module without
+  get_config, any exception its code raised), naming the file and line; None when `error` did not come from it."""
+  if isinstance(error, SyntaxError):
+    where = f"{error.filename}:{error.lineno}" if error.filename else path
+    return f"--config {path}: {where}: {type(error).__name__}: {error.msg}"
+  if isinstance(error, AttributeError) and "has no attribute 'get_config'" in str(error):
+    return f"--config {path}: the file defines no get_config(arg) (a config file returns its ConfigDict from it)"
+  resolved = str(Path(path).resolve())
+  frames = [tb for tb in _frames(error.__traceback__) if str(Path(tb.tb_frame.f_code.co_filename).resolve())
+            == resolved]
+  if not frames:
+    return None
+  line = frames[-1].tb_lineno
+  return f"--config {path}:{line}: {type(error).__name__}: {' '.join(str(error).split())}"
+
+
+def _frames(tb):
+  while tb is not None:
+    yield tb
+    tb = tb.tb_next
+
+
 def _parse_flags(argv: list[str]) -> list[str]:
-  """absl's flag parsing, with a flag error as one line and exit status 2 (absl prints it under a usage banner)."""
+  """absl's flag parsing, with a flag error as one line and exit status 2 (absl prints it under a usage banner),
+  and so an error raised while loading the config file (`config_file_error`)."""
   try:
     return flags.FLAGS(argv)
   except flags.Error as e:
@@ -165,6 +262,12 @@ def _parse_flags(argv: list[str]) -> list[str]:
       raise
     print(f"vidjax: {_flag_error_line(e)}", file=sys.stderr, flush=True)
     sys.exit(2)
+  except Exception as e:  # pylint: disable=broad-except
+    path = _config_file(argv[1:])
+    message = None if _debug(argv[1:]) or path is None else config_file_error(e, path)
+    if message is None:
+      raise
+    _fail(message)
 
 
 def entry():

@@ -71,11 +71,12 @@ def get_config(dataset: str, arg: str | None, *, eval_split: str, identity_rule:
   c.dense = _dense()
   c.index = common.index_section()  # the dense recall stage's index (recall "dense"): exact by default
   # CAST's variants with `rendered` before `smoke` (they apply in this order whatever their order in `arg`), and
-  # `smoke` shrinking the stack's stages too.
+  # `smoke` shrinking the stack's stages too. `smoke` and `rendered` each set the VEDJE stage (the tiny world's or the
+  # rendered corpus's): one of them.
   known = {name: v for name, v in cast.known_variants(dataset, variants).items() if name != "smoke"}
   known["rendered"] = _rendered
   known["smoke"] = lambda cfg: (cast.smoke(cfg), _smoke(cfg))
-  return common.apply_variants(c, arg, known, f"configs/stack_{dataset}.py")
+  return common.apply_variants(c, arg, known, f"configs/stack_{dataset}.py", exclusive=(("smoke", "rendered"),))
 
 
 def _grdr(variants: str) -> ml_collections.ConfigDict:

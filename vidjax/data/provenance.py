@@ -2,6 +2,7 @@
 (`data.skip_missing`) and where its features came from (results.json's `path`, `provenance` and `skipped_videos`)."""
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -12,6 +13,25 @@ SKIP_FILE = "skipped_videos.txt"
 MARKER = "SYNTHETIC"  # what vidjax.worlds.release writes beside a rendered corpus's videos
 STORE_RECORD = "store.json"
 PREPARE = "python -m vidjax.main --config configs/prepare.py --config.dataset=DATASET"
+
+
+_READING: list[bool] = []  # set inside `reading()`
+
+
+@contextlib.contextmanager
+def reading():
+  """Within it a finished run is read, never written: `real_path` and `check_store` leave its workdir as it is
+  (`vidjax.experiments.evaluate_all` loads the runs it compares so; it writes only in its own workdir)."""
+  _READING.append(True)
+  try:
+    yield
+  finally:
+    _READING.pop()
+
+
+def writes() -> bool:
+  """Whether this process writes a run's provenance files: process 0, outside `reading()`."""
+  return is_writer() and not _READING
 
 
 def is_rendered(videos: str | Path) -> bool:
@@ -57,16 +77,35 @@ def skipped_line(skipped: Mapping[str, str], total: int, videos: str | Path, lis
   return f"{len(skipped)} of {total} videos are skipped: {reasons} (listed with the reason in {listing})"
 
 
+def backbone_as_built(metadata: Mapping[str, Any]) -> str:
+  """The backbone a store's features came from, as it was built: its config name plus the overrides of that
+  config's shape it was built with (the smoke model's `model_dim=32, num_heads=2, ...`: not the named base model),
+  and "random init" when no checkpoint was loaded. What results.json's `provenance.backbone` says."""
+  name = str(metadata.get("backbone", "") or "unknown")
+  overrides = metadata.get("model_overrides") or {}
+  if overrides:
+    name += " with " + ", ".join(f"{k}={tuple(v) if isinstance(v, list) else v}" for k, v in sorted(overrides.items()))
+  if metadata.get("random_init"):
+    name += " (random init)"
+  return name
+
+
+def store_provenance(store) -> dict:
+  """`store.provenance()` with the backbone named as built (`backbone_as_built`) and its `model_overrides`."""
+  return {**store.provenance(), "backbone": backbone_as_built(store.metadata),
+          "model_overrides": dict(store.metadata.get("model_overrides") or {})}
+
+
 def real_path(workdir: str | Path, store, skipped: Sequence[str]) -> dict:
   """results.json's keys of a run on a store: `path` ("real", or "world" for a store a world wrote), `provenance` (the store's backbone, checkpoint or
   `random_init`, path and fingerprint) and `skipped_videos` (count, and the file listing them)."""
   name = ""
   if skipped:
     name = SKIP_FILE
-    if is_writer():
+    if writes():
       io.atomic_write_text(Path(workdir) / SKIP_FILE, "".join(f"{v}\n" for v in skipped))
   path = "world" if "world" in store.metadata else "real"  # a world's store (`experiments.common.world_data`)
-  return {"path": path, "provenance": store.provenance(), "skipped_videos": {"count": len(skipped), "file": name}}
+  return {"path": path, "provenance": store_provenance(store), "skipped_videos": {"count": len(skipped), "file": name}}
 
 
 def store_benchmark(config, workdir: str | Path, store, bench, kinds: Sequence[str]):
@@ -92,7 +131,7 @@ def check_store(workdir: str | Path, store, kinds: Sequence[str]) -> None:
               or f"backbone {old['backbone']!r} -> {now['backbone']!r}")
       raise ValueError(f"workdir {workdir} was trained on other features than the store {store.root} now holds "
                        f"({what}): its checkpoints do not fit them; use a new --workdir")
-  elif is_writer():
+  elif writes():
     Path(workdir).mkdir(parents=True, exist_ok=True)
     io.atomic_write_json(path, now)
 

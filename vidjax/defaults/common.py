@@ -76,6 +76,9 @@ def apply_variants(config: ml_collections.ConfigDict, arg: str | None, variants:
   (`smoke`, `tiny`), then what picks the tables (`fast`, `all`, `sweep`, `seeds3`). So `smoke,world` and
   `world,smoke` are the same config (`smoke`), and the same names always give the same config. Two variants that
   contradict each other (each group of `exclusive`, e.g. `fast` and `all`) are one clear error, in any order.
+
+  `config.variants` records the names applied, in that order (results.json's `variants`: what a run was started
+  with); a workdir may change it between runs (`experiments.common.RESUMABLE_KEYS`: the values it set are compared).
   """
   chosen = set(parse_variants(arg, variants, where))
   for group in exclusive:
@@ -85,6 +88,7 @@ def apply_variants(config: ml_collections.ConfigDict, arg: str | None, variants:
   for name, variant in variants.items():
     if name in chosen:
       variant(config)
+  config.variants = tuple(name for name in variants if name in chosen)
   return config
 
 
@@ -136,6 +140,19 @@ def with_values(config, values: Mapping[str, Any]):
       section[leaf] = value
   out.lock()
   return out
+
+
+# The largest seed: JAX's x32 keys and NumPy's legacy generator take 32 bits (`jax.random.PRNGKey(2**32)` is
+# `PRNGKey(0)`: a larger seed would silently repeat a smaller one's run).
+MAX_SEED = 2**32 - 1
+
+
+def check_seed(config, key: str = "seed") -> None:
+  """`config.<key>` is an integer in [0, MAX_SEED]; else the one clear error naming the key."""
+  value = get_key(config, key)
+  if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 <= value <= MAX_SEED:
+    bad_value(key, value, f"an integer in [0, 2**32 - 1] (it seeds every random choice of the run; a larger one "
+              "would repeat a smaller one's run)")
 
 
 def check_choice(config, key: str, choices: Sequence[Any]) -> None:
@@ -212,16 +229,35 @@ RANGES: tuple[tuple[Callable[[str], bool], Callable[[float], bool], str], ...] =
 )
 
 
+# Integer leaves by their name, wherever they sit, checked likewise: a seed past 32 bits repeats a smaller one's run
+# (`MAX_SEED`), a chunk or batch of 0 fails only when the evaluation after training reaches it, and a negative frame
+# count reads as "the last frames" (0, where a config allows it, means its documented default).
+INTEGER_RANGES: tuple[tuple[Callable[[str], bool], Callable[[int], bool], str], ...] = (
+    (lambda n: n == "seed" or n.endswith("_seed"), lambda v: 0 <= v <= MAX_SEED,
+     "an integer in [0, 2**32 - 1] (a larger seed would repeat a smaller one's run)"),
+    (lambda n: n in ("chunk", "batch_size") or n.endswith(("_chunk", "_batch_size")), lambda v: v >= 1,
+     "a positive integer"),
+    (lambda n: n in ("frames", "num_frames"), lambda v: v >= 0, "an integer >= 0"),
+)
+
+
 def check_ranges(config) -> None:
-  """Every leaf whose name `RANGES` knows holds a number in its range; else one clear error naming the key.
-  None (a backend parameter left at the library's default) is not checked."""
+  """Every leaf whose name `RANGES` knows holds a number in its range, and every leaf whose name `INTEGER_RANGES`
+  knows an integer in its range; else one clear error naming the key. None (a backend parameter left at the
+  library's default) is not checked."""
   for key, value in _leaves(config):
     name = key.rpartition(".")[2]
+    if value is None:
+      continue
     for matches, ok, expected in RANGES:
-      if not matches(name) or value is None:
+      if not matches(name):
         continue
       number = isinstance(value, (int, float, np.number)) and not isinstance(value, (bool, np.bool_))
       if not number or not np.isfinite(value) or not ok(float(value)):
+        bad_value(key, value, expected)
+    for matches, ok, expected in INTEGER_RANGES:
+      if matches(name) and (isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer))
+                            or not ok(int(value))):
         bad_value(key, value, expected)
 
 

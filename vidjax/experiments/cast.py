@@ -24,6 +24,7 @@ from typing import Mapping
 import numpy as np
 
 from vidjax import sharding
+from vidjax.data import provenance
 from vidjax.experiments import common
 from vidjax.methods import cast
 from vidjax.worlds import procedural
@@ -77,7 +78,8 @@ def run(config, workdir: str | Path) -> dict:
       context_sweep={str(k): v for k, v in sorted(sweep.items())},
       **cast.diagnostics(evaluation, sweep_gaps),
       benchmark_stats=data.stats,
-      features={k: data.features.get(k) for k in ("backbone", "checkpoint_hash", "random_init")},
+      features={**{k: data.features.get(k) for k in ("checkpoint_hash", "random_init")},
+                "backbone": provenance.backbone_as_built(data.features)},
       data={"annotations": data_config.data.annotations, "features": data_config.data.features},
       **cast.result_path(data_config, workdir, data),
       seconds=round(time.time() - start, 1),

@@ -18,18 +18,22 @@ calls
   write_results(config, workdir, ...)    results.json (process 0) + printed tables
   pyplot() / save_figure(fig, path)      the one matplotlib setup (Agg, atomic PNG)
 
-`results.json` always holds `{"experiment", "dataset", "synthetic", "config", "metrics": {method: {metric:
-value}}}` (and, through `results_dict`, `clipped`), recalls and accuracies in percent; synthetic results say so
+`results.json` always holds `{"experiment", "dataset", "synthetic", "config", "variants", "metrics": {method:
+{metric: value}}}` (and, through `results_dict`, `clipped`; `variants`: the config file's variants the run was
+started with), recalls and accuracies in percent; synthetic results say so
 in the file, in the printed tables and in plot titles. The config carries the precision policy; on the real path `provenance.precision` also records it
 with the platform and device it ran on.
 """
 from __future__ import annotations
 
 import contextlib
+import datetime
 import functools
 import importlib.util
 import json
+import os
 from pathlib import Path
+import socket
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import jax
@@ -38,7 +42,7 @@ import jax.numpy as jnp
 from vidjax import io, train
 from vidjax.sharding import is_writer, on_writer
 from vidjax.defaults.common import (DataFits, bad_value, check_choice, check_heads, check_precision, check_ranges,
-                                    check_strict, checking, get_key, with_values)
+                                    MAX_SEED, check_seed, check_strict, checking, get_key, with_values)
 from vidjax.data.provenance import PREPARE
 
 REQUIRED_KEYS = ("experiment", "dataset", "synthetic", "path", "skipped_videos", "config", "metrics")
@@ -48,7 +52,8 @@ REQUIRED_KEYS = ("experiment", "dataset", "synthetic", "path", "skipped_videos",
 RESUMABLE_LEAVES = ("progress", "log_every", "checkpoint_every")
 RESUMABLE_SECTIONS = ("eval",)
 RESUMABLE_KEYS = ("precision.eval",  # evaluation's precision, by the same rule as `eval.*`
-                  "strict")  # refuses or clips (`clip_to_data`): the files depend on the values used, not on it
+                  "strict",  # refuses or clips (`clip_to_data`): the files depend on the values used, not on it
+                  "variants")  # the names (`apply_variants`): the values they set are compared one by one
 
 
 def load_config(spec: str | Path):
@@ -108,11 +113,16 @@ def precision_policy(run: Callable[..., Any]) -> Callable[..., Any]:
   """Decorates an experiment's `run(config, workdir)`: all of it runs at `config.precision.eval`, and the run
   wraps its training calls in `precision(config, "train")` and its backbone extraction in
   `precision(config, "extract")` (inner contexts win). So notebooks and tests that call `run` directly get the
-  same precision as `python -m vidjax.main`."""
+  same precision as `python -m vidjax.main`. When the run returns (or fails) the workdir locks it took
+  (`lock_workdir`, through `start_run`) are released."""
   @functools.wraps(run)
   def run_at_policy(config, workdir, *args, **kwargs):
-    with precision(config, "eval"):
-      return run(config, workdir, *args, **kwargs)
+    held = set(_LOCKS)  # a run nested in another (the stack's CAST half) leaves the outer run's lock alone
+    try:
+      with precision(config, "eval"):
+        return run(config, workdir, *args, **kwargs)
+    finally:
+      release_locks(held)
   run_at_policy.precision_policy = True  # what tests/test_precision.py checks of every experiment
   return run_at_policy
 
@@ -144,12 +154,15 @@ def start_run(config, workdir: str | Path, validate, resumable: Iterable[str] = 
        divide their width (`check_ranges`, `check_heads`), then the experiment's own `validate(config)`;
     2. the inputs: every file or folder a `data.*` key names exists (`check_inputs`), and a feature store holds
        every kind the run reads (`check_store_kinds`);
-    3. the workdir: created (a file of that name is one clear error), and refused when it holds the files of a
-       different config (`record_config`).
+    3. the workdir: created (a file of that name is one clear error), locked for this run (`lock_workdir`: a
+       second run there fails at once, naming the first's pid), and refused when it holds the files of a different
+       config (`record_config`).
 
   `resumable`: the experiment's own keys, besides the `RESUMABLE_*` rule, that its files do not depend on."""
-  if isinstance(config.get("seed"), bool) or not isinstance(config.get("seed"), int) or config.seed < 0:
-    bad_value("seed", config.get("seed"), "a non-negative integer (it seeds every random choice of the run)")
+  if "seed" not in config:
+    bad_value("seed", None, "an integer in [0, 2**32 - 1] (it seeds every random choice of the run)")
+  check_seed(config)
+  check_variants(config)
   check_precision(config)
   check_strict(config)
   check_ranges(config)
@@ -158,8 +171,102 @@ def start_run(config, workdir: str | Path, validate, resumable: Iterable[str] = 
   check_inputs(config)
   check_store_kinds(config)
   workdir = make_workdir(workdir)
+  lock_workdir(config, workdir, resumable)
   record_config(config, workdir, resumable)
   return workdir
+
+
+def check_variants(config) -> None:
+  """`config.variants` (what `apply_variants` recorded), where a config has it, is a tuple of names."""
+  value = config.get("variants", ())
+  if not isinstance(value, (tuple, list)) or not all(isinstance(v, str) and v for v in value):
+    bad_value("variants", value, "the tuple of variant names the config file applied (set by the file: give "
+              "variants after its name, --config FILE:a,b)")
+
+
+# ----------------------------------------------------------------------------------------------
+# One run per workdir: an exclusive lock on `<workdir>/LOCK_FILE` for as long as the run lives.
+
+LOCK_FILE = ".vidjax.lock"  # holds the holder's pid, host and start time (JSON), while the lock is held
+_LOCKS: dict[str, int] = {}  # resolved workdir -> this process's open, locked LOCK_FILE
+
+
+class WorkdirBusyError(OSError):
+  """Another live run holds the workdir's lock (`lock_workdir`)."""
+
+
+def _holder(path: Path) -> str:
+  """What the lock file says of the run holding it: "pid N on HOST since T" (or "pid unknown")."""
+  try:
+    info = json.loads(path.read_text())
+    return f"pid {info['pid']} on {info['host']} since {info['since']}"
+  except (OSError, ValueError, KeyError, TypeError):
+    return "pid unknown: it has just started"
+
+
+def lock_workdir(config, workdir: str | Path, resumable: Iterable[str] = ()) -> None:
+  """Takes an exclusive `fcntl.flock` on `<workdir>/.vidjax.lock` for this run (process 0 of a multi-process run;
+  the others write nothing there). The kernel releases it when the process dies, even by SIGKILL, so a stale file
+  never blocks; `precision_policy` releases it (and removes the file) when the run returns or fails.
+
+  A second live run in the same workdir fails at once, naming the holder's pid and host: with a different config
+  it says what changed (its files would be another config's); with the same config it says so (the rerun would
+  resume or re-evaluate the same files: wait for the first to finish). Nobody waits: a queued run would start on
+  files another process is writing. The same process may take it again (a run nested in another: a no-op)."""
+  import fcntl  # pylint: disable=g-import-not-at-top  (POSIX)
+  if not is_writer():
+    return
+  key = str(Path(workdir).resolve())
+  if key in _LOCKS:
+    return
+  path = Path(key) / LOCK_FILE
+  while True:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+      fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+      os.close(fd)
+      raise WorkdirBusyError(f"workdir {workdir} is in use by another run ({_holder(path)})"
+                             + _same(config, key, resumable)) from None
+    try:  # the holder before us may have removed the file after we opened it: lock the one at the path
+      same = os.path.samestat(os.fstat(fd), os.stat(path))
+    except FileNotFoundError:
+      same = False
+    if same:
+      break
+    os.close(fd)
+  os.ftruncate(fd, 0)
+  os.write(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                           "since": datetime.datetime.now().isoformat(timespec="seconds")}).encode())
+  _LOCKS[key] = fd
+
+
+def _same(config, key: str, resumable: Iterable[str]) -> str:
+  """The end of the busy error: whether the holder runs this config (by its pending or final config record)."""
+  workdir = Path(key)
+  record = next((workdir / r for r in (PENDING_RECORD, CONFIG_RECORD) if (workdir / r).is_file()), None)
+  if record is None:
+    return "; wait for it to finish, or use another --workdir"
+  try:
+    _compare(io.read_json(record, "workdir config record"), json.loads(config.to_json_best_effort()), workdir,
+             resumable)
+  except ValueError as e:
+    changed = str(e).partition("(changed: ")[2].partition(")")[0]
+    return f" with a different config (changed: {changed}); use another --workdir"
+  return "; it runs this same config: wait for it to finish (a rerun then resumes or re-evaluates it)"
+
+
+def release_locks(held: Iterable[str] = ()) -> None:
+  """Releases this process's workdir locks except those of `held` (the workdirs locked before a run began), each
+  file removed first, then closed: a run that opened it meanwhile finds it gone and locks a new one
+  (`lock_workdir`)."""
+  for key in set(_LOCKS) - set(held):
+    fd = _LOCKS.pop(key)
+    try:
+      os.unlink(Path(key) / LOCK_FILE)
+    except FileNotFoundError:
+      pass
+    os.close(fd)
 
 
 def make_workdir(workdir: str | Path) -> Path:
@@ -180,21 +287,57 @@ INPUT_KEYS = ("annotations", "train_annotations", "video_list", "train_video_lis
               "train_metadata", "available_videos", "captions", "release_eval", "release_train", "videos", "tokenizer",
               "import_features", "import_frames")
 LIST_KEYS = ("annotations", "train_annotations")
+# What each names: a folder (a store, a release's feature folders) or a file (an annotation or id list, a tokenizer);
+# the others (`videos`: a folder, a video or a clip list) may be either. `annotations` is a file but for CrossTask,
+# whose release is a folder.
+FOLDER_KEYS = ("features", "import_features", "import_frames")
+FILE_KEYS = ("annotations", "train_annotations", "video_list", "train_video_list", "metadata", "train_metadata",
+             "available_videos", "captions", "release_eval", "release_train", "tokenizer")
 
 
 def check_inputs(config) -> None:
-  """Every file or folder a `data.*` key of `INPUT_KEYS` names exists (a remote `gs://...` path is left to its
-  reader): one `FileNotFoundError` naming the key and the path, before the workdir is touched."""
+  """Every file or folder a `data.*` key of `INPUT_KEYS` names exists and is a file or a folder as the key says
+  (`FOLDER_KEYS`, `FILE_KEYS`; a remote `gs://...` path is left to its reader): one error naming the key and the
+  path, before the workdir is touched (a folder given as a file used to fail deep in a reader, after work)."""
   data = config.get("data")
   if not hasattr(data, "get"):  # a config without a data section
     return
+  crosstask = "crosstask" in (config.get("dataset"), data.get("format"))
   for key in INPUT_KEYS:
     value = data.get(key)
     if not isinstance(value, str) or not value:
       continue
     for path in ([p.strip() for p in value.split(",") if p.strip()] if key in LIST_KEYS else [value]):
-      if "://" not in path and not Path(path).exists():
+      if "://" in path:
+        continue
+      if not Path(path).exists():
         raise FileNotFoundError(f"config.data.{key}: no such file or folder: {path}")
+      if key in FOLDER_KEYS and not Path(path).is_dir():
+        raise NotADirectoryError(f"config.data.{key}: {path} is a file; it names a folder")
+      if key in FILE_KEYS and Path(path).is_dir() and not (key == "annotations" and crosstask):
+        raise IsADirectoryError(f"config.data.{key}: {path} is a folder; it names a file")
+  for key, value in _config_leaves(config):  # model files and folders in any section, where they exist
+    name = key.rpartition(".")[2]
+    if not isinstance(value, str) or not value or "://" in value or not Path(value).exists():
+      continue
+    if name in MODEL_FILES and Path(value).is_dir():
+      raise IsADirectoryError(f"config.{key}: {value} is a folder; it names a file")
+    if name in MODEL_FOLDERS and not Path(value).is_dir():
+      raise NotADirectoryError(f"config.{key}: {value} is a file; it names a folder")
+
+
+# Leaf names, in any section, of a model's files (a VideoPrism / LvT .npz, a SentencePiece model, a word-group
+# file) and folders (all-MiniLM-L6-v2's, a converted orbax checkpoint); their readers check that they exist.
+MODEL_FILES = ("checkpoint", "lvt_checkpoint", "spm_path", "lexicon")
+MODEL_FOLDERS = ("minilm_dir", "init_checkpoint")
+
+
+def _config_leaves(config, prefix: str = ""):
+  for name, value in config.items():
+    if hasattr(value, "items"):
+      yield from _config_leaves(value, f"{prefix}{name}.")
+    else:
+      yield f"{prefix}{name}", value
 
 
 # `data.*_kind` keys a run reads from `data.features`, and what each holds (a run writes `cache_kind` itself).
@@ -262,7 +405,8 @@ def _holds_outputs(workdir: Path) -> bool:
   """Whether `workdir` holds any file besides the pending config record (empty folders do not count) and a world's
   files (`world_data`: inputs, rewritten when the world section or seed changes, so they bind nothing)."""
   world = workdir / WORLD_DIR
-  return any(p.name != PENDING_RECORD and not p.is_dir() and world not in p.parents for p in workdir.rglob("*"))
+  return any(p.name not in (PENDING_RECORD, LOCK_FILE) and not p.is_dir() and world not in p.parents
+             for p in workdir.rglob("*"))
 
 
 def record_config(config, workdir: str | Path, resumable: Iterable[str] = ()) -> None:
@@ -391,8 +535,8 @@ def results_dict(config, *, dataset: str, synthetic: bool, metrics: Mapping, cli
   `clip_to_data` fitted to the data, {key: [asked, used]} ({} when nothing was)."""
   extra = with_precision_record(config, extra)
   return {"experiment": config.get("name") or config.experiment, "dataset": dataset, "synthetic": bool(synthetic),
-          "metrics": dict(metrics), "clipped": dict(clipped or {}), **extra,
-          "config": json.loads(config.to_json_best_effort())}
+          "metrics": dict(metrics), "clipped": dict(clipped or {}), "variants": list(config.get("variants", ())),
+          **extra, "config": json.loads(config.to_json_best_effort())}
 
 
 def write_results(workdir: str | Path, results: Mapping, tables: Sequence[str] = ()) -> Path | None:
@@ -405,7 +549,8 @@ def write_results(workdir: str | Path, results: Mapping, tables: Sequence[str] =
   if not is_writer():
     return None
   commit_config(workdir)  # the run wrote its results: its config record is final
-  path = io.atomic_write_json(Path(workdir) / "results.json", dict(results))
+  record = {**results, "variants": results.get("variants", list(results["config"].get("variants", ())))}
+  path = io.atomic_write_json(Path(workdir) / "results.json", record)
   print(f"results written to {path}" + ("  [SYNTHETIC]" if results["synthetic"] else ""), flush=True)
   return path
 
@@ -414,14 +559,27 @@ def run_seeds(run, config, workdir: str | Path) -> dict:
   """`config.seeds` (e.g. the `:seeds3` variant): `run` once per seed into `<workdir>/seed_<s>/`, then one
   results.json of the same shape whose numbers are the means over seeds, with a `"std"` tree of the same shape
   (population std, as "± std" in the papers' tables), `"seeds"` and each seed's workdir. A finished seed resumes
-  like any run; non-numeric values are the first seed's."""
+  like any run; non-numeric values are the first seed's. The seeds' runs lock their own folders; `workdir` (the
+  means' results.json) is locked too, from the start when it exists, else once the first seed's run made it (a
+  bad config is refused before anything is made)."""
+  seeds = list(config.seeds)
+  if (len(seeds) < 2 or len(set(seeds)) != len(seeds)
+      or not all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s <= MAX_SEED for s in seeds)):
+    bad_value("seeds", tuple(config.seeds), "two or more distinct integers in [0, 2**32 - 1] (or drop the key)")
+  held = set(_LOCKS)
+  try:
+    return _run_seeds(run, config, Path(workdir), seeds)
+  finally:
+    release_locks(held)
+
+
+def _run_seeds(run, config, workdir: Path, seeds: list[int]) -> dict:
+  """`run_seeds` after its checks."""
   import numpy as np  # pylint: disable=g-import-not-at-top
-  seeds = [int(s) for s in config.seeds]
-  if len(seeds) < 2 or len(set(seeds)) != len(seeds) or min(seeds) < 0:
-    bad_value("seeds", tuple(config.seeds), "two or more distinct non-negative integers (or drop the key)")
-  workdir = Path(workdir)
   per_seed = []
   for seed in seeds:
+    if workdir.is_dir():
+      lock_workdir(config, workdir)
     c = config.copy_and_resolve_references()
     with c.unlocked():
       del c["seeds"]

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 from vidjax import evaluate
+from vidjax.data import provenance
 from vidjax.data.retrieval import PROTOCOLS
 from vidjax.defaults.common import bad_value, check_choice, clip_to_data
 from vidjax.experiments import common
@@ -89,7 +90,8 @@ def run(config, workdir: str | Path) -> dict:
       config, dataset=s.dataset, synthetic=s.synthetic, metrics=metrics, clipped=clipped, **s.path,
       benchmark={**s.stats, "frames": int(s.test.frames.shape[1]), "frame_dim": int(s.test.frames.shape[2]),
                  "text_dim": int(s.test.text.shape[1])},
-      train=trained, features={k: s.store.metadata.get(k) for k in ("backbone", "checkpoint_hash", "random_init")})
+      train=trained, features={**{k: s.store.metadata.get(k) for k in ("checkpoint_hash", "random_init")},
+                               "backbone": provenance.backbone_as_built(s.store.metadata)})
   results["seconds"] = round(time.time() - start, 1)
   title = (f"Dense baselines on {s.dataset}, each alone over the whole corpus: {len(s.test.query_ids)} queries x "
            f"{len(s.test.video_ids)} videos")

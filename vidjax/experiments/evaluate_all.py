@@ -3,12 +3,17 @@
 `run(config, workdir)`:
   1. with no `config.workdirs`, trains `config.runs` (the embedded worlds, smoke-sized) under
      `<workdir>/runs/<config name>` -- each through its method's `run` (`vidjax.methods.METHODS`), resumable;
-  2. loads every run: its config (`config.json`), its trained models restored from its checkpoints and its
+  2. checks the run list before loading anything (`check_runs`): every workdir a finished run of a method with
+     models, none named twice, none the comparison's own workdir or inside it (evaluate_all writes only in its own
+     workdir, never in the runs it reads);
+  3. loads every run: its config (`config.json`), its trained models restored from its checkpoints and its
      benchmarks, through its method's `suite(config, workdir)` -> ([evaluate.Model], [evaluate.Benchmark]).
      Which methods there are is the table's business: this module names none and imports no experiment.
-  3. evaluates every model on every benchmark (`evaluate.Model.evaluate`: metrics, or {"n/a": reason} for a
-     benchmark in another feature space or of a kind the model cannot score) and writes
-     `comparison.json` (model -> benchmark -> metrics), `comparison.md` and `results.json`, and prints the table.
+  4. evaluates every model on every benchmark (`evaluate.Model.evaluate`: metrics, or {"n/a": reason} when the
+     model cannot score it, decided before scoring: another feature space, a kind it has no evaluator for, items
+     keyed in another key space (a suite that names none keys its run's own items: `load_run`) or keys its
+     encoders lack; any error while scoring stays an error) and writes `comparison.json` (model -> benchmark ->
+     metrics), `comparison.md` and `results.json`, and prints the table.
 """
 from __future__ import annotations
 
@@ -65,20 +70,55 @@ def train_runs(specs: Sequence[str], root: Path, seed: int) -> list[Path]:
   return out
 
 
-def load_run(workdir: str | Path) -> tuple[list[evaluate.Model], list[evaluate.Benchmark]]:
-  """A finished run's models (named `<run name>/<method>`) and benchmarks."""
+def run_config(workdir: str | Path):
+  """A finished run's recorded config (locked), after checking that it is one of a method with models: one error
+  naming the workdir otherwise."""
   workdir = Path(workdir)
   if not (workdir / "results.json").is_file() or not (workdir / "config.json").is_file():
     raise FileNotFoundError(f"{workdir}: not a finished vidjax run (no results.json / config.json); run it to the "
                             "end first")
-  config = ml_collections.ConfigDict(io.read_json(workdir / "config.json"))
+  config = ml_collections.ConfigDict(io.read_json(workdir / "config.json", "workdir config record"))
   config.lock()
   kind = config.get("experiment")
   if kind not in METHODS:
     raise ValueError(f"{workdir}: experiment {kind!r} has no models to compare (known: {sorted(METHODS)})")
-  models, benchmarks = METHODS[kind].suite(common.recorded_world_data(config, workdir), workdir)
+  return config
+
+
+def check_runs(dirs: Sequence[Path], workdir: Path) -> None:
+  """Refuses, before any run is loaded, a run list that cannot be compared: a workdir that is not a finished run
+  of a method with models (`run_config`), one given twice or two runs of one name (their models' names would
+  collide), and the comparison's own workdir among them or inside one (it would write into a run it reads)."""
+  seen: dict[str, Path] = {}
+  names: dict[str, Path] = {}
+  own = workdir.resolve()
+  for d in dirs:
+    config = run_config(d)
+    key = str(d.resolve())
+    if key in seen:
+      raise ValueError(f"config.workdirs: {d} is given twice")
+    seen[key] = d
+    if config.name in names:
+      raise ValueError(f"config.workdirs: {names[config.name]} and {d} are both runs named {config.name!r}; their "
+                       "models' names would collide: compare one of them (or rerun one with another config.name)")
+    names[config.name] = d
+    if own == d.resolve() or d.resolve() in own.parents:
+      raise ValueError(f"--workdir {workdir} is inside the run {d} it reads: evaluate_all writes only in its own "
+                       "workdir, never in the runs it compares; use a folder outside them")
+
+
+def load_run(workdir: str | Path) -> tuple[list[evaluate.Model], list[evaluate.Benchmark]]:
+  """A finished run's models (named `<run name>/<method>`) and benchmarks. Items a suite keys in no shared key
+  space (`keys` ""; e.g. evaluation-input rows) are keyed as this run's own, so no other run's model reads them."""
+  workdir = Path(workdir)
+  config = run_config(workdir)
+  with provenance.reading():  # the run's files are read as they are, none rewritten
+    models, benchmarks = METHODS[config.experiment].suite(common.recorded_world_data(config, workdir), workdir)
+  own = f"the items of run {workdir}"
   for m in models:
-    m.name = f"{config.name}/{m.name}"
+    m.name, m.keys = f"{config.name}/{m.name}", m.keys or own
+  for b in benchmarks:
+    b.keys = b.keys or own
   return models, benchmarks
 
 
@@ -98,15 +138,10 @@ def compare(models: Sequence[evaluate.Model], benchmarks: Sequence[evaluate.Benc
 
 
 def cell(model: evaluate.Model, bench: evaluate.Benchmark) -> dict[str, Any]:
-  """`model.evaluate(bench)`, or {"n/a": why} when the model's encoders know none of the benchmark's item keys:
-  two runs on one store share a feature space, but each method keys its items its own way (VEDJE's captions by
-  caption id, a VideoComp benchmark's texts by row), so such a model cannot read the other's benchmark."""
-  try:
-    return model.evaluate(bench)
-  except KeyError as e:
-    key = e.args[0] if e.args else "?"
-    return {"n/a": f"{model.name} cannot encode the items of {bench.name} (its encoders have no item {key!r}: "
-                   f"the two runs key their {bench.kind} items differently, though on one store)"}
+  """`model.evaluate(bench)`: metrics, or {"n/a": why} when the model cannot score the benchmark, decided before
+  scoring (`evaluate.Model.cannot`: two runs on one store share a feature space, but each method keys its items its
+  own way). An error while scoring is an error, never a cell."""
+  return model.evaluate(bench)
 
 
 def markdown(comparison: Mapping[str, Mapping[str, Mapping[str, Any]]], models: Sequence[evaluate.Model],
@@ -150,8 +185,17 @@ def markdown(comparison: Mapping[str, Mapping[str, Mapping[str, Any]]], models: 
 
 @common.precision_policy
 def run(config, workdir: str | Path) -> dict:
-  workdir = common.start_run(config, workdir, validate)
-  dirs = [Path(d) for d in config.workdirs] or train_runs(config.runs, workdir / "runs", config.seed)
+  dirs: list[Path] = []
+
+  def checks(c):  # the run list too, before the workdir is made
+    validate(c)
+    dirs.extend(Path(d) for d in c.workdirs)
+    check_runs(dirs, Path(workdir))
+
+  workdir = common.start_run(config, workdir, checks)
+  if not dirs:
+    dirs = train_runs(config.runs, workdir / "runs", config.seed)
+    check_runs(dirs, workdir)
   models, benchmarks = [], []
   for d in dirs:
     m, b = load_run(d)

@@ -174,10 +174,25 @@ def build_clips(data) -> tuple[list[engine.VideoSegment], dict[str, str], dict[s
 
 # ----------------------------------------------------------------------------- run
 
+def validate(config) -> None:
+  """The extraction's own keys, before anything is decoded: one clear error naming the key."""
+  from vidjax.defaults.common import bad_value, check_choice, check_positive_int  # pylint: disable=g-import-not-at-top
+  if not config.data.videos:
+    bad_value("data.videos", "", "a video folder, a video file or a clip list (.txt/.json)")
+  check_positive_int(config, ["num_frames", "resolution", "batch_size", "text_batch_size"])
+  if isinstance(config.decode_workers, bool) or not isinstance(config.decode_workers, int) or config.decode_workers < 0:
+    bad_value("decode_workers", config.decode_workers, "an integer >= 0 (0 = every usable host core but one)")
+  check_choice(config, "aspect", ("squash", "center_crop"))
+  check_choice(config, "store_dtype", ("float32", "bfloat16"))
+  check_choice(config, "data.unit", UNITS)
+  check_choice(config, "data.protocol", ("captions", "paragraphs"))
+  check_choice(config, "data.format", ("", *READERS, *RETRIEVAL_READERS))
+
+
 @common.precision_policy
 def run(config, workdir: str) -> dict:
   """Extracts features for `config.data` into `config.store`; writes and returns `results.json`'s dict."""
-  workdir = Path(workdir)
+  workdir = common.start_run(config, workdir, validate)
   clips, captions, info = build_clips(config.data)
   store_root = config.store or str(workdir / "features")
   with common.precision(config, "extract"):

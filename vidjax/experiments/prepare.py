@@ -165,7 +165,7 @@ def import_features(config, workdir: Path) -> dict:
   splits = counts.pop("splits", {})
   results = common.results_dict(
       config, dataset=config.dataset, synthetic=False, metrics={"prepare": counts}, path="real",
-      provenance=FeatureStore(store_root).provenance(), splits=splits,
+      provenance=provenance.store_provenance(FeatureStore(store_root)), splits=splits,
       skipped_videos={"count": 0, "file": ""})
   rows = "\n".join([f"  {k:<16} {v}" for k, v in counts.items()] + [f"  {p}: {s}" for p, s in splits.items()])
   common.write_results(workdir, results, [f"prepare {config.dataset} <- GRDR release {d.import_features} -> "
@@ -213,7 +213,7 @@ def run(config, workdir: str) -> dict:
                  release_texts=len(wanted.texts))
   results = common.results_dict(
       config, dataset=config.dataset, synthetic=synthetic, metrics={"prepare": metrics},
-      path="real", provenance=FeatureStore(store_root).provenance(),
+      path="real", provenance=provenance.store_provenance(FeatureStore(store_root)),
       skipped_videos={"count": len(skipped), "file": str(Path(store_root) / SKIP_FILE)})
   rows = "\n".join(f"  {k:<16} {v:.2f}" if isinstance(v, float) else f"  {k:<16} {v}" for k, v in metrics.items())
   common.write_results(workdir, results, [f"prepare {config.dataset} -> {store_root}"

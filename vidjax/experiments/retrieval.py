@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from vidjax import evaluate
+from vidjax.data import provenance
 from vidjax.data.features import FeatureStore, MissingFeatureError
 from vidjax.data.retrieval import (DATASETS, PROTOCOLS, RetrievalBenchmark, build_benchmark, dataset_label, embeddings,
                                    read_dataset)
@@ -116,7 +117,8 @@ def run(config, workdir: str | Path) -> dict:
   results = common.results_dict(
       config, dataset=dataset, synthetic=synthetic, metrics=metrics, **index_info,
       benchmark={**bench.stats(), "v2t_videos": values["v2t_videos"]},
-      features={k: manifest.get(k) for k in ("backbone", "checkpoint_hash", "random_init")}, **path)
+      features={**{k: manifest.get(k) for k in ("checkpoint_hash", "random_init")},
+                "backbone": provenance.backbone_as_built(manifest)}, **path)
   rows = {"stage1 (zero-shot cosine)": stage1}
   if "stage1_index" in metrics:
     rows[f"stage1 through the {config.index.backend} index"] = metrics["stage1_index"]

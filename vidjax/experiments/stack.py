@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from vidjax import evaluate, sharding
+from vidjax.data import provenance
 from vidjax.defaults.common import bad_value, check_choice, check_index, check_positive, check_positive_int
 from vidjax.sharding import is_writer
 from vidjax.experiments import common
@@ -76,6 +77,14 @@ def validate(config) -> None:
     bad_value("rerank.candidates", config.rerank.candidates, "at least 2 (a positive and a negative)")
 
 
+def limits(num_clips: int) -> dict[str, tuple]:
+  """What must fit the corpus (`common.clip_to_data`): no stage keeps more clips than the evaluation corpus holds, and
+  R@10 needs 10 (a smaller corpus is refused)."""
+  why = f"the {num_clips} clips of the evaluation corpus"
+  return {"stack.k_recall": (num_clips, why, 10), "stack.rerank_k": (num_clips, why, 10),
+          "stack.rerank_k_sweep": (num_clips, why, 10), "stack.k": (num_clips, why, 10)}
+
+
 def plot(results: dict, path: Path, title: str, synthetic: bool) -> Path:
   """R@1/5/10 per row, and the per-stage latency (batch 1) as stacked bars."""
   plt = common.pyplot()
@@ -109,13 +118,15 @@ def run(config, workdir: str | Path) -> dict:
   data, _, texts, bench, heldout, source = cast.setup(data_config, workdir)
   check_rerank_inputs(config, data.store)  # before any training
   config, clipped = cast.fit_to_data(config, data)  # sizes fit the data
+  train_videos, eval_videos = split_videos(data)
+  corpus = Corpus(eval_videos)
+  config, fitted = common.clip_to_data(config, limits(len(corpus.ids)))  # the stages' k: the headers show what ran
+  clipped = {**clipped, **fitted}
   mesh = sharding.make_mesh()
   model = cast.build_models(config, texts.dim)["cast"]
   with common.precision(config, "train"):
     cast_params = cast.train_method("cast", model, source, config, workdir, mesh)
   cast_scorer, _ = cast.ensemble(model, cast_params, heldout, config)
-  train_videos, eval_videos = split_videos(data)
-  corpus = Corpus(eval_videos)
   queries = {key: bench[key] for key in cast_scorers.QUERY_KEYS}
   rerank_parts = None
   if config.stack.reranker == "vedje":
@@ -162,7 +173,7 @@ def run(config, workdir: str | Path) -> dict:
               "queries": len(targets), "k_recall": k_recall, "rerank_k": rerank_k, "k": k,
               "reranker": config.stack.reranker},
       ensemble={"w_v": cast_scorer.w_v, "w_p": cast_scorer.w_p, "selected_on": "heldout subset of train"},
-      features={"backbone": backbone},
+      features={"backbone": provenance.backbone_as_built(data.features)},
       **cast.result_path(data_config, workdir, data),
       seconds=round(time.time() - start, 1))
   shown = {name: {k: v for k, v in m.items() if k != "latency_ms"} | {

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -80,6 +80,14 @@ def validate(config) -> None:
   if not config.eval.w_v_grid or not config.eval.w_p_grid:
     common.bad_value("eval.w_v_grid / eval.w_p_grid", (config.eval.w_v_grid, config.eval.w_p_grid),
                      "non-empty grids")
+  for key in ("eval.w_v_grid", "eval.w_p_grid"):  # eq. 13's weights of B and C: a NaN or a string fails after training
+    grid = common.get_key(config, key)
+    if not all(isinstance(w, (int, float)) and not isinstance(w, bool) and np.isfinite(w) and w >= 0 for w in grid):
+      common.bad_value(key, tuple(grid), "finite numbers >= 0 (eq. 13's ensemble weights)")
+  for key in ("train.num_state_negatives", "train.num_identity_negatives"):
+    value = common.get_key(config, key)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+      common.bad_value(key, value, "an integer >= 0 (negatives per training instance, App. B)")
   if not config.data.features and config.data.source == "store":  # the world's width is known before any work
     check_heads(config, config.world.dim, "world.dim")
 
@@ -123,9 +131,15 @@ class CVRData:
             FeatureTable(self.store, config.data.text_kind, text_ids, budget))
 
 
-def limits(num_train: int, dataset: str) -> dict[str, tuple[int, str]]:
-  """What must fit the data (`common.clip_to_data`): a training batch at most the benchmark's training instances."""
-  return {"train.batch_size": (num_train, f"the {num_train} training instances of this {dataset} benchmark")}
+def limits(instances: Sequence[Mapping], dataset: str) -> dict[str, tuple[int, str]]:
+  """What must fit the data (`common.clip_to_data`): a training batch at most the benchmark's training instances,
+  and the state / identity negatives of an instance at most the most its records hold (the CVR files mine up to 3
+  of each, App. B): more would only add zero-vector slots to every instance's loss."""
+  most = {key: max((len(r[key]) for r in instances), default=0) for key in ("state_negatives", "identity_negatives")}
+  fits = {f"train.num_{key}": (n, f"the most {key.replace('_', ' ')} a training instance of this {dataset} benchmark "
+                                  f"holds: {n}", 0) for key, n in most.items()}
+  return {"train.batch_size": (len(instances), f"the {len(instances)} training instances of this {dataset} benchmark"),
+          **fits}
 
 
 def fit_to_data(config, data) -> tuple[Any, dict]:
@@ -136,7 +150,7 @@ def fit_to_data(config, data) -> tuple[Any, dict]:
   if held.get("heldout_fraction_asked", held.get("heldout_fraction")) != held.get("heldout_fraction"):
     grown["data.heldout_fraction"] = [held["heldout_fraction_asked"], held["heldout_fraction"]]
     config = common.with_values(config, {"data.heldout_fraction": held["heldout_fraction"]})
-  return common.clip_to_data(config, limits(len(data.instances), config.dataset), fitted=grown)
+  return common.clip_to_data(config, limits(data.instances, config.dataset), fitted=grown)
 
 
 def _embed_fn(config):
@@ -188,7 +202,7 @@ def prepare_data(config, workdir: Path, finished: bool = False) -> CVRData:
       crosstask_test_fraction=config.data.crosstask_test_fraction, identity_rule=config.data.identity_rule,
       embed_fn=_embed_fn(config), context_len=config.model.context_len,
       heldout_fraction=config.data.heldout_fraction, seed=config.seed, grow_heldout=not common.is_strict(config),
-      check=lambda files: common.clip_to_data(config, limits(len(files.train), config.dataset), say=False))
+      check=lambda files: common.clip_to_data(config, limits(files.train, config.dataset), say=False))
   files = (None if finished else sharding.on_writer("vidjax_cast_cvr", build)) or cvr.read_cvr(out, config.dataset)
   provenance.check_store(workdir, store, kinds)  # after the CVR files' checks (a run refused there writes nothing)
   is_synthetic = bool(store.metadata.get("synthetic", False))
@@ -496,6 +510,7 @@ def suite(config, workdir: str | Path) -> tuple[list[evaluate.Model], list[evalu
   no_history = "CAST scores a candidate from the query's visual history (CVR pools); this benchmark has none"
   cvr_of = lambda s: (lambda arrays: evaluate.evaluate_cvr(s, arrays, config.eval.chunk))  # noqa: E731
   return ([evaluate.Model("cast", space, {"cvr": cvr_of(scorer)},
-                          {k: no_history for k in evaluate.BENCHMARK_KINDS if k != "cvr"}),
-           evaluate.Model("zero_shot", space, {"cvr": cvr_of(cast_scorers.ZeroShotScorer())})],
-          [evaluate.Benchmark(f"CVR ({config.dataset})", "cvr", space, bench, data.synthetic)])
+                          {k: no_history for k in evaluate.BENCHMARK_KINDS if k != "cvr"}, evaluate.EMBEDDINGS),
+           evaluate.Model("zero_shot", space, {"cvr": cvr_of(cast_scorers.ZeroShotScorer())},
+                          keys=evaluate.EMBEDDINGS)],
+          [evaluate.Benchmark(f"CVR ({config.dataset})", "cvr", space, bench, data.synthetic, evaluate.EMBEDDINGS)])

@@ -431,7 +431,8 @@ def tables(scores: dict[str, dict], stack: int) -> dict[str, dict]:
 def suite(config, workdir: str | Path) -> tuple[list[evaluate.Model], list[evaluate.Benchmark]]:
   """Every method as a dual encoder on the Comp benchmark and on paragraph-to-video R@K over its positive
   pairs (`configs/evaluate_all.py`), each read from the run's final checkpoint. Videos are keyed by
-  evaluation-input row, texts by paragraph."""
+  evaluation-input row, texts by paragraph: keys of this run alone (the benchmarks' and the models' `keys` are
+  left to evaluate_all, which names them by the run), so another run's benchmark on the same store is not read."""
   workdir = Path(workdir)
   data = load(config, workdir)
   p = Prepared(config, data)
@@ -443,8 +444,9 @@ def suite(config, workdir: str | Path) -> tuple[list[evaluate.Model], list[evalu
     texts = lambda strings: enc.strings(params, strings, p.tokenizer, config.model.max_text_len)  # noqa: E731
     return texts, lambda rows: enc.videos(params, p.es.video_rows[list(rows)], p.es.frame_rows[list(rows)])
 
+  rows = range(len(p.es.video_rows))  # the video keys the encoders have; texts: any paragraph (a text tower)
   models = [evaluate.dual_encoder(m, space, *encoders(params["base" if m == "zero_shot" else m]),
-                                  chunk=config.eval.chunk) for m in METHODS]
+                                  chunk=config.eval.chunk, videos=rows) for m in METHODS]
   paragraph = {row: text for text, row in p.eval_texts.rows.items()}
   by_type = {k: ([int(x) for x in v], [paragraph[int(x)] for x in pos], [paragraph[int(x)] for x in neg])
              for k, (v, pos, neg) in p.es.by_type.items()}

@@ -306,7 +306,8 @@ def suite(config, workdir: str | Path) -> tuple[list[evaluate.Model], list[evalu
   for row in config.rows:
     if row == "backbone":
       models.append(evaluate.dual_encoder("dense_backbone", where, lambda ids: test.text[[text_row[i] for i in ids]],
-                                          lambda ids: test.clip[[video_row[i] for i in ids]]))
+                                          lambda ids: test.clip[[video_row[i] for i in ids]],
+                                          keys=evaluate.STORE_IDS, texts=text_row, videos=video_row))
       continue
     model, params = load_dense(config, row, test.text.shape[1], test.frames.shape[2], workdir / "models" / row)
     sc = scorer(model, params)
@@ -319,7 +320,8 @@ def suite(config, workdir: str | Path) -> tuple[list[evaluate.Model], list[evalu
 
     why = "a dense retriever scores text-video galleries only (its frames come from its own store)"
     models.append(evaluate.Model(row, where, {"gallery": gallery},
-                                 {k: why for k in evaluate.BENCHMARK_KINDS if k != "gallery"}))
+                                 {k: why for k in evaluate.BENCHMARK_KINDS if k != "gallery"}, evaluate.STORE_IDS,
+                                 lambda kind, data: evaluate.missing_keys(kind, data, text_row, video_row)))
   bench = evaluate.Benchmark(f"R@K ({config.name})", "gallery", where,
-                             (test.query_ids, test.video_ids, test.query_video), s.synthetic)
+                             (test.query_ids, test.video_ids, test.query_video), s.synthetic, evaluate.STORE_IDS)
   return models, [bench]

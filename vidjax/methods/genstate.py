@@ -286,21 +286,29 @@ def suite(config, workdir: str | Path) -> tuple[list[evaluate.Model], list[evalu
   test, name = data.test, benchmark_name(config, short=True)
   space = f"the feature store {data.store.root}"
   synthetic = bool(data.store.metadata.get("synthetic", False))
-  models = [evaluate.dual_encoder(m, space, *enc, chunk=config.eval.chunk)
+  # The keys each model's encoders have (checked before scoring): the zero-shot store lookups know the embedded
+  # prompts and the store's videos; VidCLIP's text tower reads any prompt, its video table the clips it was given.
+  known = {"zero_shot": (set(text_ids(config, data)), set(data.store.ids(config.data.video_kind)))}
+  if data.train:
+    known["vidclip"] = (None, {c for c, _, _ in training_items(data.train)[0]} |
+                        {v for t in data.test for v in (*t.videos, *t.distractors)})
+  models = [evaluate.dual_encoder(m, space, *enc, chunk=config.eval.chunk, keys=evaluate.PROMPTS,
+                                  texts=known[m][0], videos=known[m][1])
             for m, enc in encoders(config, workdir, data, restore=True).items()]
   pools = genstate.pools(test)
   pool_data = {s: (np.array([test[r].query for r in rows], object), np.array([pools[r] for r in rows], object))
                for s, rows in genstate.subsets(test).items()}
-  benchmarks = [evaluate.Benchmark(f"GenState ({name})", "genstate", space, pool_data, synthetic)]
+  benchmarks = [evaluate.Benchmark(f"GenState ({name})", "genstate", space, pool_data, synthetic, evaluate.PROMPTS)]
   prompt = {v: p for v, (_, p) in genstate.video_prompts(test, set(text_ids(config, data).values())).items()}
   if all(v in prompt for t in test for v in t.videos):
     pairs = {kind: ([t.main for t in test], [prompt[t.main] for t in test], [prompt[getattr(t, role)] for t in test])
              for kind, role in (("temporal", "temporal_negative"), ("semantic", "semantic_negative"))}
-    benchmarks.append(evaluate.Benchmark(f"Comp pairs ({name})", "comp", space, pairs, synthetic))
+    benchmarks.append(evaluate.Benchmark(f"Comp pairs ({name})", "comp", space, pairs, synthetic, evaluate.PROMPTS))
   gallery = list(dict.fromkeys(v for t in test for v in t.videos))
   row = {v: i for i, v in enumerate(gallery)}
   benchmarks.append(evaluate.Benchmark(f"R@K ({name})", "gallery", space,
-                                       (list(prompt.values()), gallery, np.array([row[v] for v in prompt])), synthetic))
+                                       (list(prompt.values()), gallery, np.array([row[v] for v in prompt])), synthetic,
+                                       evaluate.PROMPTS))
   return models, benchmarks
 
 

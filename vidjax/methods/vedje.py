@@ -233,6 +233,13 @@ def limits(config, num_train: int) -> dict[str, tuple[int, str]]:
                                        f"{hard_negatives(tc)} stage-1 negatives", 0)}
 
 
+def gallery_limits(num_videos: int) -> dict[str, tuple[int, str]]:
+  """What must fit the test gallery (`common.clip_to_data`): the stage-1 candidates reranked (`eval.k`, Table 2's
+  `eval.cost_k`) at most its videos, so the tables show the K that ran."""
+  gallery = f"the {num_videos} test videos"
+  return {"eval.k": (num_videos, gallery), "eval.cost_k": (num_videos, gallery)}
+
+
 def hard_negatives(tc) -> int:
   """Stage-1 neighbours per anchor query: `train.hard_negatives` in the "stage1" VTM scheme, none "in_batch"."""
   return tc.hard_negatives if tc.vtm_candidates == "stage1" else 0
@@ -715,7 +722,8 @@ class Session:
           f"{len(self.test.video_ids)} videos; queries cut at {mc.max_text_len} tokens: "
           f"{self.train_split.truncated} training, {self.test.truncated} test", flush=True)
     # Sizes that do not fit the training split are clipped (or, with `strict`, refused) before any file is written.
-    config, self.clipped = common.clip_to_data(config, limits(config, len(self.train_split.query_ids)))
+    config, self.clipped = common.clip_to_data(config, {**limits(config, len(self.train_split.query_ids)),
+                                                        **gallery_limits(len(self.test.video_ids))})
     self.config, self.mc, self.tc = config, config.model, config.train
     token_shape = store.item_shape(config.data.tokens_kind)
     if len(token_shape) != 3:
@@ -834,7 +842,7 @@ def cost_report(sess: Session) -> tuple[dict, list[str]]:
     # the shapes from `jax.eval_shape`), so no init program is compiled only to be timed
     params = sess.trained.get(variant.name) or _host_random_params(cfg, c.seed)
     cost[f"{mc.frames * m}_tokens"] = cost_profile(params, cfg, sess.store, c.data.tokens_kind, sess.test, c.eval.cost_k)
-  table = evaluate.format_table(cost, f"Cost profile (Table 2; K = {c.eval.cost_k} clipped to the gallery, batch 1, "
+  table = evaluate.format_table(cost, f"Cost profile (Table 2; K = {c.eval.cost_k}, batch 1, "
                                 f"{jax.devices()[0].device_kind})", sess.synthetic,
                                 columns=[k for k in next(iter(cost.values())) if k != "k"])
   return {"cost": cost}, [table]
@@ -961,15 +969,17 @@ def suite(config, workdir: str | Path) -> tuple[list[evaluate.Model], list[evalu
   test, space = sess.test, sess.space
   text_row, video_row = {q: i for i, q in enumerate(test.query_ids)}, {v: i for i, v in enumerate(test.video_ids)}
   stage1 = evaluate.dual_encoder("vedje_stage1", space, lambda ids: test.text[[text_row[i] for i in ids]],
-                                 lambda ids: test.clip[[video_row[i] for i in ids]])
-
-  def reranked(data):
-    queries, videos, relevant = data
-    if list(queries) != test.query_ids or list(videos) != test.video_ids:
-      raise ValueError("VEDJE reranks its own test split's stage-1 candidates; this gallery is another one")
-    return sess.evaluate_variant(FULL, config.cache.precision)[0]
-
+                                 lambda ids: test.clip[[video_row[i] for i in ids]],
+                                 keys=evaluate.STORE_IDS, texts=text_row, videos=video_row)
   why = "VEDJE's reranker is wired to its own split's caches and stage-1 candidates (R@K)"
-  return ([stage1, evaluate.Model("vedje", space, {"gallery": reranked}, {k: why for k in evaluate.BENCHMARK_KINDS})],
+
+  def own_split(kind, data):  # decided before scoring: the caches and candidates are this split's
+    queries, videos, _ = data
+    return None if (list(queries), list(videos)) == (test.query_ids, test.video_ids) else \
+        f"{why}; this gallery is another split"
+
+  reranked = lambda data: sess.evaluate_variant(FULL, config.cache.precision)[0]  # noqa: E731
+  return ([stage1, evaluate.Model("vedje", space, {"gallery": reranked}, {k: why for k in evaluate.BENCHMARK_KINDS},
+                                  evaluate.STORE_IDS, own_split)],
           [evaluate.Benchmark(f"R@K ({config.name})", "gallery", space,
-                              (test.query_ids, test.video_ids, test.query_video), sess.synthetic)])
+                              (test.query_ids, test.video_ids, test.query_video), sess.synthetic, evaluate.STORE_IDS)])
