@@ -445,6 +445,14 @@ SHOWN = {"cvr": ("acc", "state_acc", "ident_acc"), "comp": None,  # comp: every 
          "genstate": ("r1", "r5", "r10", "acc_temp", "acc_sem", "acc_tri"), "gallery": ("t2v_r1", "t2v_r5", "t2v_r10")}
 
 
+# What a benchmark's item keys name (`Benchmark.keys`, `Model.keys`): a model reads a benchmark only in its own key
+# space, so rows of one run are never read as rows of another. "" = the run's own items (evaluate_all names them by
+# the run's workdir); the shared ones:
+EMBEDDINGS = "the space's raw embeddings (CVR arrays carry them; no keys)"
+STORE_IDS = "the store's query (caption) ids and video ids"
+PROMPTS = "prompt texts and the store's video ids"
+
+
 @dataclasses.dataclass
 class Benchmark:
   """One benchmark in one feature space.
@@ -466,14 +474,6 @@ class Benchmark:
   def __post_init__(self):
     if self.kind not in BENCHMARK_KINDS:
       raise ValueError(f"benchmark {self.name!r}: kind {self.kind!r} is not one of {BENCHMARK_KINDS}")
-
-
-# What a benchmark's item keys name (`Benchmark.keys`, `Model.keys`): a model reads a benchmark only in its own key
-# space, so rows of one run are never read as rows of another. "" = the run's own items (evaluate_all names them by
-# the run's workdir); the shared ones:
-EMBEDDINGS = "the space's raw embeddings (CVR arrays carry them; no keys)"
-STORE_IDS = "the store's query (caption) ids and video ids"
-PROMPTS = "prompt texts and the store's video ids"
 
 
 @dataclasses.dataclass
