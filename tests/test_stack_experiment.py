@@ -18,6 +18,7 @@ from vidjax.experiments import stack as stack_experiment
 from vidjax.methods import stack as stack_method
 from vidjax.models.pair import PairReranker
 from vidjax import search
+from vidjax.retrieval import index as index_format
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -112,13 +113,18 @@ def test_search_errors_are_one_clear_line(run, tmp_path, capsys):
   shutil.copytree(good, other)
   manifest = json.loads((other / "manifest.json").read_text())
   manifest["stages"][1]["backbone"] = "videoprism_lvt_public_v1_base"
-  (other / "manifest.json").write_text(json.dumps(manifest))
+  (other / "manifest.json").write_text(json.dumps(manifest))  # edited after the build: its own hash disagrees
+  rebuilt = tmp_path / "rebuilt"  # as a writer with that value would have written it
+  shutil.copytree(other, rebuilt)
+  manifest[index_format.MANIFEST_HASH] = index_format.manifest_digest(manifest)
+  (rebuilt / "manifest.json").write_text(json.dumps(manifest))
   (tmp_path / "empty").mkdir()
   cases = [
       (["--index", str(tmp_path / "missing"), caption], "no such directory"),
       (["--index", str(tmp_path / "empty"), caption], "no manifest.json"),
       (["--index", str(good), caption, "--context", "nope#000"], "unknown context clip 'nope#000'"),
-      (["--index", str(other), caption], "stage 'cast' was built for backbone 'videoprism_lvt_public_v1_base'"),
+      (["--index", str(other), caption], "its fields do not match the manifest_sha256 it recorded"),
+      (["--index", str(rebuilt), caption], "stage 'cast' was built for backbone 'videoprism_lvt_public_v1_base'"),
       (["--index", str(good), "no such caption"], "is not a caption of this index's space"),
       (["--index", str(good), caption, "--k", "500"], "--k must be in [1, 50]"),
   ]
