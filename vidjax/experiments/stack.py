@@ -34,7 +34,8 @@ import numpy as np
 
 from vidjax import evaluate, sharding
 from vidjax.data import provenance
-from vidjax.defaults.common import bad_value, check_choice, check_index, check_positive, check_positive_int
+from vidjax.defaults.common import (bad_value, check_choice, check_index, check_positive, check_positive_int,
+                                    clip_to_data)
 from vidjax.sharding import is_writer
 from vidjax.experiments import common
 from vidjax.extract import text_tower
@@ -78,7 +79,7 @@ def validate(config) -> None:
 
 
 def limits(num_clips: int) -> dict[str, tuple]:
-  """What must fit the corpus (`common.clip_to_data`): no stage keeps more clips than the evaluation corpus holds, and
+  """What must fit the corpus (`clip_to_data`): no stage keeps more clips than the evaluation corpus holds, and
   R@10 needs 10 (a smaller corpus is refused)."""
   why = f"the {num_clips} clips of the evaluation corpus"
   return {"stack.k_recall": (num_clips, why, 10), "stack.rerank_k": (num_clips, why, 10),
@@ -120,7 +121,7 @@ def run(config, workdir: str | Path) -> dict:
   config, clipped = cast.fit_to_data(config, data)  # sizes fit the data
   train_videos, eval_videos = split_videos(data)
   corpus = Corpus(eval_videos)
-  config, fitted = common.clip_to_data(config, limits(len(corpus.ids)))  # the stages' k: the headers show what ran
+  config, fitted = clip_to_data(config, limits(len(corpus.ids)))  # the stages' k: the headers show what ran
   clipped = {**clipped, **fitted}
   mesh = sharding.make_mesh()
   model = cast.build_models(config, texts.dim)["cast"]
