@@ -2,9 +2,9 @@
 the device's floor and a PyTorch peer on the same device.
 
     python bench/ann.py [--sizes 100000,1000000 | --n 10000000] [--dim 256] [--data uniform,clustered]
-                        [--queries 256] [--batch 256] [--min-seconds 1] [--chunk N] [--plot BENCHMARKS_ann.png]
-                        [--json rows.json] [--backends jax,jax-bf16,sharded,approx,faiss,scann,torch]
-                        [--memmap DIR] [--ivf-train 100000]
+                        [--queries 256] [--batch 256] [--min-seconds 1] [--chunk N[,N...]] [--kernel auto[,xla,...]]
+                        [--block B[,B...]] [--plot BENCHMARKS_ann.png] [--json rows.json]
+                        [--backends jax,jax-bf16,sharded,approx,faiss,scann,torch] [--memmap DIR] [--ivf-train 100000]
 
 Per corpus size N and data set (uniform random unit vectors, where no ANN method can work, and clustered ones:
 1,000 Gaussian centres with noise, like the neighbourhoods real embeddings have), every backend and parameter
@@ -15,10 +15,21 @@ per item, and the process's peak RSS after the build (it only grows: compare eac
 rows set `distance_compute_blas_threshold` explicitly (16) and say so. A plot of recall against batch-256 QPS
 (ann-benchmarks style) is written with `--plot`.
 
-The floor (exact rows): the device's limits are measured in the same run (bench/machine.py `limits_line`: a large
-matmul per dtype, float32 at HIGHEST on an accelerator, and a memory copy); an exact search of a batch reads the
-stored rows once (N D bytes per item) and does 2 B N D FLOPs, so its floor is `machine.floor_seconds` of those, and
-"x floor" is the measured time over it. The PyTorch peer ("torch", only when torch is importable, never a
+The floor (exact rows): an exact search of a batch of B queries reads the stored rows once and does 2 B N D FLOPs.
+The read is measured on the index's own stored array, in the same run (`read_floor_ms`: the faster of a max-reduction
+over it and its product with one vector, each the median of several calls), so it is a time the search cannot beat
+(the search reads the same bytes and does more); the FLOPs are divided by the fastest large matmul measured in the
+storage's dtype (bench/machine.py `limits_line`, and once more beside each read: `peak_flops`; for float32 the faster
+of jax's default and HIGHEST: TF32 on a GPU, which the fused kernel's candidate pass may use). The floor is the larger of the two times, and "x floor" is the
+median search time over it (>= 1 up to timing noise). The copy bandwidth of the limits line is printed, not used:
+a copy writes as much as it reads, so a read-only search beat it (0.3 "x floor" at batch 1 before issue 63).
+
+Sweeps: `--chunk` (a list) builds the JAX indexes at each chunk size; `--kernel` (a list of `DenseIndex` kernels:
+auto, xla, pallas; pallas on a CPU runs in interpret mode, for small corpora only) and `--block` (rows per block
+maximum of the fused kernel, `vidjax.retrieval.dense.FUSED_BLOCK`) search each built index with each program; the row
+label names what ran. "jax-bf16" gives two rows from one bfloat16 index: plain, and re-ranked by the float32 rows
+("+ f32 rescore", `params={"rescore": True}`: the bfloat16 top 2k re-ranked on the host), whose recall@10 the issue's
+goal (>= 0.99) is about. The PyTorch peer ("torch", only when torch is importable, never a
 dependency; rows say n/a otherwise): the same stored rows as a torch tensor on the same device (float32 and
 bfloat16), `torch.matmul` of a query batch with each chunk of `--torch-chunk` rows (2M), `torch.topk` per chunk and a
 merge of the running best; float32 without TF32, bfloat16 scores upcast to float32 before the top-k. Its row gives
@@ -53,9 +64,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import machine  # noqa: E402  (bench/machine.py)
+from vidjax.retrieval import dense  # noqa: E402
 from vidjax.retrieval.dense import DenseIndex  # noqa: E402
 
 
@@ -90,23 +103,34 @@ def memmap_data(path: Path, kind: str, n: int, d: int, centres: np.ndarray | Non
 FAISS = ("faiss-flat", "faiss-ivf", "faiss-ivfpq", "faiss-hnsw")  # "faiss" = all four
 
 
-def settings(n: int, names: set[str], ivf_train: int = 100_000) -> list[tuple[str, dict, list[tuple[str, dict]]]]:
+def settings(n: int, names: set[str], ivf_train: int = 100_000, chunks=(None,), kernels=("auto",),
+             blocks=(None,)) -> list[tuple[str, dict, list[tuple[str, dict]]]]:
   """(label, DenseIndex kwargs, sweep) of every index built at corpus size n; the sweep's (label suffix, search
-  params) are applied one after the other to the one built index (`DenseIndex.set_search_params`)."""
+  params) are applied one after the other to the one built index (`DenseIndex.set_search_params`; the keys "_kernel",
+  "_block" and "_rescore" are the bench's own: `apply`)."""
   nlist = int(4 * math.sqrt(n))
   if "faiss" in names:
     names = names | set(FAISS)
   one = [("", {})]
   out = []
-  if "jax" in names:
-    out.append(("vidjax exact f32", {}, one))
-  if "jax-bf16" in names:
-    out.append(("vidjax exact bf16", {"dtype": "bfloat16"}, one))
-  if "sharded" in names:
-    out.append((f"vidjax sharded exact ({len(jax.devices())} device{'s' * (len(jax.devices()) > 1)})",
-                {"mesh": jax.sharding.Mesh(np.array(jax.devices()), ("data",))}, one))
-  if "approx" in names:
-    out.append(("approx_max_k 0.95", {"backend": "approx", "params": {"recall_target": 0.95}}, one))
+  programs = [(f" [{kern}{'' if b is None else f', block {b}'}]", {"_kernel": kern, "_block": b})
+              for kern in kernels for b in (blocks if kern != "xla" else (None,))]
+  if len(programs) == 1 and programs[0][1] == {"_kernel": "auto", "_block": None}:
+    programs = [("", {"_kernel": "auto", "_block": None})]
+  for chunk in chunks:
+    at = "" if len(chunks) == 1 else f" (chunk {chunk or 'default'})"
+    if "jax" in names:
+      out.append(("vidjax exact f32" + at, {"chunk": chunk}, programs))
+    if "jax-bf16" in names:
+      out.append(("vidjax exact bf16" + at, {"chunk": chunk, "dtype": "bfloat16", "params": {"rescore": True}},
+                  [(suffix, {**sp, "_rescore": r}) for r in (False, True) for suffix, sp in
+                   [(("" if not r else " + f32 rescore") + x, y) for x, y in programs]]))
+    if "sharded" in names:
+      out.append((f"vidjax sharded exact ({len(jax.devices())} device{'s' * (len(jax.devices()) > 1)})" + at,
+                  {"chunk": chunk, "mesh": jax.sharding.Mesh(np.array(jax.devices()), ("data",))}, programs))
+    if "approx" in names:
+      out.append(("approx_max_k 0.95" + at, {"chunk": chunk, "backend": "approx", "params": {"recall_target": 0.95}},
+                  one))
   ivf = {"train_size": ivf_train}
   if "faiss-flat" in names:
     out.append(("faiss Flat", {"backend": "faiss", "params": {"factory": "Flat"}}, one))
@@ -169,6 +193,45 @@ def torch_device(torch) -> str | None:
   return "cpu" if platform == "cpu" else None
 
 
+def apply(index, params: dict) -> dict:
+  """Sets a sweep step's bench-only keys on a built JAX index (the program: `_kernel`, `_block`; bfloat16 re-ranking
+  by float32 rows: `_rescore`, on an index built with it) and returns the library's own search params."""
+  params = dict(params)
+  if "_kernel" in params:
+    kernel = params.pop("_kernel")
+    index._backend.kernel = kernel
+    index._backend.kernel_used = dense.resolve_kernel(kernel, index._backend.platform)
+  if "_block" in params:
+    block = params.pop("_block")
+    if block is None:
+      dense.FUSED_BLOCK.pop(index._backend.platform, None)
+    else:
+      dense.FUSED_BLOCK[index._backend.platform] = block
+  if "_rescore" in params:
+    index._backend.rescore = params.pop("_rescore")
+  return params
+
+
+def read_floor_ms(index, repeats: int = 7) -> float:
+  """The time of one read of the index's stored array on its device (ms): the faster of a max-reduction over every
+  element and a product of every row with one vector, each the median of `repeats` calls after a warm-up."""
+  stored = index._backend._stored
+  d = stored.shape[-1]
+  v = jax.device_put(np.ones((d,), np.float32)).astype(stored.dtype)
+  reads = [jax.jit(lambda a: jnp.max(a, axis=(0, 1))),
+           jax.jit(lambda a, w: jnp.einsum("lcd,d->lc", a, w, preferred_element_type=jnp.float32))]
+  best = math.inf
+  for fn, args in zip(reads, ((stored,), (stored, v))):
+    jax.block_until_ready(fn(*args))
+    times = []
+    for _ in range(repeats):
+      t = time.perf_counter()
+      jax.block_until_ready(fn(*args))
+      times.append(time.perf_counter() - t)
+    best = min(best, float(np.median(times)))
+  return 1e3 * best
+
+
 def rss_gb() -> float:
   return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20
 
@@ -188,11 +251,20 @@ def timed_search(index, queries: np.ndarray, batch: int, min_seconds: float) -> 
   return batch * len(times) / sum(times), times
 
 
-def floor_ms(n: int, d: int, itemsize: int, batch: int, dtype: str, limits: dict) -> float:
-  """The device's floor for one exact search of `batch` queries over n x d stored rows (bench/machine.py)."""
-  peak = limits["matmul_bfloat16"] if dtype == "bfloat16" else limits.get("matmul_float32_highest",
-                                                                          limits["matmul_float32"])
-  return 1e3 * machine.floor_seconds(2.0 * batch * n * d, float(n) * d * itemsize, peak, limits["copy"])
+def peak_flops(dtype: str, limits: dict) -> float:
+  """The fastest large matmul measured in `dtype` in this run: the limits line's and one more measured now, beside
+  the read (the larger: a busy moment during one measurement must not raise the floor); float32 at jax's default
+  precision too (TF32 on a GPU)."""
+  if dtype == "bfloat16":
+    return max(limits["matmul_bfloat16"], machine.peak_matmul_flops_per_s("bfloat16"))
+  return max(limits["matmul_float32"], limits.get("matmul_float32_highest", 0.0),
+             machine.peak_matmul_flops_per_s("float32"))
+
+
+def floor_ms(n: int, d: int, batch: int, read_ms: float, peak: float) -> float:
+  """The floor of one exact search of `batch` queries over n x d stored rows: the larger of the measured read of the
+  stored array (`read_floor_ms`) and 2 batch n d FLOPs at `peak` (`peak_flops`)."""
+  return max(read_ms, 1e3 * 2.0 * batch * n * d / peak)
 
 
 def main():
@@ -204,8 +276,12 @@ def main():
   p.add_argument("--queries", type=int, default=256)
   p.add_argument("--batch", type=int, default=256, help="the large query batch (the other is 1)")
   p.add_argument("--min-seconds", type=float, default=1.0)
-  p.add_argument("--chunk", type=int, default=None, help="DenseIndex chunk of the JAX indexes (default: per platform, "
-                 "vidjax.retrieval.dense.DEFAULT_CHUNK)")
+  p.add_argument("--chunk", default="", help="DenseIndex chunk of the JAX indexes, or a comma-separated sweep "
+                 "(default: per platform, vidjax.retrieval.dense.DEFAULT_CHUNK)")
+  p.add_argument("--kernel", default="auto", help="the JAX indexes' search programs, comma-separated: auto, xla, "
+                 "pallas (vidjax.retrieval.dense.KERNELS; pallas on a CPU is interpret mode, slow)")
+  p.add_argument("--block", default="", help="rows per block maximum of the fused kernel, comma-separated (default: "
+                 "vidjax.retrieval.fused.BLOCK per platform)")
   p.add_argument("--torch-chunk", type=int, default=1 << 21, help="rows per torch.matmul of the PyTorch peer")
   p.add_argument("--backends", default="jax,jax-bf16,sharded,approx,faiss,scann,torch")
   p.add_argument("--plot", default="", help="write the recall vs QPS plot here (PNG)")
@@ -225,7 +301,8 @@ def main():
   tdev = torch_device(torch) if torch is not None else None
   limits_text, limits = machine.limits_line()
   header = (f"machine: {machine.describe()} | {limits_text} | D={args.dim}, k=10, {args.queries} queries, batches 1 "
-            f"and {batch} | DenseIndex chunk {args.chunk or 'default'} | faiss distance_compute_blas_threshold=16 in "
+            f"and {batch} | DenseIndex chunk {args.chunk or 'default'}, kernel {args.kernel}"
+            f"{', block ' + args.block if args.block else ''} | faiss distance_compute_blas_threshold=16 in "
             f"every faiss row | torch: " + (f"{torch.__version__} on {tdev}, chunks of {args.torch_chunk:,} rows"
                                           if tdev else "n/a (not installed)" if torch is None else
                                           "n/a (no torch device for this platform)"))
@@ -260,38 +337,47 @@ def main():
         corpus = data(kind, n, args.dim, rng, centres)
       queries = data(kind, args.queries, args.dim, rng, centres)
       ids = np.char.add("v", np.char.zfill(np.arange(n).astype(str), 9))
-      plan = settings(n, names, args.ivf_train)
+      chunks = [int(c) for c in args.chunk.split(",")] if args.chunk else [None]
+      plan = settings(n, names, args.ivf_train, chunks, args.kernel.split(","),
+                      [int(b) for b in args.block.split(",")] if args.block else [None])
+      # The reference: the exact float32 index's XLA program (full float32 products, no candidate pass), taken from
+      # the first index when it is that one, else built first, before any other index holds memory.
       truth = None
-      if plan and plan[0][1]:  # no plain exact index first: the reference, before any other index holds memory
-        truth = DenseIndex(ids, corpus, chunk=args.chunk).search(queries, 10)[0]
+      if not (plan and plan[0][0].startswith("vidjax exact f32")):
+        truth = DenseIndex(ids, corpus, chunk=chunks[0], kernel="xla").search(queries, 10)[0]
         gc.collect()
-      exact_qps = {}  # storage dtype -> (QPS b=1, QPS b=batch) of the vidjax exact single-device index
+      exact_qps = {}  # storage dtype -> (QPS b=1, QPS b=batch) of the first vidjax exact single-device row
+      reads = {}  # storage dtype -> the measured read of a stored array (ms): the floor of the torch rows too
       for family, kw, sweep in plan:
-        if kw.get("backend", "jax") in ("jax", "approx"):
-          kw = {"chunk": args.chunk, **kw}
         t = time.perf_counter()
         index = DenseIndex(ids, corpus, **kw)
         build = time.perf_counter() - t
+        if truth is None:
+          apply(index, {"_kernel": "xla"})
+          truth = index.search(queries, 10)[0]
+        if index.exact and index.backend == "jax":  # its floor's two terms, measured now (`floor_ms`)
+          reads[index.dtype] = (read_floor_ms(index), peak_flops(index.dtype, limits))
         for suffix, search_params in sweep:
           label = family + suffix
-          index.set_search_params(**search_params)
+          index.set_search_params(**(apply(index, search_params) if index.backend in ("jax", "approx")
+                                     else search_params))
+          if index.kernel is not None:
+            label += f" [{index.kernel}]" if "[" not in label else ""
           got = index.search(queries, 10)[0]
-          if truth is None:  # the first setting is the exact reference
-            truth = got
           recall = float(np.mean([len(set(a) & set(b)) / 10 for a, b in zip(got, truth)]))
           qps1, t1 = timed_search(index, queries, 1, args.min_seconds)
           qpsb, tb = timed_search(index, queries, batch, args.min_seconds)
           floor = {}
-          if index.exact and index.backend in ("jax", "faiss"):
-            dtype = index.dtype if index.backend == "jax" else "float32"
-            itemsize = 2 if dtype == "bfloat16" else 4
-            floor = {b: floor_ms(n, args.dim, itemsize, b, dtype, limits) for b in (1, batch)}
-            if family.startswith("vidjax exact"):
-              exact_qps[dtype] = (qps1, qpsb)
+          dtype = index.dtype if index.backend == "jax" else "float32"
+          if index.exact and index.backend in ("jax", "faiss") and dtype in reads:
+            floor = {b: floor_ms(n, args.dim, b, *reads[dtype]) for b in (1, batch)}
+            if family.startswith("vidjax exact") and not getattr(index._backend, "rescore", False):
+              exact_qps.setdefault(dtype, (qps1, qpsb))
           med = lambda ts: 1e3 * float(np.median(ts))  # noqa: E731
           emit({"n": n, "data": kind, "index": label, "recall_at_10": recall, "qps_b1": qps1, "qps_b": qpsb,
                 "p50_ms_b1": 1e3 * np.percentile(t1, 50), "p99_ms_b1": 1e3 * np.percentile(t1, 99), "build_s": build,
-                "bytes_per_item": index.nbytes / n, "params": index.params,
+                "bytes_per_item": index.nbytes / n, "params": index.params, "kernel": index.kernel,
+                "read_ms": reads.get(dtype, (None,))[0],
                 "floor_ms_b1": floor.get(1), "floor_ms_b": floor.get(batch),
                 "x_floor_b1": med(t1) / floor[1] if floor else None,
                 "x_floor_b": med(tb) / floor[batch] if floor else None, "vs_torch_b1": None, "vs_torch_b": None})
@@ -313,13 +399,14 @@ def main():
           recall = float(np.mean([len(set(a) & set(b)) / 10 for a, b in zip(ids[got], truth)]))
           qps1, t1 = timed_search(peer, queries, 1, args.min_seconds)
           qpsb, tb = timed_search(peer, queries, batch, args.min_seconds)
-          floor = {b: floor_ms(n, args.dim, 2 if dtype == "bfloat16" else 4, b, dtype, limits) for b in (1, batch)}
+          floor = ({b: floor_ms(n, args.dim, b, *reads[dtype]) for b in (1, batch)} if dtype in reads
+                   else {1: None, batch: None})
           mine = exact_qps.get(dtype)
           emit({"n": n, "data": kind, "index": label, "recall_at_10": recall, "qps_b1": qps1, "qps_b": qpsb,
                 "p50_ms_b1": 1e3 * np.percentile(t1, 50), "p99_ms_b1": 1e3 * np.percentile(t1, 99), "build_s": build,
                 "bytes_per_item": peer.nbytes / n, "floor_ms_b1": floor[1], "floor_ms_b": floor[batch],
-                "x_floor_b1": 1e3 * float(np.median(t1)) / floor[1],
-                "x_floor_b": 1e3 * float(np.median(tb)) / floor[batch],
+                "x_floor_b1": 1e3 * float(np.median(t1)) / floor[1] if floor[1] else None,
+                "x_floor_b": 1e3 * float(np.median(tb)) / floor[batch] if floor[batch] else None,
                 "vs_torch_b1": mine[0] / qps1 if mine else None, "vs_torch_b": mine[1] / qpsb if mine else None})
           del peer
           gc.collect()

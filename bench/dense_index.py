@@ -3,6 +3,8 @@
     python bench/dense_index.py [--sizes 1000,10000,100000,1000000] [--dim 512] [--k 10]
                                 [--batches 1,256] [--min-seconds 1.0] [--min-repeats 3] [--max-repeats 20]
                                 [--chunk N] [--query-batch N] [--no-faiss]
+    python bench/dense_index.py --against TREE [--sizes 100000,1000000] [--dim 256] [--dtypes float32,bfloat16]
+                                [--batches 1,256] [--rounds 6] [--calls 5]
 
 Random unit vectors (corpus and queries, seed 0). For every corpus size and query batch size it
 times, in the same process and one after the other: vidjax `DenseIndex` with float32 and with
@@ -15,12 +17,22 @@ same process (bench/machine.py `peaks`: float32 at "highest", the precision the 
 the vidjax/faiss throughput ratio, the stored bytes per video (vectors, with the last chunk's
 padding), and the fraction of vidjax float32's top-k ids equal to faiss's (else NumPy's) on the
 last timed batch.
+
+`--against TREE` (before/after, alternated): TREE is another checkout of vidjax (e.g. `git worktree add /tmp/before
+SHA`). Two worker processes, one importing vidjax from TREE ("before") and one from this checkout ("after"), build
+the same index from the same corpus (random unit rows, seed 0) and answer the same queries; the parent asks them in
+turn, `--rounds` times per row (the order swapped every round: ABBA...), and each turn times `--calls` searches of
+the same fresh query batch (its median wall and process CPU time). The table gives, per (N, dtype, batch), the
+median and range over the rounds of each tree's q/s, and after/before. Only one worker runs at a time, so a load
+that comes and goes on a shared machine falls on both.
 """
 from __future__ import annotations
 
 import argparse
 import gc
+import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -123,6 +135,98 @@ def bench_size(n: int, args, matmul: dict, use_faiss: bool) -> list[str]:
   return rows
 
 
+# One side of `--against`: imports vidjax from argv[1], then answers JSON requests on stdin, one a line:
+# {"n", "dim", "dtype", "batch", "calls", "seed", "k"} -> {"wall": [s], "cpu": [s], "build_s"}. It keeps the indexes of
+# one corpus size (built on first use: the same rows in both workers, seed 0).
+_WORKER = r"""
+import json, sys, time
+sys.path.insert(0, sys.argv[1])
+import numpy as np
+from vidjax.retrieval import dense
+assert dense.__file__.startswith(sys.argv[1]), dense.__file__
+built, size = {}, None
+for line in sys.stdin:
+  r = json.loads(line)
+  if (r["n"], r["dim"]) != size:
+    built.clear()
+    size = (r["n"], r["dim"])
+    rng = np.random.default_rng(0)
+    corpus = rng.standard_normal(size, dtype=np.float32)
+    ids = np.char.add("v", np.char.zfill(np.arange(r["n"]).astype(str), 9))
+  build_s = 0.0
+  if r["dtype"] not in built:
+    t = time.perf_counter()
+    built[r["dtype"]] = dense.DenseIndex(ids, corpus, dtype=r["dtype"])
+    build_s = time.perf_counter() - t
+  index = built[r["dtype"]]
+  q = np.random.default_rng(r["seed"]).standard_normal((r["batch"], r["dim"]), dtype=np.float32)
+  index.search(q, r["k"])  # compiles on first use; warms caches
+  wall, cpu = [], []
+  for _ in range(r["calls"]):
+    t, c = time.perf_counter(), time.process_time()
+    index.search(q, r["k"])
+    wall.append(time.perf_counter() - t)
+    cpu.append(time.process_time() - c)
+  print(json.dumps({"wall": wall, "cpu": cpu, "build_s": build_s}), flush=True)
+"""
+
+
+def against(args) -> None:
+  """Before (`--against` TREE) and after (this checkout), alternated in one run (module docstring)."""
+  here = str(Path(__file__).resolve().parents[1])
+  trees = {"before": str(Path(args.against).resolve()), "after": here}
+  rev = {name: subprocess.run(["git", "-C", tree, "log", "-1", "--format=%h %ad", "--date=short"], capture_output=True,
+                              text=True, check=False).stdout.strip() or "?" for name, tree in trees.items()}
+  dirty = subprocess.run(["git", "-C", here, "status", "--short", "--", "vidjax/retrieval"], capture_output=True,
+                         text=True, check=False).stdout.strip()
+  print(f"machine: {machine.describe()} | load average {os.getloadavg()[0]:.2f} at the start")
+  print(f"before: {trees['before']} ({rev['before']}) | after: {here} ({rev['after']}"
+        f"{', with uncommitted changes in vidjax/retrieval' if dirty else ''}) | D={args.dim}, k={args.k}, random unit "
+        f"rows | {args.rounds} rounds per row, order swapped every round, {args.calls} calls a turn (median)")
+  workers = {name: subprocess.Popen([sys.executable, "-c", _WORKER, tree], stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, text=True) for name, tree in trees.items()}
+
+  def ask(name: str, request: dict) -> dict:
+    w = workers[name]
+    w.stdin.write(json.dumps(request) + "\n")
+    w.stdin.flush()
+    line = w.stdout.readline()
+    if not line:
+      raise RuntimeError(f"the {name} worker ended (exit code {w.poll()})")
+    return json.loads(line)
+
+  head = ("| N | storage | batch | before q/s (median, range) | after q/s (median, range) | after / before | "
+          "before CPU ms | after CPU ms |")
+  rows = []
+  try:
+    for n in (int(s) for s in args.sizes.split(",")):
+      for dtype in args.dtypes.split(","):
+        for b in (int(b) for b in args.batches.split(",")):
+          qps = {"before": [], "after": []}
+          cpu = {"before": [], "after": []}
+          for r in range(args.rounds):
+            for name in (("before", "after") if r % 2 == 0 else ("after", "before")):
+              out = ask(name, {"n": n, "dim": args.dim, "dtype": dtype, "batch": b, "calls": args.calls,
+                               "seed": 1000 + r, "k": args.k})
+              qps[name].append(b / float(np.median(out["wall"])))
+              cpu[name].append(1e3 * float(np.median(out["cpu"])))
+          med = {name: float(np.median(v)) for name, v in qps.items()}
+          cell = lambda name: f"{med[name]:,.0f} ({min(qps[name]):,.0f}-{max(qps[name]):,.0f})"  # noqa: E731
+          rows.append(f"| {n:,} | {dtype} | {b} | {cell('before')} | {cell('after')} | "
+                      f"{med['after'] / med['before']:.2f}x | {np.median(cpu['before']):,.1f} | "
+                      f"{np.median(cpu['after']):,.1f} |")
+          print(rows[-1], flush=True)
+  finally:
+    for w in workers.values():
+      w.stdin.close()
+      w.wait()
+  print(f"load average {os.getloadavg()[0]:.2f} at the end")
+  print()
+  print(head)
+  print("|---:|---|---:|---:|---:|---:|---:|---:|")
+  print("\n".join(rows))
+
+
 def main():
   p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--sizes", default="1000,10000,100000,1000000", help="corpus sizes, comma-separated")
@@ -138,7 +242,13 @@ def main():
   p.add_argument("--chunk", type=int, default=None, help="default: dense.default_chunk(dtype), per platform")
   p.add_argument("--query-batch", type=int, default=dense.DEFAULT_QUERY_BATCH)
   p.add_argument("--no-faiss", action="store_true", help="leave faiss out even when importable")
+  p.add_argument("--against", default="", help="another vidjax checkout: before/after alternated (docstring)")
+  p.add_argument("--dtypes", default="float32,bfloat16", help="--against: storage dtypes")
+  p.add_argument("--rounds", type=int, default=6, help="--against: turns per tree and row")
+  p.add_argument("--calls", type=int, default=5, help="--against: timed searches per turn")
   args = p.parse_args()
+  if args.against:
+    return against(args)
   use_faiss = faiss is not None and not args.no_faiss
 
   matmul = {"float32": machine.peak_matmul_flops_per_s("float32", "highest"),

@@ -22,6 +22,8 @@ from vidjax.retrieval import DenseIndex, TwoStage, TwoStageResult
 from vidjax.retrieval import dense
 from vidjax.retrieval.dense import query_batches
 
+pytestmark = pytest.mark.highest_precision  # every search is compared with NumPy (SCORE_TOL below)
+
 D, CHUNK, QB, K = 16, 128, 8, 5
 
 

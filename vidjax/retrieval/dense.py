@@ -21,6 +21,11 @@ How it works:
   scoring are chosen per platform (`DEFAULT_CHUNK`, `SCORE_BUDGET`, `_plan`): cache-sized chunks on a CPU (measured),
   ~1M-row chunks on GPU and TPU. The program compiles once per (query batch, chunk count, chunk, D, storage dtype,
   K, plan).
+* The fused program (`kernel=`, `KERNELS`; the default on GPU and TPU): one Pallas kernel scores tiles of rows and
+  writes only each block's maximum score, never the `[Qb, N]` score matrix; the k-plus-margin best blocks are then
+  re-scored exactly in XLA (`vidjax.retrieval.fused`). The XLA program above stays the CPU's default, the fallback
+  (a kernel that fails to compile or run under "auto" is reported once and the XLA program takes over), and the
+  reference of the tests (which run the kernel on a CPU in Pallas interpret mode).
 * Precision: float32 storage is scored at `Precision.HIGHEST` (never TF32 on a GPU), so scores are float32 dot
   products on every backend. bfloat16 storage: on GPU and TPU one bfloat16 matmul with float32 accumulation (the query
   rounded to bfloat16: scores within 2^-9 of the float32 query's, `bf16_queries_rounded`); on a CPU, float32 scores
@@ -47,7 +52,9 @@ How it works:
   process's own blocks into one file, so its directory must be one every process sees (a shared filesystem).
 
 Backends (`backend=`, `params=`; `from_config` reads a config's `index` section): "jax" (the above, exact, the
-default), "approx" (the same chunks, `jax.lax.approx_max_k` per chunk: a saving on TPU only), "faiss" and "scann"
+default; `params={"rescore": True}` with bfloat16 storage re-ranks the bfloat16 top 2k by the float32 rows on the
+host: `JaxExact`), "approx" (the same chunks, `jax.lax.approx_max_k` per chunk on a TPU; on CPU and GPU, where
+approx_max_k is an exact sort of every score, the exact program), "faiss" and "scann"
 (`vidjax.retrieval.backends`, optional extras). Every backend answers [Q, k] scores and positions; ids, normalisation,
 the tie rule (re-applied to what an approximate backend returns) and results it did not find (id "", score -inf)
 stay here.
@@ -67,6 +74,7 @@ import json
 import math
 import os
 import shutil
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -81,6 +89,7 @@ from vidjax import progress as progress_lib
 from vidjax.data.features import FeatureStore
 from vidjax.ops import l2_normalize
 from vidjax.retrieval import files
+from vidjax.retrieval import fused
 
 DTYPES = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16}
 BACKENDS = ("jax", "approx", "faiss", "scann")  # = vidjax.defaults.common.INDEX_BACKENDS (the configs' choices)
@@ -107,6 +116,14 @@ DEFAULT_CHUNK = {"cpu": {"float32": 8192, "bfloat16": 8192},
                  "gpu": {"float32": 1 << 20, "bfloat16": 1 << 20},
                  "tpu": {"float32": 1 << 19, "bfloat16": 1 << 19}}
 SCORE_BUDGET = {"cpu": 1 << 22, "gpu": 1 << 28, "tpu": 1 << 27}
+# The search program (`kernel=`): "xla" (the above), "pallas" (the fused score + block-max kernel of
+# `vidjax.retrieval.fused`: no [Qb, N] score matrix in device memory; on a CPU in interpret mode, for tests), "auto"
+# (pallas on GPU and TPU, xla on CPU: `resolve_kernel`). FUSED_BLOCK: rows per block maximum, per platform (None:
+# `fused.BLOCK`); the bench sweeps it.
+KERNELS = ("auto", "xla", "pallas")
+# params rescore (bfloat16 storage): the device's top RESCORE_FACTOR * k re-ranked by the float32 rows (`JaxExact`).
+RESCORE_FACTOR = 2
+FUSED_BLOCK: dict[str, int] = {}
 DEFAULT_QUERY_BATCH = 256
 # Chunk lengths are multiples of this many rows (see `_build`).
 _ROW_ALIGN = 128
@@ -140,9 +157,18 @@ def _plan(platform: str, qb: int, n: int) -> tuple[bool, str]:
 
 def bf16_queries_rounded(platform: str | None = None) -> bool:
   """Whether a bfloat16 index on `platform` (default: the default device's) scores with the query rounded to
-  bfloat16 (accelerators: scores within 2^-9 of the float32 query's) rather than exactly (CPU): the precision a
-  comparison with a NumPy reference has to allow for."""
+  bfloat16 (accelerators, both programs: scores within 2^-9 of the float32 query's) rather than exactly (CPU): the
+  precision a comparison with a NumPy reference has to allow for."""
   return (platform or platform_of()) != "cpu"
+
+
+def resolve_kernel(kernel: str, platform: str) -> str:
+  """"xla" or "pallas": what `kernel` ("auto", "xla", "pallas"; `KERNELS`) means on `platform`. "auto" is the fused
+  Pallas search on GPU and TPU and the XLA program on a CPU, where Pallas runs only in interpret mode (slow: asked
+  for by name, for tests)."""
+  if kernel not in KERNELS:
+    raise ValueError(f"DenseIndex kernel must be one of {KERNELS}, got {kernel!r}")
+  return ("pallas" if platform != "cpu" else "xla") if kernel == "auto" else kernel
 
 
 def platform_of(mesh: jax.sharding.Mesh | None = None) -> str:
@@ -242,7 +268,7 @@ def _merge(queries, chunk, offset, n_valid, best_scores, best_pos, *, k: int, re
     offset, n_valid: int32 scalars; rows at positions >= n_valid are padding.
     best_scores, best_pos: [Qb, k] running best, earlier chunks (all positions < offset).
     recall_target: None = the chunk's exact top-k; a fraction: `jax.lax.approx_max_k` at that expected recall (the
-      "approx" backend: a real saving on TPU only; on CPU and GPU JAX computes it as an exact sort).
+      "approx" backend on a TPU; `JaxExact.recall_target_used` passes None elsewhere, where it is a full sort).
     bf16_scoring: how a bfloat16 chunk is scored (`_scores`).
 
   Returns:
@@ -264,7 +290,7 @@ def _merge(queries, chunk, offset, n_valid, best_scores, best_pos, *, k: int, re
 
 
 def _scan_chunks(queries, block, first, n_valid, init, *, k: int, recall_target: float | None, whole: bool,
-                 bf16_scoring: str):
+                 bf16_scoring: str, fused_plan: fused.Plan | None = None):
   """The running top-k over consecutive chunks, inside one compiled program.
 
   Args:
@@ -274,21 +300,32 @@ def _scan_chunks(queries, block, first, n_valid, init, *, k: int, recall_target:
     n_valid: int32 scalar, the corpus size N (positions >= N are padding).
     init: the running best before the first chunk, (float32 [Qb, k] of -inf, int32 [Qb, k] of -1).
     whole: one step over all L * C rows (the block reshaped, no copy); else one `lax.scan` step per chunk.
+    fused_plan: the fused score + block-max kernel over all L * C rows (`vidjax.retrieval.fused`) instead of XLA.
 
   Returns (scores float32 [Qb, k], positions int32 [Qb, k]), best first, equal scores by smaller position.
   """
   num, c, d = block.shape
+  if fused_plan is not None:
+    return fused.search(queries, block.reshape(num * c, d), (first * c).astype(jnp.int32), n_valid, k=k,
+                        **fused_plan._asdict())
   if whole:
     return _merge(queries, block.reshape(num * c, d), (first * c).astype(jnp.int32), n_valid, *init, k=k,
                   recall_target=recall_target, bf16_scoring=bf16_scoring)
+  # bfloat16 chunks are scanned as their uint16 bits: scanning the bfloat16 array itself, XLA:CPU converted the whole
+  # block to float32 before the loop (one float32 copy of the corpus written per search, and every chunk converted
+  # back inside it): bfloat16 searches 1.5-8x slower than the same steps dispatched one by one (issue 63).
+  bits = block.dtype == jnp.bfloat16
+  xs = jax.lax.bitcast_convert_type(block, jnp.uint16) if bits else block
 
   def body(best, inputs):
     j, chunk = inputs
+    if bits:
+      chunk = jax.lax.bitcast_convert_type(chunk, jnp.bfloat16)
     offset = ((first + j) * c).astype(jnp.int32)
     return _merge(queries, chunk, offset, n_valid, *best, k=k, recall_target=recall_target,
                   bf16_scoring=bf16_scoring), None
 
-  best, _ = jax.lax.scan(body, init, (jnp.arange(num, dtype=jnp.int32), block))
+  best, _ = jax.lax.scan(body, init, (jnp.arange(num, dtype=jnp.int32), xs))
   return best
 
 
@@ -296,20 +333,21 @@ def _init(qb: int, k: int) -> tuple[jax.Array, jax.Array]:
   return jnp.full((qb, k), -jnp.inf, jnp.float32), jnp.full((qb, k), -1, jnp.int32)
 
 
-_STATIC = ("k", "recall_target", "whole", "bf16_scoring")
+_STATIC = ("k", "recall_target", "whole", "bf16_scoring", "fused_plan")
 
 
 @functools.partial(jax.jit, static_argnames=_STATIC)
 def _search(queries, chunks, n_valid, *, k: int, recall_target: float | None = None, whole: bool = False,
-            bf16_scoring: str = "bf16"):
+            bf16_scoring: str = "bf16", fused_plan: fused.Plan | None = None):
   """Top-k of unit queries float32 [Qb, D] over the chunks [L, C, D] of one device: one program."""
   return _scan_chunks(queries, chunks, jnp.int32(0), n_valid, _init(queries.shape[0], k), k=k,
-                      recall_target=recall_target, whole=whole, bf16_scoring=bf16_scoring)
+                      recall_target=recall_target, whole=whole, bf16_scoring=bf16_scoring, fused_plan=fused_plan)
 
 
 @functools.partial(jax.jit, static_argnames=_STATIC + ("mesh", "axis"))
 def _sharded_search(queries, chunks, n_valid, *, k: int, mesh: jax.sharding.Mesh, axis: str,
-                    recall_target: float | None = None, whole: bool = False, bf16_scoring: str = "bf16"):
+                    recall_target: float | None = None, whole: bool = False, bf16_scoring: str = "bf16",
+                    fused_plan: fused.Plan | None = None):
   """Top-k over a corpus split along `axis` of `mesh`.
 
   Args:
@@ -325,14 +363,17 @@ def _sharded_search(queries, chunks, n_valid, *, k: int, mesh: jax.sharding.Mesh
   num_local = chunks.shape[0] // mesh.shape[axis]
 
   def local(q, block):  # block [L, C, D]
-    init = jax.lax.pcast(_init(q.shape[0], k), (axis,), to="varying")  # the carry varies over the devices
+    init = _init(q.shape[0], k)
+    if fused_plan is None:
+      init = jax.lax.pcast(init, (axis,), to="varying")  # the carry varies over the devices
     s, p = _scan_chunks(q, block, (jax.lax.axis_index(axis) * num_local).astype(jnp.int32), n_valid, init, k=k,
-                        recall_target=recall_target, whole=whole, bf16_scoring=bf16_scoring)
+                        recall_target=recall_target, whole=whole, bf16_scoring=bf16_scoring, fused_plan=fused_plan)
     return s[None], p[None]
 
   spec = jax.sharding.PartitionSpec(axis)
-  s, p = jax.shard_map(local, mesh=mesh, in_specs=(jax.sharding.PartitionSpec(), spec), out_specs=(spec, spec))(
-      queries, chunks)
+  # A pallas_call's outputs carry no varying-axes type, which shard_map's check asks for: unchecked with the kernel.
+  s, p = jax.shard_map(local, mesh=mesh, in_specs=(jax.sharding.PartitionSpec(), spec), out_specs=(spec, spec),
+                       check_vma=fused_plan is None)(queries, chunks)
   qb = queries.shape[0]
   all_s = s.transpose(1, 0, 2).reshape(qb, -1)  # [Qb, S * k], shard 0 first
   all_p = p.transpose(1, 0, 2).reshape(qb, -1)
@@ -367,23 +408,40 @@ _gather_rows = jax.jit(_rows)
 
 class JaxExact:
   """The JAX backends of `DenseIndex` (module docstring): "jax", exact top-k (the default), and "approx",
-  `jax.lax.approx_max_k` per chunk at `recall_target` (worth it on TPU only: on CPU and GPU JAX computes it as an
-  exact sort, so there it costs what "jax" does and returns the exact answer).
+  `jax.lax.approx_max_k` per chunk at `recall_target` on a TPU (on CPU and GPU JAX computes it as an exact sort of
+  every score, so there the exact program runs: `recall_target_used`).
 
   Built from `read(sorted positions) -> float32 [m, D]` unit rows; stores them in `dtype` as one array of equal
   chunks [L, C, D] on the default device, or dealt over the devices along `axis` of `mesh`.
+
+  `rescore` (bfloat16 storage, one device): the device finds the bfloat16 top 2k (`RESCORE_FACTOR`), and they are
+  re-ranked by the float32 rows, read on the host from `rescore_read` (default `read`: the caller's array or the
+  feature store the index was built from, never copied; a loaded index reads the rescore.npy its save wrote). Rounding
+  a unit vector's coordinates to bfloat16 costs recall (0.96-0.98 recall@10 against float32 exact on clustered
+  rows); the float32 top 10 lies inside the bfloat16 top 20 almost always (BENCHMARKS.md), so this gives float32's
+  answer at bfloat16's device memory and bandwidth. The scores returned are float32 (float64 products rounded).
   """
 
   def __init__(self, n: int, dim: int, read, *, dtype: str = "float32", chunk: int | None = None,
                mesh: jax.sharding.Mesh | None = None, axis: str = "data", recall_target: float | None = None,
-               progress: bool = False):
+               progress: bool = False, kernel: str = "auto", rescore: bool = False, rescore_read=None):
     if dtype not in DTYPES:
       raise ValueError(f"DenseIndex dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
+    if kernel not in KERNELS:
+      raise ValueError(f"DenseIndex kernel must be one of {KERNELS}, got {kernel!r}")
     if recall_target is not None and not 0 < recall_target <= 1:
       raise ValueError(f"DenseIndex backend 'approx': params recall_target must be in (0, 1], got {recall_target!r}")
     if mesh is not None and axis not in mesh.axis_names:
       raise ValueError(f"DenseIndex: a mesh needs an axis of the mesh {mesh.axis_names}, got axis {axis!r}")
+    if rescore and (dtype != "bfloat16" or mesh is not None or recall_target is not None):
+      raise ValueError("DenseIndex params rescore=True re-ranks a bfloat16 index's candidates by the float32 rows: it "
+                       f"needs backend 'jax', dtype 'bfloat16' and no mesh (got dtype {dtype!r}"
+                       f"{', a mesh' if mesh is not None else ''}{', backend approx' if recall_target else ''})")
+    self.rescore = bool(rescore)
+    self._rescore_read = (rescore_read or read) if rescore else None
     self.platform = platform_of(mesh)
+    self.kernel = kernel  # as asked; `kernel_used`: what searches run (the XLA program after a failed kernel)
+    self.kernel_used = resolve_kernel(kernel, self.platform)
     chunk = default_chunk(dtype, self.platform) if chunk is None else chunk
     if not isinstance(chunk, (int, np.integer)) or isinstance(chunk, bool) or chunk < 1:
       raise ValueError(f"DenseIndex chunk must be a positive integer, got {chunk!r}")
@@ -431,7 +489,8 @@ class JaxExact:
 
   @property
   def params(self) -> dict:
-    return {"chunk": self.chunk} | ({} if self.exact else {"recall_target": self.recall_target})
+    return ({"chunk": self.chunk} | ({} if self.exact else {"recall_target": self.recall_target})
+            | ({"rescore": True} if self.rescore else {}))
 
   @property
   def SEARCH_PARAMS(self) -> tuple[str, ...]:  # pylint: disable=invalid-name
@@ -461,11 +520,59 @@ class JaxExact:
     which, rows = (flat // self.chunk).astype(np.int32), (flat % self.chunk).astype(np.int32)
     return np.array(_local(self._gather(self._stored, (which, rows))), np.float32)
 
+  @property
+  def rows_per_device(self) -> int:
+    return self._stored.shape[0] // (1 if self.mesh is None else self.mesh.shape[self.axis]) * self.chunk
+
+  def fused_plan(self, qb: int, k: int) -> fused.Plan | None:
+    """The fused kernel's plan for a batch of `qb` queries and top-`k`, or None for the XLA program (`kernel_used`
+    "xla", `approx_max_k` on a TPU, or a k too large for the kernel to pay: `fused.applies`)."""
+    if self.kernel_used != "pallas" or self.recall_target_used is not None:
+      return None
+    return fused.plan(self.platform, self.rows_per_device, qb, k, block=FUSED_BLOCK.get(self.platform),
+                      interpret=self.platform == "cpu")
+
+  @property
+  def recall_target_used(self) -> float | None:
+    """`recall_target` where `approx_max_k` is a real approximation (a TPU); elsewhere JAX computes it as an exact
+    sort of every score (slower than the exact two-level top-k, same answer), so the exact program runs."""
+    return self.recall_target if self.platform == "tpu" else None
+
   def search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Unit queries float32 [Qb, D] -> (scores float32 [Qb, k], positions [Qb, k]): one compiled program."""
+    """Unit queries float32 [Qb, D] -> (scores float32 [Qb, k], positions [Qb, k]): one compiled program (then,
+    with `rescore`, the float32 re-ranking of its top RESCORE_FACTOR k on the host)."""
+    if self.rescore:
+      return self._rescored(queries, k)
+    return self._device_search(queries, k)
+
+  def _rescored(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    _, pos = self._device_search(queries, min(self.n, RESCORE_FACTOR * k))
+    pos = np.asarray(pos, np.int64)
+    found = pos >= 0
+    flat = np.unique(pos[found])
+    rows = self._rescore_read(flat)  # float32 [m, D], unit
+    cand = rows[np.searchsorted(flat, np.where(found, pos, flat[0]))]  # [Qb, 2k, D]
+    scores = np.einsum("qd,qcd->qc", queries.astype(np.float64), cand.astype(np.float64)).astype(np.float32)
+    return _tie_order(np.where(found, scores, -np.inf).astype(np.float32), np.where(found, pos, self.n), k)
+
+  def _device_search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     # Decided by N, not by a device's rows, so a sharded index takes the single-device index's plan: same bits.
     whole, scoring = _plan(self.platform, len(queries), self.n)
-    kw = dict(k=k, recall_target=self.recall_target, whole=whole, bf16_scoring=scoring)
+    plan = self.fused_plan(len(queries), k)
+    try:
+      return self._run(queries, k, whole, scoring, plan)
+    except Exception as e:  # pylint: disable=broad-except
+      if plan is None or self.kernel != "auto":
+        raise
+      # The default kernel did not compile or run here (a Pallas lowering this jax / device lacks): say so once and
+      # search with the XLA program from now on; asked for by name ("pallas"), the error is raised instead.
+      warnings.warn(f"DenseIndex: the fused Pallas search failed on {self.platform} ({type(e).__name__}: "
+                    f"{str(e)[:500]}); this index searches with the XLA program from now on (kernel='xla')")
+      self.kernel_used = "xla"
+      return self._run(queries, k, whole, scoring, None)
+
+  def _run(self, queries, k, whole, scoring, plan):
+    kw = dict(k=k, recall_target=self.recall_target_used, whole=whole, bf16_scoring=scoring, fused_plan=plan)
     if self.mesh is not None:
       s, p = _sharded_search(queries, self._stored, self._n_valid, mesh=self.mesh, axis=self.axis, **kw)
       return _local(s), _local(p)
@@ -486,12 +593,30 @@ class JaxExact:
 
   @property
   def file_bytes(self) -> int:
-    return self.n * self.dim * self.storage.itemsize
+    return self.n * self.dim * (self.storage.itemsize + (4 if self.rescore else 0))
 
   def save(self, path: Path) -> dict:
-    """Writes vectors.npy; returns its record for index.json (`record`)."""
+    """Writes vectors.npy (and, with `rescore`, the float32 rows as rescore.npy); returns their records for
+    index.json (`record`)."""
     self.create(path)
-    return self.record(self.fill(path))
+    records = self.record(self.fill(path))
+    if self.rescore:
+      records["rescore.npy"] = self._save_rescore(path)
+    return records
+
+  def _save_rescore(self, path: Path) -> dict:
+    """rescore.npy: the float32 unit rows `rescore_read` gives, one chunk at a time, each chunk's SHA-256 recorded."""
+    shape, hashes = (self.n, self.dim), []
+
+    def blocks():
+      for start in range(0, self.n, self.chunk):
+        rows = np.ascontiguousarray(self._rescore_read(np.arange(start, min(start + self.chunk, self.n))), np.float32)
+        hashes.append(files.sha256_rows(rows))
+        yield start, rows
+
+    files.create_npy(path / "rescore.npy", np.dtype(np.float32), shape)
+    files.write_rows(path / "rescore.npy", np.dtype(np.float32), shape, blocks())
+    return {"dtype": np.dtype(np.float32).str, "shape": list(shape), "chunk_rows": self.chunk, "chunk_sha256": hashes}
 
   def create(self, path: Path) -> None:
     """An empty vectors.npy of the right shape."""
@@ -527,11 +652,21 @@ class JaxExact:
 
   @classmethod
   def load(cls, path: Path, ids: np.ndarray, dim: int, dtype: str, params: dict, record: dict | None, where: str,
-           mesh=None, axis: str = "data", progress: bool = False) -> "JaxExact":
+           mesh=None, axis: str = "data", progress: bool = False, kernel: str = "auto",
+           rescore_record: dict | None = None) -> "JaxExact":
     """The index saved in `path`, each chunk checked as it is read (`_checked_rows`)."""
     rows = _checked_rows(path, ids, dim, dtype, record, where)
+    rescore = bool(params.get("rescore"))
+    if rescore and mesh is not None:
+      raise ValueError(f"{where}: the index re-ranks by float32 rows (params rescore): it loads on one device, "
+                       "not over a mesh")
+    rescore_rows = (_checked_rows(path, ids, dim, "float32", rescore_record, where, name="rescore.npy")
+                    if rescore else None)
     backend = cls(len(ids), dim, rows, dtype=dtype, chunk=params.get("chunk"), mesh=mesh, axis=axis,
-                  recall_target=params.get("recall_target"), progress=progress)
+                  recall_target=params.get("recall_target"), progress=progress, kernel=kernel, rescore=rescore,
+                  rescore_read=rescore_rows)
+    if rescore_rows is not None:
+      rescore_rows.check_rest()  # every chunk's hash before the rows are trusted
     if not backend.spans_processes:  # every chunk's hash checked, also any a build read differently
       rows.check_rest()
     return backend
@@ -543,14 +678,15 @@ class _checked_rows:  # pylint: disable=invalid-name
   finite and unit-norm (or zero) as `save` wrote it (the only check an index saved before hashes were recorded
   gets). Each failure is one error naming the index, the file and the ids."""
 
-  def __init__(self, path: Path, ids: np.ndarray, dim: int, dtype: str, record: dict | None, where: str):
-    self.ids, self.dtype, self.where, self.n = ids, dtype, where, len(ids)
+  def __init__(self, path: Path, ids: np.ndarray, dim: int, dtype: str, record: dict | None, where: str,
+               name: str = "vectors.npy"):
+    self.ids, self.dtype, self.where, self.n, self.name = ids, dtype, where, len(ids), name
     storage = np.dtype(np.uint16 if dtype == "bfloat16" else np.float32)
     if record is not None and (record.get("dtype") != storage.str or record.get("shape") != [self.n, dim]):
-      raise files.IndexFileError(f"{where}: index.json records vectors.npy as {record.get('dtype')} "
+      raise files.IndexFileError(f"{where}: index.json records {name} as {record.get('dtype')} "
                                  f"{record.get('shape')} but its header fields say {storage.str} {[self.n, dim]}; "
                                  "the index is damaged: rebuild it (DenseIndex.save)")
-    self.stored = files.open_npy(path / "vectors.npy", storage, (self.n, dim), where)
+    self.stored = files.open_npy(path / name, storage, (self.n, dim), where)
     self.block = int(record["chunk_rows"]) if record is not None else None
     self.hashes = list(record["chunk_sha256"]) if record is not None else []
     self.checked = set()
@@ -572,7 +708,7 @@ class _checked_rows:  # pylint: disable=invalid-name
         continue
       if files.sha256_rows(raw[lo - first:hi - first]) != self.hashes[b]:
         raise files.IndexFileError(
-            f"{self.where}: vectors.npy rows {lo}..{hi - 1} (ids {self.ids[lo]!r}..{self.ids[hi - 1]!r}) do not "
+            f"{self.where}: {self.name} rows {lo}..{hi - 1} (ids {self.ids[lo]!r}..{self.ids[hi - 1]!r}) do not "
             "match the SHA-256 index.json recorded (the file changed after it was saved); the index is damaged: "
             "rebuild it (DenseIndex.save)")
       self.checked.add(b)
@@ -588,12 +724,12 @@ class _checked_rows:  # pylint: disable=invalid-name
     bad = np.flatnonzero(~np.isfinite(rows[~np.isfinite(sq)]).all(axis=1))
     if bad.size:
       bad = np.flatnonzero(~np.isfinite(sq))[bad]
-      raise files.IndexFileError(f"{self.where}: vectors.npy rows of ids {self._names(positions[bad])} are not "
+      raise files.IndexFileError(f"{self.where}: {self.name} rows of ids {self._names(positions[bad])} are not "
                                  "finite (NaN or Inf); the index is damaged: rebuild it (DenseIndex.save)")
     norm = np.sqrt(sq)
     bad = np.flatnonzero(~((np.abs(norm - 1) <= self.tol) | (norm == 0)))  # an overflowing sum is not unit either
     if bad.size:
-      raise files.IndexFileError(f"{self.where}: vectors.npy rows of ids {self._names(positions[bad])} are not unit "
+      raise files.IndexFileError(f"{self.where}: {self.name} rows of ids {self._names(positions[bad])} are not unit "
                                  f"vectors (norm {norm[bad[0]]:.4g}; DenseIndex.save writes unit or zero rows); the "
                                  "index is damaged or was changed: rebuild it (DenseIndex.save)")
     return rows
@@ -629,7 +765,8 @@ class DenseIndex:
   def __init__(self, ids: Sequence[str], embeddings: Any, dtype: str = "float32",
                chunk: int | None = None, query_batch: int = DEFAULT_QUERY_BATCH,
                backend: str = "jax", query_key: str = "text", mesh: jax.sharding.Mesh | None = None,
-               axis: str = "data", params: Mapping[str, Any] | None = None, progress: bool = False):
+               axis: str = "data", params: Mapping[str, Any] | None = None, progress: bool = False,
+               kernel: str = "auto"):
     """Builds the index from arrays.
 
     Args:
@@ -647,10 +784,15 @@ class DenseIndex:
       mesh, axis: split the corpus over the devices along `axis` of `mesh` (whole chunks per device, in position
         order; the last device's tail is padding); a search runs on every device at once and gives the
         single-device index's answer bit for bit. None: one device. JAX backends only.
-      params: the backend's parameters ("approx": recall_target; "faiss": factory, nprobe, efSearch,
+      params: the backend's parameters ("jax": rescore, bfloat16 storage only: re-rank the bfloat16 top 2k by the
+        float32 rows, read from `embeddings` at search time, so the array must not change (`JaxExact`); "approx":
+        recall_target; "faiss": factory, nprobe, efSearch,
         blas_threshold, train_size; "scann": num_leaves, num_leaves_to_search, dims_per_block, aq_threshold,
         reorder, training_sample_size). None: the backend's defaults.
       progress: a progress bar while building.
+      kernel: the JAX backends' search program (`KERNELS`): "auto" (the fused Pallas kernel on GPU and TPU, the XLA
+        program on a CPU), "xla", or "pallas" (on a CPU in interpret mode: slow, for tests). Not saved: `load` takes
+        it again.
     """
     ids = [str(i) for i in ids]
     shape = np.shape(embeddings)
@@ -670,14 +812,14 @@ class DenseIndex:
       return out
 
     self._build(np.asarray(ids)[order], shape[1], read, dtype, chunk, query_batch, backend, query_key, mesh, axis,
-                params, progress)
+                params, progress, kernel)
 
   @classmethod
   def from_store(cls, store: FeatureStore, kind: str, dtype: str = "float32", chunk: int | None = None,
                  query_batch: int = DEFAULT_QUERY_BATCH, backend: str = "jax",
                  query_key: str = "text", mesh: jax.sharding.Mesh | None = None,
                  axis: str = "data", params: Mapping[str, Any] | None = None,
-                 progress: bool = False) -> "DenseIndex":
+                 progress: bool = False, kernel: str = "auto") -> "DenseIndex":
     """Builds the index over every id of one feature-store kind (items of shape [D]).
 
     Rows stream from the store's memory-mapped shards one chunk at a time (with a mesh: each device's block when
@@ -703,7 +845,7 @@ class DenseIndex:
 
     index = cls.__new__(cls)
     index._build(np.asarray(ids), item_shape[0], read, dtype, chunk, query_batch, backend, query_key, mesh, axis,
-                 params, progress)
+                 params, progress, kernel)
     return index
 
   @classmethod
@@ -720,13 +862,15 @@ class DenseIndex:
   # -- construction ------------------------------------------------------------------------------
   def _build(self, sorted_ids: np.ndarray, dim: int, read, dtype: str, chunk: int | None, query_batch: int,
              backend: str, query_key: str, mesh: jax.sharding.Mesh | None, axis: str,
-             params: Mapping[str, Any] | None, progress: bool) -> None:
+             params: Mapping[str, Any] | None, progress: bool, kernel: str = "auto") -> None:
     """Fills the index from `read(sorted positions int64 [m]) -> float32 [m, D]`, one chunk at a time."""
     if backend not in BACKENDS:
       raise ValueError(f"DenseIndex backend must be one of {BACKENDS}, got {backend!r}")
     if mesh is not None and backend not in ("jax", "approx"):
       raise ValueError(f"DenseIndex: a mesh needs a JAX backend ('jax' or 'approx') and an axis of the mesh "
                        f"{mesh.axis_names}, got backend {backend!r}")
+    if kernel not in KERNELS:
+      raise ValueError(f"DenseIndex kernel must be one of {KERNELS}, got {kernel!r}")
     if not isinstance(query_batch, (int, np.integer)) or isinstance(query_batch, bool) or query_batch < 1:
       raise ValueError(f"DenseIndex query_batch must be a positive integer, got {query_batch!r}")
     n = len(sorted_ids)
@@ -748,12 +892,15 @@ class DenseIndex:
 
     params = dict(params or {})
     if backend in ("jax", "approx"):
-      unknown = set(params) - ({"recall_target"} if backend == "approx" else set())
+      unknown = set(params) - ({"recall_target"} if backend == "approx" else {"rescore"})
       if unknown:
         raise ValueError(f"DenseIndex backend {backend!r}: unknown params {sorted(unknown)}")
       recall = float(params.get("recall_target", 0.95)) if backend == "approx" else None
+      if not isinstance(params.get("rescore", False), bool):
+        raise ValueError(f"DenseIndex params rescore must be True or False, got {params['rescore']!r}")
       self._backend = JaxExact(n, self.dim, unit_rows, dtype=dtype, chunk=chunk, mesh=mesh, axis=axis,
-                               recall_target=recall, progress=progress)
+                               recall_target=recall, progress=progress, kernel=kernel,
+                               rescore=params.get("rescore", False))
     else:
       from vidjax.retrieval import backends  # pylint: disable=g-import-not-at-top
       if dtype != "float32":
@@ -786,6 +933,11 @@ class DenseIndex:
   @property
   def chunk(self) -> int | None:
     return getattr(self._backend, "chunk", None) if self.backend in ("jax", "approx") else None
+
+  @property
+  def kernel(self) -> str | None:
+    """The JAX backends' search program now: "xla" or "pallas" (`KERNELS`); None for the library backends."""
+    return getattr(self._backend, "kernel_used", None)
 
   def set_search_params(self, **params) -> "DenseIndex":
     """Changes the backend's search-time params in place, without a rebuild, and returns the index: "approx"
@@ -984,9 +1136,10 @@ class DenseIndex:
 
   @classmethod
   def load(cls, path: str | Path, *, backend: str | None = None, dim: int | None = None,
-           mesh: jax.sharding.Mesh | None = None, axis: str = "data", progress: bool = False) -> "DenseIndex":
+           mesh: jax.sharding.Mesh | None = None, axis: str = "data", progress: bool = False,
+           kernel: str = "auto") -> "DenseIndex":
     """An index `save` wrote. `backend` / `dim`: what the caller expects (a mismatch is one clear error); `mesh`:
-    deal a JAX index over these devices (whatever it was saved from).
+    deal a JAX index over these devices (whatever it was saved from); `kernel`: its search program (`KERNELS`).
 
     Every file is checked against what index.json claims before it is trusted: index.json's own fields; ids.npy's
     size and SHA-256, and that its ids are sorted and distinct; vectors.npy's dtype, shape and size, each chunk's
@@ -1023,7 +1176,8 @@ class DenseIndex:
     index.query_batch, index.query_key = int(meta["query_batch"]), meta["query_key"]
     if index.backend in ("jax", "approx"):
       index._backend = JaxExact.load(path, ids, index.dim, index.dtype, meta["params"],
-                                     records and records["vectors.npy"], where, mesh, axis, progress)
+                                     records and records["vectors.npy"], where, mesh, axis, progress, kernel,
+                                     records and records.get("rescore.npy"))
     else:
       if mesh is not None:
         raise ValueError(f"{where}: a mesh needs a JAX backend, the index is {index.backend!r}")
@@ -1077,11 +1231,12 @@ def _read_meta(path: Path, where: str) -> dict:
     raise bad(f"names storage dtype {meta['dtype']!r} for backend {meta['backend']!r}")
   params = meta["params"]
   if meta["backend"] in ("jax", "approx"):
-    known = {"chunk"} | ({"recall_target"} if meta["backend"] == "approx" else set())
+    known = {"chunk"} | ({"recall_target"} if meta["backend"] == "approx" else {"rescore"})
     chunk = params.get("chunk")
-    if set(params) - known or not isinstance(chunk, int) or isinstance(chunk, bool) or chunk < 1:
+    if (set(params) - known or not isinstance(chunk, int) or isinstance(chunk, bool) or chunk < 1
+        or not isinstance(params.get("rescore", False), bool)):
       raise bad(f"params {params} are not those of backend {meta['backend']!r} (a positive integer chunk"
-                + (", recall_target)" if meta["backend"] == "approx" else ")"))
+                + (", recall_target)" if meta["backend"] == "approx" else ", rescore true or false)"))
   else:
     from vidjax.retrieval import backends  # pylint: disable=g-import-not-at-top
     known = {p for p in inspect.signature(backends.LIBRARY[meta["backend"]]).parameters if not p.startswith("_")} - {
@@ -1101,6 +1256,12 @@ def _read_meta(path: Path, where: str) -> dict:
       if (not isinstance(rows, int) or isinstance(rows, bool) or rows < 1 or not isinstance(r.get("chunk_sha256"), list)
           or len(r["chunk_sha256"]) != math.ceil(meta["n"] / rows)):
         raise bad("lacks the chunk hashes of vectors.npy (\"files\")")
+      if meta["params"].get("rescore"):
+        r = records.get("rescore.npy")
+        rows = r.get("chunk_rows") if isinstance(r, dict) else None
+        if (not isinstance(rows, int) or isinstance(rows, bool) or rows < 1
+            or not isinstance(r.get("chunk_sha256"), list) or len(r["chunk_sha256"]) != math.ceil(meta["n"] / rows)):
+          raise bad("lacks the chunk hashes of rescore.npy (\"files\"), which params rescore needs")
     elif not all(whole(r) for r in records.values()) or not all(
         whole(records.get(f)) for f in {"faiss": ["faiss.index"], "scann": ["vectors.npy"]}[meta["backend"]]):
       raise bad("records a file without its size and SHA-256, or lacks the backend's files (\"files\")")
