@@ -43,13 +43,14 @@ def _pair(ids, x, dtype, **kw):
           DenseIndex(ids, x, dtype=dtype, chunk=CHUNK, query_batch=QB, kernel="xla", **kw))
 
 
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_block_maxima_equal_numpy(dtype):
+@pytest.mark.parametrize("dtype,tile_d", [("float32", None), ("bfloat16", None), ("float32", 8)])
+def test_block_maxima_equal_numpy(dtype, tile_d):
+  """All D at once, and D in an inner loop of 8 columns at a time (the GPU's staging)."""
   rng = np.random.default_rng(0)
   rows = l2_normalize(rng.normal(size=(1024, D)).astype(np.float32)).astype(dense.DTYPES[dtype])
   q = l2_normalize(rng.normal(size=(8, D)).astype(np.float32)).astype(dense.DTYPES[dtype])
   got = fused.block_maxima(jnp.asarray(q), jnp.asarray(rows), block=BLOCK, tile_rows=256, tile_queries=8,
-                           interpret=True)
+                           tile_d=tile_d, interpret=True)
   want = fused.numpy_block_maxima(q.astype(np.float32), rows.astype(np.float32), BLOCK)
   assert got.shape == (8, 1024 // BLOCK) and got.dtype == jnp.float32
   np.testing.assert_allclose(np.asarray(got), want, atol=TOL, rtol=0)
@@ -216,3 +217,22 @@ def test_rescore_errors(tmp_path):
   (tmp_path / "index" / "rescore.npy").write_bytes(bytes(data))
   with pytest.raises(ValueError, match="rescore.npy rows .* do not match the SHA-256"):
     DenseIndex.load(tmp_path / "index")
+
+
+@pytest.mark.parametrize("platform,target,call", [("gpu", "cuda", "__gpu$xla.gpu.triton"),
+                                                  ("tpu", "tpu", "tpu_custom_call")])
+def test_the_kernel_lowers_for_gpu_and_tpu(platform, target, call):
+  """No accelerator in CI: the fused search is lowered for CUDA (Pallas -> Triton) and TPU (Pallas -> Mosaic) here,
+  with the platform's own tiles, so a kernel the lowering rejects fails on a CPU (compiling the Triton / Mosaic IR
+  needs the device)."""
+  rows = 1 << 14
+  for dtype in (jnp.bfloat16, jnp.float32):
+    for qb in (1, 256):
+      plan = fused.plan(platform, rows, qb, 10)
+      assert plan is not None and not plan.interpret
+      program = jax.jit(lambda q, x, p=plan: fused.search(q, x, jnp.int32(0), jnp.int32(rows - 3), k=10,
+                                                          **p._asdict()))
+      exported = jax.export.export(program, platforms=[target],
+                                   disabled_checks=[jax.export.DisabledSafetyCheck.custom_call(call)])(
+          jax.ShapeDtypeStruct((qb, 256), jnp.float32), jax.ShapeDtypeStruct((rows, 256), dtype))
+      assert call in exported.mlir_module()

@@ -552,7 +552,8 @@ class JaxExact:
     flat = np.unique(pos[found])
     rows = self._rescore_read(flat)  # float32 [m, D], unit
     cand = rows[np.searchsorted(flat, np.where(found, pos, flat[0]))]  # [Qb, 2k, D]
-    scores = np.einsum("qd,qcd->qc", queries.astype(np.float64), cand.astype(np.float64)).astype(np.float32)
+    # float64 products, rounded once (a batched matrix-vector product: 10-40x np.einsum's time on 2 cores)
+    scores = np.matmul(cand.astype(np.float64), queries.astype(np.float64)[:, :, None])[..., 0].astype(np.float32)
     return _tie_order(np.where(found, scores, -np.inf).astype(np.float32), np.where(found, pos, self.n), k)
 
   def _device_search(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

@@ -18,9 +18,10 @@ to bfloat16 on an accelerator (`dense.bf16_queries_rounded`); ties by position (
 `lax.top_k` keeps the lower index).
 
 Layout: rows `[R, D]` (a device's stored chunks, reshaped without a copy), cut into tiles of `tile_rows` rows, each
-`tile_rows / block` blocks; the grid is (row tiles, query tiles), the query-tile axis last so that the programs that
-read one row tile run next to each other (its second read comes from L2). The output is `[row tiles, Qb, blocks per
-tile]`: its last two block dimensions are (a multiple of 8, the whole axis), as Mosaic (TPU) asks.
+`tile_rows / block` blocks; one program scores one row tile against one query tile, and the grid is ordered so that
+the programs reading one row tile run one after the other (its second read comes from the cache; `block_maxima`).
+The output is `[row tiles, Qb, blocks per tile]`: its last two block dimensions are (a multiple of 8, the whole axis),
+as Mosaic (TPU) asks.
 
 On a CPU the kernel runs only in interpret mode (`interpret=True`, slow: for tests); `dense` chooses it by default on
 GPU and TPU only (`dense.KERNELS`).
@@ -45,6 +46,10 @@ TILE_ROWS = {"gpu": 1024, "tpu": 4096, "cpu": 256}
 # M >= 16).
 TILE_QUERIES = {"gpu": 64, "tpu": 128, "cpu": 64}
 MIN_TILE_QUERIES = {"gpu": 16, "tpu": 8, "cpu": 1}
+# Columns of D per step of the product's inner loop (None: all D at once). GPU: 64, as Triton matmuls stage their
+# operands (bfloat16, 64 queries x 128 rows: 24 KB of shared memory a stage, 3 stages; a whole 256-wide row tile would
+# be 64-128 KB a stage). TPU: all D (lane slices narrower than 128 do not tile).
+TILE_D = {"gpu": 64, "tpu": None, "cpu": None}
 # The kernel's product for float32 rows: on a GPU "tf32" (one tensor-core pass, ~2^-11 relative per operand: the
 # 256-batch 10M-row goal is out of reach in full float32, 1.3 TFLOP at ~67 TFLOP/s); the re-scoring is always
 # Precision.HIGHEST, so only the choice of candidate blocks sees TF32 (module docstring). CPU (interpret): full
@@ -95,15 +100,17 @@ def _compiler_params(platform: str):
   return None
 
 
-@functools.partial(jax.jit, static_argnames=("block", "tile_rows", "tile_queries", "precision", "platform",
+@functools.partial(jax.jit, static_argnames=("block", "tile_rows", "tile_queries", "tile_d", "precision", "platform",
                                              "interpret"))
 def block_maxima(queries: jax.Array, rows: jax.Array, *, block: int, tile_rows: int, tile_queries: int,
-                 precision: str = "highest", platform: str = "cpu", interpret: bool = False) -> jax.Array:
+                 tile_d: int | None = None, precision: str = "highest", platform: str = "cpu",
+                 interpret: bool = False) -> jax.Array:
   """The maximum score of every `block` consecutive rows, without the scores leaving the kernel.
 
   Args:
     queries: [Qb, D] in the rows' dtype (float32, or bfloat16: the query rounded), Qb a multiple of `tile_queries`.
     rows: [R, D] float32 or bfloat16, R a multiple of `tile_rows`, itself a multiple of `block`.
+    tile_d: the product's inner loop takes this many of the D columns at a time (None: all D at once).
     precision: the kernel's float32 product ("highest", "tf32" / "default": the platform's fast float32 matmul).
 
   Returns:
@@ -113,29 +120,44 @@ def block_maxima(queries: jax.Array, rows: jax.Array, *, block: int, tile_rows: 
   qb, d = queries.shape
   r = rows.shape[0]
   steps = tile_rows // block
+  tile_d = d if tile_d is None or d % tile_d else tile_d
   if r % tile_rows or tile_rows % block or qb % tile_queries:
     raise ValueError(f"block_maxima: rows {r} / tile {tile_rows} / block {block} or queries {qb} / tile "
                      f"{tile_queries} do not divide")
   prec = _PRECISIONS[precision] if rows.dtype == jnp.float32 else jax.lax.Precision.DEFAULT
 
   def kernel(q_ref, x_ref, o_ref):
-    q = q_ref[...]
     col = jax.lax.broadcasted_iota(jnp.int32, (tile_queries, steps), 1)
 
     def step(t, acc):
-      x = x_ref[pl.ds(pl.multiple_of(t * block, block), block), :]
-      s = jax.lax.dot_general(q, x, _CONTRACT_D, precision=prec, preferred_element_type=jnp.float32)
+      at = pl.ds(pl.multiple_of(t * block, block), block)
+      if tile_d == d:
+        s = jax.lax.dot_general(q_ref[...], x_ref[at, :], _CONTRACT_D, precision=prec,
+                                preferred_element_type=jnp.float32)
+      else:  # a matmul's inner loop: the operands staged tile_d columns at a time (shared memory on a GPU)
+        def inner(j, s):
+          cols = pl.ds(pl.multiple_of(j * tile_d, tile_d), tile_d)
+          return s + jax.lax.dot_general(q_ref[:, cols], x_ref[at, cols], _CONTRACT_D, precision=prec,
+                                         preferred_element_type=jnp.float32)
+        s = jax.lax.fori_loop(0, d // tile_d, inner, jnp.zeros((tile_queries, block), jnp.float32))
       return jnp.where(col == t, jnp.max(s, axis=1)[:, None], acc)
 
     o_ref[...] = jax.lax.fori_loop(0, steps, step, jnp.full((tile_queries, steps), -jnp.inf, jnp.float32))
 
+  # Program (i, j): row tile i, query tile j. The programs that read one row tile should run one after the other, so
+  # that its second read hits the cache: Triton launches the grid's first axis fastest, Mosaic (TPU) iterates the last
+  # axis fastest (and skips the copy of a row tile whose block index did not change).
+  # (CUDA's second grid axis holds at most 65,535 programs: past that the row tiles go first.)
+  swap = platform == "gpu" and r // tile_rows <= 65535
+  order = (lambda f: (lambda j, i: f(i, j))) if swap else (lambda f: f)
+  grid = (qb // tile_queries, r // tile_rows) if swap else (r // tile_rows, qb // tile_queries)
   out = pl.pallas_call(
       kernel,
       out_shape=jax.ShapeDtypeStruct((r // tile_rows, qb, steps), jnp.float32),
-      grid=(r // tile_rows, qb // tile_queries),
-      in_specs=[pl.BlockSpec((tile_queries, d), lambda i, j: (j, 0)),
-                pl.BlockSpec((tile_rows, d), lambda i, j: (i, 0))],
-      out_specs=pl.BlockSpec((_squeezed(), tile_queries, steps), lambda i, j: (i, j, 0)),
+      grid=grid,
+      in_specs=[pl.BlockSpec((tile_queries, d), order(lambda i, j: (j, 0))),
+                pl.BlockSpec((tile_rows, d), order(lambda i, j: (i, 0)))],
+      out_specs=pl.BlockSpec((_squeezed(), tile_queries, steps), order(lambda i, j: (i, j, 0))),
       interpret=interpret,
       compiler_params=None if interpret else _compiler_params(platform),
       name="vidjax_block_maxima",
@@ -148,6 +170,7 @@ class Plan(NamedTuple):
   block: int
   tile_rows: int
   tile_queries: int
+  tile_d: int | None
   padded_queries: int
   precision: str
   platform: str
@@ -165,12 +188,14 @@ def plan(platform: str, rows: int, qb: int, k: int, *, block: int | None = None,
     return None
   padded = max(MIN_TILE_QUERIES[platform], 1 << max(0, qb - 1).bit_length())
   most = TILE_QUERIES[platform]
-  return Plan(block, tile_rows, min(most, padded), padded if padded <= most else -(-qb // most) * most,
-              precision or PRECISION[platform], platform, interpret)
+  return Plan(block, tile_rows, min(most, padded), TILE_D[platform],
+              padded if padded <= most else -(-qb // most) * most, precision or PRECISION[platform], platform,
+              interpret)
 
 
 def search(queries: jax.Array, rows: jax.Array, offset, n_valid, *, k: int, block: int, tile_rows: int,
-           tile_queries: int, padded_queries: int, precision: str, platform: str, interpret: bool):
+           tile_queries: int, tile_d: int | None, padded_queries: int, precision: str, platform: str,
+           interpret: bool):
   """Exact top-k of unit queries over `rows` (module docstring); traced inside the caller's jitted program.
 
   Args:
@@ -179,7 +204,7 @@ def search(queries: jax.Array, rows: jax.Array, offset, n_valid, *, k: int, bloc
       padding).
     offset, n_valid: int32 scalars.
     k: 1 <= k; `applies(k, R, block)` should hold (else the XLA search is cheaper).
-    block, tile_rows, tile_queries, padded_queries: `plan(...)`.
+    block, tile_rows, tile_queries, tile_d, padded_queries, precision, platform, interpret: `plan(...)`.
 
   Returns:
     (scores float32 [Qb, k] best first, positions int32 [Qb, k]); equal scores rank the smaller position first.
@@ -191,7 +216,7 @@ def search(queries: jax.Array, rows: jax.Array, offset, n_valid, *, k: int, bloc
   q = queries if padded_queries == qb else jnp.concatenate(
       [queries, jnp.broadcast_to(queries[-1:], (padded_queries - qb, d))])
   maxima = block_maxima(q.astype(rows.dtype), rows, block=block, tile_rows=tile_rows, tile_queries=tile_queries,
-                        precision=precision, platform=platform, interpret=interpret)[:qb]
+                        tile_d=tile_d, precision=precision, platform=platform, interpret=interpret)[:qb]
   # Blocks wholly past the corpus are padding; the one block holding the corpus's last row may score its zero padding
   # rows, an overestimate that costs at most one candidate slot (the margin covers it).
   first_row = offset + block * jnp.arange(num_blocks, dtype=jnp.int32)
