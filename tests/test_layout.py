@@ -28,12 +28,16 @@ ALLOWED = {
     "checkpoints": {"ops", "io", "models", "tokenizers"},
     "train": {"io", "sharding", "losses", "progress", "data"},  # data: the Grain index batches of fit_epochs
     "evaluate": {"metrics", "ops", "retrieval"},
-    "extract": {"data", "sharding", "progress", "checkpoints", "models", "ops", "tokenizers"},  # + the backbone it runs
+    "extract": {"data", "io", "sharding", "progress", "checkpoints", "models", "ops", "tokenizers"},  # + the backbone it
+                                                                                                      # runs; io: inputs.json
     "scorers": {"evaluate", "metrics", "models", "ops", "defaults", "data"},  # data: the feature store a scorer reads
     # A method's library code: its model built from a config, its loss in the one loop, restore, index.
-    "methods": {"checkpoints", "data", "defaults", "evaluate", "extract", "io", "losses", "metrics", "models", "ops",
+    # Official checkpoints -> vidjax params (and X-Pool's text tower embedding a store's captions): above the models it
+    # fills and the data it writes, below the methods that load its output.
+    "convert": {"io", "ops", "data", "models"},
+    "methods": {"checkpoints", "convert", "data", "defaults", "evaluate", "extract", "io", "losses", "metrics", "models", "ops",
                 "retrieval", "scorers", "sharding", "tfds", "tokenizers", "train", "worlds"},
-    "experiments": {"checkpoints", "data", "defaults", "evaluate", "extract", "io", "losses", "metrics", "methods",
+    "experiments": {"checkpoints", "convert", "data", "defaults", "evaluate", "extract", "io", "losses", "metrics", "methods",
                     "models", "ops", "progress", "scorers", "sharding", "train", "retrieval", "tokenizers", "tfds", "worlds"},
     "tfds": {"data", "io", "checkpoints"},  # TFDS builders (the [tfds] extra) over the data layer
     "main": {"experiments", "methods", "sharding"},  # methods: the table a method's run is dispatched through
