@@ -18,7 +18,8 @@ the same run on the same device (`machine.peaks`: 2048^3 on CPU, 8192^3 on an ac
 
 Peer column: when `torch` is importable (never a vidjax dependency; `pip install torch` by hand for
 this), the same Table-10 model, type-aware loss and AdamW are timed as a plain PyTorch eager step on
-the same cores in the same run, and the table gives vidjax's examples/s as a ratio of it.
+the same device in the same run (the GPU beside a GPU, with TF32 as vidjax's train default; the same cores on a
+CPU), and the table gives vidjax's examples/s as a ratio of it.
 """
 from __future__ import annotations
 
@@ -74,13 +75,31 @@ def bench_train_step(batch: int, dim: int, context: int, dtype, steps: int) -> d
   return {"step_ms": 1e3 * sec, "examples_per_s": batch / sec, "flops_per_step": flops, "flops_per_s": flops / sec}
 
 
+def torch_device(torch) -> str | None:
+  """The torch device of JAX's default device's kind: "cuda" beside a GPU, "cpu" beside a CPU, None (a TPU)."""
+  platform = jax.devices()[0].platform
+  if platform == "gpu":
+    return "cuda" if torch.cuda.is_available() else None
+  return "cpu" if platform == "cpu" else None
+
+
 def bench_torch_step(batch: int, dim: int, context: int, steps: int) -> dict | None:
-  """The same step in PyTorch eager (float32): CAST (Table 10) + eq. 6-9 + AdamW. None without torch."""
+  """The same step in PyTorch eager (float32): CAST (Table 10) + eq. 6-9 + AdamW, on the device the vidjax rows ran
+  on (`torch_device`). On a GPU its float32 matmuls are TF32, as vidjax's train step at its default precision
+  (`precision.train="default"`), and the clock is read after a `torch.cuda.synchronize()`. None without torch or
+  without a torch device beside JAX's."""
   try:
     import torch  # pylint: disable=g-import-not-at-top
     from torch import nn  # pylint: disable=g-import-not-at-top
   except ImportError:
     return None
+  device = torch_device(torch)
+  if device is None:
+    return None
+  if device == "cuda":
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+  sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
   torch.manual_seed(0)
   unit = lambda x: x / x.norm(dim=-1, keepdim=True).clamp_min(1e-6)  # noqa: E731
 
@@ -109,18 +128,18 @@ def bench_torch_step(batch: int, dim: int, context: int, steps: int) -> dict | N
   def loss_fn(v_hat, pos, state, ident, tau=0.07):
     v, p, s, i = unit(v_hat), unit(pos), unit(state), unit(ident)
     logits = v @ p.T / tau
-    l_batch = nn.functional.cross_entropy(logits, torch.arange(len(v)))
+    l_batch = nn.functional.cross_entropy(logits, torch.arange(len(v), device=logits.device))
     pos_logit = (v * p).sum(-1, keepdim=True) / tau
     local = lambda negs: (torch.logsumexp(torch.cat([pos_logit, torch.einsum("bd,bkd->bk", v, negs) / tau], 1), 1)  # noqa: E731
                           - pos_logit[:, 0]).mean()
     return l_batch + 5.0 * local(s) + 1.0 * local(i)
 
-  model = Cast(dim)
+  model = Cast(dim).to(device)
   opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=1e-3)
   g = torch.Generator().manual_seed(0)
   r = lambda *shape: unit(torch.randn(*shape, generator=g))  # noqa: E731
-  data = (r(batch, dim), r(batch, context, dim), torch.ones(batch, context), r(batch, dim), r(batch, 3, dim),
-          r(batch, 3, dim))
+  data = tuple(x.to(device) for x in (r(batch, dim), r(batch, context, dim), torch.ones(batch, context),
+                                      r(batch, dim), r(batch, 3, dim), r(batch, 3, dim)))
 
   def step():
     opt.zero_grad(set_to_none=True)
@@ -131,12 +150,14 @@ def bench_torch_step(batch: int, dim: int, context: int, steps: int) -> dict | N
 
   for _ in range(2):
     step()
+  sync()
   start = time.perf_counter()
   for _ in range(steps):
     step()
+  sync()
   sec = (time.perf_counter() - start) / steps
   return {"step_ms": 1e3 * sec, "examples_per_s": batch / sec, "version": torch.__version__,
-          "threads": torch.get_num_threads()}
+          "threads": torch.get_num_threads(), "device": device}
 
 
 def bench_loop(steps: int, spc: int) -> list[tuple[str, dict]]:
@@ -217,10 +238,12 @@ def main():
           f"{r['flops_per_s'] / 1e9:>10.1f}{r['flops_per_s'] / peak[name]:>10.1%}")
   peer = bench_torch_step(args.batch, args.dim, args.context, args.steps)
   if peer is None:
-    print("peer: torch is not importable; install it by hand (`pip install torch`) for the PyTorch column")
+    print("peer: torch is not importable (install it by hand, `pip install torch`, for the PyTorch column) or has "
+          "no device beside JAX's")
     return
+  where = ("on cuda, TF32 as vidjax's default" if peer["device"] == "cuda" else f"on cpu, {peer['threads']} threads")
   print(f"{'torch f32':<10}{peer['step_ms']:>10.2f}{peer['examples_per_s']:>13.0f}   (PyTorch {peer['version']} "
-        f"eager, {peer['threads']} threads, same model, loss and AdamW)")
+        f"eager {where}, same model, loss and AdamW)")
   print(f"vidjax float32 / PyTorch eager: {rows['float32']['examples_per_s'] / peer['examples_per_s']:.2f}x")
 
 

@@ -103,6 +103,99 @@ def pytest_configure(config):
                           "on a device it cannot carry the 83 MB wheel to, and says so)")
 
 
+# ----------------------------------------------------------------------------------------------
+# The precision-mark check (collection time). A test that compares with NumPy or with an official reference must carry
+# `highest_precision` (on a GPU, float32 matmuls are TF32 unless asked: such a test failed there before). What makes a
+# test one, read from its module's source (`_needs_highest`), checkable and by name:
+#   1. its module reads a golden file (names the tests/golden folder: a string "golden", "golden/..." or
+#      "tests/golden...", or a name GOLDEN...): every test of it;
+#   2. it uses a NumPy reference, directly or through the module's functions, fixtures or module-level values it uses:
+#      a function the module defines or imports whose name says so, `np_*`, `numpy_*`, `*_numpy`, `*_np` or
+#      `reference_*` (a leading underscore allowed), e.g. `_np_kmeans`, `_numpy_adamw`, `_reference_beam`;
+#   3. its name says it compares with one: `..._match(es)_numpy...`, `..._equal(s)_(a_)numpy...`, `..._as_numpy...`
+#      or `..._reference` at its end.
+# A test so found without the mark (its own or the module's `pytestmark`) stops the collection with one error naming
+# it and the rule. `np.testing.assert_allclose` alone is no sign: most tests use it on exact integer or host values.
+import ast as _ast
+import re as _re
+
+_REFERENCE_NAME = _re.compile(r"^_?(np|numpy|reference)_|_(numpy|np)$")
+_REFERENCE_TEST = _re.compile(r"_(match|matches|equal|equals|as)_(a_)?numpy|_reference$")
+
+
+def _names(node) -> set:
+  """Every name a function, fixture or statement reads (its parameters too: the fixtures a test asks for)."""
+  out = {n.id for n in _ast.walk(node) if isinstance(n, _ast.Name)}
+  if isinstance(node, (_ast.FunctionDef, _ast.AsyncFunctionDef)):
+    out |= {a.arg for a in node.args.args + node.args.kwonlyargs}
+  return out
+
+
+def _needs_highest(source: str) -> dict:
+  """{test function name: why it must carry `highest_precision`} for one test module's source (rules above)."""
+  tree = _ast.parse(source)
+  golden = any((isinstance(n, _ast.Constant) and isinstance(n.value, str)
+                and (n.value == "golden" or n.value.startswith(("golden/", "tests/golden"))))
+               or (isinstance(n, _ast.Name) and n.id.startswith("GOLDEN")) for n in _ast.walk(tree))
+  refs = {n.name for n in _ast.walk(tree) if isinstance(n, (_ast.FunctionDef, _ast.AsyncFunctionDef))
+          and _REFERENCE_NAME.search(n.name)}
+  refs |= {a.asname or a.name for n in _ast.walk(tree) if isinstance(n, _ast.ImportFrom) for a in n.names
+           if _REFERENCE_NAME.search(a.asname or a.name)}
+  uses: dict = {}  # module-level name -> the names it reads (functions, fixtures, values)
+  tests = []
+  for node in tree.body:
+    bodies = node.body if isinstance(node, _ast.ClassDef) else [node]
+    for n in bodies:
+      if isinstance(n, (_ast.FunctionDef, _ast.AsyncFunctionDef)):
+        uses.setdefault(n.name, set()).update(_names(n))
+        if n.name.startswith("test"):
+          tests.append(n.name)
+    if isinstance(node, (_ast.Assign, _ast.AnnAssign)):
+      targets = node.targets if isinstance(node, _ast.Assign) else [node.target]
+      for t in targets:
+        for name in _names(t):
+          uses.setdefault(name, set()).update(_names(node.value) if node.value is not None else set())
+
+  def reaches(name, seen=()) -> str | None:
+    if name in refs:
+      return name
+    for used in uses.get(name, ()):
+      if used != name and used not in seen and (used in refs or used in uses):
+        found = reaches(used, (*seen, name))
+        if found:
+          return found
+    return None
+
+  out = {}
+  for test in tests:
+    if golden:
+      out[test] = "its module reads tests/golden"
+    elif _REFERENCE_TEST.search(test):
+      out[test] = "its name says it compares with NumPy or a reference"
+    elif (ref := reaches(test)) is not None:
+      out[test] = f"it uses the NumPy reference {ref}"
+  return out
+
+
+def pytest_collection_modifyitems(config, items):  # pylint: disable=unused-argument
+  """The precision-mark check (`_needs_highest`): a test that compares with NumPy or an official reference and lacks
+  `highest_precision` stops the collection, all of them named in one error."""
+  needs, missing = {}, []
+  for item in items:
+    path = Path(str(getattr(item, "fspath", "")))
+    if not (path.name.startswith("test_") and path.suffix == ".py"):
+      continue
+    if path not in needs:
+      needs[path] = _needs_highest(path.read_text(encoding="utf-8"))
+    why = needs[path].get(getattr(item, "originalname", None) or item.name.split("[")[0])
+    if why and item.get_closest_marker("highest_precision") is None:
+      missing.append(f"  {item.nodeid}: {why}")
+  if missing:
+    raise pytest.UsageError("these tests compare with NumPy or an official reference and lack "
+                            "@pytest.mark.highest_precision (or the module's `pytestmark = "
+                            "pytest.mark.highest_precision`; tests/conftest.py says why):\n" + "\n".join(missing))
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):  # pylint: disable=unused-argument
   from vidjax.experiments.common import precision_applies  # pylint: disable=g-import-not-at-top

@@ -14,6 +14,8 @@ from vidjax.methods import comp as M
 from vidjax.methods.comp import METHODS, METRICS
 from vidjax.methods.vidclip import TextTable, vidclip_setup
 
+pytestmark = pytest.mark.highest_precision  # compares with NumPy or a reference (tests/conftest.py)
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -13,6 +13,8 @@ from vidjax import convert
 from vidjax.convert import ConversionError, StateDict, load_state_dict
 from vidjax.convert.__main__ import main
 
+pytestmark = pytest.mark.highest_precision  # compares with NumPy or a reference (tests/conftest.py)
+
 GOLDEN = Path(__file__).parent / "golden"
 
 

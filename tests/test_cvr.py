@@ -11,6 +11,8 @@ from vidjax.data import annotations
 from vidjax.data import cvr
 from vidjax.data.annotations.types import make_video
 
+pytestmark = pytest.mark.highest_precision  # compares with NumPy or a reference (tests/conftest.py)
+
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 YC2 = SHARED / "youcook2" / "youcookii_annotations_trainval.json"
 COIN_TEST = SHARED / "coin" / "coin_test_30.json"

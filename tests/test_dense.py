@@ -15,6 +15,8 @@ from vidjax.methods import dense as M
 from vidjax.models.dense import DenseConfig, DenseRetriever, init_params
 from vidjax.scorers.dense import DenseScorer
 
+pytestmark = pytest.mark.highest_precision  # compares with NumPy or a reference (tests/conftest.py)
+
 ROOT = Path(__file__).resolve().parents[1]
 D, T = 8, 4
 RTOL = 2e-3  # float32 throughout; the mark computes matmuls at full precision on GPU / TPU

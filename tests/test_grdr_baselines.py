@@ -15,6 +15,8 @@ from vidjax.models.gr_baselines import (IdRetrieverConfig, PrefixAdapter, RQVAE,
 from vidjax.models.t5 import T5Config
 from vidjax.retrieval import SemanticIdTrie
 
+pytestmark = pytest.mark.highest_precision  # compares with NumPy or a reference (tests/conftest.py)
+
 TINY_T5 = T5Config(vocab_size=0, d_model=32, num_heads=2, d_kv=16, d_ff=64, encoder_layers=1, decoder_layers=1,
                    dropout_rate=0.0)
 

@@ -11,6 +11,8 @@ from vidjax import losses
 from vidjax.models.grdr import Tokenizer, TokenizerConfig, match_views, residual_quantize
 from vidjax.ops import kmeans, kmeans_init
 
+pytestmark = pytest.mark.highest_precision  # compares with NumPy or a reference (tests/conftest.py)
+
 
 def _unit(x):
   return x / np.linalg.norm(x, axis=-1, keepdims=True)

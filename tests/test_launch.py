@@ -7,6 +7,7 @@ also checks that the script's quoting is valid shell.
 import os
 import shlex
 import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -221,42 +222,97 @@ def test_real_path_script_names_configs_and_keys_that_exist():
 GPU_CHECK = ROOT / "launch" / "gpu_check.sh"
 
 
+def _gpu_check_module():
+  import importlib.util  # pylint: disable=g-import-not-at-top
+  spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "launch" / "gpu_check.py")
+  module = importlib.util.module_from_spec(spec)
+  sys.modules["gpu_check"] = module  # its dataclasses look their module up while it loads
+  spec.loader.exec_module(module)
+  return module
+
+
+def test_gpu_check_plan_orders_the_goals_first_and_fits_its_deadline():
+  """`gpu_check.sh plan` (nothing runs): every step with its budget and the terms it was derived from; the search rows
+  first, then the main job, the loops, extraction and the tests; the steps no goal needs last; the H200 estimate
+  within the 8-minute deadline, the wheel install included."""
+  gc = _gpu_check_module()
+  env = {k: v for k, v in os.environ.items() if not k.startswith("GPU_CHECK")}
+  text = subprocess.run(["bash", str(GPU_CHECK), "plan"], cwd=ROOT, env=env, capture_output=True, text=True,
+                        timeout=60, check=True).stdout
+  order = [line.split("|")[2].strip() for line in text.splitlines() if line.startswith("| ")][1:]
+  assert order == ["corpus", "ann", "main", "cast", "extract", "tests", "vedje", "precision"], text
+  assert "measured small run" in text and "deadline 480 s" in text and "790 TFLOP/s" in text
+  assert [s.name for s in gc.STEPS if not s.answers] == ["vedje", "precision"]
+  assert gc.DEADLINE_S == 480
+  small = subprocess.run(["bash", str(GPU_CHECK), "plan"], cwd=ROOT, env={**env, "GPU_CHECK_SCALE": "small"},
+                         capture_output=True, text=True, timeout=60, check=True).stdout
+  with open(os.devnull, "w", encoding="utf-8") as devnull:
+    for name, seconds in gc.plan(True, out=devnull):
+      row = next(line for line in small.splitlines() if line.startswith("| ") and f"| {name} |" in line)
+      assert f"| {seconds} |" in row and seconds >= gc.MEASURED_SMALL[name] * gc.SMALL_MARGIN
+  assert gc.estimate_s() <= gc.DEADLINE_S and "366 s of the 480 s deadline" in text
+  # The dry run can run every step within its deadline.
+  assert sum(gc.budget(s, True) for s in gc.STEPS) <= gc.SMALL_DEADLINE_S
+
+
 def test_gpu_check_runs_every_step_and_writes_its_table(tmp_path):
-  """launch/gpu_check.sh (a session lent a GPU runs it; CI has none): with a stub interpreter that records its
-  arguments, `run` goes through every step, writes one table row per step into $OUT/gpu_check.md and every step's
-  output into gpu_check.log, and an unknown step or subcommand is one error."""
+  """With a stub interpreter that records its arguments, `run` goes through every step in order, writes one table row
+  per step into OUT_DIR/gpu_check.md (rewritten as each ends) and every step's output into gpu_check.log; a step whose
+  budget no longer fits the deadline is not started, and says so; an unknown step or subcommand is one error."""
   py = tmp_path / "py"
   py.write_text('#!/bin/sh\nprintf "%s\\n" "$*" >> "$PY_LOG"\necho "table of $*"\n')
   py.chmod(0o755)
   out = tmp_path / "out"
-  env = {**os.environ, "PYTHON": str(py), "OUT": str(out), "PY_LOG": str(tmp_path / "calls")}
-  proc = subprocess.run(["bash", str(GPU_CHECK), "run"], cwd=ROOT, env=env, capture_output=True, text=True,
+  env = {**{k: v for k, v in os.environ.items() if not k.startswith("GPU_CHECK")}, "PYTHON": str(py),
+         "PY_LOG": str(tmp_path / "calls")}
+  proc = subprocess.run(["bash", str(GPU_CHECK), "run", str(out)], cwd=ROOT, env=env, capture_output=True, text=True,
                         timeout=60)
   assert proc.returncode == 0, proc.stderr
   table = (out / "gpu_check.md").read_text()
-  steps = ["main", "ann", "tests", "cast", "extract", "vedje", "precision"]
+  steps = ["corpus", "ann", "main", "cast", "extract", "tests", "vedje", "precision"]
+  rows = [line.split("|")[1].strip() for line in table.splitlines() if line.startswith("| ")][1:]
+  assert rows == ["install", *steps], table
   for name in steps:
     assert f"| {name} | ok |" in table, table
   calls = (tmp_path / "calls").read_text()
-  for expected in ("-m vidjax.main --config configs/cast_coin.py", "bench/ann.py --n 10000000 --dim 256",
-                   "-m pytest", "-m not minilm", "bench/cast_train.py --loop", "bench/videoprism_extract.py --paper",
+  for expected in ("launch/gpu_check.py corpus --n 10000000 --dim 256", "bench/ann.py --n 10000000 --dim 256",
+                   "--backends jax,jax-bf16,torch", "--memmap", "-m vidjax.main --config configs/cast_coin.py",
+                   "-m pytest", "-m highest_precision and not minilm", "bench/cast_train.py --loop", "bench/videoprism_extract.py --paper",
                    "bench/vedje_rerank.py", "bench/precision.py"):
     assert expected in calls, calls
+  assert calls.index("corpus --n") < calls.index("bench/ann.py") < calls.index("vidjax.main")
   assert "table of bench/precision.py" in (out / "gpu_check.log").read_text()
-  bad = subprocess.run(["bash", str(GPU_CHECK), "run"], cwd=ROOT, env={**env, "GPU_CHECK_STEPS": "bogus"},
+  late = subprocess.run(["bash", str(GPU_CHECK), "run", str(tmp_path / "late")], cwd=ROOT,
+                        env={**env, "GPU_CHECK_DEADLINE": "30", "GPU_CHECK_STEPS": "corpus ann"},
+                        capture_output=True, text=True, timeout=60)
+  assert late.returncode == 1
+  table = (tmp_path / "late" / "gpu_check.md").read_text()
+  assert "| corpus | ok |" in table and "| ann | NOT STARTED (" in table, table
+  bad = subprocess.run(["bash", str(GPU_CHECK), "run", str(out)], cwd=ROOT, env={**env, "GPU_CHECK_STEPS": "bogus"},
                        capture_output=True, text=True, timeout=60)
   assert bad.returncode == 2 and "unknown step bogus" in bad.stderr
   bad = subprocess.run(["bash", str(GPU_CHECK), "nonsense"], cwd=ROOT, env=env, capture_output=True, text=True)
   assert bad.returncode == 2 and "usage" in bad.stderr
 
 
-def test_gpu_check_passes_only_flags_its_benches_and_tests_know():
-  """Every `bench/X.py --flag` and test file the script names exists (the script runs on a device, not in CI)."""
+def test_gpu_check_stops_a_step_at_its_budget(tmp_path):
+  gc = _gpu_check_module()
+  log = tmp_path / "log"
+  status, seconds = gc._run_step(["bash", "-c", "echo started; sleep 30 & wait"], 1, log)  # pylint: disable=protected-access
+  assert status == "TIMED OUT" and seconds < 15 and "started" in log.read_text()
+
+
+def test_gpu_check_passes_only_flags_its_benches_and_tests_know(tmp_path):
+  """Every `bench/X.py --flag` and test file the check runs exists (the check runs on a device, not in CI)."""
   import re  # pylint: disable=g-import-not-at-top
-  text = GPU_CHECK.read_text().replace("\\\n", " ")
-  for bench, args in re.findall(r'(bench/\w+\.py)((?:\s+--[\w-]+(?:\s+[^\s-][^\s]*)?)*)', text):
-    source = (ROOT / bench).read_text()
-    for flag in re.findall(r"(--[\w-]+)", args):
-      assert f'"{flag}"' in source, (bench, flag)
-  for test_file in re.findall(r"(tests/test_\w+\.py)", text):
-    assert (ROOT / test_file).is_file(), test_file
+  gc = _gpu_check_module()
+  for small in (False, True):
+    ctx = gc.Context(py="python3", out=tmp_path, work=tmp_path, small=small)
+    for step in gc.STEPS:
+      text = " ".join(step.command(ctx))
+      for bench, args in re.findall(r'(bench/\w+\.py)((?:\s+--[\w-]+(?:\s+[^\s-][^\s]*)?)*)', text):
+        source = (ROOT / bench).read_text()
+        for flag in re.findall(r"(--[\w-]+)", args):
+          assert f'"{flag}"' in source, (bench, flag)
+      for test_file in re.findall(r"(tests/test_\w+\.py)", text):
+        assert (ROOT / test_file).is_file(), test_file

@@ -4,6 +4,8 @@ import pytest
 
 from vidjax import metrics
 
+pytestmark = pytest.mark.highest_precision  # compares with NumPy or a reference (tests/conftest.py)
+
 Q, C = 40, 10
 
 

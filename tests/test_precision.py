@@ -134,6 +134,10 @@ def test_results_record_the_policy(tmp_path):
   world = common.results_dict(config, dataset="d", synthetic=True, metrics={}, path="world",
                                 skipped_videos={"count": 0, "file": ""})
   assert world["config"]["precision"] == {"train": "high", "extract": "highest", "eval": "highest"}
+  # Every run records where it ran, a world's too (the real path's provenance also does, below).
+  assert world["precision"] == {"train": "high", "extract": "highest", "eval": "highest",
+                                "platform": jax.default_backend(), "device_kind": jax.devices()[0].device_kind}
+  assert {"programs", "train_programs", "per_fit", "compile_seconds", "cache_hits"} <= set(world["programs"])
   store = {"backbone": "b", "store": "/s"}
   real = common.results_dict(config, dataset="d", synthetic=False, metrics={}, path="real", provenance=store,
                              skipped_videos={"count": 0, "file": ""})
@@ -180,3 +184,97 @@ def test_the_mark_covers_the_test_and_its_fixtures_setup(precision_at_setup):
   want = "highest" if _REAL_APPLIES() else None  # on a CPU the mark enters no context (conftest)
   assert precision_at_setup == want and jax.config.jax_default_matmul_precision == want
   assert asked(_MATMUL.lower(_X, _X).as_text()) == (want or "default").upper()
+
+
+# ----------------------------------------------------------------------------------------------
+# The precision-mark check (tests/conftest.py): what it asks of a test module, and that it stops the collection.
+
+_MODULE = """
+import numpy as np
+import pytest
+from helpers import np_softmax, plain_helper
+
+EXPECTED = np_softmax(np.ones(3))
+
+def _np_loss(x):
+  return np.mean(x)
+
+def _expected(x):
+  return _np_loss(x) * 2
+
+@pytest.fixture
+def reference_value():
+  return _expected(np.ones(2))
+
+def test_uses_the_reference_through_a_helper():
+  assert _expected(np.ones(2)) == 2.0
+
+def test_uses_a_module_value():
+  assert EXPECTED.shape == (3,)
+
+def test_asks_for_a_fixture_that_uses_one(reference_value):
+  assert reference_value
+
+def test_loss_matches_numpy():
+  pass
+
+def test_two_stages_match_a_brute_force_reference():
+  pass
+
+def test_plain():
+  assert plain_helper() and np.testing.assert_allclose(1.0, 1.0) is None
+
+def test_pickles_of_numpy_arrays():
+  pass
+"""
+
+
+def test_the_mark_check_finds_the_tests_that_need_it():
+  from conftest import _needs_highest  # pylint: disable=g-import-not-at-top
+  needs = _needs_highest(_MODULE)
+  assert sorted(needs) == ["test_asks_for_a_fixture_that_uses_one", "test_loss_matches_numpy",
+                           "test_two_stages_match_a_brute_force_reference", "test_uses_a_module_value",
+                           "test_uses_the_reference_through_a_helper"], needs
+  assert needs["test_uses_the_reference_through_a_helper"] == "it uses the NumPy reference _np_loss"
+  assert needs["test_uses_a_module_value"] == "it uses the NumPy reference np_softmax"  # imported, by its name
+  golden = _needs_highest('FILE = Path(__file__).parent / "golden" / "x.npz"\ndef test_a():\n  pass\n'
+                          'def test_b():\n  pass\n')
+  assert golden == {"test_a": "its module reads tests/golden", "test_b": "its module reads tests/golden"}
+
+
+def test_the_mark_check_stops_the_collection_naming_each_test(tmp_path):
+  import conftest  # pylint: disable=g-import-not-at-top
+  module = tmp_path / "test_fake.py"
+  module.write_text(_MODULE)
+
+  class Item:  # what the hook reads of a collected test
+    def __init__(self, name, marked):
+      self.fspath, self.name, self.originalname = module, f"{name}[0]", name
+      self.nodeid, self.marked = f"test_fake.py::{name}[0]", marked
+
+    def get_closest_marker(self, name):
+      return object() if self.marked and name == "highest_precision" else None
+
+  conftest.pytest_collection_modifyitems(None, [Item("test_loss_matches_numpy", True), Item("test_plain", False)])
+  with pytest.raises(pytest.UsageError, match=r"lack @pytest.mark.highest_precision.*\n  test_fake.py::"
+                                              r"test_uses_a_module_value\[0\]: it uses the NumPy reference np_softmax"):
+    conftest.pytest_collection_modifyitems(None, [Item("test_uses_a_module_value", False), Item("test_plain", False)])
+
+
+def test_extraction_computes_in_bfloat16_on_an_accelerator_and_float32_is_one_key_away():
+  """`model.fprop_dtype="auto"` (the extraction and preparation configs' default): bfloat16 on a GPU or TPU, float32
+  on a CPU; "float32" on any machine; a bad value is one clear error. What ran is what the store records."""
+  from vidjax import extract as engine  # pylint: disable=g-import-not-at-top
+  for spec in ("configs/extract_videoprism.py", "configs/prepare.py"):
+    config = load_config(ROOT / spec)
+    assert config.model.fprop_dtype == "auto" and config.precision.extract == "highest", spec
+    assert [engine.fprop_dtype(config, p) for p in ("gpu", "tpu", "cpu")] == ["bfloat16", "bfloat16", "float32"]
+    config.model.fprop_dtype = "float32"
+    assert [engine.fprop_dtype(config, p) for p in ("gpu", "cpu")] == ["float32", "float32"]
+    config.model.fprop_dtype = "half"
+    with pytest.raises(ValueError, match=r"config\.model\.fprop_dtype='half' is invalid"):
+      engine.fprop_dtype(config)
+  config = load_config(ROOT / "configs/extract_videoprism.py:smoke")
+  _, _, meta = engine.load_model(config)
+  assert meta["fprop_dtype"] == engine.fprop_dtype(config) == ("float32" if jax.default_backend() == "cpu"
+                                                               else "bfloat16")

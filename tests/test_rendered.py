@@ -7,6 +7,8 @@ from vidjax.worlds import rendered
 from vidjax.data import video
 from vidjax.models import pixelstats
 
+pytestmark = pytest.mark.highest_precision  # compares with NumPy or a reference (tests/conftest.py)
+
 SMALL = rendered.RenderedWorldConfig(num_train=1, num_test=2, frames=8, hold=2)
 
 

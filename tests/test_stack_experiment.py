@@ -20,6 +20,8 @@ from vidjax.models.pair import PairReranker
 from vidjax import search
 from vidjax.retrieval import index as index_format
 
+pytestmark = pytest.mark.highest_precision  # compares with NumPy or a reference (tests/conftest.py)
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

@@ -9,6 +9,8 @@ import pytest
 
 from vidjax.models.t5 import T5, T5Config, T5Decoder, T5Encoder, relative_position_bucket
 
+pytestmark = pytest.mark.highest_precision  # compares with NumPy or a reference (tests/conftest.py)
+
 TINY = T5Config(d_model=16, num_heads=2, d_kv=8, d_ff=32, encoder_layers=2, decoder_layers=2, vocab_size=50,
                 dropout_rate=0.0)
 

@@ -489,7 +489,8 @@ def test_gather_apply_equals_the_host_gather_with_padding_rows():
 @pytest.mark.parametrize("budget,steps_per_call", [(None, 1), (0, 1), (None, 3)])
 def test_device_gather_and_multi_step_calls_train_the_same_steps(tmp_path, budget, steps_per_call):
   """Rows gathered on the device (or, over budget, on the host) and several steps per call (a scan that stops at
-  every log and checkpoint step: calls of 3, 1, 1, 3, ...) train exactly the steps of the plain host-collated loop."""
+  every log and checkpoint step: calls of 3, 1, 1, 3, ... live steps, each of 3 with the rest masked) train exactly the
+  steps of the plain host-collated loop."""
   straight, history = _fit(tmp_path / "a", dataset=_index_batches(), log_every=4, checkpoint_every=5)
   gather = pipeline.Gather(_TABLES, {"x": "x", "y": "y"}, budget_bytes=budget)
   state, rows_history = _fit(tmp_path / "b", dataset=_row_batches(gather), log_every=4, checkpoint_every=5,
@@ -500,7 +501,10 @@ def test_device_gather_and_multi_step_calls_train_the_same_steps(tmp_path, budge
   assert [r["train/first_idx"] for r in history] == [r["train/first_idx"] for r in rows_history]
   np.testing.assert_allclose([r["train/loss"] for r in history], [r["train/loss"] for r in rows_history], rtol=1e-6)
   per_step = rows_history[0]["train/h2d_bytes_per_step"]
-  assert per_step == (3 * 4 * BATCH if budget is None else 4 * BATCH * (DIM + OUT + 1))  # rows only / the vectors
+  # Rows only / the vectors; the first log interval (4 steps) is a call of 3 and one of 1 live + 2 masked steps, whose
+  # batches are copies of its live one: 6 batches sent for 4 steps.
+  sent = 6 / 4 if steps_per_call == 3 else 1
+  assert per_step == sent * (3 * 4 * BATCH if budget is None else 4 * BATCH * (DIM + OUT + 1))
   assert rows_history[0]["train/host_ms_per_step"] > 0
 
 
@@ -532,3 +536,76 @@ def test_a_nan_inside_a_multi_step_call_names_its_step(tmp_path):
   with pytest.raises(FloatingPointError, match=r"loss is nan at step 7 "):
     _fit(tmp_path, dataset=grain.MapDataset.source(poisoned), num_steps=10, log_every=10, checkpoint_every=10,
          steps_per_call=3)
+
+
+# ----------------------------------------------------------------------------------------------
+# One compiled train program per model.
+
+
+def test_fitted_steps_per_call_divides_the_intervals_or_masks():
+  assert train.fitted_steps_per_call(8, [50, 1000]) == 5  # the main job's log and checkpoint intervals
+  assert train.fitted_steps_per_call(8, [64, 1000]) == 8
+  assert train.fitted_steps_per_call(8, [100, 500, 25]) == 5
+  assert train.fitted_steps_per_call(8, [7, 1000]) == 8  # only 1 divides both: 8 steps a call, some masked
+  assert train.fitted_steps_per_call(1, [7]) == 1
+
+
+@pytest.mark.parametrize("steps_per_call", [1, 4])
+def test_a_fit_compiles_one_train_program_whatever_its_boundaries(tmp_path, steps_per_call):
+  """Log every 3, checkpoint every 5, eval every 2 over 13 steps: calls of 1 to 4 live steps, every one the same
+  program (the masked steps of an early stop run in it); `programs_compiled` counts it, per `fit`."""
+  gather = pipeline.Gather(_TABLES, {"x": "x", "y": "y"})
+  with train.counting_programs():
+    state, history = _fit(tmp_path, dataset=_row_batches(gather), num_steps=13, log_every=3, checkpoint_every=5,
+                          eval_fn=lambda params, step: {"one": 1.0}, eval_every=2, gather=gather,
+                          steps_per_call=steps_per_call)
+    counted = train.programs_compiled()
+  assert int(state.step) == 13 and [r["step"] for r in history if "train/loss" in r] == [3, 6, 9, 12, 13]
+  assert counted["train_programs"] == 1 and counted["per_fit"] == [["train", 1]], counted
+  assert counted["programs"] >= 1 and counted["compile_seconds"] >= 0
+  with train.counting_programs():  # a finished run resumes at its end and compiles nothing
+    _fit(tmp_path, dataset=_row_batches(gather), num_steps=13, log_every=3, checkpoint_every=5, gather=gather,
+         steps_per_call=steps_per_call)
+    assert train.programs_compiled()["train_programs"] == 0
+
+
+@pytest.mark.parametrize("skip", [True, False])
+def test_masked_steps_leave_the_state_as_it_was(monkeypatch, skip):
+  """A call of 4 steps with 2 live equals a call of 2 steps: the masked ones change nothing, whatever their batch,
+  skipped (a conditional, as on a CPU) or computed and discarded (a select, as on an accelerator)."""
+  monkeypatch.setattr(train, "SKIP_MASKED_STEPS", ("cpu",) if skip else ())
+  step = train.make_train_step(loss_fn, OPTIMIZER)
+  batches = [pipeline.make_batches(SOURCE, BATCH, seed=3)[i] for i in range(4)]
+  stack = lambda bs: jax.tree.map(lambda *x: np.stack(x), *bs)  # noqa: E731
+  fresh = lambda: train.init_state(init_fn, OPTIMIZER, jax.random.PRNGKey(0))  # noqa: E731
+  rng = jax.random.PRNGKey(1)
+  four = train.jit_train_steps(step, MESH, None, 4)
+  two = train.jit_train_steps(step, MESH, None, 2)
+  masked, metrics = four(fresh(), {}, stack(batches[:2] + [batches[3], batches[3]]), rng, np.int32(2))
+  plain, plain_metrics = two(fresh(), {}, stack(batches[:2]), rng, np.int32(2))
+  assert int(masked.step) == 2
+  for x, y in zip(jax.tree.leaves(masked), jax.tree.leaves(plain)):
+    np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-6, atol=1e-7)
+  np.testing.assert_allclose(np.asarray(metrics["loss"])[:2], np.asarray(plain_metrics["loss"]), rtol=1e-6)
+
+
+def test_a_smoke_run_records_one_train_program_per_model(smoke_runs):
+  """The main job's results.json says how many programs it compiled: one train program per model it trained."""
+  _, results = smoke_runs("cast")
+  programs = results["programs"]
+  assert programs["per_fit"] and all(n == 1 for _, n in programs["per_fit"]), programs
+  assert programs["train_programs"] == len(programs["per_fit"]) and programs["programs"] >= programs["train_programs"]
+  assert results["precision"]["platform"] == jax.default_backend()  # a world run records where it ran
+
+
+def test_the_compilation_cache_is_on_for_accelerators_and_left_to_the_user_on_a_cpu(tmp_path, monkeypatch):
+  monkeypatch.setenv("VIDJAX_CACHE_DIR", str(tmp_path))
+  assert train.compilation_cache_dir("auto", "gpu") == str(tmp_path / "xla")
+  assert train.compilation_cache_dir("auto", "tpu") == str(tmp_path / "xla")
+  assert train.compilation_cache_dir("auto", "cpu") is None
+  assert train.compilation_cache_dir("", "gpu") is None and train.compilation_cache_dir("off", "gpu") is None
+  assert train.compilation_cache_dir(str(tmp_path / "mine"), "cpu") == str(tmp_path / "mine")
+  # A folder already set (the suite's, tests/conftest.py's JAX_COMPILATION_CACHE_DIR; or a user's) wins.
+  assert jax.config.jax_compilation_cache_dir
+  assert train.use_compilation_cache(str(tmp_path / "mine")) == jax.config.jax_compilation_cache_dir
+  assert not (tmp_path / "mine").exists()

@@ -8,6 +8,8 @@ import pytest
 
 from vidjax.retrieval.trie import SemanticIdTrie, beam_search
 
+pytestmark = pytest.mark.highest_precision  # compares with NumPy or a reference (tests/conftest.py)
+
 H = 8
 
 

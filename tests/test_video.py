@@ -8,6 +8,8 @@ import pytest
 
 from vidjax.data import video
 
+pytestmark = pytest.mark.highest_precision  # compares with NumPy or a reference (tests/conftest.py)
+
 MP4 = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "videoprism_assets" / "water_bottle_drumming.mp4"
 FPS = 12
 N_FRAMES = 100

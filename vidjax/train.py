@@ -26,7 +26,9 @@ What the loop does (ARCHITECTURE.md, "train.py"; STYLE.md items 3, 8-10):
 - Inputs live on the device (ARCHITECTURE.md "Accelerators"): with `gather=` (`vidjax.data.pipeline.Gather`) the
   feature tables within the device budget are put on the device once, a batch carries their row indices and the
   gather runs inside the jitted step. A call runs `steps_per_call` steps as one `lax.scan` (the platform's default:
-  one on CPU, several on an accelerator); the log records the host's own ms and bytes per step.
+  one on CPU, several on an accelerator, dividing the log, eval and checkpoint intervals); a call that stops early at
+  one of those steps masks the rest, so a run compiles one train program (`programs_compiled` counts them, and
+  results.json records the count). The log records the host's own ms and bytes per step.
 - Checkpoints: an orbax `CheckpointManager` in `<workdir>/checkpoints` holds the train state and the
   data iterator's position in the same step; calling `fit` again on the same workdir resumes
   exactly where the last checkpoint left off (same params, same next batch, same rngs).
@@ -64,6 +66,7 @@ import errno
 import functools
 import json
 import logging
+import math
 import os
 import re
 import shutil
@@ -265,9 +268,10 @@ def jit_train_step(train_step: Callable, mesh: jax.sharding.Mesh):
 
 
 # Optimizer steps per compiled call of `fit` (a `lax.scan` over that many batches) when the caller does not say.
-# On CPU one step per call: dispatch costs little beside a step there, and a scan would compile a second program
-# for the remainder calls (bench/cast_train.py --loop measures both). On an accelerator a small model's step is
-# shorter than the host's per-call work (fetch, transfer, dispatch), so calls carry several steps.
+# On CPU one step per call: dispatch costs little beside a step there (bench/cast_train.py --loop measures both). On an
+# accelerator a small model's step is shorter than the host's per-call work (fetch, transfer, dispatch), so calls carry
+# several steps: at most `DEFAULT_STEPS_PER_CALL`, fitted to the log, eval and checkpoint intervals
+# (`fitted_steps_per_call`), so that every call of a run is the same one program.
 STEPS_PER_CALL = {"cpu": 1}
 DEFAULT_STEPS_PER_CALL = 8
 
@@ -276,26 +280,146 @@ def default_steps_per_call() -> int:
   return STEPS_PER_CALL.get(jax.devices()[0].platform, DEFAULT_STEPS_PER_CALL)
 
 
+def fitted_steps_per_call(most: int, intervals: Sequence[int]) -> int:
+  """Steps per call at most `most` that divide every interval (log, eval, checkpoint): the largest divisor of their
+  gcd up to `most`, when that is at least half of `most`; else `most` itself (the calls that end at a boundary then
+  run some masked steps, `jit_train_steps`). E.g. 8 with intervals 50 and 1000 gives 5; with 64 and 1000, 8."""
+  g = 0
+  for every in intervals:
+    g = math.gcd(g, int(every))
+  divisor = max((d for d in range(1, most + 1) if g % d == 0), default=1)
+  return divisor if 2 * divisor >= most else most
+
+
+# Platforms where a masked step is skipped by a conditional rather than computed and discarded (`jit_train_steps`).
+SKIP_MASKED_STEPS = ("cpu",)
+
+# The name of every compiled train program (`jit_train_steps`): XLA's module `jit(vidjax_train_steps)`, what
+# `programs_compiled` counts as a train program.
+TRAIN_PROGRAM = "vidjax_train_steps"
+
+
 def jit_train_steps(train_step: Callable, mesh: jax.sharding.Mesh, gather: pipeline.Gather | None = None,
                     num_steps: int = 1):
-  """Jits `num_steps` applications of `train_step` as one program: `steps(state, tables, batches, rng)`.
+  """Jits `num_steps` applications of `train_step` as one program: `steps(state, tables, batches, rng, active)`.
 
   `tables`: `gather.device_tables(mesh)` (or `{}`), replicated; each batch's device-side fields are gathered from
-  them inside the program (`pipeline.Gather.apply`). With `num_steps` 1, `batches` is one batch split on 'data' and
-  the metrics are scalars; otherwise every leaf has a leading `[num_steps]` axis (split on 'data' along the next),
-  the steps run as a `lax.scan`, and the metrics come back stacked `[num_steps]`. The state is donated.
+  them inside the program (`pipeline.Gather.apply`). With `num_steps` 1, `batches` is one batch split on 'data',
+  `active` is ignored and the metrics are scalars; otherwise every leaf has a leading `[num_steps]` axis (split on
+  'data' along the next), the steps run as a `lax.scan`, and the metrics come back stacked `[num_steps]`. The state
+  is donated.
+
+  `active` (an int32 scalar, a traced value): the steps at positions >= `active` are masked, they leave the state as
+  it was (their batches are padding and their metrics are to be dropped), so a call that must stop early at a log,
+  eval or checkpoint step runs the same program as the others. A masked step is skipped (`lax.cond`) on a CPU, where a
+  conditional costs nothing; on an accelerator it runs and a select keeps the old state (fused into the update),
+  because a conditional there can cost a device-to-host sync per step. Masked or not, a step computes the same
+  numbers: a resumed run equals a straight one bit for bit.
   """
   def one(state, tables, batch, rng):
     return train_step(state, gather.apply(tables, batch) if gather is not None else batch, rng)
 
   repl = sharding_lib.replicated(mesh)
   if num_steps == 1:
-    fn, batch_sharding = one, sharding_lib.data_sharded(mesh)
+    def vidjax_train_steps(state, tables, batches, rng, active):  # pylint: disable=unused-argument
+      return one(state, tables, batches, rng)
+    batch_sharding = sharding_lib.data_sharded(mesh)
   else:
-    def fn(state, tables, batches, rng):
-      return jax.lax.scan(lambda s, b: one(s, tables, b, rng), state, batches)
+    skip = mesh.devices.flat[0].platform in SKIP_MASKED_STEPS
+
+    def vidjax_train_steps(state, tables, batches, rng, active):
+      _, shapes = jax.eval_shape(one, state, tables, jax.tree.map(lambda x: x[0], batches), rng)
+      skipped = lambda s: (s, jax.tree.map(lambda m: jnp.zeros(m.shape, m.dtype), shapes))  # noqa: E731
+
+      def body(s, xs):
+        batch, position = xs
+        if skip:
+          return jax.lax.cond(position < active, lambda t: one(t, tables, batch, rng), skipped, s)
+        new, metrics = one(s, tables, batch, rng)
+        return jax.tree.map(lambda n, o: jnp.where(position < active, n, o), new, s), metrics
+      return jax.lax.scan(body, state, (batches, jnp.arange(num_steps, dtype=jnp.int32)))
     batch_sharding = sharding_lib.data_sharded(mesh, axis=1)
-  return jax.jit(fn, in_shardings=(repl, repl, batch_sharding, repl), out_shardings=(repl, repl), donate_argnums=0)
+  return jax.jit(vidjax_train_steps, in_shardings=(repl, repl, batch_sharding, repl, repl),
+                 out_shardings=(repl, repl), donate_argnums=0)
+
+
+# ----------------------------------------------------------------------------------------------
+# Compiled programs: how many a run compiled, and the persistent compilation cache.
+
+_BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"  # jax's event per XLA program compiled or loaded
+_CACHE_HIT = "/jax/compilation_cache/cache_hits"
+_COUNTS = {"programs": 0, "train_programs": 0, "compile_seconds": 0.0, "cache_hits": 0}
+_FITS: list[dict[str, Any]] = []  # one record per `fit` call: its description and the train programs it compiled
+_RUNS: list[tuple[dict[str, Any], int]] = []  # the open `counting_programs` contexts: (counts, len(_FITS)) at entry
+
+
+def _on_duration(event: str, duration: float, **kwargs) -> None:
+  if event == _BACKEND_COMPILE:
+    _COUNTS["programs"] += 1
+    _COUNTS["compile_seconds"] += duration
+    if TRAIN_PROGRAM in str(kwargs.get("fun_name", "")):
+      _COUNTS["train_programs"] += 1
+
+
+def _on_event(event: str, **kwargs) -> None:  # pylint: disable=unused-argument
+  if event == _CACHE_HIT:
+    _COUNTS["cache_hits"] += 1
+
+
+jax.monitoring.register_event_duration_secs_listener(_on_duration)
+jax.monitoring.register_event_listener(_on_event)
+
+
+@contextlib.contextmanager
+def counting_programs():
+  """Within it, `programs_compiled()` counts from its entry (a run: `experiments.common.precision_policy`)."""
+  _RUNS.append((dict(_COUNTS), len(_FITS)))
+  try:
+    yield
+  finally:
+    _RUNS.pop()
+
+
+def programs_compiled() -> dict[str, Any]:
+  """The XLA programs compiled since the innermost `counting_programs` entry (else since the process started):
+  {"programs": every program jax compiled or loaded from the persistent cache (jax's backend-compile event),
+   "train_programs": those of them that are `fit`'s train programs, "per_fit": [[description, train programs],
+   ...] per `fit` call, "compile_seconds", "cache_hits": programs the persistent cache supplied}."""
+  start, first = _RUNS[-1] if _RUNS else ({k: 0 for k in _COUNTS}, 0)
+  out = {k: _COUNTS[k] - start[k] for k in ("programs", "train_programs", "cache_hits")}
+  return {**out, "per_fit": [[f["description"], f["train_programs"]] for f in _FITS[first:]],
+          "compile_seconds": round(_COUNTS["compile_seconds"] - start["compile_seconds"], 2)}
+
+
+def compilation_cache_dir(setting: str | None, platform: str | None = None) -> str | None:
+  """The persistent compilation cache folder `setting` (a config's `compilation_cache`) asks for on `platform` (the
+  default backend's when None): "auto" = `$VIDJAX_CACHE_DIR` or `~/.cache/vidjax`, then `/xla`, on an accelerator
+  (each model's train program is compiled once per machine, not once per run) and none on a CPU (there
+  `JAX_COMPILATION_CACHE_DIR`, jax's own variable, is left to the user); "" or "off" = none; a path = that folder on
+  any platform."""
+  if setting in (None, "", "off"):
+    return None
+  if setting != "auto":
+    return str(Path(setting).expanduser())
+  if (platform or jax.default_backend()) == "cpu":
+    return None
+  root = os.environ.get("VIDJAX_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "vidjax")
+  return os.path.join(root, "xla")
+
+
+def use_compilation_cache(setting: str | None) -> str | None:
+  """Points jax's persistent compilation cache at `compilation_cache_dir(setting)` unless a folder is already set
+  (`JAX_COMPILATION_CACHE_DIR` or an earlier call: the user's wins); returns the folder in use (None: no cache).
+  It takes effect for a process that has compiled nothing yet (jax decides once, at its first compile): `vidjax.main`
+  calls it before the run compiles anything."""
+  current = jax.config.jax_compilation_cache_dir
+  if current:
+    return current
+  folder = compilation_cache_dir(setting)
+  if folder:
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    jax.config.update("jax_compilation_cache_dir", folder)
+  return folder
 
 
 # ----------------------------------------------------------------------------------------------
@@ -497,8 +621,11 @@ def fit(*, init_fn: Callable[[jax.Array], Any], loss_fn: LossFn,
     gather: the batch fields gathered on the device from tables put there once (`vidjax.data.pipeline.Gather`);
       the dataset's batches then carry row indices for them (build it with `gather.host(batch_fn)`).
     steps_per_call: optimizer steps per compiled call (a `lax.scan` over that many batches; a call stops at a
-      log, eval or checkpoint step, so checkpoints and resumes fall on the same steps); None = the platform's
-      default (`STEPS_PER_CALL`). The steps and their randomness are the same whatever the value.
+      log, eval or checkpoint step, so checkpoints and resumes fall on the same steps, and masks the steps it does
+      not run, so every call is the same one program); None = the platform's default (`STEPS_PER_CALL`) fitted to
+      the intervals (`fitted_steps_per_call`). The steps and their randomness are the same whatever the value.
+      `programs_compiled()` counts the train programs compiled: one per `fit` (none where the persistent cache or
+      an earlier `fit` with the same functions and shapes supplied it).
 
   Returns:
     `(state, history)`: the final `TrainState` and every logged record
@@ -529,8 +656,13 @@ def fit(*, init_fn: Callable[[jax.Array], Any], loss_fn: LossFn,
   # The user's functions are closed over here, once per call (never static jit arguments).
   make_state = functools.partial(init_state, init_fn, optimizer)
   train_step = make_train_step(loss_fn, optimizer)
-  steps_per_call = default_steps_per_call() if steps_per_call is None else steps_per_call
-  step_fns = {}  # jitted calls by their number of steps (at most two: steps_per_call and a remainder)
+  if steps_per_call is None:  # the platform's default, fitted to the intervals: no call ends early
+    steps_per_call = fitted_steps_per_call(default_steps_per_call(), [log_every, checkpoint_every]
+                                           + ([eval_every] if eval_fn is not None else []))
+  # One program for the whole run: a call that stops early at a log, eval or checkpoint step masks its last steps.
+  steps_fn = jit_train_steps(train_step, mesh, gather, steps_per_call)
+  active = {}  # the device scalar `active` of a call of that many live steps
+  programs_at_start = _COUNTS["train_programs"]
   tables = gather.device_tables(mesh) if gather is not None else {}
   data_iter = _iterate(dataset)
   manager = _checkpoint_manager(workdir, max_to_keep)
@@ -552,7 +684,7 @@ def fit(*, init_fn: Callable[[jax.Array], Any], loss_fn: LossFn,
     writer = MetricWriter(workdir, resume_step=start, enabled=is_main)
 
     pbar = progress_lib.bar(num_steps, description, "step", initial=start, disable=not progress or not is_main)
-    # Metrics not yet read back to host: (first step, count, metrics; [count]-stacked when count > 1).
+    # Metrics not yet read back to host: (first step, live steps, metrics; stacked [steps_per_call] when > 1).
     pending: list[tuple[int, int, dict[str, jax.Array]]] = []
     interval_start, interval_examples = time.perf_counter(), 0
     host_seconds, host_bytes, host_steps = 0.0, 0, 0  # the host's own work per step: fetch, stack, transfer
@@ -560,7 +692,8 @@ def fit(*, init_fn: Callable[[jax.Array], Any], loss_fn: LossFn,
     def check_pending() -> list[dict[str, float]]:
       values = []
       for (first, count, _), metrics in zip(pending, jax.device_get([m for _, _, m in pending])):
-        values += [metrics] if count == 1 else [{k: v[j] for k, v in metrics.items()} for j in range(count)]
+        # A multi-step call's metrics are stacked [steps_per_call]; those of its masked steps are dropped.
+        values += [metrics] if steps_per_call == 1 else [{k: v[j] for k, v in metrics.items()} for j in range(count)]
       for step, metrics in enumerate(values, pending[0][0] if pending else 0):
         for name in CHECKED_METRICS:
           if not np.isfinite(metrics[name]):
@@ -587,17 +720,18 @@ def fit(*, init_fn: Callable[[jax.Array], Any], loss_fn: LossFn,
           raise ValueError(f"{description}: the dataset ran out of batches after {step + len(local)} "
                            f"steps; num_steps={num_steps}. Repeat it (num_epochs=None) or train "
                            "fewer steps.") from None
-      if count == 1:
-        batch = sharding_lib.shard_batch(local[0], mesh)
-      else:
-        batch = sharding_lib.shard_batch(jax.tree.map(lambda *x: np.stack(x), *local), mesh, axis=1)
+      if steps_per_call == 1:
+        host_batch = local[0]
+      else:  # masked steps get copies of the last batch (any batch of the right shape would do)
+        host_batch = jax.tree.map(lambda *x: np.stack(x), *(local + local[-1:] * (steps_per_call - count)))
+      batch = sharding_lib.shard_batch(host_batch, mesh, axis=int(steps_per_call > 1))
       host_seconds += time.perf_counter() - host_start
-      host_bytes += sum(np.asarray(x).nbytes for x in jax.tree.leaves(local))
+      host_bytes += sum(np.asarray(x).nbytes for x in jax.tree.leaves(host_batch))
       host_steps += count
-      if count not in step_fns:
-        step_fns[count] = jit_train_steps(train_step, mesh, gather, count)
-      state, metrics = step_fns[count](state, tables, batch, step_rng)
-      interval_examples += jax.tree.leaves(batch)[0].shape[count > 1]
+      if count not in active:
+        active[count] = jax.device_put(np.int32(count), sharding_lib.replicated(mesh))
+      state, metrics = steps_fn(state, tables, batch, step_rng, active[count])
+      interval_examples += count * jax.tree.leaves(batch)[0].shape[int(steps_per_call > 1)]
       pending.append((step + 1, count, metrics))
       step += count
       pbar.update(count)
@@ -631,6 +765,7 @@ def fit(*, init_fn: Callable[[jax.Array], Any], loss_fn: LossFn,
           manager.save(step, args=ocp.args.Composite(
               state=ocp.args.StandardSave(state), data=grain.checkpoint.CheckpointSave(data_iter)))
         writer.sync()
+    _FITS.append({"description": description, "train_programs": _COUNTS["train_programs"] - programs_at_start})
     return state, writer.history
   finally:
     # Finish writing the checkpoints already started, whatever stopped the loop.

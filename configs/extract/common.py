@@ -25,7 +25,9 @@ def default_config() -> ml_collections.ConfigDict:
   c.model = ml_collections.ConfigDict()
   c.model.name = "videoprism_lvt_public_v1_base"  # or "pixel_stats" (a STAND-IN, no weights)
   c.model.checkpoint = ""          # official .npz (local or gs://); "" = random init
-  c.model.fprop_dtype = "float32"  # or "bfloat16"
+  # "auto": bfloat16 compute (float32 params and accumulation) on an accelerator, float32 on a CPU; "float32" for
+  # bit-for-bit stores on any machine (with precision.extract="highest"); docs/scaling.md "Extraction precision"
+  c.model.fprop_dtype = "auto"
   # jax.nn.dot_product_attention's backend where a layer has no logit cap: '' (JAX's choice) | 'xla' | 'cudnn' (GPU,
   # bfloat16; every stack of the public models caps its logits, which no fused kernel offers: see videoprism.attend)
   c.model.attention_impl = ""

@@ -89,7 +89,15 @@ def apply_variants(config: ml_collections.ConfigDict, arg: str | None, variants:
     if name in chosen:
       variant(config)
   config.variants = tuple(name for name in variants if name in chosen)
+  if "compilation_cache" not in config:  # every config has it (docs/scaling.md "Compiled programs")
+    config.compilation_cache = COMPILATION_CACHE
   return config
+
+
+# `config.compilation_cache`: jax's persistent compilation cache for the run (`vidjax.train.use_compilation_cache`):
+# "auto" = on for an accelerator run (`$VIDJAX_CACHE_DIR` or ~/.cache/vidjax, then /xla), left to the user on a CPU
+# (jax's JAX_COMPILATION_CACHE_DIR); "" = off; a folder = that folder on any platform.
+COMPILATION_CACHE = "auto"
 
 
 # The parameters of every `DenseIndex` backend ("approx": recall_target; "faiss": factory .. train_size; "scann":

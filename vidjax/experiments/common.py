@@ -53,7 +53,8 @@ RESUMABLE_LEAVES = ("progress", "log_every", "checkpoint_every")
 RESUMABLE_SECTIONS = ("eval",)
 RESUMABLE_KEYS = ("precision.eval",  # evaluation's precision, by the same rule as `eval.*`
                   "strict",  # refuses or clips (`clip_to_data`): the files depend on the values used, not on it
-                  "variants")  # the names (`apply_variants`): the values they set are compared one by one
+                  "variants",  # the names (`apply_variants`): the values they set are compared one by one
+                  "compilation_cache")  # where compiled programs are kept, not what they compute
 
 
 def load_config(spec: str | Path):
@@ -114,12 +115,15 @@ def precision_policy(run: Callable[..., Any]) -> Callable[..., Any]:
   wraps its training calls in `precision(config, "train")` and its backbone extraction in
   `precision(config, "extract")` (inner contexts win). So notebooks and tests that call `run` directly get the
   same precision as `python -m vidjax.main`. When the run returns (or fails) the workdir locks it took
-  (`lock_workdir`, through `start_run`) are released."""
+  (`lock_workdir`, through `start_run`) are released. The run uses the persistent compilation cache its
+  `compilation_cache` asks for (`train.use_compilation_cache`) and counts the programs it compiles from its start
+  (`train.counting_programs`: results.json's `programs`)."""
   @functools.wraps(run)
   def run_at_policy(config, workdir, *args, **kwargs):
     held = set(_LOCKS)  # a run nested in another (the stack's CAST half) leaves the outer run's lock alone
+    train.use_compilation_cache(config.get("compilation_cache", "auto"))
     try:
-      with precision(config, "eval"):
+      with precision(config, "eval"), train.counting_programs():
         return run(config, workdir, *args, **kwargs)
     finally:
       release_locks(held)
@@ -530,12 +534,15 @@ def with_precision_record(config, keys: Mapping) -> dict:
 
 def results_dict(config, *, dataset: str, synthetic: bool, metrics: Mapping, clipped: Mapping | None = None,
                  **extra) -> dict:
-  """The results contract: {"experiment", "dataset", "synthetic", "config", "metrics", "clipped", ...extra}; a
-  real-path `provenance` also records the precision the run used (`precision_record`). `clipped`: what
+  """The results contract: {"experiment", "dataset", "synthetic", "config", "metrics", "clipped", "precision",
+  "programs", ...extra}; `precision` (every run, a world's too) and a real-path `provenance`'s record the precision
+  the run used and the platform and device kind it ran on (`precision_record`); `programs`: the XLA programs the run
+  compiled so far (`train.programs_compiled`: all, the train programs, one count per `fit`). `clipped`: what
   `clip_to_data` fitted to the data, {key: [asked, used]} ({} when nothing was)."""
   extra = with_precision_record(config, extra)
   return {"experiment": config.get("name") or config.experiment, "dataset": dataset, "synthetic": bool(synthetic),
           "metrics": dict(metrics), "clipped": dict(clipped or {}), "variants": list(config.get("variants", ())),
+          "precision": precision_record(config), "programs": train.programs_compiled(),
           **extra, "config": json.loads(config.to_json_best_effort())}
 
 
