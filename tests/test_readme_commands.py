@@ -14,6 +14,7 @@ the same format); CrossTask and MSVD have no public copy here (no English MSVD c
 import ast
 import csv
 import json
+import shutil
 import shlex
 from pathlib import Path
 import re
@@ -104,8 +105,12 @@ def build_user_data(root: Path, genstate: dict) -> dict:
   coin = {f: str(SHARED / "coin" / f) for f in ("coin_train_70.json", "coin_test_30.json")}
   an = {"val_1.json": str(SHARED / "activitynet_captions" / "val_1.json"),
         "train.json": str(SHARED / "activitynet_captions" / "train_modified.json")}  # PDVC's name for train.json
+  # No DiDeMo training file here: the validation file stands in under the training file's name (the readers take a
+  # DiDeMo file's split from its name, and refuse val_data.json asked for as training data).
+  (root / "didemo").mkdir(parents=True, exist_ok=True)
+  shutil.copyfile(SHARED / "didemo" / "val_data.json", root / "didemo" / "train_data.json")
   dd = {"test_data.json": str(SHARED / "didemo" / "test_data.json"),
-        "train_data.json": str(SHARED / "didemo" / "val_data.json")}  # no training file here: the same format
+        "train_data.json": str(root / "didemo" / "train_data.json")}
   ms = {"MSRVTT_JSFUSION_test.csv": str(SHARED / "msrvtt" / "MSRVTT_JSFUSION_test.csv")}
   gs = {"test.json": str(genstate["test_annotations"]), "train.json": str(genstate["train_annotations"])}
   sections = {"YouCook2": ("youcook2", yc, None), "COIN": ("coin", coin, None),
