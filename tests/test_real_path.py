@@ -138,7 +138,8 @@ def test_grdr_bad_inputs_on_a_store_are_one_error_each_before_training(real_path
   with pytest.raises(ValueError, match=r"1 of \d+ test videos have no \['clip', 'frame_clip'\] features .*video99999"):
     GM.read_corpus(config, tmp_path / "a")
   no_text = tmp_path / "no_text.csv"
-  no_text.write_text("\n".join(lines + [f"ret998,msr99998,{video},a caption nobody embedded"]) + "\n")
+  vid_key = "msr" + video[len("video"):]  # the release writes msr<N> beside video<N> (the reader checks it)
+  no_text.write_text("\n".join(lines + [f"ret998,{vid_key},{video},a caption nobody embedded"]) + "\n")
   config.data.annotations = str(no_text)
   from vidjax.data.features import MissingFeatureError
   with pytest.raises(MissingFeatureError, match="test queries: .* no 'text' features for 1 of .*'ret998'"):
