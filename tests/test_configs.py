@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from vidjax.defaults.common import get_key
 from vidjax.methods import cast
 from vidjax.experiments.common import load_config
 
@@ -129,8 +130,16 @@ def test_grdr_configs_carry_paper_settings(dataset):
   w = load(f"grdr_{dataset}.py", "world")
   assert (w.model.num_views, w.model.num_codes) == (views, codes)
   assert (c.model.t5.d_model, c.model.t5.encoder_layers, c.model.t5.decoder_layers) == (512, 6, 6)  # T5-Small
-  assert (c.train.lr, c.train.batch_size) == (1e-4, 512)
-  assert (c.train.first_align_epochs, c.train.align_epochs, c.train.cotrain_epochs) == (3, 1, 4)
+  a1 = c.train.algorithm1  # Algorithm 1 as its authors run it (configs/grdr/common.py names each value's source)
+  assert (c.train.schedule, a1.lr, c.train.batch_size) == ("progressive", 1e-4, 512)
+  # §4.3's 3 / 1 alignment epochs and 4 co-training epochs: the official main (2) and fit (2) phases
+  assert (a1.first_align_epochs, a1.align_epochs, a1.cotrain_epochs, a1.fit_epochs) == (3, 1, 2, 2)
+  assert dict(a1.phase_weights) == {"align": (0.5, 0.0, 0.5, 0.0, 0.0), "cotrain": (0.2, 0.5, 0.8, 0.1, 0.3),
+                                    "fit": (0.0, 1.0, 1.0, 0.0, 0.0)}
+  assert (c.eval.beam_width, c.eval.candidates) == (100, 300)  # the release's routes and candidate_handoff_cap
+  for name, s in c.official.followed.items():  # every sourced value is the config's (the dataset configs scale none)
+    assert s.key is None or get_key(c, s.key) == s.official, name
+  assert ("didemo_codebook_size" in c.official.not_followed) == (dataset == "didemo")  # the paper's K = 128 there
   # X-Pool reranks every GR row (§4.2-4.3), trained at its paper's settings (configs/dense/common.py) on the store's
   # per-frame embeddings in the text space, the kind prepare and both worlds write
   assert c.eval.reranker == "xpool" and c.data.frames_kind == w.data.frames_kind == "frame_clip"

@@ -8,21 +8,23 @@
      `vidjax.worlds.polysemous.write_world` through `common.world_data`). A store without the frames kind is one
      error naming `data.frames_kind` before any training, unless the run needs none (`eval.reranker=
      "dense_backbone"` and `eval.dense_rows=()`: the backbone's cosine alone, as before the trained rows existed);
-  2. Tables 1-2's dense rows (`eval.dense_rows`, and X-Pool when it reranks): CLIP4Clip (meanP) and X-Pool trained
-     on the training captions with the one loop (`methods.dense.fit_dense`, section `dense`), checkpointed under
-     `<workdir>/models/<row>/`; each row alone over the pool, beside the frozen backbone's cosine
-     (`dense_backbone`);
+  2. Tables 1-2's dense rows (`eval.dense_rows`, and X-Pool when it reranks): CLIP4Clip (seqTransf, the paper's
+     CLIP4Clip row; each row's results name its model, `model`) and X-Pool trained on the training captions with
+     the one loop (`methods.dense.fit_dense`, section `dense`), checkpointed under `<workdir>/models/<row>/`; each
+     row alone over the pool, beside the frozen backbone's cosine (`dense_backbone`);
   3. query intents: each training video's queries are clustered by k-means into N_v intents (§3.2), once per N_v;
-  4. training, one row of Tables 1-3 at a time (`methods.grdr.recipes`: the config's schedule, Algorithm 1, N_v = 1,
-     Table 3's ablations), each phase one call of the train loop, checkpointed under
+  4. training, one row of Tables 1-3 at a time (`methods.grdr.recipes`: the config's schedule, Algorithm 1 as its
+     authors run it (`train.algorithm1`; results.json's `algorithm1` lists every official setting it follows, with
+     its source), N_v = 1, Table 3's ablations), each phase one call of the train loop, checkpointed under
      `<workdir>/models/<row>/<phase>/` (a killed run resumes into its phase); equal recipes train once; then the GR
      baselines TIGER, AVG and T2VIndexer (`methods.grdr_baselines`, `eval.baselines`);
   5. indexing: every pool video's semantic IDs -> `SemanticIdTrie`;
   6. retrieval per setting ("inductive": the test videos; "full_corpus": all videos): generative
-     recall (beam search of `eval.beam_width`, de-duplication, every video the beams bring or at most
-     `eval.candidates`; `grdr_cap<N>`: the main model capped) then the rerank of every candidate by
-     `eval.reranker` (X-Pool by default, over the candidates' frames; results' `reranker`) through `TwoStage`, the
-     other reranker a second reading of the same candidates (`readings.<name>`: R@1/5/10, latency_ms); R@1/5/10,
+     recall (beam search of `eval.beam_width` routes, their IDs expanded to videos and de-duplicated in beam order, at
+     most `eval.candidates` handed on, or every one when 0; `grdr_cap<N>`: the main model capped) then the rerank of
+     every candidate by `eval.reranker` (X-Pool by default, over the candidates' frames; results' `reranker`) through
+     `TwoStage`, the other reranker a second reading of the same candidates (`readings.<name>`: R@1/5/10,
+     latency_ms); R@1/5/10,
      candidate recall, mean candidates, latency per stage at batch 1 ("total" = T_recall + T_rerank, §4.1), index
      bytes;
   7. codebook health, index bytes per video (Figure 4), the optional Figure 7 sweep (`:sweep`), a plot of candidate
@@ -31,6 +33,7 @@
 from __future__ import annotations
 
 import functools
+import json
 from pathlib import Path
 
 import ml_collections
@@ -39,13 +42,14 @@ import numpy as np
 from vidjax import evaluate, metrics
 from vidjax.data.features import FeatureStore
 from vidjax.defaults.common import (bad_value, check_choice, check_index, check_positive, check_positive_int,
-                                    clip_to_data, with_values)
+                                    clip_to_data, get_key, with_values)
 from vidjax.experiments import common
 from vidjax.methods import grdr_baselines
 from vidjax.methods import dense as dense_method
-from vidjax.methods.grdr import (BACKBONE, DENSE_ROWS, HC_TARGETS, RERANKERS, SETTINGS, check_budget, dense_rows,
-                                 dense_setting, evaluate_row, frames_reranker, limits, needs_frames, pair_setting,
-                                 read_corpus, recall_curve, recipes, sweep_rows, train_dense, trained_row)
+from vidjax.methods.grdr import (BACKBONE, DENSE_ROWS, HC_TARGETS, KMEANS_METRICS, LOSS_TERMS, PHASES, RERANKERS,
+                                 SETTINGS, VIEW_ASSIGNMENTS, check_budget, dense_rows, dense_setting, evaluate_row,
+                                 frames_reranker, limits, needs_frames, pair_setting, read_corpus, recall_curve,
+                                 recipes, sweep_rows, train_dense, trained_row)
 from vidjax.worlds.polysemous import write_world
 
 RESUMABLE = ("sweep",)  # besides `common.is_resumable` (eval.*): a finished run re-evaluates, or adds the sweep, without retraining
@@ -54,26 +58,33 @@ KEYS = ("t2v_r1", "t2v_r5", "t2v_r10", "candidate_recall", "num_candidates")
 
 def validate(config) -> None:
   check_index(config)
-  check_positive_int(config, ("train.batch_size", "train.first_align_epochs",
-                                     "train.cotrain_epochs", "train.kmeans_iters", "eval.beam_width",
-                                     "eval.dense_candidates", "eval.latency_queries"))
+  a1 = "train.algorithm1."
+  check_positive_int(config, ("train.batch_size", a1 + "first_align_epochs", a1 + "cotrain_epochs", a1 + "kmeans_iters",
+                              "train.kmeans_iters", "eval.beam_width", "eval.dense_candidates", "eval.latency_queries"))
   if config.eval.candidates < 0:
     bad_value("eval.candidates", config.eval.candidates, "0 (every video the beams bring) or a cap > 0")
   if config.eval.capped_row:
     check_positive_int(config, ("eval.capped_beam_width", "eval.capped_candidates"))
-  check_choice(config, "train.hc_targets", HC_TARGETS)
+  check_choice(config, a1 + "hc_targets", HC_TARGETS)
+  check_choice(config, a1 + "view_assignment", VIEW_ASSIGNMENTS)
+  check_choice(config, a1 + "kmeans_metric", KMEANS_METRICS)
   check_choice(config, "eval.reranker", RERANKERS)
   bad = [r for r in config.eval.dense_rows if r not in DENSE_ROWS]
   if bad or len(set(config.eval.dense_rows)) != len(config.eval.dense_rows):
     bad_value("eval.dense_rows", tuple(config.eval.dense_rows), f"distinct rows of {tuple(DENSE_ROWS)}")
   if needs_frames(config):  # the dense rows' section (configs/dense/common.py)
     dense_method.check_section(config, "dense.")
-  check_positive(config, ("train.lr",))
-  if config.train.align_epochs < 0 or config.train.weight_decay < 0:
-    bad_value("train.align_epochs / train.weight_decay", (config.train.align_epochs, config.train.weight_decay),
-                     "non-negative")
-  if len(config.train.loss_weights) != 4:
-    bad_value("train.loss_weights", config.train.loss_weights, "four weights (lambda_1..4)")
+  check_positive(config, (a1 + "lr", a1 + "codebook_lr_scale"))
+  for key in (a1 + "align_epochs", a1 + "fit_epochs", a1 + "weight_decay", a1 + "grad_clip", a1 + "beta",
+              "train.weight_decay"):
+    if get_key(config, key) < 0:
+      bad_value(key, get_key(config, key), "non-negative")
+  if not 0 <= config.train.algorithm1.label_smoothing < 1:
+    bad_value(a1 + "label_smoothing", config.train.algorithm1.label_smoothing, "in [0, 1)")
+  for phase in PHASES:
+    weights = tuple(config.train.algorithm1.phase_weights[phase])
+    if len(weights) != len(LOSS_TERMS) or min(weights) < 0:
+      bad_value(f"{a1}phase_weights.{phase}", weights, f"{len(LOSS_TERMS)} non-negative weights {LOSS_TERMS}")
   common.check_data_source(config, bool(config.data.features), f"configs/grdr_{config.dataset}.py")
   if config.model.num_codes < 2:
     bad_value("model.num_codes", config.model.num_codes, "at least 2 codes per codebook")
@@ -88,6 +99,25 @@ def validate(config) -> None:
       bad_value("model.latent_dim", mc.latent_dim,
                        f"equal to model.query_dim={mc.query_dim}: train.schedule='tokenizer_first' aligns the "
                        "views with query-cluster centres in the query space")
+
+
+def _plain(x):
+  return json.loads(json.dumps(x.to_dict() if hasattr(x, "to_dict") else x))
+
+
+def algorithm1_record(config) -> dict:
+  """results.json's `algorithm1`: every official setting Algorithm 1 follows (`config.official.followed`), each with
+  its source (file@commit), the value this run used and the official one (`scaled`: the run's variant changes it),
+  what it does not follow (`not_followed`: official value, source, vidjax's, why), and the rows it trains."""
+  o = config.official
+  followed = {}
+  for name, s in o.followed.items():
+    value = _plain(get_key(config, s.key)) if s.key else _plain(s.official)
+    followed[name] = {"key": s.key or "methods/grdr.py (not a setting)", "source": s.source, "value": value,
+                      "official": _plain(s.official), "scaled": value != _plain(s.official)}
+  rows = [name for name, recipe in recipes(config).items() if recipe.schedule == "progressive"]
+  return {"repo": o.repo, "commits": _plain(o.commits), "rows": rows, "followed": followed,
+          "not_followed": _plain(o.not_followed)}
 
 
 def plot_candidate_recall(curves: dict, path: Path, synthetic: bool) -> Path:
@@ -151,9 +181,10 @@ def run(config, workdir) -> dict:
   rerankers = {"dense_backbone": BACKBONE}
   for name in dense_rows(config):
     scorer = dense_method.scorer(*train_dense(config, workdir, corpus, name, precision))
-    for s in SETTINGS:
-      table[s][name] = (pair_setting(corpus, pools[s], config.eval, scorer) if scorer.per_pair else
-                        dense_setting(corpus, pools[s], config.eval, config.index, scorer))
+    for s in SETTINGS:  # each row names the model it is (`DENSE_ROWS`: "clip4clip" is CLIP4Clip seqTransf)
+      table[s][name] = {**(pair_setting(corpus, pools[s], config.eval, scorer) if scorer.per_pair else
+                           dense_setting(corpus, pools[s], config.eval, config.index, scorer)),
+                        "model": DENSE_ROWS[name]}
     if name == "xpool":
       rerankers["xpool"] = frames_reranker("xpool", scorer, corpus)
   # every GR row reranked by eval.reranker; the other reranker (when there is one) a second reading
@@ -203,6 +234,7 @@ def run(config, workdir) -> dict:
   results = common.results_dict(config, dataset=config.dataset + (f" (synthetic {corpus.source})" if synthetic else ""),
                                 synthetic=synthetic, metrics=table, clipped=clipped,
                                 ablations={"table3": ablations if config.eval.table3 else {}},
+                                algorithm1=algorithm1_record(config),
                                 **{s: table[s] for s in SETTINGS}, **results, **corpus.path)
   tables = []
   title = f"GR rows reranked by {rerankers[0].name}" + "".join(

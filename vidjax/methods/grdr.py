@@ -1,8 +1,9 @@
 """GRDR as a method (../shared/papers/grdr.txt §3): the model built from a config, the training queries'
-intents, the two training schedules (Algorithm 1's progressive co-training, and the project's tokenizer_first),
-each phase one call of the one train loop, the trie-constrained generative recall over a pool's IDs, the corpus
-read from release-format caption files and a feature store (a user's, or a world's), Tables 1-2's trained dense
-rows (CLIP4Clip, X-Pool: `vidjax.methods.dense`) and the rerank stage, and a run's rows and their evaluation
+intents, the training schedules (Algorithm 1 as its authors run it, `train_progressive`; Table 3's two-stage
+pipeline, `train_two_stage`; the project's `tokenizer_first`), each phase one call of the one train loop, the
+trie-constrained generative recall over a pool's IDs, the corpus read from release-format caption files and a
+feature store (a user's, or a world's), Tables 1-2's trained dense rows (CLIP4Clip seqTransf, X-Pool:
+`vidjax.methods.dense`) and the rerank stage, and a run's rows and their evaluation
 (`vidjax.experiments.grdr`, `suite` for `evaluate_all`).
 
     corpus = read_corpus(config, workdir)                                        # files + store -> `Corpus`
@@ -56,7 +57,7 @@ def build_model(mcfg, feature_dim: int, num_views: int | None = None, num_layers
   t5 = T5Config(vocab_size=0, **mcfg.t5.to_dict())
   tok = TokenizerConfig(feature_dim=feature_dim, latent_dim=mcfg.latent_dim, hidden=mcfg.hidden,
                         num_views=num_views or mcfg.num_views, num_layers=num_layers or mcfg.num_layers,
-                        num_codes=num_codes or mcfg.num_codes)
+                        num_codes=num_codes or mcfg.num_codes, normalize_views=mcfg.normalize_views)
   ret = RetrieverConfig(t5=t5, query_encoder=mcfg.query_encoder, query_dim=mcfg.query_dim,
                         query_tokens=mcfg.query_tokens, tau_init=mcfg.tau_init, vocab_size=vocab_size)
   return GRDR(tok, ret)
@@ -168,9 +169,18 @@ def _residual(m: GRDR, f, layer: int):  # r^(layer + 1) = z - z_hat after `layer
   return out["z"] - out["z_hat"]
 
 
-def view_of_query(model: GRDR, params, data: TrainingSet) -> np.ndarray:
-  """The view each training query is aligned with: the best view <-> intent matching of its video
-  (`match_views`) between the views z and the intents' mean first decoder feature h^(1)."""
+VIEW_ASSIGNMENTS = ("cluster", "matched")  # `train.algorithm1.view_assignment` (configs/grdr/common.py)
+
+
+def view_of_query(model: GRDR, params, data: TrainingSet, assignment: str = "matched") -> np.ndarray:
+  """int32 [Nq]: the view of its video each training query is aligned with. "cluster": the index of the query's
+  intent (§3.2: "sub-encoder phi_i learns to align with queries in cluster i"; the official dataset's `token_idx`),
+  whatever the params; "matched": the best view <-> intent matching of its video (`match_views`) between the views z
+  and the intents' mean first decoder feature h^(1)."""
+  if assignment not in VIEW_ASSIGNMENTS:
+    raise ValueError(f"GRDR view_assignment must be one of {VIEW_ASSIGNMENTS}, got {assignment!r}")
+  if assignment == "cluster":
+    return data.intent.astype(np.int32)
   z = _apply_batched(model, _views, params, data.features)
   h1 = _apply_batched(model, _first_decoder_feature, params, data.queries)
   return matched_view(z, intent_centres(data, ops.l2_normalize(h1), z.shape[1]), data)
@@ -185,12 +195,36 @@ def matched_view(z: np.ndarray, centres: np.ndarray, data: TrainingSet) -> np.nd
   return view_of_intent[data.video, data.intent].astype(np.int32)
 
 
-def init_codebook(model: GRDR, params, features: np.ndarray, layer: int, seed: int, iters: int):
-  """Algorithm 1 line 10: C^(m) <- KMeans(r^(m)) over every view of every training video."""
-  k = model.tokenizer.num_codes
-  r = _apply_batched(model, _residual, params, features, layer - 1).reshape(-1, model.tokenizer.latent_dim)
+KMEANS_METRICS = ("cosine", "l2")  # `train.algorithm1.kmeans_metric`
+
+
+def prefix_centred(x: np.ndarray, prefix: np.ndarray) -> np.ndarray:
+  """Rows of `x` [N, d] shifted so that each group of equal `prefix` rows [N, p] has the global mean (the official
+  k-means seed's `norm_by_prefix`: x - mean of its prefix group + mean of all); p = 0 leaves x as it is."""
+  if prefix.shape[1] == 0:
+    return x
+  _, group = np.unique(prefix, axis=0, return_inverse=True)
+  group = group.reshape(-1)
+  sums = np.zeros((group.max() + 1, x.shape[1]), np.float64)
+  np.add.at(sums, group, x)
+  means = sums / np.bincount(group)[:, None]
+  return (x - means[group] + x.mean(0)).astype(np.float32)
+
+
+def init_codebook(model: GRDR, params, features: np.ndarray, layer: int, seed: int, iters: int,
+                  metric: str = "cosine", centred: bool = False):
+  """Algorithm 1 line 10: C^(m) <- KMeans(r^(m)) over every view of every training video: Lloyd iterations by
+  `metric` ("cosine": maximum cosine, eq. 5's rule; "l2": squared L2, the official faiss k-means) from
+  `kmeans_init`'s start; `centred`: each residual first shifted by its prefix group's mean (`prefix_centred`; the
+  prefix: the view's codes of layers 1..m-1)."""
+  if metric not in KMEANS_METRICS:
+    raise ValueError(f"GRDR kmeans_metric must be one of {KMEANS_METRICS}, got {metric!r}")
+  k, d = model.tokenizer.num_codes, model.tokenizer.latent_dim
+  r = _apply_batched(model, _residual, params, features, layer - 1).reshape(-1, d)
+  if centred:
+    r = prefix_centred(r, video_codes(model, params, features, layer - 1).reshape(len(r), layer - 1))
   start = ops.kmeans_init(jax.random.PRNGKey(seed), r, k)
-  centres, _ = _kmeans(r, start, iters=iters, cosine=True)
+  centres, _ = _kmeans(r, start, iters=iters, cosine=metric == "cosine")
   params = jax.tree.map(lambda x: x, params)  # a copy: the caller's tree is not modified
   params["tokenizer"][f"codebook_{layer - 1}"] = jnp.asarray(centres)
   return params
@@ -207,12 +241,12 @@ class Recipe:
   """How one row of GRDR's tables is trained (`train_grdr`), from the same `TrainingSet` and `train` section.
 
   schedule:
-    "progressive": Algorithm 1, the paper's GRDR (per layer an alignment phase, k-means init of C^(m), unified
-      co-training through the shared codebook);
+    "progressive": Algorithm 1 as its authors run it (`train_progressive`, `train.algorithm1`: per layer an
+      alignment phase, the k-means init of C^(m), co-training through the shared codebook, the fit phase);
     "tokenizer_first": the project's schedule (views aligned to the query-cluster centres, k-means codebooks,
       frozen; the retriever last; `configs/grdr/common.py` says why);
-    "two_stage": Table 3's "w/o unified co-training": Algorithm 1 without L_CE (the tokenizer learns from L_CL,
-      L_HC, L_RQ, L_Rec), then tokenizer and codebooks frozen and the retriever trained alone on their IDs.
+    "two_stage": Table 3's "w/o unified co-training" (`train_two_stage`): the tokenizer trained alone and frozen,
+      then the retriever alone on its IDs.
   (The GR baselines TIGER, AVG and T2VIndexer are `vidjax.methods.grdr_baselines`.)
   num_views: N_v (1 for Table 3's "w/o multi-view tokenizer").
   cl, hc: False drops L_CL / L_HC from Algorithm 1's phases (Table 3).
@@ -301,132 +335,182 @@ def recipe_model(config, recipe: Recipe, feature_dim: int, vocab_size: int = 0) 
   return build_model(config.model, feature_dim, recipe.num_views, recipe.num_layers, recipe.num_codes, vocab_size)
 
 
-def phases(tcfg, num_layers: int, cl: bool = True):
-  """[(m, "align" | "cotrain", epochs)] in Algorithm 1's order (without L_CL the first layer has nothing to align)."""
+PHASES = ("align", "cotrain", "fit")  # Algorithm 1's phases of a layer (run.py's pre-train, main, fit)
+
+
+def phases(a1, num_layers: int, cl: bool = True):
+  """[(m, phase, epochs)] in Algorithm 1's order (`train.algorithm1`); a phase of 0 epochs is left out, as is the
+  first layer's alignment without L_CL (it would have nothing to train: no earlier layer for L_HC)."""
   out = []
   for m in range(1, num_layers + 1):
-    align = tcfg.first_align_epochs if m == 1 else tcfg.align_epochs
-    if align and (cl or m > 1):
-      out.append((m, "align", align))
-    out.append((m, "cotrain", tcfg.cotrain_epochs))
+    epochs = {"align": a1.first_align_epochs if m == 1 else a1.align_epochs, "cotrain": a1.cotrain_epochs,
+              "fit": a1.fit_epochs}
+    out += [(m, p, epochs[p]) for p in PHASES if epochs[p] and (p != "align" or cl or m > 1)]
   return out
 
 
-def phase_optimizer(tcfg, layer: int, align: bool, num_layers: int) -> optax.GradientTransformation:
-  """AdamW on everything but the codebooks other than C^(m) in co-training (frozen: Algorithm 1 line 2;
-  C^(m) is only used after its k-means initialisation); no weight decay on codebooks or temperatures."""
-  trained = set() if align else {layer - 1}
-  frozen = "|".join(f"codebook_{l}" for l in range(num_layers) if l not in trained)
-  rules = ([(f"tokenizer/({frozen})", "frozen")] if frozen else []) + [(r".*", "train")]
-  return _optimizer(tcfg.lr, tcfg.weight_decay, rules)
+def phase_optimizer(a1, layer: int, phase: str, num_layers: int) -> optax.GradientTransformation:
+  """A phase's AdamW (constant `a1.lr`, `a1.weight_decay`, gradients clipped to global norm `a1.grad_clip` over the
+  trained params): C^(1..m-1) and the unused later codebooks frozen (Algorithm 1 line 2), C^(m) at
+  `a1.codebook_lr_scale` x the rate; in the fit phase the whole tokenizer frozen (the official fit phase freezes
+  every codebook and the video tokenizer)."""
+  if phase == "fit":
+    rules = [("tokenizer/.*", "frozen")]
+  else:
+    frozen = "|".join(f"codebook_{l}" for l in range(num_layers) if l != layer - 1)
+    rules = ([(f"tokenizer/({frozen})", "frozen")] if frozen else []) + [(f"tokenizer/codebook_{layer - 1}", "fast")]
+  return _optimizer(rules + [(".*", "train")], {"train": a1.lr, "fast": a1.lr * a1.codebook_lr_scale},
+                    a1.weight_decay, a1.grad_clip)
 
 
-def _optimizer(lr, weight_decay, rules) -> optax.GradientTransformation:
-  """AdamW on the params labelled "train" by `rules` (`train.param_labels`), the rest frozen; no weight decay on
-  codebooks or temperatures."""
+def _optimizer(rules, rates: dict, weight_decay: float, grad_clip: float = 0.0) -> optax.GradientTransformation:
+  """AdamW per label of `rules` (`train.param_labels`) at `rates[label]`; label "frozen": no update; gradients of
+  the trained params clipped to global norm `grad_clip` (0: none); no weight decay on codebooks or temperatures."""
   no_decay = lambda p: jax.tree_util.tree_map_with_path(  # noqa: E731
       lambda path, _: not any(s in train.param_path(path) for s in ("codebook_", "log_tau")), p)
-  return optax.multi_transform(
-      {"train": train.adamw(lr, weight_decay, mask=no_decay), "frozen": optax.set_to_zero()},
-      lambda p: train.param_labels(p, rules))
+  labels = lambda p: train.param_labels(p, rules)  # noqa: E731
+  frozen = {"frozen": optax.set_to_zero()}
+  step = optax.multi_transform({**{k: train.adamw(lr, weight_decay, mask=no_decay) for k, lr in rates.items()},
+                                **frozen}, labels)
+  if not grad_clip:
+    return step
+  keep = optax.multi_transform({**{k: optax.identity() for k in rates}, **frozen}, labels)
+  return optax.chain(keep, optax.clip_by_global_norm(grad_clip), step)
 
 
-def _only(pattern: str, lr: float, weight_decay: float) -> optax.GradientTransformation:
-  return _optimizer(lr, weight_decay, [(pattern, "train"), (".*", "frozen")])
+def _only(pattern: str, lr: float, weight_decay: float, grad_clip: float = 0.0) -> optax.GradientTransformation:
+  return _optimizer([(pattern, "train"), (".*", "frozen")], {"train": lr}, weight_decay, grad_clip)
 
 
 def _epochs(tcfg, epochs: int, **kw) -> ml_collections.ConfigDict:
   return ml_collections.ConfigDict({**tcfg.to_dict(), "epochs": epochs, **kw})
 
 
+LOSS_TERMS = ("cl", "ce", "hc", "rec", "rq")  # the order of a phase's weights (run.py's cl, ce, code, cl_dd, rq)
+
+
+def smoothed_code_cross_entropy(h, codebook, targets, tau, smoothing):
+  """L_CE (eq. 11) with label smoothing (the official `cross_entropy(..., label_smoothing=0.1)`): the mean over rows
+  of (1 - s) (-log P(c)) + s mean_k (-log P(k)), P = softmax(cos(h, C) / tau)."""
+  logp = jax.nn.log_softmax(losses.code_logits(h, codebook, tau), axis=-1)
+  nll = -jnp.take_along_axis(logp, jnp.asarray(targets)[..., None], axis=-1)[..., 0]
+  return jnp.mean((1.0 - smoothing) * nll - smoothing * jnp.mean(logp, axis=-1))
+
+
+def phase_loss(out, features, *, layer: int, weights, beta: float, smoothing: float):
+  """One phase of Algorithm 1 at layer m = `layer`, as the official trainer weights it: w . (L_CL, L_CE, L_HC, L_Rec,
+  L_RQ), `weights` the phase's five (a traced [5] array: data, so a phase's Table 3 rows share one step).
+
+  out: `GRDR.phase_outputs` with the tokenizer quantizing m layers. L_CL (eq. 9): the query's view z against
+  h^(m) = sum_{l <= m} h_l over the batch; L_CE (eq. 11, label smoothing `smoothing`): h_m towards the view's code of
+  layer m; L_HC (eq. 10): h_l and the view's residual r^(l) towards the frozen codes of each layer l < m; L_RQ (eq. 6,
+  commitment `beta`) over every view; L_Rec: 1 - cos(f_v, f~_v). Returns (loss, {term: value})."""
+  m, h, books, tau = layer, out["h"], out["codebooks"], out["tau_code"]
+  targets = out["hc_codes"]
+  hc = jnp.zeros((), jnp.float32)
+  for l in range(m - 1):
+    hc = hc + losses.code_cross_entropy(h[:, l], books[l], targets[:, l], tau)
+    hc = hc + losses.code_cross_entropy(out["view_residuals"][:, l], books[l], targets[:, l], tau)
+  terms = {"cl": losses.alignment_loss(out["view_z"], jnp.sum(h[:, :m], axis=1), out["tau_align"]),
+           "ce": smoothed_code_cross_entropy(h[:, m - 1], books[m - 1], out["view_codes"][:, m - 1], tau, smoothing),
+           "hc": hc, "rec": losses.cosine_reconstruction_loss(features, out["reconstruction"]),
+           "rq": losses.rq_loss(out["z_hat"], out["z"], beta)}
+  w = jnp.asarray(weights, jnp.float32)
+  return sum(w[i] * terms[k] for i, k in enumerate(LOSS_TERMS)), terms
+
+
+
 def train_grdr(model: GRDR, data: TrainingSet, tcfg, workdir: Path, seed: int, recipe: Recipe | None = None):
   """Trains `recipe` (default: `tcfg.schedule` with the model's views); each phase logs to
   `<workdir>/<phase>/metrics.jsonl` and resumes from its checkpoints. Returns the params."""
   recipe = recipe or Recipe(tcfg.schedule, model.tokenizer.num_views)
-  dummy = (jnp.zeros((1, data.features.shape[1])), jnp.zeros((1,) + data.queries.shape[1:], data.queries.dtype))
-  params = jax.device_get(jax.jit(lambda key: model.init(key, *dummy)["params"])(jax.random.PRNGKey(seed)))
+  params = init_params(model, data, seed)
   if recipe.schedule == "tokenizer_first":
     return train_tokenizer_first(model, params, data, tcfg, workdir, seed)
-  two_stage = recipe.schedule == "two_stage"
-  weights = (0.0,) + tuple(tcfg.loss_weights)[1:] if two_stage else tuple(tcfg.loss_weights)
-  params = train_progressive(model, params, data, tcfg, workdir, seed, weights, recipe.cl, recipe.hc)
-  if two_stage:  # the tokenizer is fixed from here on: its IDs are the targets of a retriever trained alone
-    codes = video_codes(model, params, data.features)
-    view = view_of_query(model, params, data)
-    return train_retriever(model, params, data, codes[data.video, view], tcfg, workdir / "retriever", seed + 1)
-  return params
+  if recipe.schedule == "two_stage":
+    return train_two_stage(model, params, data, tcfg, workdir, seed)
+  return train_progressive(model, params, data, tcfg, workdir, seed, recipe.cl, recipe.hc)
 
 
-HC_TARGETS = ("fixed", "snapshot")  # `train.hc_targets` (configs/grdr/common.py says which reading is whose)
+def init_params(model: GRDR, data: TrainingSet, seed: int):
+  """The model's initial params (host arrays), seeded by `seed`."""
+  dummy = (jnp.zeros((1, data.features.shape[1])), jnp.zeros((1,) + data.queries.shape[1:], data.queries.dtype))
+  return jax.device_get(jax.jit(lambda key: model.init(key, *dummy)["params"])(jax.random.PRNGKey(seed)))
+
+
+HC_TARGETS = ("fixed", "snapshot")  # `train.algorithm1.hc_targets` (configs/grdr/common.py says whose reading is which)
 
 
 class HcTargets:
   """L_HC's targets (eq. 10) per (video, view) for Algorithm 1's phases: int32 [V, N_v, m - 1] in layer m's phases.
 
-  "fixed": layer l's codes are read once, when layer l's co-training phase ends (`layer_trained`), and every later
-  phase gets those (eq. 10: "the learned codes" of the previous layers must not drift, so they are the targets
-  the loss pulls back to). "snapshot": every phase gets the earlier layers' codes as they are at its start.
-  `codes_now(n)` -> the tokenizer's current codes of the first n layers, [V, N_v, n]."""
+  "fixed": layer l's codes are read once, when layer l's last phase ends (`layer_trained`), and every later phase
+  gets those (eq. 10: "the learned codes" of the previous layers must not drift, so they are the targets the loss
+  pulls back to; the official run reads them from the previous loop's `.code` file). "snapshot": every phase gets
+  the earlier layers' codes as they are at its start. `codes_now(n)` -> the tokenizer's current codes of the first n
+  layers, [V, N_v, n]."""
 
   def __init__(self, mode: str):
     if mode not in HC_TARGETS:
-      raise ValueError(f"GRDR train.hc_targets must be one of {HC_TARGETS}, got {mode!r}")
+      raise ValueError(f"GRDR hc_targets must be one of {HC_TARGETS}, got {mode!r}")
     self.mode = mode
     self.fixed: np.ndarray | None = None  # [V, N_v, layers trained so far] ("fixed")
 
   def for_phase(self, layer: int, codes_now) -> np.ndarray:
-    """The targets of layer `layer`'s phase (its alignment or co-training): the first `layer - 1` layers' codes."""
+    """The targets of a phase of layer `layer`: the first `layer - 1` layers' codes."""
     if self.mode == "snapshot" or layer == 1:
       return codes_now(layer - 1)
     if self.fixed is None or self.fixed.shape[-1] < layer - 1:
-      raise ValueError(f"HcTargets: layer {layer}'s phase before layer {layer - 1}'s co-training ended")
+      raise ValueError(f"HcTargets: layer {layer}'s phase before layer {layer - 1}'s phases ended")
     return self.fixed[..., :layer - 1]
 
   def layer_trained(self, layer: int, codes_now) -> None:
-    """Layer `layer`'s co-training phase ended: its codes as they are now join the fixed targets."""
+    """Layer `layer`'s last phase ended: its codes as they are now join the fixed targets."""
     if self.mode == "fixed":
       new = codes_now(layer)[..., layer - 1:layer]
       self.fixed = new if self.fixed is None else np.concatenate([self.fixed[..., :layer - 1], new], axis=-1)
 
 
-def train_progressive(model: GRDR, params, data: TrainingSet, tcfg, workdir: Path, seed: int, weights, cl: bool = True,
+def train_progressive(model: GRDR, params, data: TrainingSet, tcfg, workdir: Path, seed: int, cl: bool = True,
                       hc: bool = True):
-  """Algorithm 1: for m = 1..M an alignment phase (L_CL + [m > 1] L_HC), k-means init of C^(m) on the residuals,
-  then co-training (eq. 12), each phase in `workdir/layer<m>_<align|cotrain>`. L_HC's targets (and the decoder's
-  teacher-forced prefix) are the aligned view's codes of the frozen layers 1..m-1 (`HcTargets`, `tcfg.hc_targets`:
-  "fixed", as each layer's co-training left them, or "snapshot", as the phase begins)."""
+  """Algorithm 1 as its authors run it (`tcfg.algorithm1`; configs/grdr/common.py names each setting's source): for
+  m = 1..M an alignment phase, the k-means init of C^(m) on the residuals r^(m), a co-training phase and a fit phase,
+  each in `workdir/layer<m>_<phase>`, each weighting (L_CL, L_CE, L_HC, L_Rec, L_RQ) by its `phase_weights` (L_CL /
+  L_HC dropped when `cl` / `hc` is False: Table 3). Each query's view is `view_of_query`'s (`view_assignment`); L_HC's
+  targets and the decoder's teacher-forced prefix are that view's codes of layers 1..m-1 (`HcTargets`)."""
+  a1 = tcfg.algorithm1
   m_layers = model.tokenizer.num_layers
-  row_weights = np.asarray([*weights, float(cl), float(hc)], np.float32)
-  targets = HcTargets(tcfg.get("hc_targets", "fixed"))
+  switches = np.asarray([float(cl), 1.0, float(hc), 1.0, 1.0], np.float32)
+  targets = HcTargets(a1.hc_targets)
   codes_now = lambda n: video_codes(model, params, data.features, n)  # noqa: E731  (reads `params` when called)
-  for i, (layer, kind, epochs) in enumerate(phases(tcfg, m_layers, cl)):
-    align = kind == "align"
-    if not align:
-      params = init_codebook(model, params, data.features, layer, seed + 1000 * layer, tcfg.kmeans_iters)
-    view = view_of_query(model, params, data)
+  schedule = phases(a1, m_layers, cl)
+  for i, (layer, phase, epochs) in enumerate(schedule):
+    if phase == "cotrain":
+      params = init_codebook(model, params, data.features, layer, seed + 1000 * layer, a1.kmeans_iters,
+                             a1.kmeans_metric, a1.kmeans_prefix_centred)
+    view = view_of_query(model, params, data, a1.view_assignment)
     frozen = targets.for_phase(layer, codes_now)[data.video, view]  # [Nq, m - 1]
-    n_layers = layer - 1 if align else layer
+    weights = np.asarray(a1.phase_weights[phase], np.float32) * switches
 
-    def loss_fn(p, batch, rng, layer=layer, align=align, n_layers=n_layers):
-      out = model.apply({"params": p}, batch["feature"], batch["query"], batch["view"], n_layers, layer,
+    def loss_fn(p, batch, rng, layer=layer):
+      out = model.apply({"params": p}, batch["feature"], batch["query"], batch["view"], layer, layer,
                         deterministic=False, frozen_codes=batch["frozen"], rngs={"dropout": rng},
                         method=GRDR.phase_outputs)
-      w = batch["loss_weights"][0]  # (lambda1..lambda4, L_CL on, L_HC on): data, so Table 3's rows share one step
-      return losses.grdr_loss(out, batch["feature"], layer=layer, align=align, weights=tuple(w[:4]), beta=tcfg.beta,
-                              use_cl=w[4], use_hc=w[5])
+      return phase_loss(out, batch["feature"], layer=layer, weights=batch["loss_weights"][0], beta=a1.beta,
+                        smoothing=a1.label_smoothing)
 
-    def batch_fn(idx, view=view, frozen=frozen):  # feature and query as rows, gathered on the device
+    def batch_fn(idx, view=view, frozen=frozen, weights=weights):  # feature and query as rows, gathered on the device
       return {"feature": data.video[idx].astype(np.int32), "query": np.asarray(idx, np.int32), "view": view[idx],
-              "frozen": frozen[idx], "loss_weights": np.tile(row_weights, (len(idx), 1))}
+              "frozen": frozen[idx], "loss_weights": np.tile(weights, (len(idx), 1))}
 
     start = params
-    name = f"layer{layer}_{kind}"
+    name = f"layer{layer}_{phase}"
     state = train.fit_epochs(
         name=f"grdr {name}", init_fn=lambda _: start, loss_fn=loss_fn, num_examples=len(data.queries),
         batch_fn=batch_fn, tcfg=_epochs(tcfg, epochs), seed=seed + i, workdir=workdir / name,
-        optimizer=phase_optimizer(tcfg, layer, align, m_layers), gather=_gather(data, feature="features"))
+        optimizer=phase_optimizer(a1, layer, phase, m_layers), gather=_gather(data, feature="features"))
     params = jax.device_get(state.params)
-    if not align:  # C^(layer) is frozen from here on (Algorithm 1 line 2): its codes are what layer `layer` learned
+    if i + 1 == len(schedule) or schedule[i + 1][0] != layer:  # C^(layer) is frozen from here on (line 2)
       targets.layer_trained(layer, codes_now)
   return params
 
@@ -440,7 +524,7 @@ def _gather(data: TrainingSet, feature: str | None = None, query: str | None = "
 
 
 def train_retriever(model: GRDR, params, data: TrainingSet, codes: np.ndarray, tcfg, workdir: Path, seed: int,
-                    trained: str = r"(?!tokenizer/).*"):
+                    trained: str = r"(?!tokenizer/).*", grad_clip: float = 0.0):
   """The retriever alone on fixed semantic IDs: teacher-forced L_CE summed over the layers (`losses.fixed_id_loss`)
   towards `codes` int [Nq, M] (each training query's target ID); `retriever_epochs` at `retriever_lr`, the params
   matching `trained` updated (default: all but the tokenizer)."""
@@ -458,8 +542,74 @@ def train_retriever(model: GRDR, params, data: TrainingSet, codes: np.ndarray, t
       name="grdr retriever", init_fn=lambda _: start, loss_fn=loss_fn, num_examples=len(data.queries),
       batch_fn=lambda idx: {"query": np.asarray(idx, np.int32), "codes": codes[idx]},
       tcfg=_epochs(tcfg, tcfg.retriever_epochs), seed=seed, workdir=workdir,
-      optimizer=_only(trained, tcfg.retriever_lr, tcfg.weight_decay), gather=_gather(data))
+      optimizer=_only(trained, tcfg.retriever_lr, tcfg.weight_decay, grad_clip), gather=_gather(data))
   return jax.device_get(state.params)
+
+
+def _decoded_views(m: GRDR, f):
+  """The tokenizer alone: its outputs (every layer) and each view's decoded feature psi_i(z_hat_i) [B, N_v, d_v]."""
+  out = m.tok(f)
+  straight_through = out["z"] + jax.lax.stop_gradient(out["z_hat"] - out["z"])
+  return {**out, "decoded": m.tok.decoder(straight_through)}
+
+
+def two_stage_epochs(a1, num_layers: int) -> tuple[int, int]:
+  """(tokenizer epochs, retriever epochs) of Table 3's two-stage row: the epochs Algorithm 1 trains the tokenizer in
+  (every alignment and co-training phase) and those it trains the retriever in (every phase)."""
+  epochs = [(p, e) for _, p, e in phases(a1, num_layers)]
+  return sum(e for p, e in epochs if p != "fit"), sum(e for _, e in epochs)
+
+
+TWO_STAGE_TAU = 0.07  # the two-stage tokenizer's contrastive temperature (the official VideoRQVAE_V2's default)
+
+
+def train_two_stage(model: GRDR, params, data: TrainingSet, tcfg, workdir: Path, seed: int):
+  """Table 3's "w/o unified co-training": the paper's two-stage pipeline, each stage a call of the one loop.
+
+  1. `workdir/tokenizer`: C^(1..M) by k-means on the initial views' residuals (layer by layer, Algorithm 1's
+     k-means), then the tokenizer alone (views, codebooks, decoders; the retriever's params untouched): Algorithm 1's
+     co-training weights of L_RQ and L_Rec, and for L_CL a query-guided contrastive loss between each training
+     query's embedding and its view's decoded feature psi_i(z_hat_i) (the video feature's space, the text
+     embeddings' too) over the batch (temperature 0.07, as the official stand-alone VideoRQVAE baseline trains it);
+  2. `workdir/retriever`: the tokenizer frozen, the retriever alone on its IDs (`train_retriever`) at Algorithm 1's
+     rate. The epochs: `two_stage_epochs`."""
+  a1 = tcfg.algorithm1
+  m_layers = model.tokenizer.num_layers
+  if data.query_vectors.shape[1] != data.features.shape[1]:
+    raise ValueError(f"GRDR two-stage tokenizer: the query embeddings ({data.query_vectors.shape[1]}-d) must share the "
+                     f"video features' space ({data.features.shape[1]}-d): its contrastive loss compares them")
+  for layer in range(1, m_layers + 1):
+    params = init_codebook(model, params, data.features, layer, seed + 1000 * layer, a1.kmeans_iters,
+                           a1.kmeans_metric, a1.kmeans_prefix_centred)
+  view = view_of_query(model, params, data, a1.view_assignment)
+  w_cl, _, _, w_rec, w_rq = a1.phase_weights["cotrain"]
+  queries = data.query_vectors / np.maximum(np.linalg.norm(data.query_vectors, axis=1, keepdims=True), 1e-12)
+
+  def loss_fn(p, batch, rng):
+    del rng
+    out = model.apply({"params": p}, batch["feature"], method=_decoded_views)
+    pick = jnp.take_along_axis(out["decoded"], batch["view"][:, None, None], axis=1)[:, 0]
+    logits = batch["text"] @ ops.l2_normalize(pick).T / TWO_STAGE_TAU
+    labels = jnp.arange(logits.shape[0])
+    cl = 0.5 * jnp.mean(optax.softmax_cross_entropy_with_integer_labels(logits, labels) +
+                        optax.softmax_cross_entropy_with_integer_labels(logits.T, labels))
+    rq = losses.rq_loss(out["z_hat"], out["z"], a1.beta)
+    rec = losses.cosine_reconstruction_loss(batch["feature"], jnp.mean(out["decoded"], axis=-2))
+    return w_cl * cl + w_rq * rq + w_rec * rec, {"cl": cl, "rq": rq, "rec": rec}
+
+  tokenizer_epochs, retriever_epochs = two_stage_epochs(a1, m_layers)
+  start = params
+  state = train.fit_epochs(
+      name="grdr tokenizer", init_fn=lambda _: start, loss_fn=loss_fn, num_examples=len(data.queries),
+      batch_fn=lambda idx: {"feature": data.video[idx].astype(np.int32), "view": view[idx], "text": queries[idx]},
+      tcfg=_epochs(tcfg, tokenizer_epochs), seed=seed, workdir=workdir / "tokenizer",
+      optimizer=_only("tokenizer/.*", a1.lr, a1.weight_decay, a1.grad_clip),
+      gather=_gather(data, feature="features", query=None))
+  params = jax.device_get(state.params)
+  codes = video_codes(model, params, data.features)[data.video, view]
+  stage2 = _epochs(tcfg, 0, retriever_epochs=retriever_epochs, retriever_lr=a1.lr, weight_decay=a1.weight_decay)
+  return train_retriever(model, params, data, codes, stage2, workdir / "retriever", seed + 1, grad_clip=a1.grad_clip)
+
 
 
 def id_coder(model: GRDR, params, recipe: Recipe, train_features: np.ndarray, tcfg, seed: int):
@@ -469,8 +619,8 @@ def id_coder(model: GRDR, params, recipe: Recipe, train_features: np.ndarray, tc
 
 def last_phase(recipe: Recipe, tcfg, num_layers: int) -> str:
   """The phase directory a finished `train_grdr` of `recipe` ends in."""
-  if recipe.schedule in ("progressive",):
-    return "layer{}_{}".format(*phases(tcfg, num_layers, recipe.cl)[-1][:2])
+  if recipe.schedule == "progressive":
+    return "layer{}_{}".format(*phases(tcfg.algorithm1, num_layers, recipe.cl)[-1][:2])
   return "retriever"
 
 
@@ -757,8 +907,9 @@ def test_inputs(corpus: Corpus, rows=None) -> dict:
 # The rerank stage (§3.4, §4.2-4.3: X-Pool reranks every GR row's candidates) and Tables 1-2's dense rows.
 
 RERANKERS = ("xpool", "dense_backbone")  # `eval.reranker` (configs/grdr/common.py)
-# Tables 1-2's trained dense rows (`eval.dense_rows`) -> `vidjax.methods.dense`'s row (its pooling and schedule)
-DENSE_ROWS = {"clip4clip": "clip4clip_meanp", "clip4clip_seqtransf": "clip4clip_seqtransf", "xpool": "xpool"}
+# Tables 1-2's trained dense rows (`eval.dense_rows`) -> `vidjax.methods.dense`'s row (its pooling and schedule):
+# "clip4clip" is CLIP4Clip seqTransf, whose numbers GRDR's Tables 1-2 report; meanP is a row of its own
+DENSE_ROWS = {"clip4clip": "clip4clip_seqtransf", "clip4clip_meanp": "clip4clip_meanp", "xpool": "xpool"}
 RERANK_BYTES = 64 << 20  # a rerank pass's candidate frames [q, K, T, D_v] stay under this (its query batch q)
 
 
