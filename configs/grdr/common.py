@@ -314,6 +314,11 @@ def get_config(dataset: str, arg: str | None = None) -> ml_collections.ConfigDic
   c.seed = 0
   c.precision = common.precision_section()  # matmul precision per phase (README "Precision")
   c.strict = common.STRICT  # True: a batch size / budget larger than the data is an error, not clipped
+  # A converted official GRDR checkpoint (`python -m vidjax.convert --from grdr`): the run evaluates it as released
+  # (`vidjax.methods.grdr_release`: its own model, its IDs for every pool video, queries tokenized as the official
+  # collator), nothing trains; `dense.init_checkpoint` (an X-Pool conversion) then reranks, reading the queries of
+  # `data.rerank_text_kind`. "" = the run trains its rows.
+  c.init_checkpoint = ""
   c.model = _model(**(dict(num_views=1, num_codes=200) if dataset == "lsmdc" else {}))
   c.train = _train()
   c.eval = ml_collections.ConfigDict(dict(
@@ -361,6 +366,8 @@ def get_config(dataset: str, arg: str | None = None) -> ml_collections.ConfigDic
   c.data = ml_collections.ConfigDict(dict(
       features="",            # a feature store (configs/prepare.py): `clip` per video, `text` per caption / paragraph
       clip_kind="clip", text_kind="text",   # the text embeddings: the query intents, the dense rerank, and "minilm"'s input
+      rerank_text_kind="",    # the X-Pool rerank's query embeddings with init_checkpoint ("" = text_kind; X-Pool's own
+                              # text tower's: python -m vidjax.convert.embed_text writes them as xpool_text)
       frames_kind="frame_clip",  # per-frame features of the dense rows and the X-Pool rerank: [T, D_v] frame
                               # embeddings in the text space (configs/prepare.py's kind; the worlds write it too) or
                               # [T, P, D_v] patch tokens averaged over P ("tokens": not in the text space)
@@ -493,4 +500,4 @@ def tiny(c: ml_collections.ConfigDict) -> None:
                      collision_codes=512)  # up to every video of a small corpus on one ID
   c.train.progress = False
   tiny_dense = _dense.get_config("msrvtt", "tiny")  # the dense rows' tiny schedules: 4 frames, one epoch, batch 16
-  c.dense = ml_collections.ConfigDict(dict(model=tiny_dense.model, train=tiny_dense.train))
+  c.dense = ml_collections.ConfigDict(dict(init_checkpoint="", model=tiny_dense.model, train=tiny_dense.train))

@@ -44,7 +44,7 @@ from vidjax.data.features import FeatureStore
 from vidjax.defaults.common import (bad_value, check_choice, check_index, check_positive, check_positive_int,
                                     clip_to_data, get_key, with_values)
 from vidjax.experiments import common
-from vidjax.methods import grdr_baselines
+from vidjax.methods import grdr_baselines, grdr_release
 from vidjax.methods import dense as dense_method
 from vidjax.methods.grdr import (BACKBONE, DENSE_ROWS, HC_TARGETS, KMEANS_METRICS, LOSS_TERMS, PHASES, RERANKERS,
                                  SETTINGS, VIEW_ASSIGNMENTS, check_budget, dense_rows, dense_setting, evaluate_row,
@@ -93,12 +93,34 @@ def validate(config) -> None:
   # The tokenizer's own training (tokenizer_first; TIGER's RQ-VAE row in every schedule): checked before any file.
   check_positive_int(config, ("train.view_epochs", "train.view_batch_size", "train.retriever_epochs"))
   check_positive(config, ("train.view_lr", "train.retriever_lr"))
+  if config.init_checkpoint:  # converted official checkpoints (read before any work)
+    grdr_release.vocab_size(config.init_checkpoint)
+    if config.dense.init_checkpoint and dense_method.checkpoint_row(config.dense.init_checkpoint)[0] != "xpool":
+      bad_value("dense.init_checkpoint", config.dense.init_checkpoint, "an X-Pool conversion (GRDR's reranker)")
+  elif config.dense.get("init_checkpoint"):
+    bad_value("dense.init_checkpoint", config.dense.init_checkpoint, "empty unless init_checkpoint names a released "
+              "GRDR checkpoint (the X-Pool conversion reranks its candidates)")
   if config.train.schedule == "tokenizer_first":
     mc = config.model
     if mc.latent_dim != mc.query_dim:
       bad_value("model.latent_dim", mc.latent_dim,
                        f"equal to model.query_dim={mc.query_dim}: train.schedule='tokenizer_first' aligns the "
                        "views with query-cluster centres in the query space")
+
+
+def released_run(config, workdir: Path, corpus, pools: dict, clipped: dict) -> dict:
+  """The run of `config.init_checkpoint` (`vidjax.methods.grdr_release.evaluate`): its GRDR row (and X-Pool's alone
+  with `dense.init_checkpoint`) in each setting, results.json's `released` says what was read."""
+  table, info = grdr_release.evaluate(config, corpus, pools)
+  synthetic = corpus.synthetic
+  results = common.results_dict(config, dataset=config.dataset + (f" (synthetic {corpus.source})" if synthetic else ""),
+                                synthetic=synthetic, metrics=table, clipped=clipped, released=info,
+                                **{s: table[s] for s in SETTINGS}, **corpus.path)
+  tables = [evaluate.format_table({m: table_row(v) for m, v in table[s].items()},
+                                  f"{config.name} {s}: the released checkpoint {info['checkpoint']} (reranked by "
+                                  f"{info['reranker']})", synthetic=synthetic) for s in SETTINGS]
+  common.write_results(workdir, results, tables)
+  return results
 
 
 def _plain(x):
@@ -171,11 +193,12 @@ def run(config, workdir) -> dict:
         config.data.text_kind)[-1]})
   corpus = read_corpus(config, workdir)
   config, clipped = clip_to_data(config, limits(config, corpus))  # sizes fit the data, before any training
+  pools = {"inductive": corpus.test, "full_corpus": np.arange(len(corpus.video_ids))}
+  if config.init_checkpoint:  # a released checkpoint evaluated as released: nothing trains (the budgets are its own)
+    return released_run(config, workdir, corpus, pools, clipped)
   check_budget(config, corpus)
   grdr_baselines.check_budget(config, corpus)
   precision = functools.partial(common.precision, config, "train")
-
-  pools = {"inductive": corpus.test, "full_corpus": np.arange(len(corpus.video_ids))}
   # Tables 1-2's dense rows, each alone over the pool: the frozen backbone's cosine, then the trained ones
   table = {s: {"dense_backbone": dense_setting(corpus, pools[s], config.eval, config.index)} for s in SETTINGS}
   rerankers = {"dense_backbone": BACKBONE}

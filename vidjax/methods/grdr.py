@@ -747,6 +747,8 @@ class Corpus:
   # the dense rows and the X-Pool rerank (`needs_frames`): every video's per-frame features [V, T, D_v]
   # (`data.frames_kind`, `dense.model.num_frames` of them)
   frames: np.ndarray | None = None
+  # with `data.rerank_text_kind`: the test queries as the X-Pool rerank reads them (its own text tower's embeddings)
+  rerank_queries: np.ndarray | None = None
 
   def __call__(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # PseudoQueries
     keep, position = self._keep(rows)
@@ -802,11 +804,20 @@ def read_corpus(config, workdir: Path) -> Corpus:
     raise ValueError(f"model.query_dim={config.model.query_dim} but the store's {d.text_kind!r} embeddings (the frozen "
                      f"query encoder) are {width}-d: set --config.model.query_dim={width}")
   tokens = {}
-  if config.model.query_encoder == "t5":
+  if config.init_checkpoint:  # a released checkpoint: the queries tokenized as its official collator did
+    from vidjax.methods import grdr_release  # pylint: disable=g-import-not-at-top
+    tokenizer, vocab = query_tokenizer(config, store), grdr_release.vocab_size(config.init_checkpoint)
+    tokens = {f"{split}_tokens": grdr_release.release_tokens(tokenizer, [q.text for q in queries],
+                                                              config.model.query_len, vocab)
+              for split, queries in (("train", train_set.queries), ("test", test.queries))}
+    tokens["query_vocab"] = vocab
+  elif config.model.query_encoder == "t5":
     tokenizer = query_tokenizer(config, store)
     tokens = dict(train_tokens=query_tokens(tokenizer, train_set.queries, config.model.query_len, "training"),
                   test_tokens=query_tokens(tokenizer, test.queries, config.model.query_len, "test"),
                   query_vocab=tokenizer.vocab_size + 1)
+  if d.rerank_text_kind:
+    tokens["rerank_queries"] = embeddings(store, d.rerank_text_kind, test.query_ids, "test queries (rerank)")
   return Corpus(
       np.asarray(ids), embeddings(store, d.clip_kind, ids, "corpus videos"),
       np.asarray([row[v] for v in train_set.corpus], np.int64), np.asarray([row[v] for v in test.corpus], np.int64),

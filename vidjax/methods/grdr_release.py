@@ -13,6 +13,7 @@ end-of-sequence token `</s>` (id 1) appended, truncated to the length with the e
 """
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import jax
@@ -48,6 +49,17 @@ def released(directory: str | Path) -> tuple[GRDR, dict, dict]:
   return model, params, record
 
 
+def vocab_size(directory: str | Path) -> int:
+  """The query vocabulary (T5's ids + 1) of a converted GRDR checkpoint, from its record."""
+  _, record = convert.load(directory)
+  try:
+    return int(record["info"]["model"]["retriever"]["vocab_size"])
+  except (KeyError, TypeError) as e:
+    raise convert.ConversionError(f"{directory}: its record names no query vocabulary (info.model.retriever."
+                                  "vocab_size): convert the checkpoint again with python -m vidjax.convert --from grdr") \
+        from e
+
+
 def release_tokens(tokenizer, texts, length: int, vocab_size: int) -> np.ndarray:
   """int32 [N, length]: each text's T5 ids + 1 (0 = padding) with the eos appended, as the official collator
   (the module docstring); `vocab_size`: the converted model's query vocabulary (ids past it are an error)."""
@@ -59,3 +71,40 @@ def release_tokens(tokenizer, texts, length: int, vocab_size: int) -> np.ndarray
     raise ValueError(f"grdr: the query tokenizer gives id {int(out.max()) - 1}, past the converted model's "
                      f"{vocab_size - 1} token ids: data.tokenizer must be t5-small's SentencePiece model")
   return out
+
+
+def evaluate(config, corpus, pools: dict) -> tuple[dict, dict]:
+  """({setting: {row: metrics}}, info) of the released checkpoint `config.init_checkpoint` over each pool: the GRDR
+  row (generative recall, then the rerank) and, with `config.dense.init_checkpoint`, X-Pool alone beside it. The
+  rerank is the converted X-Pool over the candidates' frames, reading `corpus.rerank_queries` when the run has them
+  (`data.rerank_text_kind`), else the backbone's cosine."""
+  from vidjax.methods import dense as dense_method  # pylint: disable=g-import-not-at-top
+  from vidjax.methods import grdr as GM  # pylint: disable=g-import-not-at-top
+  model, params, record = released(config.init_checkpoint)
+  if corpus.features.shape[1] != model.tokenizer.feature_dim:
+    raise ValueError(f"grdr: init_checkpoint {config.init_checkpoint} indexes {model.tokenizer.feature_dim}-d video "
+                     f"features, but the store's {config.data.clip_kind!r} are {corpus.features.shape[1]}-d")
+  coder = lambda features: GM.video_codes(model, params, features)  # noqa: E731  (its own IDs, as the official test)
+  rerankers, scorer, dense_info = (GM.BACKBONE,), None, {}
+  if config.dense.init_checkpoint:
+    if corpus.frames is None:
+      raise ValueError("grdr: dense.init_checkpoint reranks over per-frame features: the run reads none (set "
+                       "eval.reranker='xpool')")
+    if corpus.rerank_queries is not None:  # X-Pool reads its own text tower's query embeddings
+      corpus = dataclasses.replace(corpus, test_queries=corpus.rerank_queries)
+    split = dense_method.Split([], corpus.test_queries, np.zeros(0, np.int64), [], corpus.frames[:1],
+                               corpus.features[:1])
+    dense_model, dense_params, dense_info = dense_method.from_checkpoint(config.dense, "xpool", split,
+                                                                         config.dense.init_checkpoint)
+    scorer = dense_method.scorer(dense_model, dense_params)
+    rerankers = (GM.frames_reranker("xpool", scorer, corpus),)
+  table = {s: {} for s in pools}
+  rows, _, _ = GM.evaluate_row(config, corpus, model, params, coder, pools, rerankers=rerankers)
+  for s in pools:
+    table[s]["grdr"] = {**rows[s], "model": "released"}
+    if scorer is not None:
+      table[s]["xpool"] = {**GM.pair_setting(corpus, pools[s], config.eval, scorer), "model": "released"}
+  info = {"init_checkpoint": str(config.init_checkpoint), "checkpoint": record.get("checkpoint"),
+          "sha256": record.get("sha256"), "reranker": rerankers[0].name, "xpool": dense_info,
+          "rerank_text_kind": config.data.rerank_text_kind or config.data.text_kind, "trained": False}
+  return table, info
