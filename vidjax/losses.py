@@ -370,45 +370,6 @@ def code_cross_entropy(h: jax.Array, codebook: jax.Array, targets: jax.Array, ta
   return jnp.sum(nll * mask) / jnp.maximum(jnp.sum(mask), 1.0)
 
 
-def grdr_loss(out: Mapping[str, jax.Array], features: jax.Array, *, layer: int, align: bool,
-              weights: Sequence[float] = (1.0, 1.0, 1.0, 1.0), beta: float = 0.25, use_cl: bool = True,
-              use_hc: bool = True):
-  """One phase of GRDR's progressive co-training (Algorithm 1) for codebook layer m = `layer`.
-
-  Args:
-    out: `vidjax.models.grdr.GRDR.phase_outputs` (h [B, m, D] = h_1..h_m; the aligned view's z,
-      codes and residuals; hc_codes [B, m - 1], the frozen earlier layers' codes; all views' z / z_hat;
-      the reconstruction; codebooks; temperatures).
-    features: f_v [B, d_v], the reconstruction target.
-    layer: m (1-based).
-    align: True = phase 1, L_CL(z, h^(m) = sum_l h_l) (eq. 9) + [m > 1] L_HC (eq. 10);
-      False = phase 2, lambda1 L_CE + lambda2 L_HC + lambda3 L_RQ + lambda4 L_Rec (eq. 11-12).
-    weights: (lambda1 .. lambda4); the paper does not give them: 1 each.
-    beta: L_RQ's commitment weight.
-    use_cl, use_hc: False (or 0.0) drops L_CL / L_HC (Table 3's "w/o L_CL" / "w/o L_HC" rows). The weights and
-      these two may be traced scalars: a training step that reads them from its batch compiles once for every row.
-
-  Returns:
-    (loss, {term: value}).
-  """
-  m = layer
-  h, books, tau = out["h"], out["codebooks"], out["tau_code"]
-  targets = out["hc_codes"]
-  hc = jnp.zeros((), jnp.float32)
-  for l in range(m - 1):  # eq. 10: both modalities keep predicting the frozen earlier layers' codes
-    hc = hc + code_cross_entropy(h[:, l], books[l], targets[:, l], tau)
-    hc = hc + code_cross_entropy(out["view_residuals"][:, l], books[l], targets[:, l], tau)
-  hc = hc * jnp.asarray(use_hc, jnp.float32)
-  if align:
-    cl = alignment_loss(out["view_z"], jnp.sum(h[:, :m], axis=1), out["tau_align"]) * jnp.asarray(use_cl, jnp.float32)
-    return cl + hc, {"cl": cl, "hc": hc}
-  ce = code_cross_entropy(h[:, m - 1], books[m - 1], out["view_codes"][:, m - 1], tau)
-  rq = rq_loss(out["z_hat"], out["z"], beta)
-  rec = cosine_reconstruction_loss(features, out["reconstruction"])
-  w1, w2, w3, w4 = weights
-  return w1 * ce + w2 * hc + w3 * rq + w4 * rec, {"ce": ce, "hc": hc, "rq": rq, "rec": rec}
-
-
 def fixed_id_loss(h: jax.Array, codebooks: jax.Array, codes: jax.Array, tau: jax.Array):
   """L_CE (eq. 11) summed over the M layers towards fixed semantic IDs (a retriever trained after its tokenizer:
   GRDR's tokenizer_first schedule, Table 3's two-stage row, TIGER, T2VIndexer). h [B, M, D] (teacher-forced),
