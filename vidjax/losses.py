@@ -25,7 +25,7 @@ positive is a negative, even if two rows share one target clip.
 """
 from __future__ import annotations
 
-from typing import Mapping, Optional, Sequence
+from typing import Optional, Sequence
 
 import jax
 import jax.numpy as jnp
