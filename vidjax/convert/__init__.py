@@ -24,6 +24,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from vidjax import io
+from vidjax.ops import flatten_dict, unflatten_dict
 from vidjax.convert.state_dict import ConversionError, StateDict, load_state_dict  # noqa: F401  (re-exported)
 
 PARAMS_FILE = "params.npz"
@@ -32,27 +33,9 @@ INFO_FILE = "conversion.json"
 CONVERTERS = {"grdr": "vidjax.convert.grdr", "xpool": "vidjax.convert.xpool", "clip4clip": "vidjax.convert.clip4clip"}
 
 
-def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, np.ndarray]:
-  """{'a/b/c': array} of a nested params dict."""
-  out = {}
-  for k, v in tree.items():
-    path = f"{prefix}{k}"
-    if isinstance(v, Mapping):
-      out.update(flatten(v, path + "/"))
-    else:
-      out[path] = np.asarray(v)
-  return out
-
-
-def unflatten(flat: Mapping[str, np.ndarray]) -> dict:
-  tree: dict = {}
-  for path, v in flat.items():
-    *parents, leaf = path.split("/")
-    node = tree
-    for p in parents:
-      node = node.setdefault(p, {})
-    node[leaf] = v
-  return tree
+def flatten(tree: Mapping[str, Any]) -> dict[str, np.ndarray]:
+  """{'a/b/c': array} of a nested params dict (`ops.flatten_dict`, leaves as NumPy arrays)."""
+  return {k: np.asarray(v) for k, v in flatten_dict(tree).items()}
 
 
 def save(out: str | Path, params: Mapping[str, Any], record: Mapping[str, Any]) -> Path:
@@ -76,7 +59,7 @@ def load(directory: str | Path) -> tuple[dict, dict]:
                           "write it with python -m vidjax.convert)")
   record = io.read_json(directory / INFO_FILE, "conversion record")
   with np.load(directory / PARAMS_FILE, allow_pickle=False) as z:
-    params = unflatten({k: z[k] for k in z.files})
+    params = unflatten_dict({k: z[k] for k in z.files})
   return params, record
 
 
@@ -106,7 +89,7 @@ def into(init: Mapping[str, Any], directory: str | Path, expect_from: tuple[str,
     if want[path].shape != have[path].shape:
       raise ConversionError(f"{directory}: parameter {path!r} has shape {have[path].shape}, the model's is "
                             f"{want[path].shape}")
-  return unflatten({p: have[p].astype(want[p].dtype) for p in want}), record
+  return unflatten_dict({p: have[p].astype(want[p].dtype) for p in want}), record
 
 
 def describe(record: Mapping[str, Any]) -> str:
