@@ -15,14 +15,15 @@ per item, and the process's peak RSS after the build (it only grows: compare eac
 rows set `distance_compute_blas_threshold` explicitly (16) and say so. A plot of recall against batch-256 QPS
 (ann-benchmarks style) is written with `--plot`.
 
-The floor (exact rows): an exact search of a batch of B queries reads the stored rows once and does 2 B N D FLOPs.
-The read is measured on the index's own stored array, in the same run (`read_floor_ms`: the faster of a max-reduction
-over it and its product with one vector, each the median of several calls), so it is a time the search cannot beat
-(the search reads the same bytes and does more); the FLOPs are divided by the fastest large matmul measured in the
-storage's dtype (bench/machine.py `limits_line`, and once more beside each read: `peak_flops`; for float32 the faster
-of jax's default and HIGHEST: TF32 on a GPU, which the fused kernel's candidate pass may use). The floor is the larger of the two times, and "x floor" is the
-median search time over it (>= 1 up to timing noise). The copy bandwidth of the limits line is printed, not used:
-a copy writes as much as it reads, so a read-only search beat it (0.3 "x floor" at batch 1 before issue 63).
+The floor (exact rows): an exact search of a batch of B queries reads the stored rows once and does 2 B N D FLOPs. The
+read is measured on the index's own stored array, in the same run (`read_floor_ms`: the fastest call of a
+max-reduction over it and of its product with one vector), so it is a time the search cannot beat (the search reads the
+same bytes and does more); the FLOPs are divided by the fastest large matmul measured in the storage's dtype
+(bench/machine.py `limits_line`, and once more beside each read: `peak_flops`; for float32 the faster of jax's default
+and HIGHEST: TF32 on a GPU, which the fused kernel's candidate pass may use). The floor is the larger of the two
+times, and "x floor" is the median search time over it (>= 1 up to timing noise). The copy bandwidth of the limits
+line is printed, not used: a copy writes as much as it reads, so a read-only search beat it (0.3 "x floor" at batch 1
+before issue 63).
 
 Sweeps: `--chunk` (a list) builds the JAX indexes at each chunk size; `--kernel` (a list of `DenseIndex` kernels:
 auto, xla, pallas; pallas on a CPU runs in interpret mode, for small corpora only) and `--block` (rows per block
@@ -212,9 +213,10 @@ def apply(index, params: dict) -> dict:
   return params
 
 
-def read_floor_ms(index, repeats: int = 7) -> float:
-  """The time of one read of the index's stored array on its device (ms): the faster of a max-reduction over every
-  element and a product of every row with one vector, each the median of `repeats` calls after a warm-up."""
+def read_floor_ms(index, repeats: int = 9) -> float:
+  """The time of one read of the index's stored array on its device (ms): the fastest of `repeats` calls (after a
+  warm-up) of a max-reduction over every element and of a product of every row with one vector (on a busy shared
+  machine the fastest call is the one least slowed down: a floor)."""
   stored = index._backend._stored
   d = stored.shape[-1]
   v = jax.device_put(np.ones((d,), np.float32)).astype(stored.dtype)
@@ -228,7 +230,7 @@ def read_floor_ms(index, repeats: int = 7) -> float:
       t = time.perf_counter()
       jax.block_until_ready(fn(*args))
       times.append(time.perf_counter() - t)
-    best = min(best, float(np.median(times)))
+    best = min(best, min(times))
   return 1e3 * best
 
 

@@ -2,11 +2,11 @@
 interpret mode.
 
 On a GPU or TPU the same tests run the real kernel (its float32 candidate pass is TF32 there, `fused.PRECISION`; the
-re-scoring is float32). Tolerances: the kernel's block maxima are float32 sums of 16 products of unit vectors (float32 rows; bfloat16 rows
-with the query rounded to bfloat16, as the kernel takes them), within 1e-6 of NumPy's float64 products of the same
-values. The fused search returns the ids the XLA search returns (no two scores here are closer than their float32
-rounding, except exact ties, which both rank by id), and scores within 1e-6 of it (float32 rounding of 16 products:
-the re-scoring's summation order is its own).
+re-scoring is float32). Tolerances: the kernel's block maxima are float32 sums of 16 products of unit vectors (float32
+rows; bfloat16 rows with the query rounded to bfloat16, as the kernel takes them), within 1e-6 of NumPy's float64
+products of the same values. The fused search returns the ids the XLA search returns (no two scores here are closer
+than their float32 rounding, except exact ties, which both rank by id), and scores within 1e-6 of it (float32 rounding
+of 16 products: the re-scoring's summation order is its own).
 
 Sizes: D = 16, one corpus of 3,000 rows in chunks of 1,024 (3 chunks, the last ragged), blocks of 16 rows, tiles of
 256 rows (the CPU's), query batches of 8: every test shares a few compiled programs.
