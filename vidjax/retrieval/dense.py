@@ -20,7 +20,11 @@ How it works:
   equal to `lax.top_k`) and merges them with the running `[Qb, K]` best. Chunk sizes, the budget and the bfloat16
   scoring are chosen per platform (`DEFAULT_CHUNK`, `SCORE_BUDGET`, `_plan`): cache-sized chunks on a CPU (measured),
   ~1M-row chunks on GPU and TPU. The program compiles once per (query batch, chunk count, chunk, D, storage dtype,
-  K, plan).
+  K, plan). One exception, measured (issue 63): a CPU's small batch runs one program per chunk, each on a view that
+  shares the stored buffer, dispatched without waiting and merged by one more (`_chunk_views`): XLA:CPU runs one
+  program's small-batch product on one thread, the chunks' programs run on every core.
+* bfloat16 chunks are scanned as their uint16 bits (`_scan_chunks`): XLA:CPU converts a sliced bfloat16 array to
+  float32, and for a scan it hoisted that conversion of the whole corpus out of the loop.
 * The fused program (`kernel=`, `KERNELS`; the default on GPU and TPU): one Pallas kernel scores tiles of rows and
   writes only each block's maximum score, never the `[Qb, N]` score matrix; the k-plus-margin best blocks are then
   re-scored exactly in XLA (`vidjax.retrieval.fused`). The XLA program above stays the CPU's default, the fallback
@@ -384,6 +388,36 @@ def _sharded_search(queries, chunks, n_valid, *, k: int, mesh: jax.sharding.Mesh
           jax.lax.with_sharding_constraint(jnp.take_along_axis(all_p, sel, axis=1), everywhere))
 
 
+def _chunk_views(stored: jax.Array) -> list[jax.Array] | None:
+  """One device array per chunk of a CPU index's `stored [L, C, D]`, each sharing the stored buffer (no copy), or
+  None where the CPU client copied instead (then the whole block is searched as one program).
+
+  Why (measured, issue 63): XLA:CPU runs a small batch's product over all rows (`_plan`'s one step) on one thread,
+  70-85 ms of 1M bfloat16 rows, and its products inside a loop are 5-10x slower than standalone, so one program
+  cannot use the second core. The same chunks searched as one program each, dispatched without waiting, run on both
+  cores: 95-110 ms against 275-355 ms for the one program on a loaded 2-core VM, 1M rows, batch 1, float32 and
+  bfloat16 alike."""
+  view = np.asarray(stored)  # a CPU array's own memory
+  parts = [jax.device_put(view[j]) for j in range(view.shape[0])]
+  if any(p.unsafe_buffer_pointer() != view[j].ctypes.data for j, p in enumerate(parts)):
+    return None  # copies: twice the memory; not worth it
+  return parts
+
+
+@functools.partial(jax.jit, static_argnames=("k", "bf16_scoring"))
+def _chunk_search(queries, chunk, offset, n_valid, *, k: int, bf16_scoring: str):
+  """The top-k of one chunk [C, D] (corpus positions offset ..): (scores [Qb, k], positions [Qb, k])."""
+  return _merge(queries, chunk, offset, n_valid, *_init(queries.shape[0], k), k=k, bf16_scoring=bf16_scoring)
+
+
+@functools.partial(jax.jit, static_argnames=("k",))
+def _merge_chunks(scores, positions, *, k: int):
+  """The best k of the chunks' top-k lists, given in chunk (= position) order: top_k keeps the lower index, i.e. the
+  smaller position, among equal scores."""
+  top, sel = jax.lax.top_k(jnp.concatenate(scores, axis=1), k)
+  return top, jnp.take_along_axis(jnp.concatenate(positions, axis=1), sel, axis=1)
+
+
 # A single-device build reads and places at least this many rows at a time (fewer, larger host reads and copies).
 _BUILD_ROWS = 1 << 16
 
@@ -486,6 +520,7 @@ class JaxExact:
     cpu = all(d.platform == "cpu" for d in self._stored.sharding.device_set)
     self._host_blocks = ([np.asarray(blocks[b]).reshape(-1, dim) for b in sorted(blocks)]
                          if cpu and self._stored.is_fully_addressable else None)
+    self._chunk_views = _chunk_views(self._stored) if cpu and mesh is None else None
 
   @property
   def params(self) -> dict:
@@ -573,6 +608,11 @@ class JaxExact:
       return self._run(queries, k, whole, scoring, None)
 
   def _run(self, queries, k, whole, scoring, plan):
+    if whole and plan is None and self._chunk_views is not None and self.recall_target_used is None:
+      # A CPU's small batch: one program per chunk, dispatched without waiting, then one merge (`_chunk_views`).
+      outs = [_chunk_search(queries, view, np.int32(j * self.chunk), self._n_valid, k=k, bf16_scoring=scoring)
+              for j, view in enumerate(self._chunk_views)]
+      return jax.device_get(_merge_chunks(tuple(o[0] for o in outs), tuple(o[1] for o in outs), k=k))
     kw = dict(k=k, recall_target=self.recall_target_used, whole=whole, bf16_scoring=scoring, fused_plan=plan)
     if self.mesh is not None:
       s, p = _sharded_search(queries, self._stored, self._n_valid, mesh=self.mesh, axis=self.axis, **kw)
