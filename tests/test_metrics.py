@@ -327,3 +327,22 @@ def test_triplet_pools_smaller_than_k_are_noted_and_pooled_with_their_share():
   pooled = metrics.pool_triplet_metrics([small, large])
   assert set(pooled[metrics.NOTES]) == {"r5", "r10"} and pooled[metrics.NOTES]["r5"].startswith("4 of the 6 queries: ")
   assert metrics.pool_triplet_metrics([small, small])[metrics.NOTES]["r5"] == small[metrics.NOTES]["r5"]
+
+
+def test_nan_scores_and_impossible_ranks_are_refused():
+  """A comparison with NaN is always False: a diverged model's NaN would rank its target first (R@1 100) or give a
+  rank below 1, with no error. Ranks must be whole numbers no larger than the candidates."""
+  nan = float("nan")
+  with pytest.raises(ValueError, match="1 of 3 are NaN"):
+    metrics.triplet_metrics([[nan, 2.0, 1.0]])
+  with pytest.raises(ValueError, match="are NaN"):
+    metrics.cvr_metrics([[nan, 1.0]], [0], [[0, 1]])
+  with pytest.raises(ValueError, match="are NaN"):
+    metrics.two_way_retrieval_metrics([[nan, 0.0], [0.0, 1.0]], [0, 1])
+  with pytest.raises(ValueError, match="are NaN"):
+    metrics.candidate_ranks([[nan, 0.1]], [[False, True]])
+  assert list(metrics.candidate_ranks([[-np.inf, 0.1]], [[False, True]])) == [1]  # -inf padding stays allowed
+  with pytest.raises(ValueError, match="ranks must be 1-based whole numbers"):
+    metrics.retrieval_metrics(np.array([1.0, nan]))
+  with pytest.raises(ValueError, match="a rank of 9 among 3"):
+    metrics.retrieval_metrics(np.array([1, 9]), candidates=3)

@@ -82,3 +82,8 @@ def test_losses_of_scaled_vectors_equal_those_of_unit_ones():
   for scale in (1e30, 1e-30):
     s = np.float32(scale)
     np.testing.assert_allclose(losses.vtc_loss(v * s, t * s, 0.07), losses.vtc_loss(v, t, 0.07), rtol=1e-5)
+
+
+def test_cosine_of_widths_that_do_not_fit_is_one_error():
+  with pytest.raises(ValueError, match=r"cosine: queries \(2, 2\) and candidates \(3, 3\) do not fit"):
+    ops.cosine(np.ones((2, 2)), np.ones((3, 3)))

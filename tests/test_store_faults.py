@@ -589,3 +589,19 @@ def test_remove_drops_items_and_keeps_every_other_row_of_their_shards(tmp_path):
   with store.writer("clip") as w:  # a removed id is written again with new values (what re-extraction does)
     assert w.add("b", np.full(3, 9.0, np.float32))
   np.testing.assert_array_equal(FeatureStore(tmp_path).get("clip", ["b"]), [[9, 9, 9]])
+
+
+def test_ids_that_are_not_strings_and_bfloat16_overflow_are_refused_at_add(tmp_path):
+  """A non-string id is never turned into one (None -> "None"); a finite value that overflows the kind's bfloat16
+  would be stored as Inf and poison every read of its shard."""
+  store = FeatureStore.create(tmp_path, {})
+  with store.writer("clip") as w:
+    for bad in (None, 5, b"a"):
+      with pytest.raises(ValueError, match=f"id {bad!r} is a {type(bad).__name__}; ids are non-empty strings"):
+        w.add(bad, np.zeros(4))
+    w.add("ok", np.zeros(4))
+  with store.writer("half", dtype="bfloat16") as w:
+    with pytest.raises(ValueError, match="id 'big': a value of magnitude 3.4e\\+38 overflows bfloat16"):
+      w.add("big", np.full(4, 3.4e38, np.float32))
+    w.add("ok", np.ones(4))
+  assert FeatureStore(tmp_path).ids("clip") == ["ok"] and FeatureStore(tmp_path).get("half", ["ok"]).shape == (1, 4)

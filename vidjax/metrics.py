@@ -58,8 +58,19 @@ def with_notes(values: dict, notes: Mapping[str, str]) -> dict:
   return values
 
 
+def no_nan(scores: np.ndarray, what: str = "scores") -> np.ndarray:
+  """`scores` as float64, refused when any is NaN (a diverged model's): a comparison with NaN is always False, so a
+  NaN would rank its target first or last with no error. -inf stays allowed (padding that ranks last)."""
+  scores = np.asarray(scores, np.float64)
+  bad = np.isnan(scores)
+  if bad.any():
+    raise ValueError(f"{what}: {int(bad.sum())} of {bad.size} are NaN (a model that diverged?): no rank can be read "
+                     "from them")
+  return scores
+
+
 def _check_scores(scores, target_index):
-  scores = np.asarray(scores)
+  scores = no_nan(scores)
   target_index = np.asarray(target_index)
   if scores.ndim != 2:
     raise ValueError(f"scores must be [Q, C], got shape {scores.shape}")
@@ -164,9 +175,14 @@ def retrieval_metrics(ranks: np.ndarray, prefix: str = "", ks: Sequence[int] = (
   `candidates`: the most a rank can be (the gallery's size); each R@K with K >= it gets a note (`recall_notes`,
   naming them as `what`)."""
   ranks = np.asarray(ranks)
-  if ranks.ndim != 1 or (ranks.size and ranks.min() < 1):
-    raise ValueError(f"ranks must be 1-based [N], got shape {ranks.shape}"
-                     + (f" with minimum {ranks.min()}" if ranks.size else ""))
+  whole = ranks.dtype.kind in "iu" or (ranks.dtype.kind == "f" and bool(np.all(np.isfinite(ranks))) and
+                                       bool(np.all(ranks == np.round(ranks))))
+  if ranks.ndim != 1 or not whole or (ranks.size and ranks.min() < 1):
+    raise ValueError(f"ranks must be 1-based whole numbers [N], got shape {ranks.shape}, dtype {ranks.dtype}"
+                     + (f", minimum {ranks.min()}" if ranks.size else ""))
+  if candidates is not None and ranks.size and ranks.max() > candidates:
+    raise ValueError(f"a rank of {ranks.max()} among {candidates} {what}: a rank is at most the number of "
+                     "candidates")
   nan = float("nan")
   out = {f"{prefix}r{k}": float(100.0 * np.mean(ranks <= k)) if ranks.size else nan for k in ks}
   out[f"{prefix}mdr"] = float(np.median(ranks)) if ranks.size else nan
@@ -184,7 +200,7 @@ def best_relevant_ranks(scores: np.ndarray, relevant: np.ndarray) -> np.ndarray:
   Returns:
     int64 [Q].
   """
-  scores, relevant = np.asarray(scores, np.float64), np.asarray(relevant, bool)
+  scores, relevant = no_nan(scores), np.asarray(relevant, bool)
   if scores.ndim != 2 or relevant.shape != scores.shape or not relevant.any(axis=1).all():
     raise ValueError(f"expected scores [Q, N] and relevant bool [Q, N] with a True in every row; got "
                      f"{scores.shape}, {relevant.shape}")
@@ -206,7 +222,7 @@ def two_way_ranks(scores: np.ndarray, relevant: np.ndarray) -> tuple[np.ndarray,
   Returns:
     (t2v [Q], v2t [N]) int64, v2t = 0 for videos no query points at.
   """
-  scores = np.asarray(scores, np.float64)
+  scores = no_nan(scores)
   relevant = np.asarray(relevant, np.int64)
   q, n = scores.shape if scores.ndim == 2 else (None, None)
   if q is None or relevant.shape != (q,) or (q and (relevant.min() < 0 or relevant.max() >= n)):
@@ -258,7 +274,7 @@ def candidate_ranks(scores: np.ndarray, relevant: np.ndarray) -> np.ndarray:
   Returns:
     int64 [Q].
   """
-  scores, relevant = np.asarray(scores, np.float64), np.asarray(relevant, bool)
+  scores, relevant = no_nan(scores), np.asarray(relevant, bool)
   if scores.ndim != 2 or relevant.shape != scores.shape:
     raise ValueError(f"expected scores [Q, K] and relevant [Q, K], got {scores.shape} and {relevant.shape}")
   best = np.where(relevant, scores, -np.inf).max(axis=1)
@@ -391,7 +407,7 @@ def triplet_metrics(scores: np.ndarray) -> dict:
      the 3 + n pool}. Ties count against the model: main loses every tie; a tie between the two negatives puts T
     before S.
   """
-  scores = np.asarray(scores, np.float64)
+  scores = no_nan(scores, "triplet scores")
   if scores.ndim != 2 or scores.shape[1] < 3:
     raise ValueError(f"triplet scores must be [Q, 3 + n] (main, temporal, semantic, distractors...), "
                      f"got {scores.shape}")

@@ -92,6 +92,11 @@ def cosine(queries: Any, candidates: Any) -> Any:
     [Q, C]; zero vectors score 0.
   """
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  q_shape, c_shape = np.shape(queries), np.shape(candidates)
+  if len(q_shape) != 2 or len(c_shape) not in (2, 3) or q_shape[-1] != c_shape[-1] or (
+      len(c_shape) == 3 and c_shape[0] != q_shape[0]):
+    raise ValueError(f"cosine: queries {tuple(q_shape)} and candidates {tuple(c_shape)} do not fit: expected [Q, D] "
+                     "with [C, D] or [Q, C, D]")
   q, c = l2_normalize(jnp.asarray(queries, jnp.float32)), l2_normalize(jnp.asarray(candidates, jnp.float32))
   if c.ndim == 2:
     return q @ c.T

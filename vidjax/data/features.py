@@ -720,6 +720,8 @@ class ShardWriter:
 
   def add(self, item_id: str, array: np.ndarray) -> bool:
     """Queues one item; returns False (and does nothing) if the id is already stored or queued with these values."""
+    if not isinstance(item_id, (str, np.str_)):  # never str(): None, 5 or b"a" would become an id nobody wrote
+      raise ValueError(f"{self._where()}: id {item_id!r} is a {type(item_id).__name__}; ids are non-empty strings")
     item_id = str(item_id)
     if _id_problem(item_id):
       raise ValueError(f"{self._where()}: id {item_id[:80]!r} is {_id_problem(item_id)}; ids are non-empty strings")
@@ -729,6 +731,9 @@ class ShardWriter:
       raise ValueError(f"{self._where()}: id {item_id!r}: features must be real numbers, got an array of dtype "
                        f"{array.dtype}{why}")
     check_finite(array[None], [item_id], self._where())
+    if self.dtype == "bfloat16" and not np.all(np.isfinite(_quantized(array, self.dtype))):
+      raise ValueError(f"{self._where()}: id {item_id!r}: a value of magnitude {float(np.max(np.abs(array))):.3g} "
+                       "overflows bfloat16 (largest finite 3.39e38): store the kind as float32")
     if item_id in self._pending or self.store.has(self.kind, item_id):
       if item_id in self._pending:
         old = _quantized(self._arrays[self._ids.index(item_id)], self.dtype)
