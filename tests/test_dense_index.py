@@ -142,6 +142,28 @@ def test_single_queries_agree_with_a_full_batch(dtype, monkeypatch):
   np.testing.assert_array_equal(np.concatenate([sc for _, sc in singles]), batched[1])
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_cpu_chunk_programs_share_the_stored_buffer_and_equal_the_one_program(dtype, plan):
+  """A single-device CPU index searches one program per chunk on views of its stored array (no copy: the same
+  memory); the one-program plans (`_search`: one step, or a scan over the bits of bfloat16 chunks) give the same ids
+  and scores."""
+  rng = np.random.default_rng(41)
+  ids, x = _ids(300, rng), rng.normal(size=(300, D)).astype(np.float32)
+  queries = rng.normal(size=(19, D)).astype(np.float32)
+  index = _index(ids, x, dtype)
+  backend = index._backend
+  if dense.platform_of() != "cpu":
+    assert backend._chunk_views is None
+    return
+  stored = np.asarray(backend._stored)
+  assert [v.unsafe_buffer_pointer() for v in backend._chunk_views] == [stored[j].ctypes.data for j in range(3)]
+  views = index.search(queries, K)
+  backend._chunk_views = None
+  program = index.search(queries, K)
+  np.testing.assert_array_equal(views[0], program[0])
+  np.testing.assert_allclose(views[1], program[1], atol=SCORE_TOL, rtol=0)
+
+
 def test_full_ranking_with_k_larger_than_a_chunk(plan):
   rng = np.random.default_rng(8)
   n = 200

@@ -20,9 +20,9 @@ How it works:
   equal to `lax.top_k`) and merges them with the running `[Qb, K]` best. Chunk sizes, the budget and the bfloat16
   scoring are chosen per platform (`DEFAULT_CHUNK`, `SCORE_BUDGET`, `_plan`): cache-sized chunks on a CPU (measured),
   ~1M-row chunks on GPU and TPU. The program compiles once per (query batch, chunk count, chunk, D, storage dtype,
-  K, plan). One exception, measured (issue 63): a CPU's small batch runs one program per chunk, each on a view that
-  shares the stored buffer, dispatched without waiting and merged by one more (`_chunk_views`): XLA:CPU runs one
-  program's small-batch product on one thread, the chunks' programs run on every core.
+  K, plan). One exception, measured (issue 63): a single-device CPU index runs one program per chunk, each on a view
+  that shares the stored buffer, dispatched without waiting and merged by one more (`_chunk_views`): XLA:CPU runs one
+  program's small-batch product on one thread, and the chunks' programs run on every core.
 * bfloat16 chunks are scanned as their uint16 bits (`_scan_chunks`): XLA:CPU converts a sliced bfloat16 array to
   float32, and for a scan it hoisted that conversion of the whole corpus out of the loop.
 * The fused program (`kernel=`, `KERNELS`; the default on GPU and TPU): one Pallas kernel scores tiles of rows and
@@ -111,12 +111,16 @@ INDEX_FORMAT = 2  # of `DenseIndex.save` (2: index.json records every file's siz
 # against 52), hence a budget of 2^22 scores; at batch 1 it took 8 ms where the NumPy BLAS path the index had before
 # took 56. XLA:CPU copies each scanned chunk out of the stored array before its matmul (the dynamic slice), one
 # extra pass over the rows that the one-step plan does not pay.
+# CPU since issue 63 (measured on a 2-core AMD EPYC VM, BENCHMARKS.md "Dense search"): a single-device CPU index runs
+# one program per chunk instead (`_chunk_views`), the plan choosing only the bfloat16 scoring (`_plan`); float32
+# chunks are 16,384 rows again (the per-chunk dispatch before 7655a41 had them: at 1M x 256, batch 256, 0.94x of it
+# with 8,192 rows, 1.05x with 16,384), bfloat16 ones 8,192. The scan stays the sharded CPU index's program.
 # GPU and TPU: NOT measured in the session that chose them (it had no device): large chunks, so a 10M-row corpus is
 # ~10 steps of one large matmul each (a PyTorch peer on an H200 scanned 2M-row chunks), and a budget of 2^28 scores
 # (1 GiB of float32: batch 256 x 1M rows) under which a batch is one step (batch 1 at 10M rows: 40 MB of scores).
 # Whether XLA:GPU also copies each scanned chunk (see CPU) is not known here. launch/gpu_check.sh measures them
 # (bench/ann.py --chunk).
-DEFAULT_CHUNK = {"cpu": {"float32": 8192, "bfloat16": 8192},
+DEFAULT_CHUNK = {"cpu": {"float32": 16384, "bfloat16": 8192},
                  "gpu": {"float32": 1 << 20, "bfloat16": 1 << 20},
                  "tpu": {"float32": 1 << 19, "bfloat16": 1 << 19}}
 SCORE_BUDGET = {"cpu": 1 << 22, "gpu": 1 << 28, "tpu": 1 << 27}
@@ -390,13 +394,14 @@ def _sharded_search(queries, chunks, n_valid, *, k: int, mesh: jax.sharding.Mesh
 
 def _chunk_views(stored: jax.Array) -> list[jax.Array] | None:
   """One device array per chunk of a CPU index's `stored [L, C, D]`, each sharing the stored buffer (no copy), or
-  None where the CPU client copied instead (then the whole block is searched as one program).
+  None where the CPU client copied instead (then the index searches with the one-program plans).
 
-  Why (measured, issue 63): XLA:CPU runs a small batch's product over all rows (`_plan`'s one step) on one thread,
-  70-85 ms of 1M bfloat16 rows, and its products inside a loop are 5-10x slower than standalone, so one program
-  cannot use the second core. The same chunks searched as one program each, dispatched without waiting, run on both
-  cores: 95-110 ms against 275-355 ms for the one program on a loaded 2-core VM, 1M rows, batch 1, float32 and
-  bfloat16 alike."""
+  Why (measured, issue 63, a 2-core VM): XLA:CPU runs a small batch's product over all rows (`_plan`'s one step) on
+  one thread (70-85 ms of 1M bfloat16 rows), its products inside a loop are 5-10x slower than standalone (bfloat16),
+  and a scanned chunk is copied before its product (float32). The chunks searched as one program each, dispatched
+  without waiting, run on both cores: 95-110 ms against 275-355 ms for the one program on a loaded VM, 1M rows,
+  batch 1, float32 and bfloat16 alike; at batch 256 as fast as the scan or faster (bfloat16 at 100k: 189 against
+  237 ms), with no copy of a chunk."""
   view = np.asarray(stored)  # a CPU array's own memory
   parts = [jax.device_put(view[j]) for j in range(view.shape[0])]
   if any(p.unsafe_buffer_pointer() != view[j].ctypes.data for j, p in enumerate(parts)):
@@ -608,8 +613,8 @@ class JaxExact:
       return self._run(queries, k, whole, scoring, None)
 
   def _run(self, queries, k, whole, scoring, plan):
-    if whole and plan is None and self._chunk_views is not None and self.recall_target_used is None:
-      # A CPU's small batch: one program per chunk, dispatched without waiting, then one merge (`_chunk_views`).
+    if plan is None and self._chunk_views is not None and self.recall_target_used is None:
+      # A single-device CPU index: one program per chunk, dispatched without waiting, then one merge (`_chunk_views`).
       outs = [_chunk_search(queries, view, np.int32(j * self.chunk), self._n_valid, k=k, bf16_scoring=scoring)
               for j, view in enumerate(self._chunk_views)]
       return jax.device_get(_merge_chunks(tuple(o[0] for o in outs), tuple(o[1] for o in outs), k=k))
