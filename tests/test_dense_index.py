@@ -156,7 +156,9 @@ def test_cpu_chunk_programs_share_the_stored_buffer_and_equal_the_one_program(dt
     assert backend._chunk_views is None
     return
   stored = np.asarray(backend._stored)
-  assert [v.unsafe_buffer_pointer() for v in backend._chunk_views] == [stored[j].ctypes.data for j in range(3)]
+  (rows, views), (small, parts) = backend._chunk_views
+  assert rows == CHUNK and [v.unsafe_buffer_pointer() for v in views] == [stored[j].ctypes.data for j in range(3)]
+  assert small == CHUNK and len(parts) == 3  # 128 rows: no smaller parts
   views = index.search(queries, K)
   backend._chunk_views = None
   program = index.search(queries, K)

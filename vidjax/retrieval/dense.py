@@ -392,9 +392,17 @@ def _sharded_search(queries, chunks, n_valid, *, k: int, mesh: jax.sharding.Mesh
           jax.lax.with_sharding_constraint(jnp.take_along_axis(all_p, sel, axis=1), everywhere))
 
 
-def _chunk_views(stored: jax.Array) -> list[jax.Array] | None:
-  """One device array per chunk of a CPU index's `stored [L, C, D]`, each sharing the stored buffer (no copy), or
-  None where the CPU client copied instead (then the index searches with the one-program plans).
+# A CPU's small batch (`_plan`'s one step) is searched in parts of at most this many rows (`_chunk_views`): the
+# per-chunk dispatch before 7655a41 had 4,096-row bfloat16 chunks and a BLAS gemv over the rows for float32; parts
+# this small run on both cores as soon as the load lets them (2-core VM, 100k x 256, batch 1, load average 2: float32
+# 0.90x of that gemv with 14,336-row parts).
+SMALL_VIEW_ROWS = 4096
+
+
+def _chunk_views(stored: jax.Array):
+  """((C, one device array per chunk of a CPU index's `stored [L, C, D]`), (c, the same cut in parts of c <=
+  SMALL_VIEW_ROWS rows, for small batches)), every array sharing the stored buffer (no copy); None where the CPU
+  client copied instead (then the index searches with the one-program plans).
 
   Why (measured, issue 63, a 2-core VM): XLA:CPU runs a small batch's product over all rows (`_plan`'s one step) on
   one thread (70-85 ms of 1M bfloat16 rows), its products inside a loop are 5-10x slower than standalone (bfloat16),
@@ -402,11 +410,17 @@ def _chunk_views(stored: jax.Array) -> list[jax.Array] | None:
   without waiting, run on both cores: 95-110 ms against 275-355 ms for the one program on a loaded VM, 1M rows,
   batch 1, float32 and bfloat16 alike; at batch 256 as fast as the scan or faster (bfloat16 at 100k: 189 against
   237 ms), with no copy of a chunk."""
-  view = np.asarray(stored)  # a CPU array's own memory
-  parts = [jax.device_put(view[j]) for j in range(view.shape[0])]
-  if any(p.unsafe_buffer_pointer() != view[j].ctypes.data for j, p in enumerate(parts)):
-    return None  # copies: twice the memory; not worth it
-  return parts
+  flat = np.asarray(stored).reshape(-1, stored.shape[2])  # a CPU array's own memory
+  c = stored.shape[1]
+  small = next(c // m for m in range(-(-c // SMALL_VIEW_ROWS), c + 1) if c % m == 0)
+  out = []
+  for rows in (c, small):
+    starts = range(0, flat.shape[0], rows)
+    views = [jax.device_put(flat[a:a + rows]) for a in starts]
+    if any(v.unsafe_buffer_pointer() != flat[a:a + rows].ctypes.data for a, v in zip(starts, views)):
+      return None  # copies: twice the memory; not worth it
+    out.append((rows, views))
+  return tuple(out)
 
 
 @functools.partial(jax.jit, static_argnames=("k", "bf16_scoring"))
@@ -525,6 +539,7 @@ class JaxExact:
     cpu = all(d.platform == "cpu" for d in self._stored.sharding.device_set)
     self._host_blocks = ([np.asarray(blocks[b]).reshape(-1, dim) for b in sorted(blocks)]
                          if cpu and self._stored.is_fully_addressable else None)
+    # {rows per view: views}: the chunks, and (small batches) parts of about SMALL_VIEW_ROWS of them
     self._chunk_views = _chunk_views(self._stored) if cpu and mesh is None else None
 
   @property
@@ -614,9 +629,11 @@ class JaxExact:
 
   def _run(self, queries, k, whole, scoring, plan):
     if plan is None and self._chunk_views is not None and self.recall_target_used is None:
-      # A single-device CPU index: one program per chunk, dispatched without waiting, then one merge (`_chunk_views`).
-      outs = [_chunk_search(queries, view, np.int32(j * self.chunk), self._n_valid, k=k, bf16_scoring=scoring)
-              for j, view in enumerate(self._chunk_views)]
+      # A single-device CPU index: one program per chunk (small batches: per part of a chunk), dispatched without
+      # waiting, then one merge (`_chunk_views`).
+      rows, views = self._chunk_views[1 if whole else 0]
+      outs = [_chunk_search(queries, view, np.int32(j * rows), self._n_valid, k=k, bf16_scoring=scoring)
+              for j, view in enumerate(views)]
       return jax.device_get(_merge_chunks(tuple(o[0] for o in outs), tuple(o[1] for o in outs), k=k))
     kw = dict(k=k, recall_target=self.recall_target_used, whole=whole, bf16_scoring=scoring, fused_plan=plan)
     if self.mesh is not None:
