@@ -21,8 +21,9 @@ How it works:
   scoring are chosen per platform (`DEFAULT_CHUNK`, `SCORE_BUDGET`, `_plan`): cache-sized chunks on a CPU (measured),
   ~1M-row chunks on GPU and TPU. The program compiles once per (query batch, chunk count, chunk, D, storage dtype,
   K, plan). One exception, measured (issue 63): a single-device CPU index runs one program per chunk, each on a view
-  that shares the stored buffer, dispatched without waiting and merged by one more (`_chunk_views`): XLA:CPU runs one
-  program's small-batch product on one thread, and the chunks' programs run on every core.
+  that shares the stored buffer, dispatched without waiting and merged by one more (`_chunk_views`; a small batch
+  over fewer than `VIEWS_MIN_ROWS` rows stays one program): on a 2-core machine shared with other work, one
+  program's product waits at each of its barriers for a descheduled thread, and the chunks' programs do not.
 * bfloat16 chunks are scanned as their uint16 bits (`_scan_chunks`): XLA:CPU converts a sliced bfloat16 array to
   float32, and for a scan it hoisted that conversion of the whole corpus out of the loop.
 * The fused program (`kernel=`, `KERNELS`; the default on GPU and TPU): one Pallas kernel scores tiles of rows and
@@ -112,7 +113,8 @@ INDEX_FORMAT = 2  # of `DenseIndex.save` (2: index.json records every file's siz
 # took 56. XLA:CPU copies each scanned chunk out of the stored array before its matmul (the dynamic slice), one
 # extra pass over the rows that the one-step plan does not pay.
 # CPU since issue 63 (measured on a 2-core AMD EPYC VM, BENCHMARKS.md "Dense search"): a single-device CPU index runs
-# one program per chunk instead (`_chunk_views`), the plan choosing only the bfloat16 scoring (`_plan`); float32
+# one program per chunk instead (`_chunk_views`; small batches over fewer than VIEWS_MIN_ROWS rows excepted), the
+# plan choosing the bfloat16 scoring (`_plan`); float32
 # chunks are 16,384 rows again (the per-chunk dispatch before 7655a41 had them: at 1M x 256, batch 256, 0.94x of it
 # with 8,192 rows, 1.05x with 16,384), bfloat16 ones 8,192. The scan stays the sharded CPU index's program.
 # GPU and TPU: NOT measured in the session that chose them (it had no device): large chunks, so a 10M-row corpus is
@@ -392,35 +394,26 @@ def _sharded_search(queries, chunks, n_valid, *, k: int, mesh: jax.sharding.Mesh
           jax.lax.with_sharding_constraint(jnp.take_along_axis(all_p, sel, axis=1), everywhere))
 
 
-# A CPU's small batch (`_plan`'s one step) is searched in parts of at most this many rows (`_chunk_views`): the
-# per-chunk dispatch before 7655a41 had 4,096-row bfloat16 chunks and a BLAS gemv over the rows for float32; parts
-# this small run on both cores as soon as the load lets them (2-core VM, 100k x 256, batch 1, load average 2: float32
-# 0.90x of that gemv with 14,336-row parts).
-SMALL_VIEW_ROWS = 4096
+# A CPU's small batch (`_plan`'s one step) over fewer rows than this stays one program (`_chunk_views`).
+VIEWS_MIN_ROWS = 1 << 18
 
 
-def _chunk_views(stored: jax.Array):
-  """((C, one device array per chunk of a CPU index's `stored [L, C, D]`), (c, the same cut in parts of c <=
-  SMALL_VIEW_ROWS rows, for small batches)), every array sharing the stored buffer (no copy); None where the CPU
-  client copied instead (then the index searches with the one-program plans).
+def _chunk_views(stored: jax.Array) -> list[jax.Array] | None:
+  """One device array per chunk of a CPU index's `stored [L, C, D]`, each sharing the stored buffer (no copy), or
+  None where the CPU client copied instead (then the index searches with the one-program plans).
 
-  Why (measured, issue 63, a 2-core VM): XLA:CPU runs a small batch's product over all rows (`_plan`'s one step) on
-  one thread (70-85 ms of 1M bfloat16 rows), its products inside a loop are 5-10x slower than standalone (bfloat16),
-  and a scanned chunk is copied before its product (float32). The chunks searched as one program each, dispatched
-  without waiting, run on both cores: 95-110 ms against 275-355 ms for the one program on a loaded VM, 1M rows,
-  batch 1, float32 and bfloat16 alike; at batch 256 as fast as the scan or faster (bfloat16 at 100k: 189 against
-  237 ms), with no copy of a chunk."""
-  flat = np.asarray(stored).reshape(-1, stored.shape[2])  # a CPU array's own memory
-  c = stored.shape[1]
-  small = next(c // m for m in range(-(-c // SMALL_VIEW_ROWS), c + 1) if c % m == 0)
-  out = []
-  for rows in (c, small):
-    starts = range(0, flat.shape[0], rows)
-    views = [jax.device_put(flat[a:a + rows]) for a in starts]
-    if any(v.unsafe_buffer_pointer() != flat[a:a + rows].ctypes.data for a, v in zip(starts, views)):
-      return None  # copies: twice the memory; not worth it
-    out.append((rows, views))
-  return tuple(out)
+  Why (measured, issue 63, a 2-core VM shared with other work): one program's product runs on both cores by
+  splitting it at a barrier, and on a loaded machine each barrier waits for a descheduled thread: 1M x 256 rows,
+  batch 1, 275-355 ms for the one program against 95-110 ms for the chunks' programs, dispatched without waiting
+  (wall time; 40-47 ms against 50-60 with the machine quiet). At batch 256 the chunks' programs are as fast as the
+  scan or faster (bfloat16 at 100k: 189 against 237 ms) and copy no chunk. A small batch over fewer than
+  VIEWS_MIN_ROWS rows stays one program: there the one program won quiet or loaded (100k, batch 1: 5-6 ms quiet,
+  at least the per-chunk dispatch's speed loaded), and the chunks' dispatch costs more than the product."""
+  view = np.asarray(stored)  # a CPU array's own memory
+  parts = [jax.device_put(view[j]) for j in range(view.shape[0])]
+  if any(p.unsafe_buffer_pointer() != view[j].ctypes.data for j, p in enumerate(parts)):
+    return None  # copies: twice the memory; not worth it
+  return parts
 
 
 @functools.partial(jax.jit, static_argnames=("k", "bf16_scoring"))
@@ -539,7 +532,6 @@ class JaxExact:
     cpu = all(d.platform == "cpu" for d in self._stored.sharding.device_set)
     self._host_blocks = ([np.asarray(blocks[b]).reshape(-1, dim) for b in sorted(blocks)]
                          if cpu and self._stored.is_fully_addressable else None)
-    # {rows per view: views}: the chunks, and (small batches) parts of about SMALL_VIEW_ROWS of them
     self._chunk_views = _chunk_views(self._stored) if cpu and mesh is None else None
 
   @property
@@ -628,12 +620,11 @@ class JaxExact:
       return self._run(queries, k, whole, scoring, None)
 
   def _run(self, queries, k, whole, scoring, plan):
-    if plan is None and self._chunk_views is not None and self.recall_target_used is None:
-      # A single-device CPU index: one program per chunk (small batches: per part of a chunk), dispatched without
-      # waiting, then one merge (`_chunk_views`).
-      rows, views = self._chunk_views[1 if whole else 0]
-      outs = [_chunk_search(queries, view, np.int32(j * rows), self._n_valid, k=k, bf16_scoring=scoring)
-              for j, view in enumerate(views)]
+    if (plan is None and self._chunk_views is not None and self.recall_target_used is None
+        and (not whole or self.n >= VIEWS_MIN_ROWS)):
+      # A single-device CPU index: one program per chunk, dispatched without waiting, then one merge (`_chunk_views`).
+      outs = [_chunk_search(queries, view, np.int32(j * self.chunk), self._n_valid, k=k, bf16_scoring=scoring)
+              for j, view in enumerate(self._chunk_views)]
       return jax.device_get(_merge_chunks(tuple(o[0] for o in outs), tuple(o[1] for o in outs), k=k))
     kw = dict(k=k, recall_target=self.recall_target_used, whole=whole, bf16_scoring=scoring, fused_plan=plan)
     if self.mesh is not None:
