@@ -19,12 +19,13 @@ padding), and the fraction of vidjax float32's top-k ids equal to faiss's (else 
 last timed batch.
 
 `--against TREE` (before/after, alternated): TREE is another checkout of vidjax (e.g. `git worktree add /tmp/before
-SHA`). Two worker processes, one importing vidjax from TREE ("before") and one from this checkout ("after"), build
-the same index from the same corpus (random unit rows, seed 0) and answer the same queries; the parent asks them in
-turn, `--rounds` times per row (the order swapped every round: ABBA...), and each turn times `--calls` searches of
-the same fresh query batch (its median wall and process CPU time). The table gives, per (N, dtype, batch), the
-median and range over the rounds of each tree's q/s, and after/before. Only one worker runs at a time, so a load
-that comes and goes on a shared machine falls on both.
+SHA`). Two worker processes, one importing vidjax from TREE ("before") and one from this checkout ("after"), build the
+same index from the same corpus (random unit rows, seed 0) and answer the same queries; the parent asks them in turn,
+`--rounds` times per row (the order swapped every round: ABBA...), `--settle` seconds apart (a worker's idle BLAS and
+XLA threads spin for a while after its turn), and each turn times `--calls` searches of the same fresh query batch
+(its median wall and process CPU time). The table gives, per (N, dtype, batch), the median and range over the rounds
+of each tree's q/s, and after/before. Only one worker runs at a time, so a load that comes and goes on a shared
+machine falls on both.
 """
 from __future__ import annotations
 
@@ -206,6 +207,7 @@ def against(args) -> None:
           cpu = {"before": [], "after": []}
           for r in range(args.rounds):
             for name in (("before", "after") if r % 2 == 0 else ("after", "before")):
+              time.sleep(args.settle)  # the other worker's threads (BLAS, XLA) stop spinning before this turn
               out = ask(name, {"n": n, "dim": args.dim, "dtype": dtype, "batch": b, "calls": args.calls,
                                "seed": 1000 + r, "k": args.k})
               qps[name].append(b / float(np.median(out["wall"])))
@@ -246,6 +248,7 @@ def main():
   p.add_argument("--dtypes", default="float32,bfloat16", help="--against: storage dtypes")
   p.add_argument("--rounds", type=int, default=6, help="--against: turns per tree and row")
   p.add_argument("--calls", type=int, default=5, help="--against: timed searches per turn")
+  p.add_argument("--settle", type=float, default=0.5, help="--against: seconds between turns")
   args = p.parse_args()
   if args.against:
     return against(args)

@@ -422,6 +422,9 @@ def _chunk_search(queries, chunk, offset, n_valid, *, k: int, bf16_scoring: str)
   return _merge(queries, chunk, offset, n_valid, *_init(queries.shape[0], k), k=k, bf16_scoring=bf16_scoring)
 
 
+_merge_chunk = jax.jit(_merge, static_argnames=("k", "recall_target", "bf16_scoring"))
+
+
 @functools.partial(jax.jit, static_argnames=("k",))
 def _merge_chunks(scores, positions, *, k: int):
   """The best k of the chunks' top-k lists, given in chunk (= position) order: top_k keeps the lower index, i.e. the
@@ -622,10 +625,17 @@ class JaxExact:
   def _run(self, queries, k, whole, scoring, plan):
     if (plan is None and self._chunk_views is not None and self.recall_target_used is None
         and (not whole or self.n >= VIEWS_MIN_ROWS)):
-      # A single-device CPU index: one program per chunk, dispatched without waiting, then one merge (`_chunk_views`).
-      outs = [_chunk_search(queries, view, np.int32(j * self.chunk), self._n_valid, k=k, bf16_scoring=scoring)
-              for j, view in enumerate(self._chunk_views)]
-      return jax.device_get(_merge_chunks(tuple(o[0] for o in outs), tuple(o[1] for o in outs), k=k))
+      # A single-device CPU index: one program per chunk, dispatched without waiting (`_chunk_views`). A small batch's
+      # chunks are independent (they run side by side on the cores), then one merge; a large batch's each merge the
+      # running best (one after the other: each product already takes every core).
+      if whole:
+        outs = [_chunk_search(queries, view, np.int32(j * self.chunk), self._n_valid, k=k, bf16_scoring=scoring)
+                for j, view in enumerate(self._chunk_views)]
+        return jax.device_get(_merge_chunks(tuple(o[0] for o in outs), tuple(o[1] for o in outs), k=k))
+      best = _init(len(queries), k)
+      for j, view in enumerate(self._chunk_views):
+        best = _merge_chunk(queries, view, np.int32(j * self.chunk), self._n_valid, *best, k=k, bf16_scoring=scoring)
+      return jax.device_get(best)
     kw = dict(k=k, recall_target=self.recall_target_used, whole=whole, bf16_scoring=scoring, fused_plan=plan)
     if self.mesh is not None:
       s, p = _sharded_search(queries, self._stored, self._n_valid, mesh=self.mesh, axis=self.axis, **kw)
