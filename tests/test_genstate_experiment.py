@@ -36,7 +36,14 @@ def test_smoke_run_writes_the_results_contract(smoke_run):
   n = on_disk["counts"]["queries"]
   assert n == 3 * len(rendered.CATEGORIES) and on_disk["counts"]["train_queries"] == 2 * len(rendered.CATEGORIES)
   for name, row in on_disk["metrics"].items():
+    # An R@k whose k is at least the pool (3 + distractors videos) is 100 by construction: noted, never plain.
+    pool = {len(p) for p in genstate.pools(genstate.read_triplets(workdir / "world" / "genstate_test.json"))}
+    assert len(pool) == 1
+    pool = pool.pop()
+    notes = row.pop(metrics.NOTES, {})
     assert set(row) == set(METRICS) | {"order_histogram"}, name
+    assert all(k in {"r1", "r5", "r10"} and row[k] == 100.0 and "100 by construction" in v for k, v in notes.items())
+    assert set(notes) == {f"r{k}" for k in (1, 5, 10) if k >= pool}, (name, pool, notes)
     assert all(0.0 <= row[k] <= 100.0 for k in METRICS), name
     assert set(row["order_histogram"]) == set(metrics.TRIPLET_ORDERS)
     assert sum(row["order_histogram"].values()) == n
