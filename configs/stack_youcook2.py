@@ -6,8 +6,8 @@
     python -m vidjax.main --config configs/stack_youcook2.py:smoke --workdir /tmp/stack_yc2_smoke   # seconds, tests
 
 Without `data.annotations` the run uses the embedded SYNTHETIC procedural world, as configs/cast_youcook2.py
-does, with the world's own identity rule (task + step, set by the data keys it writes). On a user's store the plain
-config mines identity negatives by caption similarity (all-MiniLM-L6-v2, CAST App. B), the paper's rule; `real` names
+does, with YouCook2's rule on the world's captions, which name task and step (set by the data keys it writes). On a
+user's store the plain config mines identity negatives by caption similarity (all-MiniLM-L6-v2, CAST App. B), the paper's rule; `real` names
 the same and is kept for old commands.
 See configs/stack_coin.py and `configs/stack/common.py`.
 """

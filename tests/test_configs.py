@@ -50,14 +50,17 @@ def test_crosstask_split_is_the_papers():
 
 def test_youcook2_plain_config_mines_captions_as_the_paper_and_the_world_keeps_its_rule(tmp_path):
   """The plain config runs the paper's identity rule (caption similarity, App. B) on a user's store; `real` names
-  the same; the procedural world brings its own (task + step) through the data keys it writes."""
+  the same; the procedural world brings the dataset's rule for its files through the data keys it writes (caption
+  similarity on YouCook2, whose world captions name task and step; task + step on COIN)."""
   from vidjax.experiments.common import world_data  # pylint: disable=g-import-not-at-top
   from vidjax.worlds import procedural  # pylint: disable=g-import-not-at-top
   assert load("cast_youcook2.py").data.identity_rule == "caption_similarity"
   assert load("cast_youcook2.py", "real").data.identity_rule == "caption_similarity"
-  world = world_data(load("cast_youcook2.py", "smoke"), tmp_path, lambda c, root: {
-      "annotations": root / "a.json", "features": root / "f", "identity_rule": procedural.IDENTITY_RULE})
-  assert world.data.identity_rule == procedural.IDENTITY_RULE == "task_step"
+  for name, rule in (("cast_youcook2.py", "caption_similarity"), ("cast_coin.py", "task_step")):
+    config = load(name, "smoke")
+    world = world_data(config, tmp_path / name, lambda c, root: {
+        "annotations": root / "a.json", "features": root / "f", "identity_rule": procedural.IDENTITY_RULES[c.dataset]})
+    assert world.data.identity_rule == rule
 
 
 def test_every_method_config_has_strict_off():

@@ -271,6 +271,22 @@ def test_caption_neighbours_match_numpy_bruteforce():
   assert few.shape == (6, 4) and set(few[0][:2]) == {4, 5} and list(few[0][2:]) == [-1, -1]
 
 
+def test_caption_neighbours_break_ties_in_a_seeded_order_per_caption():
+  """Captions many clips share (every clip of a step says the same) rank equal: without a seed the lowest indices
+  win every time; with one each caption takes its own draw of the tied clips, the same for the same seed."""
+  texts = ["add salt"] * 40 + [f"other {i}" for i in range(10)]
+  table = {"add salt": np.ones(8)} | {f"other {i}": np.eye(8)[i % 8] for i in range(10)}
+  embed = lambda ts: np.stack([table[t] for t in ts])  # noqa: E731
+  video = np.arange(50)
+  plain = cvr.caption_neighbours(texts, video, embed, k=3)
+  assert all(list(plain[i]) == [j for j in range(4) if j != i][:3] for i in range(40))
+  drawn = cvr.caption_neighbours(texts, video, embed, k=3, tie_seed=7, chunk=16)
+  np.testing.assert_array_equal(drawn, cvr.caption_neighbours(texts, video, embed, k=3, tie_seed=7))
+  assert all(set(drawn[i]) <= set(range(40)) - {i} for i in range(40))  # still the top (tied) similarity
+  assert len({int(j) for j in drawn[:40].ravel()}) > 20  # spread over the tied clips, not the first three
+  assert not np.array_equal(drawn, cvr.caption_neighbours(texts, video, embed, k=3, tie_seed=8))
+
+
 def test_coin_real_subset_rules():
   videos = annotations.read_coin(COIN_TEST)[:600]
   clips = _clip_index(videos)

@@ -42,7 +42,7 @@ def test_every_use_follows_its_prepare_at_the_recorded_gap(history):
         gap = history.reuse_gap[clip.clip_id]
         assert cfg.min_gap <= gap <= cfg.long_gap
         prepare = video.clips[clip.index - gap]
-        assert prepare.step == "prepare" + clip.step[3:] and prepare.text.startswith("prepare object")
+        assert prepare.step == "prepare" + clip.step[3:] and prepare.text == f"task {video.task} prepare object {clip.step[3:]}"
         between = video.clips[clip.index - gap + 1:clip.index]
         assert not any(c.step in (clip.step, prepare.step) for c in between)  # the object is not named in between
   assert uses == len(history.reuse_gap)

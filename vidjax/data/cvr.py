@@ -23,8 +23,9 @@ Mining rules (parameters, not dataset names; `DATASET_RULES` holds the paper's c
   the last context clip) is used only when nothing else is left;
 * `identity_rule='caption_similarity'` (YouCook2): the ranked cross-video caption neighbours by
   cosine similarity of `embed_fn(captions)`; up to 3 are drawn from the top `caption_topk` (3: the
-  top-3 of Table 9), backfill continues down the ranking;
-* `identity_rule='task_step'` (COIN, CrossTask, synthetic worlds): other videos with the same task
+  top-3 of Table 9), backfill continues down the ranking; equal similarities (a caption many clips share) are
+  ranked in a random order drawn from `seed`, so no video is everyone's neighbour by its position;
+* `identity_rule='task_step'` (COIN, CrossTask, the procedural world's COIN / CrossTask): other videos with the same task
   and the same step id; with `task_fallback=True` (CrossTask) then other videos of the same task
   with a different step;
 * `easy_rule='different_video'` (YouCook2) or `'different_task'` (COIN, CrossTask): uniform over
@@ -148,8 +149,20 @@ def _rules(identity_rule, easy_rule, task_fallback, context_len, num_state, num_
                 caption_topk)
 
 
+def _tie_order(seed: int, rows: np.ndarray, n: int) -> np.ndarray:
+  """[len(rows), n] numbers in [0, 1), a hash of (seed, row, column) (splitmix64's finaliser): each row's own random
+  order of the columns, whatever rows are computed together."""
+  with np.errstate(over="ignore"):
+    x = (np.uint64(seed) * np.uint64(0x9E3779B97F4A7C15) + rows.astype(np.uint64)[:, None] * np.uint64(0xBF58476D1CE4E5B9)
+         + np.arange(n, dtype=np.uint64)[None, :] * np.uint64(0x94D049BB133111EB))
+    for shift, mult in ((30, 0xBF58476D1CE4E5B9), (27, 0x94D049BB133111EB)):
+      x = (x ^ (x >> np.uint64(shift))) * np.uint64(mult)
+    x ^= x >> np.uint64(31)
+  return (x >> np.uint64(11)).astype(np.float64) / float(1 << 53)
+
+
 def caption_neighbours(texts: Sequence[str], video: np.ndarray, embed_fn: EmbedFn, k: int,
-                       chunk: int = 512) -> np.ndarray:
+                       chunk: int = 512, tie_seed: int | None = None) -> np.ndarray:
   """Ranked cross-video caption neighbours by cosine similarity.
 
   Args:
@@ -158,10 +171,13 @@ def caption_neighbours(texts: Sequence[str], video: np.ndarray, embed_fn: EmbedF
     embed_fn: maps a list of U unique captions to [U, D] embeddings (normalised here).
     k: neighbours per caption.
     chunk: rows of the [N, N] similarity matrix held at once.
+    tie_seed: None: equal similarities in index order; an int: in a random order per caption drawn from it (the
+      same for the same inputs), so that captions many clips share (a YouCook2 "add salt", every caption of a
+      world that names its steps) take their neighbours from all of those videos, not always the first ones.
 
   Returns:
-    [N, k] int32 clip indices, most similar first (ties: lower index first), -1 where fewer than
-    k clips of other videos exist. Similarities are rounded to 1e-5 first so that BLAS rounding
+    [N, k] int32 clip indices, most similar first (ties: lower index first, or `tie_seed`'s order), -1 where
+    fewer than k clips of other videos exist. Similarities are rounded to 1e-5 first so that BLAS rounding
     differences cannot reorder near-ties between runs.
   """
   n = len(texts)
@@ -182,6 +198,8 @@ def caption_neighbours(texts: Sequence[str], video: np.ndarray, embed_fn: EmbedF
   for s in range(0, n, chunk):
     e = min(n, s + chunk)
     sim = np.round(emb[s:e] @ emb.T, 5)
+    if tie_seed is not None:  # below the rounding step: reorders equal values only
+      sim += 1e-6 * _tie_order(tie_seed, np.arange(s, e), n)
     sim[video[s:e, None] == video[None, :]] = -np.inf
     # Canonical top-kk: all values above the kk-th largest, then the lowest indices among ties.
     thr = np.partition(sim, n - kk, axis=1)[:, n - kk][:, None]
@@ -201,7 +219,7 @@ def caption_neighbours(texts: Sequence[str], video: np.ndarray, embed_fn: EmbedF
 class _Miner:
   """Flat arrays over every clip of a set of videos, and the per-query negative pools."""
 
-  def __init__(self, videos: Sequence[Video], rules: _Rules, embed_fn: EmbedFn | None):
+  def __init__(self, videos: Sequence[Video], rules: _Rules, embed_fn: EmbedFn | None, seed: int = 0):
     videos = sorted(videos, key=lambda v: v.video_id)
     seen = set()
     for v in videos:
@@ -227,7 +245,7 @@ class _Miner:
     self.neighbours = None
     if rules.identity_rule == "caption_similarity":
       k = max(rules.caption_topk, rules.num_state + rules.num_identity)
-      self.neighbours = caption_neighbours([c.text for c in self.clips], self.video, embed_fn, k)
+      self.neighbours = caption_neighbours([c.text for c in self.clips], self.video, embed_fn, k, tie_seed=seed)
 
   def queries(self):
     """Yields (video index, position t, global clip index) for every step but each video's first."""
@@ -372,7 +390,7 @@ def build_benchmark(videos: Sequence[Video], *, identity_rule: str, embed_fn: Em
   if pool_size - 1 < num_state + num_identity:
     raise ValueError(f"pool_size={pool_size} leaves fewer than num_state + num_identity = "
                      f"{num_state + num_identity} negative slots")
-  miner = _Miner(videos, rules, embed_fn)
+  miner = _Miner(videos, rules, embed_fn, seed)
   hard_slots = num_state + num_identity
   stats = _base_stats(miner) | {
       "queries": 0, "pool_size": pool_size, "negatives": {"state": 0, "identity": 0, "easy": 0},
@@ -429,7 +447,7 @@ def build_training_instances(videos: Sequence[Video], *, identity_rule: str, emb
   """
   rules = _rules(identity_rule, None, task_fallback, context_len, num_state, num_identity,
                  caption_topk, embed_fn)
-  miner = _Miner(videos, rules, embed_fn)
+  miner = _Miner(videos, rules, embed_fn, seed)
   stats = _base_stats(miner) | {
       "instances": 0, "state_negatives": 0, "identity_negatives": 0, "instances_state_fallback": 0,
       "instances_identity_fallback": 0, "padded_slots": 0}

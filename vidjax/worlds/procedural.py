@@ -45,7 +45,7 @@ evidence that sits in the history beyond v_{t-1}, at a variable position (CAST's
     shows object m's type appearance o_m and a variant u_r drawn from a codebook of 8 shared by every
     type and video; the clips in between show neither; "use m", `gap` clips later (2-5, with probability
     0.1 a gap of 6-7, beyond L = 5), is a close-up showing o_m and the variant transformed, T u_r (T a
-    fixed rotation). The captions name m ("prepare object 3", "use object 3") but never the variant, and
+    fixed rotation). The captions name the task and m ("task 03 prepare object 3", "task 03 use object 3") but never the variant, and
     their texts share the task centroid as step texts do (`object_spread`), so the words tell the steps
     apart but not which variant the video carries;
   * cutaways: with probability 0.3 a clip is a close-up whose identity and state are faint (x 0.3), so
@@ -255,7 +255,7 @@ def make_procedural_world(config: ProceduralWorldConfig | None = None, seed: int
         m = int(types[i])
         sem = (l2_normalize(centroids[k] + cfg.object_spread * obj_sem[kind][m]) if cfg.object_spread
                else obj_sem[kind][m])
-        name, step = f"{kind} object {m}", f"{kind}{m}"
+        name, step = f"task {k:02d} {kind} object {m}", f"{kind}{m}"
         obj = variants[chosen[i]] if kind == "prepare" else transform @ variants[chosen[i]]
         obj = obj + cfg.w_type * obj_dir[m]
       if cfg.carry_visible:  # control: every carried object shows between its prepare and its use
@@ -413,19 +413,24 @@ def write_truth(world: ProceduralWorld, path, *, seed: int, world_name: str) -> 
   return path
 
 
-# The CVR identity rule of every procedural world's benchmark (`write_world`): task + step ids, which its files
-# carry (YouCook2's layout has no step ids: the builder then takes other videos of the same task).
-IDENTITY_RULE = "task_step"
+# The CVR identity rule of each procedural world's benchmark (`write_world`): the dataset's own rule, read from the
+# files the world writes as a user's are. COIN and CrossTask: task + step ids, which their files carry. YouCook2's
+# release has no step ids; its rule (CAST App. B) is caption similarity by all-MiniLM-L6-v2, and the world's captions
+# name the task and the step ("task 03 step 05", "task 03 use object 2"), so a caption's nearest captions of other
+# videos are the same step of the same task, as a user's YouCook2 mines them. (The task + step rule on YouCook2's
+# files falls back to other videos of the same task at any step: identity negatives whose captions differ, which
+# the text alone rejects; measured in BENCHMARKS.md, "CAST on the history world".)
+IDENTITY_RULES = {"youcook2": "caption_similarity", "coin": "task_step", "crosstask": "task_step"}
 
 
 def write_world(config, root) -> dict[str, Path | str]:
   """The procedural world of a CAST (or stack) config as the files a user has: `config.dataset`'s release
   annotations (`write_release`), the feature store (`write_store`, kinds clip and text) and `world_truth.json`
   beside it (`write_truth`), all under `root`. Returns the `data.*` keys naming them, for
-  `vidjax.experiments.common.world_data`, and the world's own CVR identity rule (`data.identity_rule`: task +
-  step, `IDENTITY_RULE`; its captions are synthetic, so caption similarity, the paper's YouCook2 rule, would mine
-  nothing meaningful); a user's store keeps the config's rule. The world is `config.data.world` with
-  `config.world`'s fields, drawn from `config.seed`."""
+  `vidjax.experiments.common.world_data`, and the dataset's CVR identity rule for the world's files
+  (`data.identity_rule`, `IDENTITY_RULES`: caption similarity on YouCook2, whose captions here name task and step;
+  task + step on COIN and CrossTask). The world is `config.data.world` with `config.world`'s fields, drawn from
+  `config.seed`."""
   if config.data.clip_kind != "clip" or config.data.text_kind != "text":
     raise ValueError("the synthetic world writes kinds 'clip' and 'text'; leave data.clip_kind/text_kind as is")
   root = Path(root)
@@ -434,7 +439,7 @@ def write_world(config, root) -> dict[str, Path | str]:
                               eval_split=config.data.eval_split)
   write_store(world, root / "features", seed=config.seed, world_name=config.data.world, dataset=config.dataset)
   write_truth(world, root / TRUTH_FILE, seed=config.seed, world_name=config.data.world)
-  return {"annotations": annotations, "features": root / "features", "identity_rule": IDENTITY_RULE}
+  return {"annotations": annotations, "features": root / "features", "identity_rule": IDENTITY_RULES[config.dataset]}
 
 
 def read_truth(store_root) -> dict:
