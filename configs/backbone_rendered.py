@@ -7,9 +7,10 @@ checkpoint that `configs/prepare.py:rendered` loads (`--config.model.checkpoint=
         --config.data.annotations=CORPUS/youcook2/youcookii_annotations_trainval.json
 
 Trains on the training subset's steps (segment <-> caption) and whole videos (video <-> paragraph), then reads the
-checkpoint back through the official loader and writes `RUN/corpus_summary.json`: text <-> clip R@1 / R@5 on the
-held-out subset with the trained and with a random backbone, so a reader sees how good the features are before any
-method's number. `smoke`: the extraction's tiny model for a few steps (tests). Settings: configs/backbone/common.py.
+checkpoint back through the official loader and writes `RUN/corpus_summary.json`: text <-> clip R@1 / R@5 (and a
+step caption -> single frame R@1 / R@5) on the held-out subset with the trained and with a random backbone, so a reader
+sees how good the features are before any method's number. `smoke`: the extraction's tiny model for a few steps
+(tests). Settings: configs/backbone/common.py.
 """
 from pathlib import Path
 

@@ -6,10 +6,11 @@ import json
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from vidjax import extract, main, train
+from vidjax import extract, losses, main, train
 from vidjax.data import video as video_lib
 from vidjax.data.annotations import read_annotations
 from vidjax.experiments.common import REQUIRED_KEYS, load_config
@@ -44,6 +45,10 @@ def test_backbone_run_writes_the_checkpoint_and_the_corpus_summary(backbone_run)
     for kind in B.KINDS:
       row = summary["retrieval"][name][kind]
       assert 0 <= row["t2v_r1"] <= row["t2v_r5"] <= 100 and row["chance_t2v_r1"] > 0
+    step = summary["retrieval"][name]["step"]  # and the frame level: a step caption retrieves single frames
+    assert 0 <= step["t2f_r1"] <= step["t2f_r5"] <= 100 and step["chance_t2f_r1"] > 0
+    assert step["frames"] == step["clips"] * config.num_frames
+  assert config.train.frame_weight > 0  # the smoke run trains with the frame term
   assert results["metrics"] == summary["retrieval"]
   assert "configs/prepare.py:rendered" in summary["prepare"]
 
@@ -69,17 +74,19 @@ def test_checkpoint_loads_through_the_official_loader_with_the_trained_embedding
                                                   uint8=True).frames for v in videos])
   texts = [v.clips[0].text for v in videos]
   tokenizer = SentencePieceTokenizer(config.model.spm_path)
-  video, text = B.embed(model, variables, tokenizer, frames, texts, batch_size=2)
+  video, text, frame = B.embed(model, variables, tokenizer, frames, texts, batch_size=2)
   ids, paddings = tokenizer.encode(texts, max_length=vp.TEXT_MAX_LEN)
   stats = json.loads((workdir / "corpus_summary.json").read_text())["train"]
   normalised = (frames.astype(np.float32) / 255 - np.float32(stats["pixel_mean"])) / np.float32(stats["pixel_std"])
-  direct_video, direct_text, _ = jax.jit(lambda p, *a: model.apply({"params": p}, *a))(trained, normalised, ids,
-                                                                                       paddings)
+  direct_video, direct_text, direct = jax.jit(lambda p, *a: model.apply({"params": p}, *a,
+                                                                         return_frame_embeddings=True))(
+      trained, normalised, ids, paddings)
   np.testing.assert_allclose(video, np.asarray(direct_video), atol=1e-5)
   np.testing.assert_allclose(text, np.asarray(direct_text), atol=1e-5)
+  np.testing.assert_allclose(frame, np.asarray(direct["frame_embeddings"]), atol=1e-5)
   # and they are not the random weights a store gets without a checkpoint
   random_model, random_variables, _ = extract.load_model(load_config(ROOT / "configs/prepare.py:smoke"))
-  random_video, _ = B.embed(random_model, random_variables, tokenizer, frames, texts[:1], batch_size=2)
+  random_video, _, _ = B.embed(random_model, random_variables, tokenizer, frames, texts[:1], batch_size=2)
   assert np.abs(random_video - video).max() > 1e-3
 
 
@@ -97,6 +104,9 @@ def test_bad_backbone_config_gets_one_clear_error(tmp_path):
   config.train.identity_weight, config.train.identity_positive = 0.1, "frame"
   with pytest.raises(ValueError, match="train.identity_positive"):
     main.run(config, tmp_path / "d")
+  config.train.identity_positive, config.train.frame_weight = "video", -0.5
+  with pytest.raises(ValueError, match="train.frame_weight"):
+    main.run(config, tmp_path / "e")
 
 
 def test_clip_partners_are_the_same_clips_shifted_and_repeat_on_resume():
@@ -145,3 +155,100 @@ def test_identity_partners_are_other_clips_of_the_same_videos_and_repeat_on_resu
   with pytest.raises(ValueError, match="one clip"):
     B.batch_fn(B.Pairs(pairs.frames[:4], pairs.text_index[:4], pairs.texts[:4], pairs.kinds[:4], videos[:4]),
                np.zeros((4, 2), np.int32), np.zeros((4, 2)), partners="video")
+
+
+def _tiny_model_batch(seed: int = 0):
+  """The smoke config's model, its initial params (`init_fn`) and a batch of 6 rows: 4 step rows (two share a
+  caption) and 2 whole-video rows, random frames and tokens, one caption padded."""
+  config = load_config(ROOT / "configs/backbone_rendered.py:smoke")
+  model = extract.build_model(config)
+  params = B.init_fn(model, config.train.tau)(jax.random.key(seed))
+  rng = np.random.default_rng(seed)
+  b, t, r = 6, config.num_frames, config.resolution
+  paddings = np.zeros((b, 8), np.float32)
+  paddings[1, 5:] = 1
+  batch = {"frames": rng.integers(0, 256, size=(b, t, r, r, 3), dtype=np.uint8),
+           "ids": rng.integers(1, model.vocabulary_size, size=(b, 8)).astype(np.int32), "paddings": paddings,
+           "group": np.array([0, 1, 0, 2, 3, 4], np.int32), "video": np.array([0, 0, 1, 1, 0, 1], np.int32),
+           "step": np.array([1, 1, 1, 1, 0, 0], np.int32)}
+  return model, params, batch
+
+
+def test_frame_weight_zero_is_exactly_the_clip_and_identity_loss():
+  """`frame_weight` 0 computes today's loss bit for bit: the caption term plus the identity term, nothing else."""
+  model, params, batch = _tiny_model_batch()
+  loss, aux = B.loss_fn(model, identity_weight=0.1, frame_weight=0.0)(params, batch, None)
+  video, text, _ = model.apply({"params": params["model"]}, batch["frames"].astype(jnp.float32) / 255.0,
+                               batch["ids"], batch["paddings"], train=True)
+  tau = jnp.exp(jnp.maximum(params["log_tau"], jnp.log(0.01)))
+  old = losses.grouped_infonce(video, text, batch["group"], tau) + 0.1 * losses.instance_infonce(
+      video, batch["video"], tau)
+  assert float(loss) == float(old) and set(aux) == {"tau", "identity"}
+
+
+def np_frame_term(frames, text, groups, step, tau):
+  """The frame term with loops: each step row's caption over every frame of the step rows, each such frame over the
+  step rows' captions; a frame's positives are the captions of its row's group."""
+  cells = [(b, s) for b in range(len(groups)) if step[b] for s in range(frames.shape[1])]
+  texts = [c for c in range(len(groups)) if step[c]]
+  sim = lambda c, b, s: float(np.dot(text[c], frames[b, s])) / tau  # noqa: E731
+  t2f = [np.log(sum(np.exp(sim(c, b, s)) for b, s in cells))
+         - np.log(sum(np.exp(sim(c, b, s)) for b, s in cells if groups[b] == groups[c])) for c in texts]
+  f2t = [np.log(sum(np.exp(sim(c, b, s)) for c in texts))
+         - np.log(sum(np.exp(sim(c, b, s)) for c in texts if groups[b] == groups[c])) for b, s in cells]
+  return 0.5 * (np.mean(t2f) + np.mean(f2t))
+
+
+@pytest.mark.highest_precision  # against NumPy loops at rel 1e-5 (float32 logits at tau 0.07 against float64)
+def test_frame_term_matches_numpy():
+  """`loss_fn(frame_weight=w)` = the clip loss + w x the frame term, whose frame embeddings are the model's own
+  `return_frame_embeddings` (what extraction writes as `frame_clip`) and from which the whole-video rows are left
+  out; one forward pass gives the clip embeddings unchanged."""
+  model, params, batch = _tiny_model_batch(1)
+  base, _ = B.loss_fn(model, frame_weight=0.0)(params, batch, None)
+  loss, aux = B.loss_fn(model, frame_weight=0.5)(params, batch, None)
+  _, text, out = model.apply({"params": params["model"]}, batch["frames"].astype(jnp.float32) / 255.0, batch["ids"],
+                             batch["paddings"], return_frame_embeddings=True)
+  tau = float(np.exp(np.asarray(params["log_tau"])))
+  expected = np_frame_term(np.asarray(out["frame_embeddings"], np.float64), np.asarray(text, np.float64),
+                           batch["group"], batch["step"], tau)
+  assert float(aux["frame"]) == pytest.approx(expected, rel=1e-5)
+  assert float(loss) == pytest.approx(float(base) + 0.5 * expected, rel=1e-5)
+  # the whole-video rows' frames take no part
+  moved = dict(batch, frames=batch["frames"].copy())
+  moved["frames"][4:] = 255 - moved["frames"][4:]
+  _, moved_aux = B.loss_fn(model, frame_weight=0.5)(params, moved, None)
+  assert float(moved_aux["frame"]) == pytest.approx(float(aux["frame"]), rel=1e-6)
+
+
+def test_batches_mark_the_step_rows():
+  """The batch's `step` is 1 on a step's segment and 0 on a whole video (the rows the frame term leaves out)."""
+  pairs = B.Pairs(np.zeros((4, 1, 1, 1, 1), np.uint8), np.arange(4, dtype=np.int32), [str(i) for i in range(4)],
+                  np.array(["step", "video", "step", "video"]), ["a", "a", "b", "b"])
+  for partners in ("", "video", "clip"):
+    batch = B.batch_fn(pairs, np.zeros((4, 2), np.int32), np.zeros((4, 2)), partners=partners)(np.array([0, 1, 2, 3]))
+    assert list(batch["step"]) == [int(pairs.kinds[g] == "step") for g in batch["group"]]  # group = clip here
+
+
+def test_retrieval_summary_has_the_frame_level_with_its_chance():
+  """Step captions retrieve single frames of the step clips: a frame is correct when its clip's text is the query,
+  chance is the share of relevant frames; the clip-level keys are unchanged, whole videos get no frame level."""
+  d = 8
+  eye = np.eye(d, dtype=np.float32)
+  pairs = B.Pairs(np.zeros((4, 2, 1, 1, 3), np.uint8), np.array([0, 0, 1, 2], np.int32), ["a", "b", "ab"],
+                  np.array(["step", "step", "step", "video"]), ["v", "w", "v", "v"])
+  text = eye[:3]
+  video = eye[[0, 0, 1, 2]]
+  # clips 0 and 1 (text "a"): frames on "a", one of clip 1's on "b"; clip 2 ("b"): one frame on "b", one on nothing
+  frame = np.stack([eye[[0, 0]], eye[[0, 1]], eye[[1, 5]], eye[[2, 2]]])
+  out = B.retrieval_summary(video, text, pairs, frame)
+  plain = B.retrieval_summary(video, text, pairs)
+  assert set(plain["step"]) == {"t2v_r1", "t2v_r5", "v2t_r1", "v2t_r5", "chance_t2v_r1", "chance_v2t_r1", "texts",
+                                "clips"}
+  assert {k: v for k, v in out["step"].items() if k in plain["step"]} == plain["step"]
+  assert out["video"] == plain["video"]
+  step = out["step"]
+  # query "a" (clips 0, 1: 4 relevant frames of 6): its best frame is relevant; query "b" (clip 2, 2 of 6): clip 1's
+  # frame on "b" ties with clip 2's best, and a tie counts against it (`metrics.best_relevant_ranks`): rank 2
+  assert step["t2f_r1"] == 50.0 and step["t2f_r5"] == 100.0 and step["frames"] == 6
+  assert step["chance_t2f_r1"] == pytest.approx(100.0 * (4 / 6 + 2 / 6) / 2)

@@ -196,6 +196,49 @@ def test_grouped_infonce_matches_numpy():
                     rel=1e-5)
 
 
+def np_frame_text_infonce(frames, text, groups, valid, tau):
+  """`losses.frame_text_infonce` with loops: each valid text over the valid rows' frames, each valid frame over the
+  valid texts, -log of the positives' share of the softmax, each direction averaged over its valid queries."""
+  f = frames / np.linalg.norm(frames, axis=-1, keepdims=True)
+  t = text / np.linalg.norm(text, axis=1, keepdims=True)
+  rows = [b for b in range(len(groups)) if valid[b]]
+  cells = [(b, s) for b in rows for s in range(frames.shape[1])]
+  t2f = [math.log(sum(math.exp(t[c] @ f[b, s] / tau) for b, s in cells))
+         - math.log(sum(math.exp(t[c] @ f[b, s] / tau) for b, s in cells if groups[b] == groups[c])) for c in rows]
+  f2t = [math.log(sum(math.exp(t[c] @ f[b, s] / tau) for c in rows))
+         - math.log(sum(math.exp(t[c] @ f[b, s] / tau) for c in rows if groups[b] == groups[c])) for b, s in cells]
+  return 0.5 * (np.mean(t2f) + np.mean(f2t))
+
+
+def test_frame_text_infonce_matches_numpy():
+  """Every frame of a valid row a positive of every valid text of its group; rows with valid 0 are in no query and no
+  denominator (their frames and texts may be anything); the gradient stays finite; no valid row gives 0."""
+  rng = np.random.default_rng(5)
+  frames, text = rng.normal(size=(6, 3, 4)), rng.normal(size=(6, 4))
+  groups = np.array([0, 1, 0, 2, 1, 3])
+  valid = np.array([1, 1, 1, 0, 1, 0])
+  got = losses.frame_text_infonce(jnp.asarray(frames), jnp.asarray(text), jnp.asarray(groups), jnp.asarray(valid),
+                                  jnp.asarray(0.1))
+  assert float(got) == pytest.approx(np_frame_text_infonce(frames, text, groups, valid, 0.1), rel=1e-5)
+  changed = frames.copy(), text.copy()
+  changed[0][3], changed[1][5] = 100.0, -7.0
+  assert float(losses.frame_text_infonce(*map(jnp.asarray, changed), jnp.asarray(groups), jnp.asarray(valid),
+                                         jnp.asarray(0.1))) == pytest.approx(float(got), rel=1e-6)
+  grad = jax.grad(lambda f: losses.frame_text_infonce(f, jnp.asarray(text), jnp.asarray(groups), jnp.asarray(valid),
+                                                      jnp.asarray(0.1)))(jnp.asarray(frames))
+  assert np.isfinite(np.asarray(grad)).all() and not np.asarray(grad)[[3, 5]].any()
+  none = losses.frame_text_infonce(jnp.asarray(frames), jnp.asarray(text), jnp.asarray(groups), jnp.zeros(6),
+                                   jnp.asarray(0.1))
+  assert float(none) == 0.0
+  # Every row valid: `grouped_infonce` with the frames as B*T rows, each beside its row's text (a text repeated T
+  # times adds log T to both sums of a frame's softmax).
+  every = losses.frame_text_infonce(jnp.asarray(frames), jnp.asarray(text), jnp.asarray(groups), jnp.ones(6),
+                                    jnp.asarray(0.1))
+  flat = losses.grouped_infonce(jnp.asarray(frames.reshape(18, 4)), jnp.asarray(np.repeat(text, 3, axis=0)),
+                                jnp.asarray(np.repeat(groups, 3)), jnp.asarray(0.1))
+  assert float(every) == pytest.approx(float(flat), rel=1e-5)
+
+
 def test_instance_infonce_matches_numpy():
   """The other rows of a row's group are its positives, every other row its candidates, itself neither; a row
   alone in its group adds 0 to the mean."""

@@ -481,6 +481,48 @@ def grouped_infonce(video: jax.Array, text: jax.Array, groups: jax.Array, tau: j
   return 0.5 * (multi_positive_softmax(logits, same) + multi_positive_softmax(logits.T, same))
 
 
+def frame_text_infonce(frames: jax.Array, text: jax.Array, groups: jax.Array, valid: jax.Array,
+                       tau: jax.Array) -> jax.Array:
+  """Symmetric in-batch InfoNCE between single frames and texts (a CLIP-style image-text term beside
+  `grouped_infonce`'s clip-text one): every frame of a valid row is a positive of every valid text of its group.
+
+  `grouped_infonce` cannot express it: its queries and candidates are the same B rows, and rows that take no part
+  (`valid` 0: a whole video, whose frames show several steps) would still sit in every denominator.
+
+  Args:
+    frames: [B, T, D] per-frame embeddings (L2-normalised here).
+    text: [B, D] each row's text.
+    groups: int [B], the text's id; frame (b, t) and text c match when groups[b] == groups[c].
+    valid: [B], 1 = the row's frames and text take part; 0 = left out of every query and every denominator.
+    tau: the temperature.
+
+  Returns:
+    (L_T2F + L_F2T) / 2: -log(sum over positives of the softmax) of each valid text over the valid rows' B*T
+    frames, averaged over the valid texts, and of each valid frame over the valid texts, averaged over the valid
+    frames; 0 when no row is valid.
+  """
+  b, t, d = frames.shape
+  _check("text", text, (b, d))
+  _check("groups", groups, (b,))
+  _check("valid", valid, (b,))
+  f = l2_normalize(jnp.asarray(frames, jnp.float32)).reshape(b * t, d)
+  logits = l2_normalize(jnp.asarray(text, jnp.float32)) @ f.T / tau                          # [B, B*T]
+  keep = jnp.asarray(valid) > 0
+  same = jnp.repeat(jnp.asarray(groups)[:, None] == jnp.asarray(groups)[None, :], t, axis=1)  # [B, B*T]
+  pair = jnp.repeat(keep[:, None] & keep[None, :], t, axis=1)
+  count = jnp.maximum(keep.sum(), 1)
+
+  def term(x, pos, real, rows, n):
+    # Finite fills: a left-out row gets a finite loss (dropped by `rows`) and no NaN gradient.
+    every = jax.nn.logsumexp(jnp.where(real, x, -1e30), axis=1)
+    top = jax.nn.logsumexp(jnp.where(real & pos, x, -1e30), axis=1)
+    return jnp.sum(jnp.where(rows, every - top, 0.0)) / n
+
+  t2f = term(logits, same, pair, keep, count)
+  f2t = term(logits.T, same.T, pair.T, jnp.repeat(keep, t), count * t)
+  return 0.5 * (t2f + f2t)
+
+
 def instance_infonce(video: jax.Array, groups: jax.Array, tau: jax.Array) -> jax.Array:
   """In-batch instance discrimination among video embeddings: each row's positives are the other rows of its
   group (the other clips of its source video), its negatives every other row; the row itself is left out.

@@ -4,7 +4,8 @@ CVR-format release's own clips and captions (`vidjax.methods.backbone`), saved i
 Light on purpose (no jax); loaded by path (`vidjax.defaults.common.config_module`). Not a paper's method: VideoPrism's own pretraining (video-text contrastive on billions of
 pairs, then masked distillation) is out of reach offline; this is the stand-in that gives the rendered corpus features
 that mean something, trained as the LvT model's contrastive stage is (symmetric InfoNCE with a learnable
-temperature, CLIP's initial 0.07) at a size that trains in CPU minutes.
+temperature, CLIP's initial 0.07; plus a per-frame image-text term, `train.frame_weight`) at a size that trains in CPU
+minutes.
 """
 from __future__ import annotations
 
@@ -48,6 +49,12 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       # "clip" lifts GenState's VidCLIP Acc_tri from 56.5 to 77.5 but keeps the video only 7% of the time, and CAST
       # falls to its zero-shot (BENCHMARKS.md, "The whole real path in one go")
       identity_positive="video",
+      # x losses.frame_text_infonce: each single frame of a step clip against the batch's step captions (CLIP's
+      # image-text loss beside the clip-text one), so that the store's `frame_clip` (the pooler on one frame, what
+      # X-Pool and CLIP4Clip attend over) lies in the text space; whole-video rows, whose frames show several steps,
+      # are left out. 0.5: half the clip term, so the whole clip's embedding (`clip`, every other method's input)
+      # stays the main objective while every frame gets a text gradient of its own; 0 is exactly the loss without it.
+      frame_weight=0.5,
       checkpoint_every=200, log_every=20, progress=True))
   c.eval = ml_collections.ConfigDict(dict(batch_size=64))
   c.output = ""              # the checkpoint; '' = <workdir>/backbone.npz

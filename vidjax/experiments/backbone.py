@@ -8,14 +8,17 @@ training subset, saved as an official-format checkpoint, and how well it retriev
 `run(config, workdir)`:
   1. reads the annotations (`data.format`: YouCook2, COIN or CrossTask) and finds each video's file by id; decodes
      every video once into its steps and itself (`vidjax.methods.backbone.pairs_of`, `num_frames` x `resolution`);
-  2. trains `FactorizedVideoCLIP` at `model.overrides`' shape with `losses.grouped_infonce` through the one train
-     loop (`<workdir>/model`, resumable);
+  2. trains `FactorizedVideoCLIP` at `model.overrides`' shape with `losses.grouped_infonce` (whole clips),
+     `train.frame_weight` x `losses.frame_text_infonce` (single frames of step clips) and `train.identity_weight` x
+     `losses.instance_infonce` through the one train loop (`<workdir>/model`, resumable);
   3. writes the video and text towers as `<workdir>/backbone.npz` (or `output`) in the official layout;
   4. reads it back through `vidjax.extract.load_model` (the loader `configs/prepare.py` uses), embeds the held-out
      subset with the extraction's own functions, and writes `<workdir>/corpus_summary.json`:
      {"synthetic", "checkpoint", "checkpoint_hash", "model", "train", "test", "skipped_videos",
       "retrieval": {"trained"|"random_init": {"step"|"video": {t2v_r1, t2v_r5, v2t_r1, v2t_r5, chance_t2v_r1,
-      chance_v2t_r1, texts, clips}}}, "prepare"} -- the random row is the same shape with the seeded random weights
+      chance_v2t_r1, texts, clips}}}, "prepare"} -- "step" also holds the frame level, t2f_r1, t2f_r5,
+     chance_t2f_r1, frames (a step caption retrieves single frames, the store's `frame_clip`:
+     `vidjax.methods.backbone.retrieval_summary`); the random row is the same shape with the seeded random weights
      a store gets without a checkpoint; and results.json with the same numbers under "metrics".
 """
 from __future__ import annotations
@@ -54,9 +57,10 @@ def validate(config) -> None:
   check_positive_int(config, ["num_frames", "resolution", "train.epochs", "train.batch_size",
                                      "eval.batch_size"])
   check_positive(config, ["train.lr", "train.tau"])
-  weight = config.train.identity_weight
-  if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not weight >= 0:
-    bad_value("train.identity_weight", weight, "a number >= 0")
+  for key in ("train.identity_weight", "train.frame_weight"):
+    weight = get_key(config, key)
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not weight >= 0:
+      bad_value(key, weight, "a number >= 0")
   check_choice(config, "train.identity_positive", ("video", "clip"))
 
 
@@ -105,7 +109,8 @@ def run(config, workdir: str) -> dict:
   with common.precision(config, "train"):
     state = train.fit_epochs(name="backbone", init_fn=B.init_fn(model, config.train.tau),
                              loss_fn=B.loss_fn(model, pixel_mean=pixel_mean, pixel_std=pixel_std,
-                                               identity_weight=config.train.identity_weight),
+                                               identity_weight=config.train.identity_weight,
+                                               frame_weight=config.train.frame_weight),
                              num_examples=len(train_pairs), batch_fn=batch_fn, gather=gather,
                              tcfg=config.train, seed=config.seed, workdir=workdir / "model",
                              description="backbone (contrastive)")
@@ -125,8 +130,9 @@ def run(config, workdir: str) -> dict:
   for name, cfg in (("trained", trained), ("random_init", random_init)):
     m, variables, _ = engine.load_model(cfg)
     with common.precision(config, "extract"):
-      video, text = B.embed(m, variables, tokenizer, test_pairs.frames, test_pairs.texts, config.eval.batch_size)
-    retrieval[name] = B.retrieval_summary(video, text, test_pairs)
+      video, text, frame = B.embed(m, variables, tokenizer, test_pairs.frames, test_pairs.texts,
+                                   config.eval.batch_size)
+    retrieval[name] = B.retrieval_summary(video, text, test_pairs, frame)
 
   overrides = {k: list(v) if isinstance(v, tuple) else v for k, v in config.model.overrides.items()}
   summary = {
@@ -146,6 +152,8 @@ def run(config, workdir: str) -> dict:
                                 path="real", checkpoint=str(path), skipped_videos={"count": len(skipped)})
   rows = {f"{name} ({kind})": row for name, kinds in retrieval.items() for kind, row in kinds.items()}
   common.write_results(workdir, results, [evaluate.format_table(
-      rows, "Backbone retrieval on the held-out subset (text <-> clip; a clip is correct when its text is the query)",
-      synthetic, columns=["t2v_r1", "t2v_r5", "v2t_r1", "v2t_r5", "chance_t2v_r1", "chance_v2t_r1", "clips"])])
+      rows, "Backbone retrieval on the held-out subset (text <-> clip, and text -> single frame of the step clips; a "
+      "clip or frame is correct when its text is the query)", synthetic,
+      columns=["t2v_r1", "t2v_r5", "v2t_r1", "v2t_r5", "chance_t2v_r1", "chance_v2t_r1", "clips", "t2f_r1",
+               "chance_t2f_r1"])])
   return results

@@ -134,13 +134,21 @@ def init_fn(model, tau: float) -> Callable[[jax.Array], Any]:
 
 
 def loss_fn(model, min_tau: float = 0.01, pixel_mean=(0.0, 0.0, 0.0), pixel_std=(1.0, 1.0, 1.0),
-            identity_weight: float = 0.0):
+            identity_weight: float = 0.0, frame_weight: float = 0.0):
   """`(params, batch, rng) -> (loss, aux)`: `losses.grouped_infonce` of the video and text embeddings, plus
   `identity_weight` x `losses.instance_infonce` of the video embeddings over the batch's instance groups (`batch_fn`'s
   partners: with "video" the clips of one video are each other's positives, so the embedding keeps which video a
-  clip is from, which the caption term alone does not ask for). Batch: frames uint8 [B, T, R, R, 3], ids int [B, L],
-  paddings [B, L] (1 = pad), group int [B] (the text's index), video int [B] (the instance group), and with "clip"
-  partners shift int [B, 2] (`shift_frames`).
+  clip is from, which the caption term alone does not ask for), plus `frame_weight` x `losses.frame_text_infonce`
+  of each frame's embedding and the texts. Batch: frames uint8 [B, T, R, R, 3], ids int [B, L], paddings [B, L]
+  (1 = pad), group int [B] (the text's index), video int [B] (the instance group), step int [B] (1 = a step's
+  segment), and with "clip" partners shift int [B, 2] (`shift_frames`).
+
+  The frame term is CLIP's image-text loss beside the clip-text one, so that a single frame's embedding (the store's
+  `frame_clip`, which X-Pool and CLIP4Clip attend over) lies in the text space too. Its frame embeddings are the ones
+  extraction writes: the same forward pass with `return_frame_embeddings` (the LvT pooler on each frame's tokens).
+  Every frame of a step row shows that step, so it is a positive of the row's caption group; whole-video rows span
+  several steps and the batch has no per-frame step labels, so they are left out of the frame term (`step` 0), on
+  both the frame and the text side. `frame_weight` 0 computes exactly the loss without the term.
 
   Frames go in as `(x / 255 - pixel_mean) / pixel_std` (per channel; `pixel_stats` of the training frames):
   the rendered frames are a flat grey board (mean ~0.57, std ~0.07), so in raw [0, 1] units the patch
@@ -152,13 +160,18 @@ def loss_fn(model, min_tau: float = 0.01, pixel_mean=(0.0, 0.0, 0.0), pixel_std=
     del rng  # VideoPrism has no dropout
     frames = shift_frames(batch["frames"], batch["shift"]) if "shift" in batch else batch["frames"]
     frames = (frames.astype(jnp.float32) / 255.0 - mean) / std
-    video, text, _ = model.apply({"params": params["model"]}, frames, batch["ids"], batch["paddings"], train=True)
+    video, text, out = model.apply({"params": params["model"]}, frames, batch["ids"], batch["paddings"], train=True,
+                                   return_frame_embeddings=bool(frame_weight))
     tau = jnp.exp(jnp.maximum(params["log_tau"], jnp.log(min_tau)))
     loss = losses.grouped_infonce(video, text, batch["group"], tau)
-    if not identity_weight:
-      return loss, {"tau": tau}
-    identity = losses.instance_infonce(video, batch["video"], tau)
-    return loss + identity_weight * identity, {"tau": tau, "identity": identity}
+    aux = {"tau": tau}
+    if identity_weight:
+      aux["identity"] = losses.instance_infonce(video, batch["video"], tau)
+      loss = loss + identity_weight * aux["identity"]
+    if frame_weight:
+      aux["frame"] = losses.frame_text_infonce(out["frame_embeddings"], text, batch["group"], batch["step"], tau)
+      loss = loss + frame_weight * aux["frame"]
+    return loss, aux
   return fn
 
 
@@ -179,6 +192,7 @@ def batch_rows(pairs: Pairs, ids: np.ndarray, paddings: np.ndarray,
   clip, every frame; the batch's `shift` int32 [B, 2], applied by `shift_frames` in the step), and the groups are the
   clips. Draws are seeded by the batch's indices: a resumed run sees the same batches."""
   video = np.unique(np.asarray(pairs.video_ids), return_inverse=True)[1].astype(np.int32)
+  step = (pairs.kinds == "step").astype(np.int32)  # the rows whose frames `losses.frame_text_infonce` uses
   order = np.argsort(video, kind="stable")
   starts = np.searchsorted(video[order], np.arange(video.max() + 2))
   sizes = np.diff(starts)
@@ -193,7 +207,7 @@ def batch_rows(pairs: Pairs, ids: np.ndarray, paddings: np.ndarray,
   def rows(idx, groups, extra=None):
     text = pairs.text_index[idx]
     return {"frames": idx.astype(np.int32), "ids": text, "paddings": text, "group": text, "video": groups,
-            **(extra or {})}
+            "step": step[idx], **(extra or {})}
 
   def fn(idx):
     idx = np.asarray(idx)
@@ -247,29 +261,37 @@ def _padded_batches(n: int, batch_size: int):
 
 
 def embed(model, variables: Mapping, tokenizer, frames: np.ndarray, texts: Sequence[str],
-          batch_size: int) -> tuple[np.ndarray, np.ndarray]:
-  """(video [N, D], text [U, D]) through the extraction's own functions (`make_video_fn` / `make_text_fn`: what
-  `configs/prepare.py` writes into a store), in batches of one shape (one compile each)."""
+          batch_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+  """(video [N, D], text [U, D], frame [N, T, D]) through the extraction's own functions (`make_video_fn` /
+  `make_text_fn`: what `configs/prepare.py` writes into a store as `clip`, the texts and `frame_clip`), in batches of
+  one shape (one compile each)."""
   mesh = engine.local_mesh()
   batch_size = -(-batch_size // mesh.size) * mesh.size
-  video_fn = engine.make_video_fn(model, variables, mesh, ["clip"])
+  video_fn = engine.make_video_fn(model, variables, mesh, ["clip", "frame_clip"])
   text_fn = engine.make_text_fn(model, variables, tokenizer, mesh)
   data = sharding.data_sharded(mesh)
-  video = np.concatenate([
-      np.asarray(video_fn(jax.device_put(frames[padded].astype(np.float32) / np.float32(255), data))["clip"])[
-          :len(idx)] for idx, padded in _padded_batches(len(frames), batch_size)])
+  out = [video_fn(jax.device_put(frames[padded].astype(np.float32) / np.float32(255), data))
+         for _, padded in _padded_batches(len(frames), batch_size)]
+  sizes = [len(idx) for idx, _ in _padded_batches(len(frames), batch_size)]
+  video, frame = (np.concatenate([np.asarray(o[kind])[:n] for o, n in zip(out, sizes)])
+                  for kind in ("clip", "frame_clip"))
   texts = list(texts)
   text = np.concatenate([np.asarray(text_fn([texts[i] for i in padded]))[:len(idx)]
                          for idx, padded in _padded_batches(len(texts), batch_size)])
-  return video, text
+  return video, text, frame
 
 
-def retrieval_summary(video: np.ndarray, text: np.ndarray, pairs: Pairs) -> dict:
+def retrieval_summary(video: np.ndarray, text: np.ndarray, pairs: Pairs, frame: np.ndarray | None = None) -> dict:
   """Per kind of `KINDS`: text -> clip and clip -> text R@1 / R@5 (%) among that kind's clips and distinct texts,
-  a clip correct when its text is the query (`metrics.best_relevant_ranks`), with chance levels and counts.
+  a clip correct when its text is the query (`metrics.best_relevant_ranks`), with chance levels and counts. With
+  `frame`, the "step" row also holds text -> frame R@1 / R@5 (`t2f_r1`, `t2f_r5`): each step text retrieves among
+  every single frame of the step clips, a frame correct when its clip's text is the query (every frame of a step's
+  segment shows the step), with its chance level `chance_t2f_r1` and the count `frames`: how much of the text
+  meaning a single frame's embedding (the store's `frame_clip`) carries, beside the whole clip's.
 
   Args:
-    video: [N, D] embeddings of `pairs`' clips; text: [len(pairs.texts), D]; both L2-normalised.
+    video: [N, D] embeddings of `pairs`' clips; text: [len(pairs.texts), D]; frame: None or [N, T, D], each clip's
+      frame embeddings; all L2-normalised.
   """
   out = {}
   for kind in KINDS:
@@ -285,4 +307,12 @@ def retrieval_summary(video: np.ndarray, text: np.ndarray, pairs: Pairs) -> dict
     out[kind] = {**{k: v for k, v in {**t2v, **v2t}.items() if k[4:] in ("r1", "r5")},
                  "chance_t2v_r1": float(100.0 * np.mean(relevant.sum(axis=1) / len(rows))),
                  "chance_v2t_r1": float(100.0 / len(queries)), "texts": int(len(queries)), "clips": int(len(rows))}
+    if kind == "step" and frame is not None:
+      frames = frame[rows].reshape(-1, frame.shape[-1])     # [N * T, D], clip by clip
+      relevant = np.repeat(relevant, frame.shape[1], axis=1)  # a frame is relevant when its clip is
+      t2f = metrics.retrieval_metrics(metrics.best_relevant_ranks(text[queries] @ frames.T, relevant), "t2f_",
+                                      (1, 5))
+      out[kind].update({k: v for k, v in t2f.items() if k[4:] in ("r1", "r5")},
+                       chance_t2f_r1=float(100.0 * np.mean(relevant.sum(axis=1) / len(frames))),
+                       frames=int(len(frames)))
   return out
