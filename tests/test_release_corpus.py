@@ -149,6 +149,24 @@ def test_retrieval_readers_read_the_release_files(corpus):
   assert len(msvd.captions) == (N_TRAIN + N_TEST) * (1 + CFG.steps)
 
 
+def test_facet_queries_name_one_step_of_their_own_video_and_no_other(corpus):
+  """MSR-VTT's facet file: one query per test video (but those whose every step caption another test video shares),
+  each one of its own step captions, which no other test video has, drawn per video from the seed."""
+  _, m = corpus
+  mr = m["msrvtt"]
+  facets = ann.read_msrvtt(mr["facets_csv"])
+  whole = ann.read_msrvtt(mr["annotations"])
+  steps = {vid: [c.text for c in caps][1:] for vid, caps in whole.captions_by_video().items()}  # the paragraph first
+  test_ids = set(msrvtt_lib.read_video_list(mr["val_list"]))
+  assert set(facets.video_ids()) <= test_ids and len(facets.captions) == len(facets.videos) >= N_TEST // 2
+  for c in facets.captions:
+    assert c.text in steps[c.video_id], c
+    assert not any(c.text in steps[other] for other in test_ids - {c.video_id}), c
+  assert len({steps[c.video_id].index(c.text) for c in facets.captions}) > 1  # not always the same step
+  videos = release.make_videos(CFG, 0)
+  assert release.facet_queries(videos, 0) == release.facet_queries(videos, 0)
+
+
 def test_genstate_and_videocomp_read(corpus):
   _, m = corpus
   g = m["genstate"]

@@ -35,7 +35,8 @@ Layout (`write_corpus(root)`)::
     root/youcook2/youcookii_annotations_trainval.json, train_list.txt, val_list.txt, label_foodtype.csv
     root/coin/coin_train_70.json, coin_test_30.json                        (PDPP two-file list layout)
     root/crosstask/tasks_primary.txt, videos.csv, videos_val.csv, annotations/<task>_<id>.csv
-    root/msrvtt/MSRVTT_data.json, train_list_jsfusion.txt, val_list_jsfusion.txt, MSRVTT_JSFUSION_test.csv
+    root/msrvtt/MSRVTT_data.json, train_list_jsfusion.txt, val_list_jsfusion.txt, MSRVTT_JSFUSION_test.csv,
+                                    MSRVTT_facets_test.csv (one step caption per test video: `facet_queries`)
     root/didemo/train_data.json, test_data.json
     root/activitynet/train.json, val_1.json
     root/msvd/youtube_mapping.txt, AllVideoDescriptions.txt
@@ -59,7 +60,9 @@ train), so the split of a video never changes when the counts grow. Per format:
   "start time" / "end time" spanning the video's duration, and sentences = the paragraph then each step
   prompt; `train_list_jsfusion.txt` lists the training ids, `val_list_jsfusion.txt` the test ids (in the real
   data it is the 1k-A test list) and `MSRVTT_JSFUSION_test.csv` (comma-delimited, header
-  key,vid_key,video_id,sentence) holds one caption -- the paragraph -- per test video.
+  key,vid_key,video_id,sentence) holds one caption -- the paragraph -- per test video. `MSRVTT_facets_test.csv`
+  (the same layout) holds the facet queries instead: one step caption per test video (`facet_queries`), for the
+  dense rows' line where a query names one part of its video (pass it as `data.annotations` to the dense config).
 * DiDeMo: `train_data.json` / `test_data.json`, one description per step. Timing: the config requires a step
   to last a whole number of 5-second chunks and a video at most 6 chunks (30 s), so step k is exactly the
   chunk moment [k c, (k + 1) c - 1] (c chunks per step) and `num_segments` is the video's chunk count; three
@@ -124,7 +127,7 @@ COMP_LEXICON = {"appears": ("disappears",), "disappears": ("appears",), "onto": 
 _YT_ALPHABET = np.array(list("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"))
 _DIDEMO_EXTS = ("mov", "avi", "mp4", "mpg", "wmv", "m4v", "3gp")
 _DATASET_CODE = {name: i + 1 for i, name in enumerate(DATASETS)}
-_TASK, _VARIATION, _NOISE, _DATASET = 1, 2, 3, 4
+_TASK, _VARIATION, _NOISE, _DATASET, _FACET = 1, 2, 3, 4, 5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -470,6 +473,24 @@ def _write_crosstask(d: Path, videos, ids):
           "test_list": d / "videos_val.csv"}
 
 
+def facet_queries(videos: Sequence[ProcedureVideo], seed: int) -> list[tuple[ProcedureVideo, str]]:
+  """One facet query per test video: the caption of one of its steps (drawn from the seed's own stream), among the
+  steps whose caption no other test video has, so each query has one target. A video whose every step caption is
+  another test video's too gets none. The query names one quarter of the video (one step's frames), which the whole
+  video's mean embedding dilutes and text-conditioned frame pooling (X-Pool) can find."""
+  test = [v for v in videos if v.split == "test"]
+  seen: dict[str, int] = {}
+  for v in test:
+    for c in v.captions:
+      seen[c] = seen.get(c, 0) + 1
+  out = []
+  for v in test:
+    own = [c for c in v.captions if seen[c] == 1]
+    if own:
+      out.append((v, own[int(_rng(seed, _FACET, *v.key).integers(len(own)))]))
+  return out
+
+
 def _write_msrvtt(d: Path, videos, ids, seed):
   entries, sentences, train, test, rows = [], [], [], [], [["key", "vid_key", "video_id", "sentence"]]
   for v in videos:
@@ -488,8 +509,12 @@ def _write_msrvtt(d: Path, videos, ids, seed):
   _text(d / "train_list_jsfusion.txt", train)
   _text(d / "val_list_jsfusion.txt", test)
   io.atomic_write_text(d / "MSRVTT_JSFUSION_test.csv", io.csv_text(rows))
+  facets = [["key", "vid_key", "video_id", "sentence"]]
+  for v, caption in facet_queries(videos, seed):
+    facets.append([f"ret{len(facets) - 1}", f"msr{ids[v.key][len('video'):]}", ids[v.key], caption])
+  io.atomic_write_text(d / "MSRVTT_facets_test.csv", io.csv_text(facets))
   return {"annotations": ann, "train_list": d / "train_list_jsfusion.txt", "val_list": d / "val_list_jsfusion.txt",
-          "test_csv": d / "MSRVTT_JSFUSION_test.csv"}
+          "test_csv": d / "MSRVTT_JSFUSION_test.csv", "facets_csv": d / "MSRVTT_facets_test.csv"}
 
 
 def _write_didemo(d: Path, videos, ids, config, seed):
