@@ -65,7 +65,7 @@ prepare() { run "prepare $1" "$S/$1" --config $PREP --config.dataset="$1" --conf
 prepare youcook2    "$C/youcook2/youcookii_annotations_trainval.json"
 prepare coin        "$C/coin/coin_train_70.json,$C/coin/coin_test_30.json"
 prepare crosstask   "$C/crosstask"
-prepare msrvtt      "$C/msrvtt/MSRVTT_data.json,$C/msrvtt/MSRVTT_JSFUSION_test.csv"
+prepare msrvtt      "$C/msrvtt/MSRVTT_data.json,$C/msrvtt/MSRVTT_JSFUSION_test.csv,$C/msrvtt/MSRVTT_facets_test.csv"
 prepare activitynet "$C/activitynet/train.json,$C/activitynet/val_1.json"
 prepare genstate    "$C/genstate/train.json,$C/genstate/test.json"
 if [ "$SCOPE" = all ]; then
@@ -100,6 +100,10 @@ run "grdr msrvtt" "$R/grdr_msrvtt" --config configs/grdr_msrvtt.py$T --config.da
     --config.data.train_video_list="$C/msrvtt/train_list_jsfusion.txt" $GRDR_FLAGS
 run "dense msrvtt" "$R/dense_msrvtt" --config configs/dense_msrvtt.py$T --config.data.features="$S/msrvtt/features" \
     --config.data.annotations="$C/msrvtt/MSRVTT_JSFUSION_test.csv" \
+    --config.data.train_annotations="$C/msrvtt/MSRVTT_data.json" \
+    --config.data.train_video_list="$C/msrvtt/train_list_jsfusion.txt"
+run "dense msrvtt facets" "$R/dense_msrvtt_facets" --config configs/dense_msrvtt.py$T \
+    --config.data.features="$S/msrvtt/features" --config.data.annotations="$C/msrvtt/MSRVTT_facets_test.csv" \
     --config.data.train_annotations="$C/msrvtt/MSRVTT_data.json" \
     --config.data.train_video_list="$C/msrvtt/train_list_jsfusion.txt"
 run "comp activitynet" "$R/comp_activitynet" --config configs/comp_activitynet.py$T \

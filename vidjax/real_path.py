@@ -6,14 +6,15 @@ It reads the backbone's `corpus_summary.json`, each method's `results.json` unde
 `OUT/times.tsv`, and checks each method's line of the rendered-corpus issue (README, "Real data"; the lines are the
 methods' `real_path` entries in `vidjax.methods.METHODS`): CAST >= zero-shot
 + 10 Acc; VEDJE's rerank >= stage 1 on T2V R@1; GRDR's candidate recall >= 80% of dense's at the same budget;
-VideoComp's contrastive fine-tune > zero-shot on temp-reorder; GenState's trained VidCLIP > the zero-shot of the
+VideoComp's contrastive fine-tune > zero-shot on temp-reorder; on MSR-VTT's facet queries X-Pool > CLIP4Clip meanP >=
+the backbone's cosine; GenState's trained VidCLIP > the zero-shot of the
 same features on Acc_tri (stricter than the issue's comparator, the pixel-statistics stand-in, which needs a run of
 its own: `configs/genstate_rendered.py`); the stack with VEDJE as its rerank stage >= the stack with the pair
 reranker on R@1. A run that is missing (not in the script's SCOPE, or failed) is listed as such. The corpus's pixels
 are rendered: everything here is SYNTHETIC.
 
 summary.json: {"synthetic": true, "path": "real", "out", "backbone": {"step_t2v_r1", "video_t2v_r1", "chance_step",
-"chance_video"} | null, "lines": [{"method", "dataset", "claim", "value", "reference", "holds"}] (holds null: not
+"chance_video", "frame_t2f_r1", "chance_frame"} | null, "lines": [{"method", "dataset", "claim", "value", "reference", "holds"}] (holds null: not
 run), "seconds": {step: s}, "total_minutes"}.
 """
 from __future__ import annotations
@@ -74,7 +75,11 @@ def summarize(out: str | Path) -> dict:
     backbone = {"step_t2v_r1": _metric(corpus, "retrieval.trained.step.t2v_r1", where),
                 "video_t2v_r1": _metric(corpus, "retrieval.trained.video.t2v_r1", where),
                 "chance_step": _metric(corpus, "retrieval.trained.step.chance_t2v_r1", where),
-                "chance_video": _metric(corpus, "retrieval.trained.video.chance_t2v_r1", where)}
+                "chance_video": _metric(corpus, "retrieval.trained.video.chance_t2v_r1", where),
+                # single frames against their step's caption (the backbone's per-frame term); None: a backbone summary
+                # written before the term had no such numbers
+                "frame_t2f_r1": corpus["retrieval"]["trained"]["step"].get("t2f_r1"),
+                "chance_frame": corpus["retrieval"]["trained"]["step"].get("chance_t2f_r1")}
   seconds = {}
   times = out / "times.tsv"
   if times.exists():
@@ -100,7 +105,8 @@ def markdown(summary: dict) -> str:
   if summary["backbone"]:
     b = summary["backbone"]
     rows += ["", f"Backbone on the held-out split: step T2V R@1 {num(b['step_t2v_r1'])} (chance {num(b['chance_step'])}),"
-             f" video T2V R@1 {num(b['video_t2v_r1'])} (chance {num(b['chance_video'])})."]
+             f" video T2V R@1 {num(b['video_t2v_r1'])} (chance {num(b['chance_video'])}), frame-level T2F R@1 "
+             f"{num(b.get('frame_t2f_r1'))} (chance {num(b.get('chance_frame'))})."]
   if summary["seconds"]:
     rows += ["", "| step | minutes |", "|---|---:|"]
     rows += [f"| {name} | {s / 60:.1f} |" for name, s in summary["seconds"].items()]

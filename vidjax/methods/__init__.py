@@ -92,6 +92,13 @@ METHODS: dict[str, Method] = {m.name: m for m in (
              factor=0.8))),
     Method("dense", "Dense baselines (CLIP4Clip, X-Pool)", "configs/dense_msrvtt.py:smoke", (
         Line("msrvtt", "dense_msrvtt", "X-Pool T2V R@1 >= the backbone cosine's T2V R@1", "metrics.xpool.t2v_r1",
-             "metrics.backbone.t2v_r1"),)),
+             "metrics.backbone.t2v_r1"),
+        # The facet queries (`vidjax.worlds.release.facet_queries`: one step of its video each): X-Pool's
+        # text-conditioned frame pooling against the frame mean, and the mean against the whole-video cosine.
+        Line("msrvtt facet queries", "dense_msrvtt_facets", "X-Pool T2V R@1 > CLIP4Clip meanP T2V R@1",
+             "metrics.xpool.t2v_r1", "metrics.clip4clip_meanp.t2v_r1", strict=True),
+        Line("msrvtt facet queries (meanP)", "dense_msrvtt_facets",
+             "CLIP4Clip meanP T2V R@1 >= the backbone cosine's T2V R@1", "metrics.clip4clip_meanp.t2v_r1",
+             "metrics.backbone.t2v_r1"))),
 )}
 
