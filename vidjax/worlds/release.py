@@ -511,7 +511,8 @@ def _write_msrvtt(d: Path, videos, ids, seed):
   io.atomic_write_text(d / "MSRVTT_JSFUSION_test.csv", io.csv_text(rows))
   facets = [["key", "vid_key", "video_id", "sentence"]]
   for v, caption in facet_queries(videos, seed):
-    facets.append([f"ret{len(facets) - 1}", f"msr{ids[v.key][len('video'):]}", ids[v.key], caption])
+    # keys of their own: one store embeds both files' captions by key (the JSFUSION file's are ret0, ret1, ...)
+    facets.append([f"facet{len(facets) - 1}", f"msr{ids[v.key][len('video'):]}", ids[v.key], caption])
   io.atomic_write_text(d / "MSRVTT_facets_test.csv", io.csv_text(facets))
   return {"annotations": ann, "train_list": d / "train_list_jsfusion.txt", "val_list": d / "val_list_jsfusion.txt",
           "test_csv": d / "MSRVTT_JSFUSION_test.csv", "facets_csv": d / "MSRVTT_facets_test.csv"}
