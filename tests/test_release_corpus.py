@@ -17,6 +17,7 @@ from vidjax.worlds import release
 
 CFG = release.SIZES["smoke"]
 N_TRAIN, N_TEST = 32, 16  # 4 tasks x 12 videos, every third a test video
+N_ORDER = 2 * (CFG.order_train + CFG.order_test)  # MSR-VTT's ordered-event clips (two a pair)
 
 
 @pytest.fixture(scope="module")
@@ -121,9 +122,10 @@ def test_retrieval_readers_read_the_release_files(corpus):
   _, m = corpus
   mr = m["msrvtt"]
   data = ann.read_msrvtt(mr["annotations"])
-  assert _splits(data.videos) == {"train": N_TRAIN, "test": N_TEST}
-  assert all(v.duration == CFG.video_seconds for v in data.videos)
-  assert len(data.captions) == (N_TRAIN + N_TEST) * (1 + CFG.steps)
+  assert _splits(data.videos) == {"train": N_TRAIN + 2 * CFG.order_train, "test": N_TEST + 2 * CFG.order_test}
+  procedure = [v for v in data.videos if v.duration == CFG.video_seconds]
+  assert len(procedure) == N_TRAIN + N_TEST
+  assert len(data.captions) == (N_TRAIN + N_TEST) * (1 + CFG.steps) + N_ORDER
   assert _splits(ann.read_msrvtt(mr["annotations"], mr["train_list"]).videos) == {"train": N_TRAIN}
   assert _splits(ann.read_msrvtt(mr["annotations"], mr["val_list"]).videos) == {"test": N_TEST}
   test_csv = ann.read_msrvtt(mr["test_csv"])
@@ -169,6 +171,64 @@ def test_facet_queries_name_one_step_of_their_own_video_and_no_other(corpus):
   assert release.facet_queries(videos, 0) == release.facet_queries(videos, 0)
 
 
+def test_ordered_event_clips_are_twins_that_only_order_tells_apart(corpus):
+  """MSR-VTT's ordered-event clips: each test clip is one query of MSRVTT_order_test.csv, its twin (the same events,
+  drawn alike, in another order) is in the same gallery; the training clips are listed in train_list_order.txt
+  alone (the JSFUSION lists are unchanged). Twins hold the same frames in another order: equal frame means."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  root, m = corpus
+  mr = m["msrvtt"]
+  order = ann.read_msrvtt(mr["order_csv"])
+  assert len(order.captions) == len(order.videos) == 2 * CFG.order_test
+  train = set(msrvtt_lib.read_video_list(mr["order_train_list"]))
+  assert len(train) == 2 * CFG.order_train and not train & set(msrvtt_lib.read_video_list(mr["train_list"]))
+  clips = release.make_ordered(CFG, 0)
+  by_id = dict(zip(release.ordered_ids(release.make_videos(CFG, 0), clips).values(), clips))
+  assert {by_id[v].split for v in train} == {"train"}
+  for caption in order.captions:
+    clip = by_id[caption.video_id]
+    twin = next(c for c in clips if c.clip == clip.twin)
+    assert caption.text == clip.caption and " then " in caption.text
+    assert sorted(e.prompt for e in twin.events) == sorted(e.prompt for e in clip.events)
+    assert twin.caption != clip.caption and twin.tint == clip.tint and 2 <= len(clip.events) <= 3
+    a, b = (release.ordered_frames(CFG, 0, c, noise=False).astype(np.float64) for c in (clip, twin))
+    assert a.shape == b.shape and np.allclose(a.mean(0), b.mean(0)) and not np.allclose(a, b)
+  # each twin of a test clip is a query too (in the gallery), and every clip file decodes at its length
+  assert {by_id[c.video_id].twin for c in order.captions} == {by_id[c.video_id].clip for c in order.captions}
+  some = by_id[order.captions[0].video_id]
+  assert _frame_count(root / "clips" / f"{some.clip}.mp4") == len(some.events) * CFG.frames_per_step
+  # pair i of a split draws from its own stream: more pairs leave the first ones as they were
+  more = release.make_ordered(dataclasses.replace(CFG, order_train=CFG.order_train + 3), 0)
+  assert more[:2 * CFG.order_train] == clips[:2 * CFG.order_train] and more[-2:] == clips[-2:]
+
+
+def test_oracles_say_which_mechanism_decides_each_query(corpus):
+  """corpus_summary.json: the order queries need order (the frame-mean oracle ties each clip with its twin, the
+  order-aware oracle decides every one), the facet queries need per-frame attention on most (the aligned oracle
+  decides all, the frame-mean one fewer), the GenState temporal negatives that reverse the main clip need order."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from vidjax.worlds import oracles  # pylint: disable=g-import-not-at-top
+  root, m = corpus
+  summary = io.read_json(root / "corpus_summary.json", "summary")
+  assert summary["synthetic"] is True and m["corpus_summary"] == str(root / "corpus_summary.json")
+  order, facets, states = summary["order"], summary["facets"], summary["states"]
+  assert (order["queries"], order["frame_mean_r1"], order["aligned_r1"], order["share"]) == (
+      2 * CFG.order_test, 0.0, 100.0, 100.0)
+  assert facets["aligned_r1"] == 100.0 and facets["frame_mean_r1"] < 100.0 and facets["share"] > 0
+  assert facets["share"] == pytest.approx(100.0 - facets["frame_mean_r1"])
+  assert states["queries"] == 4 * CFG.genstate_test and 0 < states["share"] < 100 and states["aligned_r1"] == 100
+  # the oracles themselves, on frames made by hand: a clip and its reversal tie under the frame mean
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=(2, 4, 3))  # two "events" of 4 frames, 3 features
+  clip, twin, other = np.concatenate([x[0], x[1]]), np.concatenate([x[1], x[0]]), rng.normal(size=(8, 3))
+  gallery = [clip, twin, other]
+  mean, seq = oracles.frame_mean_scores([clip], gallery), oracles.sequence_scores([clip], gallery)
+  assert mean[0, 0] == pytest.approx(mean[0, 1]) and not oracles.decided(mean, np.array([0]))[0]
+  assert oracles.decided(seq, np.array([0]))[0] and not oracles.decided(seq, np.array([1]))[0]
+  aligned = oracles.aligned_scores([x[1]], gallery, 4)  # the second event: found in the clip and in its twin
+  assert aligned[0, 0] == pytest.approx(0.0, abs=1e-6) and aligned[0, 1] == pytest.approx(0.0, abs=1e-6)
+
+
 def test_genstate_and_videocomp_read(corpus):
   _, m = corpus
   g = m["genstate"]
@@ -203,7 +263,7 @@ def test_every_annotated_id_resolves_to_a_video_file(corpus):
   }
   decoded = 0
   for name, vids in ids.items():
-    assert len(vids) == len(set(vids)) == N_TRAIN + N_TEST, name
+    assert len(vids) == len(set(vids)) == N_TRAIN + N_TEST + (N_ORDER if name == "msrvtt" else 0), name
     index = index_videos(m[name]["videos"])
     assert len(index) == len(vids), name
     # DiDeMo ids keep their extension; extraction looks them up by stem (extract._retrieval_clips).

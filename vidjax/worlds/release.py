@@ -99,6 +99,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import json
 import os
 import time
@@ -111,6 +112,7 @@ from vidjax import io
 from vidjax.data import comp
 from vidjax.data import video as video_lib
 from vidjax.data.annotations import read_activitynet_captions
+from vidjax.worlds import oracles
 from vidjax.worlds import rendered
 
 DATASETS = ("youcook2", "coin", "crosstask", "msrvtt", "didemo", "activitynet", "msvd", "genstate", "videocomp")
@@ -127,7 +129,8 @@ COMP_LEXICON = {"appears": ("disappears",), "disappears": ("appears",), "onto": 
 _YT_ALPHABET = np.array(list("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"))
 _DIDEMO_EXTS = ("mov", "avi", "mp4", "mpg", "wmv", "m4v", "3gp")
 _DATASET_CODE = {name: i + 1 for i, name in enumerate(DATASETS)}
-_TASK, _VARIATION, _NOISE, _DATASET, _FACET = 1, 2, 3, 4, 5
+_TASK, _VARIATION, _NOISE, _DATASET, _FACET, _ORDER = 1, 2, 3, 4, 5, 6
+_SPLIT_CODE = {"train": 1, "test": 2}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,6 +150,8 @@ class ReleaseCorpusConfig:
   genstate_train: int = 1       # GenState queries per category (3 clips each)
   genstate_test: int = 2
   genstate_frames: int = 16
+  order_train: int = 0          # ordered-event twin pairs in MSR-VTT's training split (2 clips each: `make_ordered`)
+  order_test: int = 0           # ... in its order test file, MSRVTT_order_test.csv
 
   def __post_init__(self):
     def bad(message):
@@ -168,12 +173,14 @@ class ReleaseCorpusConfig:
     if self.steps * self.step_seconds > DIDEMO_CHUNK_S * DIDEMO_MAX_CHUNKS:
       bad(f"{self.steps} steps of {self.step_seconds} s last {self.steps * self.step_seconds} s; DiDeMo videos "
           f"hold at most {DIDEMO_MAX_CHUNKS} chunks ({DIDEMO_CHUNK_S * DIDEMO_MAX_CHUNKS} s)")
-    if self.tasks * self.videos_per_task > MSRVTT_MAX:
-      bad(f"{self.tasks * self.videos_per_task} videos exceed MSR-VTT's id range video0..video{MSRVTT_MAX - 1}")
-    for name in ("genstate_train", "genstate_test"):
+    for name in ("genstate_train", "genstate_test", "order_train", "order_test"):
       value = getattr(self, name)
       if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         bad(f"{name} must be a non-negative integer, got {value!r}")
+    msrvtt = self.tasks * self.videos_per_task + 2 * (self.order_train + self.order_test)
+    if msrvtt > MSRVTT_MAX:
+      bad(f"{msrvtt} videos (procedure videos and ordered-event clips) exceed MSR-VTT's id range "
+          f"video0..video{MSRVTT_MAX - 1}")
     if isinstance(self.hold, bool) or not isinstance(self.hold, int) or self.hold < 0:
       bad(f"hold must be a non-negative integer, got {self.hold!r}")
     if not isinstance(self.noise, (int, float)) or isinstance(self.noise, bool) or not 0 <= self.noise < float("inf"):
@@ -214,11 +221,13 @@ class ReleaseCorpusConfig:
 SIZES = {
     # 4 tasks x 12 videos = 48 procedure videos (80 frames of 64x64) + 36 GenState clips: a few seconds on CPU,
     # and enough for every method's smoke/tiny settings (CAST's batch of 64 training instances, its held-out pools).
-    "smoke": ReleaseCorpusConfig(videos_per_task=12),
+    "smoke": ReleaseCorpusConfig(videos_per_task=12, order_train=4, order_test=4),
     # 40 x 24 = 960 procedure videos (640 train / 320 test; 3,840 step clips) + 1,800 GenState clips: sized so that
     # `launch/real_path.sh OUT full` (render, train the backbone, prepare, every method) runs in about 42 minutes
     # on 2 CPU cores (BENCHMARKS.md, "The whole real path in one go"); 45 videos a task (1,800) took ~2.5 hours.
-    "full": ReleaseCorpusConfig(tasks=40, videos_per_task=24, genstate_train=100, genstate_test=50),
+    # 300 / 60 ordered-event pairs for VEDJE's line (`make_ordered`): 600 training clips, 120 test queries.
+    "full": ReleaseCorpusConfig(tasks=40, videos_per_task=24, genstate_train=100, genstate_test=50, order_train=300,
+                                order_test=60),
 }
 
 
@@ -349,6 +358,69 @@ def video_frames(config: ReleaseCorpusConfig, seed: int, video: ProcedureVideo) 
   for k, (step, scene) in enumerate(zip(video.task.steps, scenes)):
     clip = rendered.Clip(f"{video.clip}_step{k}", step.prompt, step.category, tint, scene)
     parts.append(rendered.render(clip, cfg, _rng(seed, _NOISE, t, v, k)))
+  return np.concatenate(parts)
+
+
+# ----------------------------------------------------------------------------------------------
+# Ordered-event clips: the same events in another order are each other's hard negative.
+
+
+@dataclasses.dataclass(frozen=True)
+class OrderedClip:
+  """One ordered-event clip: two or three rendered events one after another (`frames_per_step` frames each), its
+  caption naming them in that order ("the red square moves onto the blue circle, then a second green triangle
+  appears next to the yellow square"). `twin` is the other clip of its pair: the same events, drawn the same way on
+  the same board, in another order, so the two clips hold the same frames in another order (their frame means are
+  equal) and only the order tells them apart."""
+  pair: int
+  split: str              # "train" | "test"
+  clip: str               # file stem: order_<split><pair>_a | _b
+  twin: str
+  tint: tuple[int, int, int]
+  events: tuple[Step, ...]  # in this clip's order
+  step_seconds: int
+
+  @property
+  def caption(self) -> str:
+    return ", then ".join(e.prompt for e in self.events)
+
+  @property
+  def duration(self) -> float:
+    return float(len(self.events) * self.step_seconds)
+
+
+def make_ordered(config: ReleaseCorpusConfig, seed: int) -> list[OrderedClip]:
+  """The ordered-event pairs, `order_train` then `order_test`, two clips each (pair i's "a" clip in the drawn order,
+  its "b" clip in another: reversed for two events, one of the five other orders for three). Pair i of a split draws
+  from `[seed, 6, split, i]` alone, so today's procedure videos and every other pair are unchanged by the counts."""
+  cfg = config.step_config()
+  out = []
+  for split, count in (("train", config.order_train), ("test", config.order_test)):
+    for i in range(count):
+      rng = _rng(seed, _ORDER, _SPLIT_CODE[split], i)
+      k = 2 + int(rng.integers(2))
+      categories = [rendered.CATEGORIES[c] for c in rng.permutation(len(rendered.CATEGORIES))[:k]]
+      events = []
+      for category in categories:
+        clip = rendered.make_triplet_clips(category, cfg, rng, f"order{i}")[0]
+        events.append(Step(clip.prompt, category, clip.objects))
+      others = list(itertools.permutations(range(k)))[1:]  # every order but the drawn one
+      perm = others[int(rng.integers(len(others)))]
+      tint = tuple(int(x) for x in 150 + rng.integers(-12, 13, 3))
+      a, b = f"order_{split}{i:04d}_a", f"order_{split}{i:04d}_b"
+      out.append(OrderedClip(i, split, a, b, tint, tuple(events), config.step_seconds))
+      out.append(OrderedClip(i, split, b, a, tint, tuple(events[j] for j in perm), config.step_seconds))
+  return out
+
+
+def ordered_frames(config: ReleaseCorpusConfig, seed: int, clip: OrderedClip, noise: bool = True) -> np.ndarray:
+  """uint8 `[events * frames_per_step, size, size, 3]`: the clip's events in its order, each with its own noise
+  (`noise=False`: none, for the oracles)."""
+  cfg = config.step_config() if noise else dataclasses.replace(config.step_config(), noise=0.0)
+  role = 1 + (clip.clip.endswith("_b"))
+  parts = [rendered.render(rendered.Clip(f"{clip.clip}_{k}", e.prompt, e.category, clip.tint, e.objects), cfg,
+                           _rng(seed, _ORDER, _SPLIT_CODE[clip.split], clip.pair, role, k))
+           for k, e in enumerate(clip.events)]
   return np.concatenate(parts)
 
 
@@ -491,7 +563,12 @@ def facet_queries(videos: Sequence[ProcedureVideo], seed: int) -> list[tuple[Pro
   return out
 
 
-def _write_msrvtt(d: Path, videos, ids, seed):
+def ordered_ids(videos: Sequence[ProcedureVideo], ordered: Sequence[OrderedClip]) -> dict[str, str]:
+  """{ordered clip stem: its MSR-VTT id}: numbered after the procedure videos (video<N>, N = len(videos) + j)."""
+  return {c.clip: f"video{len(videos) + j}" for j, c in enumerate(ordered)}
+
+
+def _write_msrvtt(d: Path, videos, ids, seed, ordered):
   entries, sentences, train, test, rows = [], [], [], [], [["key", "vid_key", "video_id", "sentence"]]
   for v in videos:
     vid = ids[v.key]
@@ -504,6 +581,13 @@ def _write_msrvtt(d: Path, videos, ids, seed):
     (train if v.split == "train" else test).append(vid)
     if v.split == "test":
       rows.append([f"ret{len(rows) - 1}", f"msr{number}", vid, v.paragraph])
+  order_ids = ordered_ids(videos, ordered)
+  for c in ordered:
+    vid = order_ids[c.clip]
+    number = int(vid[len("video"):])
+    entries.append({"category": 19, "url": f"synthetic://msrvtt/{vid}", "video_id": vid, "start time": 0.0,
+                    "end time": c.duration, "split": c.split, "id": number})
+    sentences.append({"caption": c.caption, "video_id": vid, "sen_id": len(sentences)})
   ann = d / "MSRVTT_data.json"
   io.atomic_write_json(ann, {"info": {"description": SYNTHETIC_NOTE}, "videos": entries, "sentences": sentences})
   _text(d / "train_list_jsfusion.txt", train)
@@ -514,8 +598,20 @@ def _write_msrvtt(d: Path, videos, ids, seed):
     # keys of their own: one store embeds both files' captions by key (the JSFUSION file's are ret0, ret1, ...)
     facets.append([f"facet{len(facets) - 1}", f"msr{ids[v.key][len('video'):]}", ids[v.key], caption])
   io.atomic_write_text(d / "MSRVTT_facets_test.csv", io.csv_text(facets))
-  return {"annotations": ann, "train_list": d / "train_list_jsfusion.txt", "val_list": d / "val_list_jsfusion.txt",
-          "test_csv": d / "MSRVTT_JSFUSION_test.csv", "facets_csv": d / "MSRVTT_facets_test.csv"}
+  out = {"annotations": ann, "train_list": d / "train_list_jsfusion.txt", "val_list": d / "val_list_jsfusion.txt",
+         "test_csv": d / "MSRVTT_JSFUSION_test.csv", "facets_csv": d / "MSRVTT_facets_test.csv"}
+  if ordered:  # their own lists: the JSFUSION lists, and every run that reads them, stay as without them
+    order_rows, order_train = [["key", "vid_key", "video_id", "sentence"]], []
+    for c in ordered:
+      vid = order_ids[c.clip]
+      if c.split == "train":
+        order_train.append(vid)
+      else:
+        order_rows.append([f"order{len(order_rows) - 1}", f"msr{vid[len('video'):]}", vid, c.caption])
+    _text(d / "train_list_order.txt", order_train)
+    io.atomic_write_text(d / "MSRVTT_order_test.csv", io.csv_text(order_rows))
+    out.update(order_csv=d / "MSRVTT_order_test.csv", order_train_list=d / "train_list_order.txt")
+  return out
 
 
 def _write_didemo(d: Path, videos, ids, config, seed):
@@ -600,6 +696,67 @@ def _write_videocomp(d: Path, videos, ids, seed, activitynet_dir: Path):
 
 
 # ----------------------------------------------------------------------------------------------
+# corpus_summary.json: which mechanism decides each kind of query (`vidjax.worlds.oracles`).
+
+_BLACK = (0, 0, 0)
+
+
+def _content(config: ReleaseCorpusConfig, scenes: Sequence[Sequence[rendered.Obj]], frames: int | None = None,
+             cfg: rendered.RenderedWorldConfig | None = None) -> np.ndarray:
+  """The pooled noise-free frames of scenes one after another on a black board (what a caption can describe)."""
+  cfg = dataclasses.replace(cfg or config.step_config(), noise=0.0)
+  rng = np.random.default_rng(0)  # unused at noise 0
+  return np.concatenate([oracles.pooled(rendered.render(rendered.Clip("oracle", "", "", _BLACK, tuple(s)), cfg, rng))
+                         for s in scenes])
+
+
+def corpus_summary(config: ReleaseCorpusConfig, seed: int, videos: Sequence[ProcedureVideo],
+                   ordered: Sequence[OrderedClip], genstate: bool = True) -> dict:
+  """For each mechanism, the share of its queries that only it decides (`oracles.needs`), with both oracles' R@1:
+
+  * "order" (MSRVTT_order_test.csv; gallery: the order test clips): the frame-mean oracle ties each clip with its
+    twin, the order-aware oracle (frames at the same times) tells them apart;
+  * "facets" (MSRVTT_facets_test.csv; gallery: the test procedure videos): a query names one step of its video;
+    the aligned oracle finds that step's frames, the frame-mean oracle compares the step with the whole video;
+  * "states" (GenState test queries; gallery: each query's main clip and its two negatives): the temporal negatives
+    that hold the main clip's frames in another order (a reversal) tie with it under the frame mean.
+  """
+  out: dict = {"synthetic": True, "note": SYNTHETIC_NOTE}
+  test = [c for c in ordered if c.split == "test"]
+  if test:
+    clips = [_content(config, [e.objects for e in c.events]) for c in test]
+    targets = np.arange(len(test))
+    out["order"] = {**oracles.needs(oracles.frame_mean_scores(clips, clips), oracles.sequence_scores(clips, clips),
+                                    targets), "file": "msrvtt/MSRVTT_order_test.csv",
+                    "gallery": "the order test clips (each pair's two clips)"}
+  facets = facet_queries(videos, seed)
+  if facets:
+    gallery = [v for v in videos if v.split == "test"]
+    row = {v.key: i for i, v in enumerate(gallery)}
+    scenes = {v.key: _variation(config, seed, v.task, v.index)[1] for v in gallery}
+    clips = [_content(config, scenes[v.key]) for v in gallery]
+    queries = [_content(config, [scenes[v.key][v.captions.index(caption)]]) for v, caption in facets]
+    targets = np.array([row[v.key] for v, _ in facets])
+    out["facets"] = {**oracles.needs(oracles.frame_mean_scores(queries, clips),
+                                     oracles.aligned_scores(queries, clips, config.frames_per_step), targets),
+                     "file": "msrvtt/MSRVTT_facets_test.csv", "gallery": "the test procedure videos"}
+  if genstate and config.genstate_test:
+    world = rendered.make_world(config.genstate_config(), seed, "unused")
+    cfg = config.genstate_config()
+    decided = {"frame_mean": [], "aligned": []}
+    for i in range(len(world.triplets["test"])):
+      three = [_content(config, [c.objects], cfg=cfg) for c in world.clips["test"][3 * i: 3 * i + 3]]
+      for name, scores in (("frame_mean", oracles.frame_mean_scores(three[:1], three)),
+                           ("aligned", oracles.sequence_scores(three[:1], three))):
+        decided[name].append(bool(oracles.decided(scores, np.array([0]))[0]))
+    m, a = np.array(decided["frame_mean"]), np.array(decided["aligned"])
+    pct = lambda x: round(100.0 * float(np.sum(x)) / len(m), 2)  # noqa: E731
+    out["states"] = {"queries": len(m), "frame_mean_r1": pct(m), "aligned_r1": pct(a), "share": pct(a & ~m),
+                     "file": "genstate/test.json", "gallery": "each query's main clip and its two negatives"}
+  return out
+
+
+# ----------------------------------------------------------------------------------------------
 # The corpus.
 
 
@@ -675,6 +832,11 @@ def write_corpus(root: str | os.PathLike, config: ReleaseCorpusConfig = SIZES["s
       path = root / "clips" / f"{v.clip}.mp4"
       if not path.exists():
         video_lib.write_video(path, video_frames(config, seed, v), fps=config.fps)
+  ordered = make_ordered(config, seed) if "msrvtt" in datasets else []
+  for c in ordered:
+    path = root / "clips" / f"{c.clip}.mp4"
+    if not path.exists():
+      video_lib.write_video(path, ordered_frames(config, seed, c), fps=config.fps)
   ids = dataset_ids(config, seed, videos)
   manifest: dict = {}
   all_counts: dict = {}
@@ -683,16 +845,21 @@ def write_corpus(root: str | os.PathLike, config: ReleaseCorpusConfig = SIZES["s
     if name in PROCEDURE_DATASETS:
       for v in videos:
         _link(d / "videos" / f"{_file_stem(name, ids[name][v.key])}.mp4", root / "clips" / f"{v.clip}.mp4")
+      if name == "msrvtt":
+        for stem, vid in ordered_ids(videos, ordered).items():
+          _link(d / "videos" / f"{vid}.mp4", root / "clips" / f"{stem}.mp4")
       table = ids[name]
       entry = {"youcook2": lambda: _write_youcook2(d, videos, table),
                "coin": lambda: _write_coin(d, videos, table, config.steps),
                "crosstask": lambda: _write_crosstask(d, videos, table),
-               "msrvtt": lambda: _write_msrvtt(d, videos, table, seed),
+               "msrvtt": lambda: _write_msrvtt(d, videos, table, seed, ordered),
                "didemo": lambda: _write_didemo(d, videos, table, config, seed),
                "activitynet": lambda: _write_activitynet(d, videos, table),
                "msvd": lambda: _write_msvd(d, videos, table)}[name]()
       entry = {"videos": d / "videos", **entry}
       all_counts[name] = dict(counts)
+      if name == "msrvtt" and ordered:
+        all_counts[name]["order"] = {split: sum(c.split == split for c in ordered) for split in ("train", "test")}
     elif name == "genstate":
       entry, all_counts[name] = _write_genstate(d, config, seed)
     else:
@@ -708,6 +875,10 @@ def write_corpus(root: str | os.PathLike, config: ReleaseCorpusConfig = SIZES["s
   distinct = {split: len({v.paragraph for v in videos if v.split == split}) for split in ("train", "test")}
   manifest.update({"counts": all_counts, "distinct_paragraphs": distinct, "seed": seed,
                    "config": dataclasses.asdict(config), "synthetic": True, "note": SYNTHETIC_NOTE})
+  if "msrvtt" in datasets or "genstate" in datasets:
+    io.atomic_write_json(root / "corpus_summary.json", corpus_summary(
+        config, seed, videos if "msrvtt" in datasets else [], ordered, genstate="genstate" in datasets))
+    manifest["corpus_summary"] = str(root / "corpus_summary.json")
   io.atomic_write_json(root / "manifest.json", manifest)
   return manifest
 
