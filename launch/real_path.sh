@@ -65,7 +65,8 @@ prepare() { run "prepare $1" "$S/$1" --config $PREP --config.dataset="$1" --conf
 prepare youcook2    "$C/youcook2/youcookii_annotations_trainval.json"
 prepare coin        "$C/coin/coin_train_70.json,$C/coin/coin_test_30.json"
 prepare crosstask   "$C/crosstask"
-prepare msrvtt      "$C/msrvtt/MSRVTT_data.json,$C/msrvtt/MSRVTT_JSFUSION_test.csv,$C/msrvtt/MSRVTT_facets_test.csv"
+prepare msrvtt      "$C/msrvtt/MSRVTT_data.json,$C/msrvtt/MSRVTT_JSFUSION_test.csv,$C/msrvtt/MSRVTT_facets_test.csv,\
+$C/msrvtt/MSRVTT_order_test.csv"
 prepare activitynet "$C/activitynet/train.json,$C/activitynet/val_1.json"
 prepare genstate    "$C/genstate/train.json,$C/genstate/test.json"
 if [ "$SCOPE" = all ]; then
@@ -90,12 +91,15 @@ for d in youcook2 coin crosstask; do
 done
 run "retrieval msrvtt" "$R/retrieval_msrvtt" --config configs/retrieval_msrvtt.py \
     --config.data.features="$S/msrvtt/features" --config.data.annotations="$C/msrvtt/MSRVTT_JSFUSION_test.csv"
-run "vedje msrvtt" "$R/vedje_msrvtt" --config configs/vedje_msrvtt.py$T --config.data.features="$S/msrvtt/features" \
-    --config.data.annotations="$C/msrvtt/MSRVTT_JSFUSION_test.csv" \
+# VEDJE on the ordered-event queries (MSRVTT_order_test.csv: each clip's hard negative is its twin, the same events in
+# another order), trained on the ordered-event training clips (train_list_order.txt)
+run "vedje msrvtt order" "$R/vedje_msrvtt_order" --config configs/vedje_msrvtt.py$T \
+    --config.data.features="$S/msrvtt/features" --config.data.annotations="$C/msrvtt/MSRVTT_order_test.csv" \
     --config.data.train_annotations="$C/msrvtt/MSRVTT_data.json" \
-    --config.data.train_video_list="$C/msrvtt/train_list_jsfusion.txt"
-run "grdr msrvtt" "$R/grdr_msrvtt" --config configs/grdr_msrvtt.py$T --config.data.features="$S/msrvtt/features" \
-    --config.data.annotations="$C/msrvtt/MSRVTT_JSFUSION_test.csv" \
+    --config.data.train_video_list="$C/msrvtt/train_list_order.txt"
+# GRDR on the facet queries (one step of its video each: queries that name different facets of one video)
+run "grdr msrvtt facets" "$R/grdr_msrvtt_facets" --config configs/grdr_msrvtt.py$T \
+    --config.data.features="$S/msrvtt/features" --config.data.annotations="$C/msrvtt/MSRVTT_facets_test.csv" \
     --config.data.train_annotations="$C/msrvtt/MSRVTT_data.json" \
     --config.data.train_video_list="$C/msrvtt/train_list_jsfusion.txt" $GRDR_FLAGS
 run "dense msrvtt" "$R/dense_msrvtt" --config configs/dense_msrvtt.py$T --config.data.features="$S/msrvtt/features" \

@@ -252,11 +252,17 @@ def test_real_path_summary_reads_every_line_from_the_runs(real_path, tmp_path, c
   out = tmp_path / "out"
   (out / "runs").mkdir(parents=True)
   results = {}
-  for step, folder in (("cast_youcook2", "cast_youcook2"), ("vedje_msrvtt", "vedje_msrvtt"),
-                       ("grdr_msrvtt", "grdr_msrvtt"), ("comp_activitynet", "comp_activitynet"),
-                       ("genstate", "genstate"), ("stack_youcook2", "stack_youcook2_vedje")):
+  # the smoke VEDJE run stands in for the order-query run (its lines read the same keys)
+  for step, folder in (("cast_youcook2", "cast_youcook2"), ("vedje_msrvtt", "vedje_msrvtt_order"),
+                       ("comp_activitynet", "comp_activitynet"), ("genstate", "genstate"),
+                       ("stack_youcook2", "stack_youcook2_vedje")):
     workdir, results[step] = real_path(step)
     (out / "runs" / folder).symlink_to(workdir)
+  # GRDR's lines read the 150-capped row, which the smoke run (16 test videos) caps at 5: a results file with the
+  # keys the lines read, numbers chosen so that one line holds and the other does not
+  grdr = {"grdr_cap150": {"t2v_r1": 19.5, "candidate_recall": 79.9}, "xpool": {"t2v_r1": 21.5}}
+  (out / "runs" / "grdr_msrvtt_facets").mkdir()
+  (out / "runs" / "grdr_msrvtt_facets" / "results.json").write_text(json.dumps({"metrics": {"inductive": grdr}}))
   (out / "times.tsv").write_text("corpus\t3\tsmoke\t0\ncast youcook2\t120\tsmoke\t0\n")
   summary_cli.main([str(out)])
   summary = json.loads((out / "summary.json").read_text())
@@ -267,14 +273,21 @@ def test_real_path_summary_reads_every_line_from_the_runs(real_path, tmp_path, c
   assert lines["cast", "youcook2"]["reference"] == pytest.approx(cast["zero_shot"]["acc"] + 10)
   assert lines["cast", "youcook2"]["holds"] == (cast["cast"]["acc"] >= cast["zero_shot"]["acc"] + 10)
   assert lines["cast", "coin"]["holds"] is None and lines["stack", "youcook2"]["holds"] is None  # not run
-  grdr = results["grdr_msrvtt"]["metrics"]["inductive"]
-  assert lines["grdr", "msrvtt"]["reference"] == pytest.approx(0.8 * grdr["dense_backbone"]["candidate_recall"])
-  assert lines["grdr", "msrvtt"]["value"] == pytest.approx(grdr["grdr"]["candidate_recall"])
+  assert (lines["grdr", "msrvtt facet queries"]["reference"], lines["grdr", "msrvtt facet queries"]["holds"]) == \
+      (pytest.approx(19.5), True)  # X-Pool - 2, and 19.5 >= 19.5
+  recall = lines["grdr", "msrvtt facet queries (recall)"]
+  assert (recall["value"], recall["reference"], recall["holds"]) == (pytest.approx(79.9), 80.0, False)  # a constant
   comp = results["comp_activitynet"]["metrics"]
   assert lines["videocomp", "activitynet"]["holds"] == (comp["contrastive"]["temp_reorder"]
                                                         > comp["zero_shot"]["temp_reorder"])
   vedje, gs = results["vedje_msrvtt"]["metrics"], results["genstate"]["metrics"]
-  assert lines["vedje", "msrvtt"]["value"] == pytest.approx(vedje["vedje"]["t2v_r1"])
+  assert lines["vedje", "msrvtt order queries"]["value"] == pytest.approx(vedje["vedje"]["t2v_r1"])
+  assert lines["vedje", "msrvtt order queries"]["reference"] == pytest.approx(vedje["stage1"]["t2v_r1"] + 3)
+  joint = lines["vedje", "msrvtt order queries (joint pass)"]
+  split = results["vedje_msrvtt"]["prior_split"]
+  assert (joint["value"], joint["reference"]) == (pytest.approx(split["joint_alone"]["t2v_r1"]),
+                                                  pytest.approx(results["vedje_msrvtt"]["prior_split_chance"]["t2v_r1"]))
+  assert joint["holds"] == (joint["value"] > joint["reference"])
   assert lines["genstate", "genstate"]["reference"] == pytest.approx(gs["zero_shot"]["acc_tri"])
   assert summary["backbone"] is None and summary["total_minutes"] == pytest.approx(2.05, abs=0.05)
   assert "| cast youcook2 | 2.0 |" in (out / "summary.md").read_text()

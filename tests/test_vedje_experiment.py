@@ -61,6 +61,9 @@ def test_smoke_run_writes_the_results_contract(smoke_run):
   split = on_disk["prior_split"]
   assert split["stage1"] == on_disk["stage1_over_candidates"] and split["vedje"] == on_disk["metrics"]["vedje"]
   assert set(split["joint_alone"]) >= KEYS
+  # its chance level: a random order of each query's stage-1 top k (k = 10 here) finds the target at rank 1 with
+  # probability (target among the top k) / k, i.e. stage 1's R@10 / 10
+  assert on_disk["prior_split_chance"]["t2v_r1"] == pytest.approx(split["stage1"]["t2v_r10"] / 10, abs=0.01)
   assert set(on_disk["cost"]) == {"64_tokens", "16_tokens"}  # Table 2, both budgets
   assert on_disk["cost"]["16_tokens"]["rerank_peak_mb"] < on_disk["cost"]["64_tokens"]["rerank_peak_mb"]
   probe = on_disk["cache_probe"]["with_delta"]

@@ -55,7 +55,8 @@ def summarize(out: str | Path) -> dict:
       value = reference = holds = None
       if results is not None:
         value = _metric(results, line.value, where)
-        reference = line.factor * _metric(results, line.reference, where) + line.offset
+        reference = (line.factor * _metric(results, line.reference, where) if line.reference else 0.0) + \
+            line.offset
         holds = value > reference if line.strict else value >= reference
       lines.append(dict(method=m.label, dataset=line.dataset, claim=line.claim, value=value, reference=reference,
                         holds=holds))
