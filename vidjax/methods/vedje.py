@@ -474,7 +474,8 @@ def rerank_metrics(scorer: VedjeScorer, pairs: PairBatches, test: Split, k: int,
   chance_t2v_r1 = round(100.0 * float(s1_t2v_rel.any(axis=1).mean()) / max(k_t2v, 1), 2)
   return reranked, {"stage1": stage1, "chance_t2v_r1": chance_t2v_r1,
                     "latency_ms": {"t2v_rerank": round(t2v.latency_ms["rerank"], 3),
-                                                     "v2t_rerank": round(v2t.latency_ms["rerank"], 3)}, "t2v_ranks": metrics.candidate_ranks(t2v.scores, t2v_rel),
+                                   "v2t_rerank": round(v2t.latency_ms["rerank"], 3)},
+                    "t2v_ranks": metrics.candidate_ranks(t2v.scores, t2v_rel),
                     "v2t_ranks": metrics.candidate_ranks(v2t.scores, v2t_rel), "v2t_videos": captioned}
 
 

@@ -36,7 +36,10 @@ Layout (`write_corpus(root)`)::
     root/coin/coin_train_70.json, coin_test_30.json                        (PDPP two-file list layout)
     root/crosstask/tasks_primary.txt, videos.csv, videos_val.csv, annotations/<task>_<id>.csv
     root/msrvtt/MSRVTT_data.json, train_list_jsfusion.txt, val_list_jsfusion.txt, MSRVTT_JSFUSION_test.csv,
-                                    MSRVTT_facets_test.csv (one step caption per test video: `facet_queries`)
+                                    MSRVTT_facets_test.csv (one step caption per test video: `facet_queries`),
+                                    MSRVTT_order_test.csv, train_list_order.txt (the ordered-event clips)
+    root/clips/order_test0000_a.mp4                the ordered-event clips (`make_ordered`), MSR-VTT only
+    root/corpus_summary.json        per mechanism, the share of its queries only it decides (`corpus_summary`)
     root/didemo/train_data.json, test_data.json
     root/activitynet/train.json, val_1.json
     root/msvd/youtube_mapping.txt, AllVideoDescriptions.txt
@@ -63,6 +66,10 @@ train), so the split of a video never changes when the counts grow. Per format:
   key,vid_key,video_id,sentence) holds one caption -- the paragraph -- per test video. `MSRVTT_facets_test.csv`
   (the same layout) holds the facet queries instead: one step caption per test video (`facet_queries`), for the
   dense rows' line where a query names one part of its video (pass it as `data.annotations` to the dense config).
+  The ordered-event clips (`order_train` / `order_test` pairs, `make_ordered`) are MSR-VTT videos numbered after the
+  procedure videos, in `MSRVTT_data.json` with their caption ("A, then B"); `train_list_order.txt` lists the training
+  clips and `MSRVTT_order_test.csv` holds one query per test clip (keys order0, ...), whose gallery holds its twin:
+  the same events in another order. The JSFUSION lists and csv are as without them.
 * DiDeMo: `train_data.json` / `test_data.json`, one description per step. Timing: the config requires a step
   to last a whole number of 5-second chunks and a video at most 6 chunks (30 s), so step k is exactly the
   chunk moment [k c, (k + 1) c - 1] (c chunks per step) and `num_segments` is the video's chunk count; three
@@ -85,13 +92,19 @@ train), so the split of a video never changes when the counts grow. Per format:
   steps every task has a Quantity and a Relation step, so every video has an action to replace (with fewer,
   a video may have none and its action_replace is skipped and counted). Its videos are the ActivityNet videos.
 
-Determinism: task t draws from `np.random.default_rng([seed, 1, t])`, video (t, v) its variation from
-`[seed, 2, t, v]` and step k's noise from `[seed, 3, t, v, k]`; dataset ids and annotation details from
-`[seed, 4, dataset, t, v]`. So the same seed gives the same annotation bytes and (PyAV's single-threaded
-MPEG-4 encoder, `vidjax.data.video.encode_video`) the same mp4 bytes, and a larger config renders the same
-videos for the (t, v) it shares with a smaller one (ids numbered by position -- MSR-VTT, MSVD -- follow the
-counts). Every file is written atomically and a clip or link already in place is skipped, so a killed write
-resumes; a root stamped with another seed or config is refused.
+Mechanisms. Three kinds of query need something a frame-mean model cannot do, and `corpus_summary.json` says how
+often (`corpus_summary`, `vidjax.worlds.oracles`): the ordered-event queries need order (a clip and its twin hold the
+same frames), the facet queries need per-frame attention (a step is a quarter of its video), and GenState's temporal
+negatives that reverse the main clip need order too.
+
+Determinism: task t draws from `np.random.default_rng([seed, 1, t])`, video (t, v) its variation from `[seed, 2, t,
+v]` and step k's noise from `[seed, 3, t, v, k]`; dataset ids and annotation details from `[seed, 4, dataset, t, v]`;
+facet queries from `[seed, 5, t, v]`; ordered-event pair i of a split from `[seed, 6, split, i]` (so adding them left
+every procedure clip, and every dataset's files but MSR-VTT's, as before). So the same seed gives the same annotation
+bytes and (PyAV's single-threaded MPEG-4 encoder, `vidjax.data.video.encode_video`) the same mp4 bytes, and a larger
+config renders the same videos for the (t, v) it shares with a smaller one (ids numbered by position -- MSR-VTT, MSVD
+-- follow the counts). Every file is written atomically and a clip or link already in place is skipped, so a killed
+write resumes; a root stamped with another seed or config is refused.
 
 CLI: `python -m vidjax.worlds.release --root DIR [--size smoke|full] [--seed 0] [--datasets a,b,...]`.
 """
@@ -897,7 +910,8 @@ def main(argv: Sequence[str] | None = None) -> dict:
     if name in manifest:
       c = manifest["counts"][name]
       unit = {"genstate": "queries", "videocomp": "triplets"}.get(name, "videos")
-      print(f"{name:<12} {unit:<8} train {c['train']:>5}  test {c['test']:>5}  videos {manifest[name]['videos']}  "
+      extra = f"  + ordered-event clips {c['order']['train']} / {c['order']['test']}" if "order" in c else ""
+      print(f"{name:<12} {unit:<8} train {c['train']:>5}  test {c['test']:>5}{extra}  videos {manifest[name]['videos']}  "
             f"annotations {manifest[name]['annotations']}")
   print(f"SYNTHETIC corpus ({args.size}, seed {args.seed}) in {Path(args.root).resolve()} "
         f"({time.perf_counter() - started:.1f} s); manifest {Path(args.root).resolve() / 'manifest.json'}")
