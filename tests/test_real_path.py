@@ -264,6 +264,8 @@ def test_real_path_summary_reads_every_line_from_the_runs(real_path, tmp_path, c
   (out / "runs" / "grdr_msrvtt_facets").mkdir()
   (out / "runs" / "grdr_msrvtt_facets" / "results.json").write_text(json.dumps({"metrics": {"inductive": grdr}}))
   (out / "times.tsv").write_text("corpus\t3\tsmoke\t0\ncast youcook2\t120\tsmoke\t0\n")
+  corpus_dir, _ = real_path("corpus")
+  (out / "corpus").symlink_to(corpus_dir)  # its corpus_summary.json: the mechanisms' shares
   summary_cli.main([str(out)])
   summary = json.loads((out / "summary.json").read_text())
   assert summary["synthetic"] is True and summary["path"] == "real" and "SYNTHETIC" in capsys.readouterr().out
@@ -290,6 +292,9 @@ def test_real_path_summary_reads_every_line_from_the_runs(real_path, tmp_path, c
   assert joint["holds"] == (joint["value"] > joint["reference"])
   assert lines["genstate", "genstate"]["reference"] == pytest.approx(gs["zero_shot"]["acc_tri"])
   assert summary["backbone"] is None and summary["total_minutes"] == pytest.approx(2.05, abs=0.05)
+  shares = json.loads((corpus_dir / "corpus_summary.json").read_text())
+  assert summary["mechanisms"]["order"]["share"] == shares["order"]["share"] == 100.0
+  assert set(summary["mechanisms"]) == {"order", "facets", "states"}
   assert "| cast youcook2 | 2.0 |" in (out / "summary.md").read_text()
   (out / "times.tsv").write_text("corpus\tthree\n")
   with pytest.raises(ValueError, match=r"times.tsv: line 1"):

@@ -192,6 +192,12 @@ def test_training_batches_are_stage1_neighbourhoods_of_positives():
                              vtm_candidates="stage1")
   negatives = VM.stage1_negatives(split, tc)
   assert negatives.shape == (q, 9)
+  # each query's pool, by a plain loop: its stage-1 scores' best videos other than its own
+  unit = lambda x: x / np.linalg.norm(x, axis=-1, keepdims=True)  # noqa: E731
+  for i in range(q):
+    scores = unit(split.text[i]) @ unit(split.clip).T
+    scores[query_video[i]] = -np.inf
+    np.testing.assert_array_equal(negatives[i], np.argsort(-scores, kind="stable")[:9])
   for seed in range(5):
     idx = np.random.default_rng(seed).permutation(q)[:b]
     rows, hoods = VM.neighbourhood_rows(split, negatives, idx, tc, np.random.default_rng(seed))
