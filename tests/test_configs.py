@@ -342,3 +342,13 @@ def test_cli_helpers():
     np_.ones(2) + np_.ones(3)
   except ValueError as e:  # a library's own error: a bug's traceback, not a one-line user error
     assert main.user_error(e) is None
+
+
+def test_the_stacks_rendered_vedje_stage_keeps_its_own_schedule():
+  """The stack's VEDJE stage on the rendered corpus reads VEDJE's `rendered` model but not its schedule (10 epochs of
+  stage-1 neighbourhoods, sized for MSR-VTT's 600 ordered-event clips): one epoch, in-batch candidates (C = 8)."""
+  stack = load_config(ROOT / "configs/stack_youcook2.py:rendered")
+  vedje = load_config(ROOT / "configs/vedje_msrvtt.py:rendered")
+  assert stack.vedje.model == vedje.model and vedje.train.epochs == 10 and vedje.train.vtm_candidates == "stage1"
+  assert (stack.vedje.train.epochs, stack.vedje.train.vtm_candidates, stack.vedje.train.in_batch_negatives) == \
+      (1, "in_batch", 7)
