@@ -2,7 +2,7 @@
 import ml_collections
 import pytest
 
-from vidjax.defaults.common import check_strict, clip_to_data
+from vidjax.defaults.common import TABLE_MIN_QUERIES, check_strict, checking, clip_to_data, fit_tables
 
 
 def _config(**kw):
@@ -54,6 +54,55 @@ def test_nothing_fits_is_an_error_either_way_and_a_least_may_be_zero(capsys):
   assert out.train.view_batch_size == 0 and clipped == {"train.view_batch_size": [8, 0]}
   assert clip_to_data(_config(), {"train.batch_size": (10, "quiet")}, say=False)[1] == {"train.batch_size": [512, 10]}
   assert "quiet" not in capsys.readouterr().out
+
+
+def test_an_exact_fit_is_clipped_and_recorded_even_when_strict(capsys):
+  config = _config()
+  with config.unlocked():
+    config.strict = True
+  out, clipped = clip_to_data(config, {"train.view_batch_size": (5, "the longest text is 5 tokens")},
+                              exact=("train.view_batch_size",))
+  assert out.train.view_batch_size == 5 and clipped == {"train.view_batch_size": [8, 5]}
+  assert "(the longest text is 5 tokens; it changes no output)" in capsys.readouterr().out
+  with pytest.raises(ValueError, match="strict=True refuses"):  # any other key is still refused
+    clip_to_data(config, {"train.batch_size": (115, "x"), "train.view_batch_size": (5, "y")},
+                 exact=("train.view_batch_size",))
+
+
+def _tables(**kw):
+  c = ml_collections.ConfigDict({**dict(strict=False, ablations=("a", "b"), diagnostics=True,
+                                        eval=dict(table3=True, rows=("x",))), **kw})
+  c.lock()
+  return c
+
+
+OFF = {"ablations": (), "diagnostics": False, "eval.table3": False, "eval.rows": ()}
+
+
+def test_tables_on_too_few_test_queries_are_left_out_said_and_recorded(capsys):
+  config = _tables()
+  with checking() as plan:
+    out, clipped = fit_tables(config, TABLE_MIN_QUERIES - 1, OFF)
+  assert clipped == {"ablations": [["a", "b"], []], "diagnostics": [True, False], "eval.table3": [True, False],
+                     "eval.rows": [["x"], []]}
+  assert (tuple(out.ablations), out.diagnostics, out.eval.table3, tuple(out.eval.rows)) == ((), False, False, ())
+  assert plan["clipped"] == clipped and plan["config"]["diagnostics"] is False  # a check run's plan has it
+  lines = capsys.readouterr().out.splitlines()
+  assert len(lines) == 4 and lines[0] == (
+      f"clipped config.ablations: asked ('a', 'b'), used () (the {TABLE_MIN_QUERIES - 1} test queries cannot resolve "
+      f"its rows (at least table_min_queries={TABLE_MIN_QUERIES}: R@1's standard error is above 5 points below 100 "
+      "queries); --config.table_min_queries=0 runs it)")
+  # enough queries, a key already off, or table_min_queries=0: nothing changes
+  assert fit_tables(config, TABLE_MIN_QUERIES, OFF) == (config, {})
+  assert fit_tables(_tables(diagnostics=False), 3, {"diagnostics": False})[1] == {}
+  assert fit_tables(_tables(table_min_queries=0), 3, OFF) == (_tables(table_min_queries=0), {})
+  assert fit_tables(_tables(table_min_queries=10), 9, {"diagnostics": False})[1] == {"diagnostics": [True, False]}
+
+
+def test_strict_refuses_to_leave_a_table_out():
+  with pytest.raises(ValueError, match=r"^config.eval.table3=True asks for a table the 7 test queries cannot resolve "
+                                       r"its rows .*strict=True refuses"):
+    fit_tables(_tables(strict=True), 7, {"eval.table3": False})
 
 
 def test_strict_must_be_a_bool():

@@ -283,3 +283,7 @@ def test_a_batch_larger_than_the_training_queries_is_clipped_with_its_in_batch_n
   assert clipped == {"train.batch_size": [16, 10], "train.in_batch_negatives": [12, 6]}
   assert 1 + out.train.hard_negatives + out.train.in_batch_negatives <= out.train.batch_size
   assert clip_to_data(config, VM.limits(config, 100))[1] == {}
+  # a batch's pairs are of distinct videos: at most the training videos, however many captions each has
+  out, clipped = clip_to_data(config, VM.limits(config, 40, 12))
+  assert clipped == {"train.batch_size": [16, 12], "train.in_batch_negatives": [12, 8]}
+  assert clip_to_data(config, VM.limits(config, 40, 16))[1] == {}

@@ -1,4 +1,5 @@
 """VidCLIP (VideoComp §4.1): shapes, MiniLM text init, and that it learns event order on tiny data."""
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -226,3 +227,68 @@ def test_the_video_lr_option_moves_the_video_tower_and_keeps_the_text_tower():
   assert max(jax.tree.leaves(moved["text"])) <= 2 * steps * tc.lr
   # One rate for everything (no video_lr) leaves the pooler where lr 1e-7 leaves it.
   assert train(M.optimizer(tc))["video"]["pool_1"]["attention"]["query"]["kernel"] <= 2 * steps * tc.lr
+
+
+def test_text_blocks_give_one_pass_gradients_and_balance_their_sizes():
+  """`text_block`: a training step's texts in rematerialized blocks (`layers.scan_blocks`) give the one-pass
+  embeddings and gradients (no dropout; float32 rounding); 9 rows at most 8 a block run as 2 blocks of 5."""
+  import dataclasses  # pylint: disable=g-import-not-at-top
+  from vidjax.models import layers  # pylint: disable=g-import-not-at-top
+  cfg = V.VidClipConfig(visual_dim=8, frames=4, width=16, pool_queries=4, pool_heads=2, pool_mlp=16, embed_dim=8,
+                        text=bert.BertConfig(vocab_size=50, hidden_size=16, num_layers=2, num_heads=2,
+                                             intermediate_size=32, max_position=12, dropout_rate=0.0,
+                                             attention_dropout_rate=0.0), max_text_len=12)
+  one, blocked = V.VidClip(cfg), V.VidClip(dataclasses.replace(cfg, text_block=3))
+  params = V.init_params(one, jax.random.PRNGKey(0))
+  ids = jax.random.randint(jax.random.PRNGKey(1), (7, 12), 0, 50)
+  mask = (jnp.arange(12)[None] < jnp.array([12, 3, 5, 12, 7, 2, 9])[:, None]).astype(jnp.int32)
+
+  def loss(p, model):
+    emb = model.apply({"params": p}, ids, mask, False, method="encode_text", rngs={"dropout": jax.random.PRNGKey(2)})
+    return jnp.sum(emb[:, :3] ** 3), emb
+
+  (l1, e1), g1 = jax.value_and_grad(loss, has_aux=True)(params, one)
+  (l2, e2), g2 = jax.value_and_grad(loss, has_aux=True)(params, blocked)
+  np.testing.assert_allclose(e2, e1, atol=1e-5)  # float32 on any backend
+  for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g2)):
+    np.testing.assert_allclose(b, a, atol=1e-4, rtol=1e-3)
+  sizes = []
+
+  class Rows(nn.Module):
+    @nn.compact
+    def __call__(self, x, deterministic):
+      sizes.append(x.shape[0])
+      return x
+
+  out = Rows().apply({}, jnp.arange(9.0)[:, None], method=lambda m, x: layers.scan_blocks(m, (x,), 8, True))
+  assert set(sizes) == {5} and np.array_equal(out[:, 0], np.arange(9.0))  # 2 blocks of 5, not 2 of 8; padding dropped
+  with pytest.raises(ValueError, match="text_block=-1"):
+    dataclasses.replace(cfg, text_block=-1)
+
+
+@pytest.mark.minilm
+def test_the_text_length_fits_the_longest_text_and_changes_no_embedding():
+  """`comp.text_length`: the MiniLM tower's length clipped to the run's longest text (even with `strict`: it changes
+  no output), the same embeddings as at 160 tokens; the random tower keeps its length (its position table)."""
+  import ml_collections  # pylint: disable=g-import-not-at-top
+  from vidjax.data import pipeline  # pylint: disable=g-import-not-at-top
+  from vidjax.methods import comp, vidclip  # pylint: disable=g-import-not-at-top
+  texts = ["a man cuts an onion", "then he fries the onion in a pan with oil and salt until it is golden brown"]
+  config = ml_collections.ConfigDict(dict(strict=True, model=dict(
+      init="minilm", minilm_dir="", max_text_len=160, frames=4, width=16, pool_queries=4, pool_heads=2, pool_mlp=16,
+      embed_dim=8, text_hidden=384, text_layers=6, text_heads=12, text_mlp=1536, init_temperature=0.07,
+      dropout_rate=0.1, dtype="float32", memory_gb=0.0)))
+  tokenizer = vidclip.text_tokenizer(config.model)
+  longest = int(np.asarray(tokenizer(texts, max_length=160)[1]).sum(1).max())
+  out, clipped = comp.text_length(config, texts)
+  assert clipped == {"model.max_text_len": [160, longest]} and out.model.max_text_len == longest < 30
+  assert pipeline.longest_tokens(tokenizer, texts, 10) == 10  # at most the asked length
+  model, tok, fresh = vidclip.vidclip_setup(out.model, 8, 1)
+  asked = vidclip.vidclip_setup(config.model, 8, 1)[0]  # the same parameters (MiniLM's 512 positions either way)
+  params = fresh(jax.random.PRNGKey(0))
+  embed = lambda m, n: m.apply({"params": params}, **pipeline.text_token_batch(tok, texts, n),  # noqa: E731
+                               method="encode_text")
+  np.testing.assert_allclose(embed(model, longest), embed(asked, 160), atol=1e-5)  # float32 on any backend
+  with config.unlocked():
+    config.model.init = "random"
+  assert comp.text_length(config, texts) == (config, {})

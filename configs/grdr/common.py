@@ -314,6 +314,9 @@ def get_config(dataset: str, arg: str | None = None) -> ml_collections.ConfigDic
   c.seed = 0
   c.precision = common.precision_section()  # matmul precision per phase (README "Precision")
   c.strict = common.STRICT  # True: a batch size / budget larger than the data is an error, not clipped
+  # On fewer test queries Tables 1-3's other rows are left out, recorded in `clipped` (vidjax.experiments.grdr.TABLE_ROWS;
+  # `vidjax.defaults.common.TABLE_MIN_QUERIES` says why); 0 runs them on any data
+  c.table_min_queries = common.TABLE_MIN_QUERIES
   # A converted official GRDR checkpoint (`python -m vidjax.convert --from grdr`): the run evaluates it as released
   # (`vidjax.methods.grdr_release`: its own model, its IDs for every pool video, queries tokenized as the official
   # collator), nothing trains; `dense.init_checkpoint` (an X-Pool conversion) then reranks, reading the queries of
@@ -484,6 +487,7 @@ def tiny(c: ml_collections.ConfigDict) -> None:
   """A tiny model and schedule, seconds on a CPU, on any data: with `world` the smoke test; on a user's store the
   real path's plumbing (model.query_dim: the store's text width). The T5 without dropout: its masks are a third of
   a tiny training step's compile time (the paper's 0.1 in every other variant; tests/test_t5.py trains through it)."""
+  c.table_min_queries = 0  # every row on the tiny data the tests read them on
   c.model.num_codes = 16
   c.model.num_layers = 2
   c.model.hidden = 32

@@ -97,9 +97,10 @@ def _train(**kw) -> ml_collections.ConfigDict:
       mlm_prob=0.15,
       # a step's joint passes (batch_size x (1 + in-batch negatives) pairs) run in rematerialized blocks whose
       # activations fit this many GB (`vidjax.methods.vedje.train_pairs`); the paper's 64 x 64 = 4096 pairs at once
-      # hold ~154 GB. A step that fits runs in one pass, as before. 8 GB leaves a 16 GB accelerator (or a laptop)
-      # room for the weights, the optimizer state and the batch.
-      memory_gb=8.0,
+      # hold ~154 GB. A step that fits runs in one pass, as before. 4 GB leaves room for the weights, the optimizer
+      # state, the batch and the process itself within 8 GB (a laptop, a 16 GB accelerator): at 8 GB a 30-video
+      # corpus's run peaked at 10.4 GB resident on CPU (BENCHMARKS.md, "Small corpora").
+      memory_gb=4.0,
       checkpoint_every=500,
       log_every=50,
       progress=True,
@@ -141,6 +142,9 @@ def get_config(dataset: str, arg: str | None = None) -> ml_collections.ConfigDic
   # the default runs the two the VEDJE issue's checks read; ":all" runs every table; () = the main model only.
   c.ablations = ("cache_structure", "prior")
   c.diagnostics = True             # dynamics stratification (A.10) and the MaxSim cache probe (A.11)
+  # On fewer test queries the tables and diagnostics are left out (the main model only), recorded in `clipped`:
+  # `vidjax.defaults.common.TABLE_MIN_QUERIES` says why; 0 runs them on any data
+  c.table_min_queries = common.TABLE_MIN_QUERIES
   c.index = common.index_section()  # stage 1's two indices (videos for T2V, captions for V2T): exact by default
   # Declared in the order they apply, whatever their order in `arg` (`common.apply_variants`): where the data and
   # the model's size come from, then what shrinks it, then what picks the tables.
@@ -179,6 +183,7 @@ def smoke(c: ml_collections.ConfigDict) -> None:
     world(c)
   c.world.update(num_train_groups=24, num_eval_groups=10)
   tiny(c)
+  c.table_min_queries = 0  # the tests read the diagnostics on the tiny world
 
 
 def tiny(c: ml_collections.ConfigDict) -> None:

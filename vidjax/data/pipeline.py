@@ -355,6 +355,16 @@ def text_token_batch(tokenizer: Callable[..., tuple[np.ndarray, np.ndarray]], te
   return {"input_ids": np.asarray(ids, np.int32), "attention_mask": np.asarray(mask, np.int32)}
 
 
+def longest_tokens(tokenizer: Callable[..., tuple[np.ndarray, np.ndarray]], texts: Sequence[str],
+                   max_length: int) -> int:
+  """The most ids (with [CLS]/[SEP]) any of `texts` takes, at most `max_length`: the length at which
+  `text_token_batch` cuts exactly what it cuts at `max_length` (the tokenizer's own special tokens included)."""
+  if not len(texts):
+    return 0
+  _, mask = tokenizer(list(texts), max_length=max_length, padding="longest")
+  return int(np.asarray(mask).sum(1).max())
+
+
 def truncated_count(tokenizer: Callable[..., tuple[np.ndarray, np.ndarray]], texts: Sequence[str],
                     max_length: int) -> int:
   """How many of `texts` `text_token_batch(..., max_length)` cuts short (more than max_length ids with

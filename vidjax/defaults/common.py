@@ -353,7 +353,8 @@ def is_strict(config) -> bool:
   return bool(config.get("strict", STRICT))
 
 
-def clip_to_data(config, limits: Mapping[str, tuple], say: bool = True, fitted: Mapping[str, list] | None = None):
+def clip_to_data(config, limits: Mapping[str, tuple], say: bool = True, fitted: Mapping[str, list] | None = None,
+                 exact: Sequence[str] = ()):
   """Sizes that do not fit the data, fitted to it once per run, right after the data are known.
 
   `limits`: {dotted config key: (the most that fits, why: what the data hold[, the least the run needs: 1])}. A
@@ -365,7 +366,8 @@ def clip_to_data(config, limits: Mapping[str, tuple], say: bool = True, fitted: 
 
   `say=False`: the refusals only, nothing printed (a check before the data's files are written, when the run
   clips again, and says so, once its data are known). `fitted`: entries {key: [asked, used]} the caller already
-  fitted (and said so), kept in the record with the rest.
+  fitted (and said so), kept in the record with the rest. `exact`: keys whose fit changes no output (e.g. a text
+  length at most the longest text, past which every token is padding): clipped and recorded, never refused.
 
   Returns (config, clipped): the config with the used values (an unlocked copy, locked again: downstream code
   reads it as before, and results.json's `config` shows what ran; `config` itself when nothing was clipped), and
@@ -383,23 +385,65 @@ def clip_to_data(config, limits: Mapping[str, tuple], say: bool = True, fitted: 
       continue
     if most < least:
       raise ValueError(f"config.{key}={value!r} does not fit the data: nothing fits ({why})")
-    if strict:
+    if strict and key not in exact:
       raise ValueError(f"config.{key}={value!r} does not fit the data: at most {most} fits ({why}); strict=True "
                        f"refuses instead of clipping it (--config.strict=False clips it to {most})")
     used = list(dict.fromkeys(min(v, most) for v in values))
     used_value = type(value)(used) if isinstance(value, (list, tuple)) else used[0]
     if say:
-      print(f"clipped config.{key}: asked {value!r}, used {used_value!r} ({why}; --config.strict=True refuses instead)",
-            flush=True)
+      note = "it changes no output" if key in exact else "--config.strict=True refuses instead"
+      print(f"clipped config.{key}: asked {value!r}, used {used_value!r} ({why}; {note})", flush=True)
     changed[key] = used_value
     clipped[key] = [list(value) if isinstance(value, (list, tuple)) else value,
                     used if isinstance(value, (list, tuple)) else used_value]
   clipped.update(fitted or {})
+  return _fitted(config, changed, clipped, say)
+
+
+def _fitted(config, changed: Mapping[str, Any], clipped: dict, say: bool):
+  """(config with `changed` set, clipped), recorded in the enclosing check run's plan (`checking`)."""
   config = with_values(config, changed) if changed else config
   if say and _CHECKING:  # a check run: the plan so far (`checking`)
     _CHECKING[-1]["clipped"].update(clipped)
     _CHECKING[-1]["config"] = config.to_dict()
   return config, clipped
+
+
+# The tables a method's run adds beside its main result (ablations, baselines, diagnostics) compare rows a few R@1
+# points apart (the papers' tables). On fewer test queries than this, one query moves R@1 by more than a point and
+# R@1's standard error is above 5 points (sqrt(0.5 * 0.5 / 100) at R@1 = 50), so such a table is noise while it
+# multiplies the run's training: a run on fewer trains and reports its main result only, says so in one printed line
+# and records it in results.json's `clipped` (`fit_tables`; `strict` refuses instead). A config's top-level
+# `table_min_queries` overrides it (0: every table on any data, as the smoke variants test them).
+TABLE_MIN_QUERIES = 100
+
+
+def fit_tables(config, num_queries: int, off: Mapping[str, Any], say: bool = True):
+  """The optional tables of a run on too few test queries to read them (`TABLE_MIN_QUERIES`) switched off.
+
+  `off`: {dotted config key: the value that runs none of that key's rows} (e.g. {"ablations": (), "diagnostics":
+  False}); keys already at it are left alone. Returns (config, clipped) as `clip_to_data` does: {key: [asked,
+  used]}, each printed in one line; with `config.strict` a key that would change is one `ValueError` instead."""
+  least = int(config.get("table_min_queries", TABLE_MIN_QUERIES))
+  if num_queries >= least:
+    return config, {}
+  changed, clipped = {}, {}
+  for key, value in off.items():
+    asked = get_key(config, key)
+    if (tuple(asked) if isinstance(asked, (list, tuple)) else asked) == value:
+      continue
+    why = (f"the {num_queries} test queries cannot resolve its rows (at least table_min_queries={least}: R@1's "
+           "standard error is above 5 points below 100 queries)")
+    if is_strict(config):
+      raise ValueError(f"config.{key}={asked!r} asks for a table {why}; strict=True refuses instead of leaving it "
+                       f"out (--config.strict=False runs {key}={value!r}, or --config.table_min_queries=0 runs it)")
+    if say:
+      print(f"clipped config.{key}: asked {asked!r}, used {value!r} ({why}; --config.table_min_queries=0 runs it)",
+            flush=True)
+    changed[key] = value
+    clipped[key] = [list(asked) if isinstance(asked, (list, tuple)) else asked,
+                    list(value) if isinstance(value, (list, tuple)) else value]
+  return _fitted(config, changed, clipped, say)
 
 
 # `config.strict`, every method config's: False (the default) clips a batch size or budget that does not fit the

@@ -53,6 +53,9 @@ def validate(config) -> None:
       "frames", "width", "pool_queries", "pool_heads", "pool_mlp", "embed_dim", "text_hidden", "text_layers",
       "text_heads", "text_mlp", "max_text_len")])
   check_text_tower(config, "model")
+  memory = config.model.get("memory_gb", 0.0)
+  if isinstance(memory, bool) or not isinstance(memory, (int, float)) or memory < 0:
+    bad_value("model.memory_gb", memory, "GB of text-tower activations per training block, >= 0 (0: one pass)")
   common.compute_dtype(config, "model.dtype")
   check_fraction(config, "model.init_temperature")
   check_choice(config, "model.pool_init", ("mean", "random"))
@@ -90,6 +93,7 @@ def run(config, workdir: str | Path) -> dict:
   config, clipped = clip_to_data(config, method.limits(config, data))  # sizes fit the data, before any file
   on_writer("comp_benchmark", lambda: method.write_benchmark(config, workdir, data))
   prepared = method.Prepared(config, data)
+  config, clipped = prepared.config, {**clipped, **prepared.clipped}  # the text length too (`method.text_length`)
 
   # Fit: the two pretrainings, then every fine-tuning (each resumes from its checkpoints).
   with common.precision(config, "train"):

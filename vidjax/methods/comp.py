@@ -29,9 +29,9 @@ from vidjax import evaluate, io, metrics, train
 from vidjax.data import comp, pipeline
 from vidjax.data.annotations import read_activitynet_captions, read_youcook2
 from vidjax.data.features import FeatureStore
-from vidjax.defaults.common import bad_value, with_values
+from vidjax.defaults.common import bad_value, clip_to_data, with_values
 from vidjax.data import provenance
-from vidjax.methods.vidclip import Encoder, Examples, TextTable, train_model, vidclip_setup
+from vidjax.methods.vidclip import Encoder, Examples, TextTable, text_tokenizer, train_model, vidclip_setup
 from vidjax.worlds import moving_objects
 
 # What results.json reports: the methods (rows) and the metrics (columns) of Tables 2-4.
@@ -331,16 +331,33 @@ class Prepared:
 
   def __init__(self, config, data: CompData):
     mc, ptc, ftc = config.model, config.pretrain, config.finetune
-    visual = data.gather(np.zeros((1, 1), np.int64), np.zeros((1, 1), np.int64)).shape
-    self.model, self.tokenizer, self.fresh = vidclip_setup(mc, visual[-1], visual[-2])
     texts = TextTable()
     self.pretrain = {"base": pretrain_examples(data, 1, ptc.hierarchy, mc.frames, texts, config.seed),
                      "comppretrain": pretrain_examples(data, ptc.stack, ptc.hierarchy, mc.frames, texts, config.seed)}
     self.finetune = finetune_examples(data, ftc.hierarchy, mc.frames, texts)
-    self.tokens = texts.tokens(self.tokenizer, mc.max_text_len)
     self.eval_texts = TextTable()
     self.es = eval_set(data, mc.frames, self.eval_texts, dict(zip(ftc.hierarchy, ftc.levels)))
+    # The run's text length: at most its longest text (`text_length`), recorded in `clipped` (`self.config`).
+    self.config, self.clipped = text_length(config, list(texts.rows) + list(self.eval_texts.rows))
+    mc = self.config.model
+    visual = data.gather(np.zeros((1, 1), np.int64), np.zeros((1, 1), np.int64)).shape
+    self.model, self.tokenizer, self.fresh = vidclip_setup(mc, visual[-1], visual[-2])
+    self.tokens = texts.tokens(self.tokenizer, mc.max_text_len)
     self.eval_tokens = self.eval_texts.tokens(self.tokenizer, mc.max_text_len)
+
+
+def text_length(config, texts: Sequence[str]):
+  """(config, clipped): `model.max_text_len` at most the longest of the run's `texts` in tokens (with [CLS] and
+  [SEP]), so no text is cut that was not cut before and no step pads past its longest text. With the MiniLM text
+  tower (`model.init="minilm"`) its position table is MiniLM's 512 rows whatever the length and padding is masked,
+  so the fit changes no embedding (a shorter batch: fewer FLOPs and less memory; `strict` does not refuse it). The
+  random and LvT towers keep the configured length (the random tower's position table is that long)."""
+  mc = config.model
+  if mc.init != "minilm" or not texts:
+    return config, {}
+  longest = pipeline.longest_tokens(text_tokenizer(mc), texts, mc.max_text_len)
+  return clip_to_data(config, {"model.max_text_len": (longest, f"the run's longest text is {longest} tokens with "
+                                                               "[CLS] and [SEP]", 3)}, exact=("model.max_text_len",))
 
 
 PREF_ORDERS = ("paper", "levels")  # the readings of eq. 2's order (configs/comp/common.py)

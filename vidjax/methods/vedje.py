@@ -28,6 +28,7 @@ from vidjax.data.retrieval import PROTOCOLS, build_benchmark, dataset_label, emb
 from vidjax.defaults import common
 from vidjax.data import provenance
 from vidjax.models import vedje as V
+from vidjax.models import bert
 from vidjax.models.bert import BertConfig
 from vidjax.retrieval import DenseIndex, TwoStage
 from vidjax.ops import is_positive_int
@@ -222,12 +223,17 @@ def stage1_negatives(split: Split, tc, chunk: int = 4096) -> np.ndarray:
 # Training.
 
 
-def limits(config, num_train: int) -> dict[str, tuple[int, str]]:
-  """What must fit the data (`common.clip_to_data`): a training batch at most the training queries, and a query's
-  in-batch VTM negatives at most the other videos of that (clipped) batch besides its stage-1 hard negatives."""
+def limits(config, num_train: int, num_videos: int | None = None) -> dict[str, tuple[int, str]]:
+  """What must fit the data (`common.clip_to_data`): a training batch at most the training queries and, as a batch
+  is query-video pairs of distinct videos (`neighbourhood_rows`), at most the training videos (`num_videos`; rows
+  past them would repeat a video, masked out of each other's negatives), and a query's in-batch VTM negatives at
+  most the other videos of that (clipped) batch besides its stage-1 hard negatives."""
   tc = config.train
-  batch = min(tc.batch_size, num_train)
-  return {"train.batch_size": (num_train, f"the {num_train} training queries"),
+  most, why = num_train, f"the {num_train} training queries"
+  if num_videos is not None and num_videos < num_train:
+    most, why = num_videos, f"the {num_videos} training videos (a batch's pairs are of distinct videos)"
+  batch = min(tc.batch_size, most)
+  return {"train.batch_size": (most, why),
           "train.in_batch_negatives": (batch - 1 - hard_negatives(tc),
                                        f"a batch of {batch} queries less each query's own video and its "
                                        f"{hard_negatives(tc)} stage-1 negatives", 0)}
@@ -379,12 +385,10 @@ def train_variant(variant: Variant, cfg: V.VedjeConfig, split: Split, patches: p
 
 
 def pair_bytes(cfg) -> int:
-  """Bytes of activations one (text, cache) pair's joint pass keeps for the backward pass (float32): per layer,
-  L = S + T*M tokens of width d (about 16 d-wide and 4 FFN-wide tensors each) and the heads' L x L attention (4).
-  Within 4% of XLA's own count at the paper's shapes (37.6 MB a pair: 154 GB for 4096 pairs, `memory_analysis`)."""
-  t = cfg.text
-  length = cfg.max_text_len + cfg.cache_len
-  return 4 * t.num_layers * (length * (16 * t.hidden_size + 4 * t.intermediate_size) + 4 * t.num_heads * length ** 2)
+  """Bytes of activations one (text, cache) pair's joint pass keeps for the backward pass (`bert.activation_bytes`
+  over its S + T*M tokens): 37.6 MB a pair at the paper's shapes, 154 GB for 4096 pairs (XLA's `memory_analysis`
+  counts within 4% of it)."""
+  return bert.activation_bytes(cfg.text, cfg.max_text_len + cfg.cache_len)
 
 
 def train_pairs(cfg, budget_bytes: float) -> int:
@@ -726,8 +730,11 @@ class Session:
           f"{len(self.test.video_ids)} videos; queries cut at {mc.max_text_len} tokens: "
           f"{self.train_split.truncated} training, {self.test.truncated} test", flush=True)
     # Sizes that do not fit the training split are clipped (or, with `strict`, refused) before any file is written.
-    config, self.clipped = common.clip_to_data(config, {**limits(config, len(self.train_split.query_ids)),
+    config, self.clipped = common.clip_to_data(config, {**limits(config, len(self.train_split.query_ids),
+                                                                 len(self.train_split.video_ids)),
                                                         **gallery_limits(len(self.test.video_ids))})
+    config, tables = common.fit_tables(config, len(self.test.query_ids), {"ablations": (), "diagnostics": False})
+    self.clipped = {**self.clipped, **tables}
     self.config, self.mc, self.tc = config, config.model, config.train
     token_shape = store.item_shape(config.data.tokens_kind)
     if len(token_shape) != 3:

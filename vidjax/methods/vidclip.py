@@ -76,12 +76,26 @@ def model_config(mc, visual_dim: int, vocab_size: int = 32_000) -> V.VidClipConf
   return V.VidClipConfig(visual_dim=visual_dim, frames=mc.frames, width=mc.width, pool_queries=mc.pool_queries,
                          pool_heads=mc.pool_heads, pool_mlp=mc.pool_mlp, embed_dim=mc.embed_dim, text=text, lvt=lvt,
                          max_text_len=mc.max_text_len, init_temperature=mc.init_temperature, dtype=mc.dtype,
-                         pool_init=mc.get("pool_init", "random"))  # GenState's model section has none: random
+                         pool_init=mc.get("pool_init", "random"),  # GenState's model section has none: random
+                         text_block=text_block(mc, text))
 
 
-def vidclip_setup(mc, visual_dim: int, tokens_per_frame: int):
-  """(VidCLIP, tokenizer, fresh-params function) of a model section: the text tower from all-MiniLM-L6-v2
-  (WordPiece), from an LvT checkpoint (SentencePiece) or random (WordPiece ids)."""
+def text_block(mc, text: bert.BertConfig) -> int:
+  """Texts per rematerialized training block whose text-tower activations fit `mc.memory_gb` GB
+  (`bert.activation_bytes` at `max_text_len`, the LvT tower's shape for an LvT tower); 0 (one pass) when the
+  section sets no budget (GenState's)."""
+  budget = float(mc.get("memory_gb", 0.0)) * 1e9
+  if budget <= 0:
+    return 0
+  if mc.init == "lvt":
+    text = bert.BertConfig(hidden_size=mc.text_hidden, num_layers=mc.text_layers, num_heads=mc.text_heads,
+                           intermediate_size=mc.text_mlp)
+  return max(1, int(budget // bert.activation_bytes(text, mc.max_text_len)))
+
+
+def text_tokenizer(mc):
+  """The tokenizer of a model section's text tower (the `text_token_batch` contract): SentencePiece for an LvT
+  tower (`init="lvt"`), all-MiniLM-L6-v2's WordPiece otherwise."""
   if mc.init == "lvt":
     sp = SentencePieceTokenizer(mc.spm_path)
 
@@ -90,13 +104,22 @@ def vidclip_setup(mc, visual_dim: int, tokens_per_frame: int):
       ids, paddings = sp.encode(list(texts), max_length)
       return ids, (1.0 - paddings).astype(np.int32)
 
-    model = V.VidClip(model_config(mc, visual_dim, sp.vocab_size))
+    tokenizer.vocab_size = sp.vocab_size
+    return tokenizer
+  return WordPieceTokenizer.from_vocab(Path(mc.minilm_dir or checkpoints.default_minilm_dir()) / "vocab.txt")
+
+
+def vidclip_setup(mc, visual_dim: int, tokens_per_frame: int):
+  """(VidCLIP, tokenizer, fresh-params function) of a model section: the text tower from all-MiniLM-L6-v2
+  (WordPiece), from an LvT checkpoint (SentencePiece) or random (WordPiece ids)."""
+  tokenizer = text_tokenizer(mc)
+  if mc.init == "lvt":
+    model = V.VidClip(model_config(mc, visual_dim, tokenizer.vocab_size))
     # Read and checked once, here: the text encoder's arrays only (not the checkpoint's vision tower).
     shapes = jax.eval_shape(lambda: V.init_params(model, jax.random.PRNGKey(0), tokens_per_frame))
     text_encoder = checkpoints.lvt_text_encoder(mc.lvt_checkpoint, shapes["text"]["lvt"])
     return model, tokenizer, lambda rng: V.init_text_from_lvt(V.init_params(model, rng, tokens_per_frame), text_encoder)
   model = V.VidClip(model_config(mc, visual_dim))
-  tokenizer = WordPieceTokenizer.from_vocab(Path(mc.minilm_dir or checkpoints.default_minilm_dir()) / "vocab.txt")
   text_init = checkpoints.load_bert_dir(mc.minilm_dir) if mc.init == "minilm" else None
 
   def fresh(rng):

@@ -76,7 +76,7 @@ import numpy as np
 
 from vidjax.models import bert
 from vidjax.models.bert import BertConfig, BertLayer
-from vidjax.models.layers import Dropout
+from vidjax.models.layers import Dropout, scan_blocks
 from vidjax.ops import dropout_keep_mask
 
 Params = dict[str, Any]
@@ -550,23 +550,9 @@ class JointReranker(nn.Module):
     block, n = (self.config.scan_pairs if deterministic else self.config.train_pairs), priors.shape[0]
     if block == 0 or n <= block:
       return self(*pairs, deterministic)
-    if not deterministic:  # training: blocks rematerialized in the backward pass, each its own dropout draw
-      pad = -n % block
-      blocks = tuple(jnp.concatenate([a, jnp.repeat(a[:1], pad, axis=0)]).reshape(-1, block, *a.shape[1:])
-                     for a in pairs)
-      body = nn.remat(lambda mdl, carry, xs: (carry, mdl(*xs, False)))
-      scan = nn.scan(body, variable_broadcast="params", split_rngs={"params": False, "dropout": True})
-      _, scores = scan(self, None, blocks)
-      return scores.reshape(-1)[:n]
-    # Blocks of `scan_pairs` pairs through one scan (parameters broadcast, not copied); the last block
-    # is padded with copies of the first pair and its scores dropped.
-    pad = -n % block
-    blocks = tuple(jnp.concatenate([a, jnp.repeat(a[:1], pad, axis=0)]).reshape(-1, block, *a.shape[1:])
-                   for a in pairs)
-    scan = nn.scan(lambda mdl, carry, xs: (carry, mdl(*xs, True)), variable_broadcast="params",
-                   split_rngs={"params": False})
-    _, scores = scan(self, None, blocks)
-    return scores.reshape(-1)[:n]
+    # training: blocks rematerialized in the backward pass, each its own dropout draw; inference: blocks of
+    # `scan_pairs` pairs through one scan, to stay in the CPU's cache
+    return scan_blocks(self, pairs, block, deterministic)
 
   def rerank(self, input_ids: jax.Array, attention_mask: jax.Array, caches: jax.Array,
              priors: jax.Array, deterministic: bool = True) -> jax.Array:

@@ -41,6 +41,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from vidjax.models import bert, videoprism
+from vidjax.models.layers import scan_blocks
 from vidjax.ops import flatten_dict, l2_normalize
 
 Params = dict[str, Any]
@@ -78,6 +79,8 @@ class VidClipConfig:
     dtype: computation dtype; parameters stay float32.
     pool_init: "random" (every pooler weight drawn at random) or "mean" (`mean_pool_params`: both pooling layers
       start as exact mean pooling of their LayerNorm-ed tokens).
+    text_block: in training, texts run through the text tower in rematerialized blocks of this many
+      (`layers.scan_blocks`), so a step keeps one block's activations for the backward pass; 0: all in one pass.
   """
   visual_dim: int = 768
   frames: int = 16
@@ -92,6 +95,7 @@ class VidClipConfig:
   init_temperature: float = 0.07
   dtype: str = "float32"
   pool_init: str = "random"
+  text_block: int = 0
 
   def __post_init__(self):
     for name in ("visual_dim", "frames", "width", "pool_queries", "pool_heads", "pool_mlp", "embed_dim",
@@ -104,6 +108,8 @@ class VidClipConfig:
     if self.lvt is None and self.max_text_len > self.text.max_position:
       raise ValueError(f"VidClipConfig: max_text_len={self.max_text_len} exceeds the text tower's "
                        f"max_position={self.text.max_position}")
+    if not isinstance(self.text_block, int) or self.text_block < 0:
+      raise ValueError(f"VidClipConfig.text_block={self.text_block!r} must be an integer >= 0 (0: one pass)")
     if not 0.0 < self.init_temperature < 1.0:
       raise ValueError(f"VidClipConfig.init_temperature={self.init_temperature} must lie in (0, 1)")
     if self.pool_init not in ("random", "mean"):
@@ -198,7 +204,10 @@ class VidClip(nn.Module):
     return l2_normalize(self.video(x))
 
   def encode_text(self, input_ids, attention_mask, deterministic: bool = True):
-    return l2_normalize(self.text(input_ids, attention_mask, deterministic))
+    block = self.config.text_block
+    if deterministic or block == 0 or input_ids.shape[0] <= block:
+      return l2_normalize(self.text(input_ids, attention_mask, deterministic))
+    return l2_normalize(scan_blocks(self.text, (input_ids, attention_mask), block, deterministic))
 
   def temperature(self):
     """tau = 1 / min(exp(log_scale), 100) (CLIP's clipped logit scale)."""
