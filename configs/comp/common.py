@@ -201,7 +201,7 @@ def rendered(c: ml_collections.ConfigDict) -> None:
   exactly). 80 tokens hold every text of the corpus whole (its longest VideoComp text is 75 WordPiece tokens
   + [CLS] and [SEP]); the paper's 160 (§4.1) would only add padding, at twice the cost. Half the world's steps
   (pretraining 150, each fine-tune 200): its seven models at 80 tokens took ~14 CPU minutes, and the whole real
-  path must run in under an hour on 2 cores (BENCHMARKS.md, "The whole real path in one go")."""
+  path must run in under an hour on 2 cores (docs/benchmarks_history.md, "The whole real path in one go")."""
   _small(c)
   c.model.max_text_len = 80
   c.pretrain.steps //= 2

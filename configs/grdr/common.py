@@ -437,7 +437,7 @@ def rendered(c: ml_collections.ConfigDict) -> None:
   # model). GRDR reads the first 64, the pieces the rendered backbone's text tower read for the store's text
   # embeddings (LvT's length), so generative recall and the dense row see the same text; 128 (the paragraph
   # length the defaults give DiDeMo and ActivityNet) doubled the T5's cost, and the whole real path must run in
-  # under an hour on 2 CPU cores (BENCHMARKS.md, "The whole real path in one go")
+  # under an hour on 2 CPU cores (docs/benchmarks_history.md, "The whole real path in one go")
   c.model.query_len = 64
 
 

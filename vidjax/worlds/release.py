@@ -237,7 +237,7 @@ SIZES = {
     "smoke": ReleaseCorpusConfig(videos_per_task=12, order_train=4, order_test=4),
     # 40 x 24 = 960 procedure videos (640 train / 320 test; 3,840 step clips) + 1,800 GenState clips: sized so that
     # `launch/real_path.sh OUT full` (render, train the backbone, prepare, every method) runs in about 42 minutes
-    # on 2 CPU cores (BENCHMARKS.md, "The whole real path in one go"); 45 videos a task (1,800) took ~2.5 hours.
+    # on 2 CPU cores (docs/benchmarks_history.md, "The whole real path in one go"); 45 videos a task (1,800) took ~2.5 hours.
     # 300 / 60 ordered-event pairs for VEDJE's line (`make_ordered`): 600 training clips, 120 test queries.
     "full": ReleaseCorpusConfig(tasks=40, videos_per_task=24, genstate_train=100, genstate_test=50, order_train=300,
                                 order_test=60),

@@ -1,0 +1,112 @@
+"""The ~30-video real-format corpus the small-corpus tests run every method's plain guide command on, and the run
+itself in its own process with its peak resident memory (`tests/test_small_corpora_*.py`; `launch/small_corpora.sh`
+times every guide command the same way for BENCHMARKS.md, "Small corpora").
+
+The corpus: `PER_SPLIT` placeholder videos (SYNTHETIC pixels, `vidjax.worlds.placeholders`) for each split of the
+release files of ../shared/data as published (so 30 a dataset: MSR-VTT's 15 test videos of the 1k-A CSV and 15
+training videos, COIN's 15 + 15, ...), each store prepared as the guide's step 1 does with the tiny random VideoPrism
+(`test_readme_commands.build_user_data`); GenState's are the rendered corpus's triplets, a user's own. Built once
+for every pytest worker (a file lock, as `conftest.real_path`).
+"""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import filelock
+
+import test_readme_commands as guide
+
+ROOT = Path(__file__).resolve().parents[1]
+PER_SPLIT = 15
+PEAK_GB = 8.0  # the most resident memory a plain command may take on a small corpus (issue 64)
+# {method: (guide section, config stem)}: one plain guide command per method
+COMMANDS = {"cast": ("COIN", "cast_coin"), "retrieval": ("MSR-VTT", "retrieval_msrvtt"),
+            "dense": ("MSR-VTT", "dense_msrvtt"), "vedje": ("MSR-VTT", "vedje_msrvtt"),
+            "grdr": ("MSR-VTT", "grdr_msrvtt"), "genstate": ("GenState", "genstate_rendered")}
+# Runs a command as a fresh process's only child: its peak resident bytes (`resource.getrusage`), into argv[1].
+_PEAK = ("import resource, subprocess, sys\n"
+         "rc = subprocess.run(sys.argv[2:]).returncode\n"
+         "kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss\n"
+         "open(sys.argv[1], 'w').write(str(kb * (1 if sys.platform == 'darwin' else 1024)))\n"
+         "sys.exit(rc)\n")
+
+
+def corpus(root: Path, sections: tuple[str, ...], genstate: dict | None) -> dict:
+  """`test_readme_commands.build_user_data` at `PER_SPLIT` videos a split, under a lock (several workers)."""
+  root.mkdir(parents=True, exist_ok=True)
+  with filelock.FileLock(str(root / "build.lock")):
+    return guide.build_user_data(root, genstate, PER_SPLIT, sections)
+
+
+def argv(section: str, stem: str, data: dict, workdir: Path) -> list[str]:
+  """The guide's command for `stem` (its config and flags as written, each release file name and `$S` replaced by
+  the path here) as a `python -m vidjax.main` command line."""
+  store, files = data[section]
+  for line in guide.guide_commands()[section]:
+    if line[0] == "$M" and Path(line[line.index("--config") + 1]).stem == stem:
+      args = []
+      for a in line[1:]:
+        m = re.fullmatch(r"(--config\.[\w.]+)=(.*)", a)
+        args.append(a if not m else m.group(1) + "=" + ",".join(
+            files.get(p, store if p == "$S" else p) for p in m.group(2).split(",")))
+      return [sys.executable, "-m", "vidjax.main", "--workdir", str(workdir)] + args
+  raise KeyError(f"no `$M --config configs/{stem}.py` command in the guide's {section} section")
+
+
+def run(command: list[str], workdir: Path, timeout: float | None = None) -> dict:
+  """Runs `command` in its own process: {"returncode", "peak_gb", "output", "results"} (results.json, or None)."""
+  workdir.mkdir(parents=True, exist_ok=True)
+  peak = workdir.parent / f"{workdir.name}.peak"
+  p = subprocess.run([sys.executable, "-c", _PEAK, str(peak)] + command, cwd=ROOT, capture_output=True, text=True,
+                     timeout=timeout)
+  results = workdir / "results.json"
+  return {"returncode": p.returncode, "peak_gb": int(peak.read_text()) / 1e9 if peak.exists() else float("nan"),
+          "output": p.stdout + p.stderr, "results": json.loads(results.read_text()) if results.exists() else None}
+
+
+def check(method: str, out: dict) -> None:
+  """What every small-corpus run must show: it finished and wrote its results, within `PEAK_GB`, and every size it
+  fitted to the data is printed in one line and recorded in results.json's `clipped`."""
+  assert out["returncode"] == 0, (method, out["output"][-3000:])
+  assert out["results"] is not None and out["results"]["synthetic"] is True, method  # placeholder pixels
+  assert out["peak_gb"] < PEAK_GB, (method, f"peak resident memory {out['peak_gb']:.2f} GB")
+  for key, (asked, used) in out["results"].get("clipped", {}).items():
+    assert f"clipped config.{key}: asked " in out["output"], (method, key)
+    assert asked != used, (method, key)
+
+
+def walk(out: Path, limit: float = 900.0) -> None:
+  """`launch/small_corpora.sh OUT`: every plain guide command (each dataset section) on the ~30-video corpus, each
+  in its own process, timed; OUT/small_corpora.tsv: section, config, seconds, peak GB, result, what was clipped."""
+  import time  # pylint: disable=g-import-not-at-top
+  from vidjax.worlds import release  # pylint: disable=g-import-not-at-top
+  if not (out / "corpus" / "manifest.json").exists():
+    release.write_corpus(out / "corpus", release.SIZES["smoke"], seed=0)
+  data = corpus(out, tuple(guide.guide_commands()), json.loads((out / "corpus" / "manifest.json").read_text())[
+      "genstate"])
+  lines = ["section\tcommand\tseconds\tpeak_gb\tresult\tclipped"]
+  for section, commands in guide.guide_commands().items():
+    for line in commands if section in data else ():
+      if line[0] != "$M":
+        continue  # `vidjax.search` reads the stack's index (test_real_path runs it)
+      stem = Path(line[line.index("--config") + 1]).stem
+      workdir = out / "runs" / stem
+      start = time.time()
+      try:
+        r = run(argv(section, stem, data, workdir), workdir, timeout=limit)
+        result = "ran" if r["returncode"] == 0 else f"failed (exit {r['returncode']}): {r['output'][-300:]!r}"
+        clipped = ", ".join(f"{k} {a}->{u}" for k, (a, u) in (r["results"] or {}).get("clipped", {}).items())
+        peak = f"{r['peak_gb']:.2f}"
+      except subprocess.TimeoutExpired:
+        result, clipped, peak = f"stopped after {limit:.0f} s", "", "-"
+      lines.append(f"{section}\t{stem}\t{time.time() - start:.0f}\t{peak}\t{result}\t{clipped}")
+      print(lines[-1], flush=True)
+      (out / "small_corpora.tsv").write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+  walk(Path(sys.argv[1]), float(sys.argv[2]) if len(sys.argv) > 2 else 900.0)
