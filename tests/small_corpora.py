@@ -11,9 +11,12 @@ for every pytest worker (a file lock, as `conftest.real_path`).
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import filelock
@@ -27,12 +30,6 @@ PEAK_GB = 8.0  # the most resident memory a plain command may take on a small co
 COMMANDS = {"cast": ("COIN", "cast_coin"), "retrieval": ("MSR-VTT", "retrieval_msrvtt"),
             "dense": ("MSR-VTT", "dense_msrvtt"), "vedje": ("MSR-VTT", "vedje_msrvtt"),
             "grdr": ("MSR-VTT", "grdr_msrvtt"), "genstate": ("GenState", "genstate_rendered")}
-# Runs a command as a fresh process's only child: its peak resident bytes (`resource.getrusage`), into argv[1].
-_PEAK = ("import resource, subprocess, sys\n"
-         "rc = subprocess.run(sys.argv[2:]).returncode\n"
-         "kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss\n"
-         "open(sys.argv[1], 'w').write(str(kb * (1 if sys.platform == 'darwin' else 1024)))\n"
-         "sys.exit(rc)\n")
 
 
 def corpus(root: Path, sections: tuple[str, ...], genstate: dict | None) -> dict:
@@ -58,14 +55,32 @@ def argv(section: str, stem: str, data: dict, workdir: Path) -> list[str]:
 
 
 def run(command: list[str], workdir: Path, timeout: float | None = None) -> dict:
-  """Runs `command` in its own process: {"returncode", "peak_gb", "output", "results"} (results.json, or None)."""
+  """Runs `command` in its own process (and session): {"returncode" (None: stopped after `timeout` seconds, with
+  every process it started), "peak_gb" (its peak resident memory: `resource.getrusage` of that child, by `wait4`; a
+  stopped one's high-water mark so far), "output", "results" (results.json, or None)}."""
   workdir.mkdir(parents=True, exist_ok=True)
-  peak = workdir.parent / f"{workdir.name}.peak"
-  p = subprocess.run([sys.executable, "-c", _PEAK, str(peak)] + command, cwd=ROOT, capture_output=True, text=True,
-                     timeout=timeout)
+  log = workdir.parent / f"{workdir.name}.log"
+  start = time.monotonic()
+  with open(log, "w") as f:
+    p = subprocess.Popen(command, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+    while True:
+      pid, status, usage = os.wait4(p.pid, os.WNOHANG)
+      if pid:
+        p.returncode = returncode = os.waitstatus_to_exitcode(status)
+        peak_kb = usage.ru_maxrss // (1024 if sys.platform == "darwin" else 1)  # bytes on macOS, KB on Linux
+        break
+      if timeout is not None and time.monotonic() - start > timeout:
+        status_file = Path(f"/proc/{p.pid}/status")
+        hwm = re.search(r"VmHWM:\s+(\d+) kB", status_file.read_text()) if status_file.exists() else None
+        peak_kb = int(hwm.group(1)) if hwm else 0
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+        returncode = None
+        break
+      time.sleep(0.2)
   results = workdir / "results.json"
-  return {"returncode": p.returncode, "peak_gb": int(peak.read_text()) / 1e9 if peak.exists() else float("nan"),
-          "output": p.stdout + p.stderr, "results": json.loads(results.read_text()) if results.exists() else None}
+  return {"returncode": returncode, "peak_gb": peak_kb * 1024 / 1e9, "output": log.read_text(),
+          "results": json.loads(results.read_text()) if results.exists() else None}
 
 
 def check(method: str, out: dict) -> None:
@@ -82,7 +97,6 @@ def check(method: str, out: dict) -> None:
 def walk(out: Path, limit: float = 900.0) -> None:
   """`launch/small_corpora.sh OUT`: every plain guide command (each dataset section) on the ~30-video corpus, each
   in its own process, timed; OUT/small_corpora.tsv: section, config, seconds, peak GB, result, what was clipped."""
-  import time  # pylint: disable=g-import-not-at-top
   from vidjax.worlds import release  # pylint: disable=g-import-not-at-top
   if not (out / "corpus" / "manifest.json").exists():
     release.write_corpus(out / "corpus", release.SIZES["smoke"], seed=0)
@@ -96,16 +110,26 @@ def walk(out: Path, limit: float = 900.0) -> None:
       stem = Path(line[line.index("--config") + 1]).stem
       workdir = out / "runs" / stem
       start = time.time()
-      try:
-        r = run(argv(section, stem, data, workdir), workdir, timeout=limit)
+      r = run(argv(section, stem, data, workdir), workdir, timeout=limit)
+      if r["returncode"] is None:
+        result = f"stopped after {limit:.0f} s ({progress(workdir)})"
+      else:
         result = "ran" if r["returncode"] == 0 else f"failed (exit {r['returncode']}): {r['output'][-300:]!r}"
-        clipped = ", ".join(f"{k} {a}->{u}" for k, (a, u) in (r["results"] or {}).get("clipped", {}).items())
-        peak = f"{r['peak_gb']:.2f}"
-      except subprocess.TimeoutExpired:
-        result, clipped, peak = f"stopped after {limit:.0f} s", "", "-"
+      clipped = ", ".join(f"{k} {a}->{u}" for k, (a, u) in (r["results"] or {}).get("clipped", {}).items())
+      peak = f"{r['peak_gb']:.2f}"
       lines.append(f"{section}\t{stem}\t{time.time() - start:.0f}\t{peak}\t{result}\t{clipped}")
       print(lines[-1], flush=True)
       (out / "small_corpora.tsv").write_text("\n".join(lines) + "\n")
+
+
+def progress(workdir: Path) -> str:
+  """How far a stopped run got: each model's last logged step (its `metrics.jsonl`), in the order they trained."""
+  done = []
+  for log in sorted(workdir.rglob("metrics.jsonl"), key=lambda f: f.stat().st_mtime):
+    lines = log.read_text().splitlines()
+    step = json.loads(lines[-1]).get("step") if lines else 0
+    done.append(f"{log.parent.relative_to(workdir)} step {step}")
+  return "; ".join(done) or "no model logged a step"
 
 
 if __name__ == "__main__":

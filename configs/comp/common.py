@@ -94,10 +94,9 @@ def _model(**kw) -> ml_collections.ConfigDict:
       # a training step's texts run through the text tower in rematerialized blocks whose activations fit this many
       # GB (`vidjax.models.vidclip.VidClipConfig.text_block`; 0: one pass); CompPretrain's batch at the paper's size
       # (128 x 3 texts of 160 tokens) keeps ~30 GB in one pass (BENCHMARKS.md). A step that fits runs in one pass.
-      # 2 GB keeps the whole process within 8 GB beside the video tower's activations (one pass: 196 pooling queries
-      # x 4096-wide MLP per video) and the weights: at 4 GB a 30-video corpus's run peaked at 8.7 GB on CPU
-      # (BENCHMARKS.md, "Small corpora").
-      memory_gb=2.0,
+      # 4 GB, as VEDJE's `train.memory_gb`. On a 30-video corpus the run still peaks at 8.6-8.7 GB resident on CPU
+      # at 2 or 4 GB (14.8 GB before the blocks): the rest is outside the text tower (BENCHMARKS.md, "Small corpora").
+      memory_gb=4.0,
   )
   base.update(kw)
   return ml_collections.ConfigDict(base)
