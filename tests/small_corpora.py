@@ -26,10 +26,21 @@ import test_readme_commands as guide
 ROOT = Path(__file__).resolve().parents[1]
 PER_SPLIT = 15
 PEAK_GB = 8.0  # the most resident memory a plain command may take on a small corpus (issue 64)
-# {method: (guide section, config stem)}: one plain guide command per method
-COMMANDS = {"cast": ("COIN", "cast_coin"), "retrieval": ("MSR-VTT", "retrieval_msrvtt"),
-            "dense": ("MSR-VTT", "dense_msrvtt"), "vedje": ("MSR-VTT", "vedje_msrvtt"),
-            "grdr": ("MSR-VTT", "grdr_msrvtt"), "genstate": ("GenState", "genstate_rendered")}
+# The methods whose plain command does not finish within the targets on the small corpus (BENCHMARKS.md, "Small
+# corpora": VideoComp's paper-size VidCLIP takes ~20 minutes), and those whose run takes minutes (`heavy`).
+NOT_WITHIN = ("comp",)
+HEAVY = ("vedje", "grdr")
+
+
+def command(method: str) -> tuple[str, str]:
+  """(guide section, config stem) of a method's plain guide command on the small corpus: its smoke config's dataset
+  file (`vidjax.methods.METHODS`), or `retrieval_msrvtt` for stage-1 retrieval (not a method of the table)."""
+  from vidjax.methods import METHODS  # pylint: disable=g-import-not-at-top
+  stem = "retrieval_msrvtt" if method == "retrieval" else Path(METHODS[method].smoke.split(":")[0]).stem
+  for section, lines in guide.guide_commands().items():
+    if any(line[0] == "$M" and Path(line[line.index("--config") + 1]).stem == stem for line in lines):
+      return section, stem
+  raise KeyError(f"no `$M --config configs/{stem}.py` command in the guide")
 
 
 def corpus(root: Path, sections: tuple[str, ...], genstate: dict | None) -> dict:

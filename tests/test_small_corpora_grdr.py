@@ -15,7 +15,8 @@ def data(tmp_path_factory, worker_id):
 
 
 def test_grdr_finishes_within_memory_on_a_small_corpus(data, tmp_path):
-  out = sc.run(sc.argv("MSR-VTT", "grdr_msrvtt", data, tmp_path / "grdr"), tmp_path / "grdr")
+  section, stem = sc.command("grdr")
+  out = sc.run(sc.argv(section, stem, data, tmp_path / "grdr"), tmp_path / "grdr")
   sc.check("grdr", out)
   r = out["results"]
   for key in ("eval.table3", "eval.baselines", "eval.compare_single_view", "eval.dense_rows"):
