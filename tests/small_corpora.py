@@ -37,10 +37,17 @@ def command(method: str) -> tuple[str, str]:
   file (`vidjax.methods.METHODS`), or `retrieval_msrvtt` for stage-1 retrieval (not a method of the table)."""
   from vidjax.methods import METHODS  # pylint: disable=g-import-not-at-top
   stem = "retrieval_msrvtt" if method == "retrieval" else Path(METHODS[method].smoke.split(":")[0]).stem
-  for section, lines in guide.guide_commands().items():
-    if any(line[0] == "$M" and Path(line[line.index("--config") + 1]).stem == stem for line in lines):
-      return section, stem
-  raise KeyError(f"no `$M --config configs/{stem}.py` command in the guide")
+  return _guide_line(stem)[0], stem
+
+
+def _guide_line(stem: str, section: str | None = None) -> tuple[str, list[str]]:
+  """(section, argv) of the guide's `$M --config configs/<stem>.py ...` command (in `section`, when given)."""
+  for title, lines in guide.guide_commands().items():
+    for line in lines if section in (None, title) else ():
+      if line[0] == "$M" and Path(line[line.index("--config") + 1]).stem == stem:
+        return title, line
+  raise KeyError(f"no `$M --config configs/{stem}.py` command in the guide" + (f"'s {section} section" if section
+                                                                                 else ""))
 
 
 def corpus(root: Path, sections: tuple[str, ...], genstate: dict | None) -> dict:
@@ -54,15 +61,11 @@ def argv(section: str, stem: str, data: dict, workdir: Path) -> list[str]:
   """The guide's command for `stem` (its config and flags as written, each release file name and `$S` replaced by
   the path here) as a `python -m vidjax.main` command line."""
   store, files = data[section]
-  for line in guide.guide_commands()[section]:
-    if line[0] == "$M" and Path(line[line.index("--config") + 1]).stem == stem:
-      args = []
-      for a in line[1:]:
-        m = re.fullmatch(r"(--config\.[\w.]+)=(.*)", a)
-        args.append(a if not m else m.group(1) + "=" + ",".join(
-            files.get(p, store if p == "$S" else p) for p in m.group(2).split(",")))
-      return [sys.executable, "-m", "vidjax.main", "--workdir", str(workdir)] + args
-  raise KeyError(f"no `$M --config configs/{stem}.py` command in the guide's {section} section")
+  args = []
+  for a in _guide_line(stem, section)[1][1:]:
+    m = re.fullmatch(r"(--config\.[\w.]+)=(.*)", a)
+    args.append(a if not m else f"{m.group(1)}={guide.with_paths(m.group(2), {**files, '$S': store})}")
+  return [sys.executable, "-m", "vidjax.main", "--workdir", str(workdir)] + args
 
 
 def run(command: list[str], workdir: Path, timeout: float | None = None) -> dict:

@@ -70,6 +70,11 @@ def _value(old, text: str):
   return text
 
 
+def with_paths(value: str, files: dict[str, str]) -> str:
+  """A flag's value as written in the guide with each (comma-separated) file name replaced by its path here."""
+  return ",".join(files.get(part, part) for part in value.split(","))
+
+
 def _config(argv: list[str], files: dict[str, str]):
   """The config of one `$M --config X --config.k=v ...` line, each file name replaced by its path here."""
   spec = argv[argv.index("--config") + 1]
@@ -78,7 +83,7 @@ def _config(argv: list[str], files: dict[str, str]):
   for arg in argv:
     m = re.fullmatch(r"--config\.([\w.]+)=(.*)", arg)
     if m:
-      text = ",".join(files.get(part, part) for part in m.group(2).split(","))
+      text = with_paths(m.group(2), files)
       values[m.group(1)] = _value(get_key(config, m.group(1)), text)
   return spec, with_values(config, values)
 
