@@ -292,3 +292,66 @@ def test_the_text_length_fits_the_longest_text_and_changes_no_embedding():
   with config.unlocked():
     config.model.init = "random"
   assert comp.text_length(config, texts) == (config, {})
+
+
+def test_a_training_reads_its_texts_cut_to_their_longest_and_the_same_embeddings():
+  """`vidclip.trimmed_tokens`: a training's token table cut to the longest text it reads (its rows; -1 = none), with
+  the same embeddings and gradients as at the full length (BERT: padding masked, positions from the start; float32
+  rounding); an LvT tower (CLS read after the padding) keeps its length."""
+  import dataclasses  # pylint: disable=g-import-not-at-top
+  from vidjax.methods import vidclip  # pylint: disable=g-import-not-at-top
+  cfg = tiny(text=dataclasses.replace(TEXT, vocab_size=50), max_text_len=16)
+  model = V.VidClip(cfg)
+  params = V.init_params(model, jax.random.PRNGKey(0))
+  lengths = np.array([3, 16, 5, 7, 2])
+  ids = np.asarray(jax.random.randint(jax.random.PRNGKey(1), (5, 16), 1, 50))
+  mask = (np.arange(16)[None] < lengths[:, None]).astype(np.int32)
+  tokens = {"input_ids": ids * mask, "attention_mask": mask}
+  rows = np.array([0, 2, -1, 3])  # the 16-token text (row 1) is not read: cut to row 3's 7
+  cut = vidclip.trimmed_tokens(cfg, tokens, rows)
+  assert {k: v.shape for k, v in cut.items()} == {"input_ids": (5, 7), "attention_mask": (5, 7)}
+  np.testing.assert_array_equal(cut["input_ids"], tokens["input_ids"][:, :7])
+
+  def loss(p, t):
+    emb = model.apply({"params": p}, t["input_ids"][rows[rows >= 0]], t["attention_mask"][rows[rows >= 0]], False,
+                      method="encode_text", rngs={"dropout": jax.random.PRNGKey(2)})
+    return jnp.sum(emb[:, :3] ** 3), emb
+
+  (l1, e1), g1 = jax.value_and_grad(loss, has_aux=True)(params, tokens)
+  (l2, e2), g2 = jax.value_and_grad(loss, has_aux=True)(params, cut)
+  np.testing.assert_allclose(e2, e1, atol=1e-5)  # float32 on any backend
+  for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g2)):
+    np.testing.assert_allclose(b, a, atol=1e-5, rtol=1e-4)
+  assert vidclip.trimmed_tokens(cfg, tokens, np.array([1, 0]))["input_ids"].shape == (5, 16)
+  lvt = dataclasses.replace(cfg, lvt=V.LvtText(vocabulary_size=50, model_dim=16, num_layers=1, num_heads=2, mlp_dim=32))
+  assert vidclip.trimmed_tokens(lvt, tokens, rows) is tokens
+
+
+def test_video_blocks_give_one_pass_gradients_in_less_memory_and_the_estimate_sizes_them():
+  """`video_block`: a training step's videos in rematerialized blocks (`layers.scan_blocks`) give the one-pass
+  embeddings and gradients (float32 rounding) and keep less for the backward pass (XLA's own count); the blocks
+  are sized by `video_activation_bytes` from `memory_gb` (`methods.vidclip.video_block`)."""
+  import dataclasses  # pylint: disable=g-import-not-at-top
+  import ml_collections  # pylint: disable=g-import-not-at-top
+  from vidjax.methods import vidclip  # pylint: disable=g-import-not-at-top
+  cfg = tiny(pool_queries=6, pool_mlp=64)
+  x = jax.random.normal(jax.random.PRNGKey(1), (12, 4, 3, 8)) * 5.0
+  params = V.init_params(V.VidClip(cfg), jax.random.PRNGKey(0), tokens_per_frame=3)
+
+  def compiled(block):
+    model = V.VidClip(dataclasses.replace(cfg, video_block=block))
+    loss = lambda p: jnp.sum(model.apply({"params": p}, x, False, method="encode_video")[:, :3] ** 2)  # noqa: E731
+    return jax.jit(jax.value_and_grad(loss)).lower(params).compile()
+
+  whole, blocked = compiled(0), compiled(2)
+  (l1, g1), (l2, g2) = whole(params), blocked(params)
+  np.testing.assert_allclose(l2, l1, rtol=1e-5, atol=1e-6)  # float32 on any backend
+  for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g2)):
+    np.testing.assert_allclose(b, a, atol=1e-5, rtol=1e-4)
+  temp = lambda f: f.memory_analysis().temp_size_in_bytes  # noqa: E731
+  assert temp(blocked) < temp(whole) / 2, (temp(blocked), temp(whole))
+  per_video = V.video_activation_bytes(cfg, 3)
+  mc = ml_collections.ConfigDict(dict(memory_gb=5.5 * per_video / 1e9))
+  assert vidclip.video_block(mc, cfg, 3) == 5 and vidclip.video_block(ml_collections.ConfigDict(), cfg, 3) == 0
+  with pytest.raises(ValueError, match="video_block=-1"):
+    dataclasses.replace(cfg, video_block=-1)

@@ -65,32 +65,47 @@ class TextTable:
     return pipeline.text_token_batch(tokenizer, list(self.rows), max_len)
 
 
-def model_config(mc, visual_dim: int, vocab_size: int = 32_000) -> V.VidClipConfig:
-  """The VidCLIP of a model section; `vocab_size`: the SentencePiece vocabulary of an LvT text tower."""
+def model_config(mc, visual_dim: int, vocab_size: int = 32_000, tokens_per_frame: int = 1) -> V.VidClipConfig:
+  """The VidCLIP of a model section; `vocab_size`: the SentencePiece vocabulary of an LvT text tower;
+  `tokens_per_frame`: N of the frozen inputs (the video blocks' size, `video_block`)."""
   lvt = None if mc.init != "lvt" else V.LvtText(vocabulary_size=vocab_size, model_dim=mc.text_hidden,
                                                  num_layers=mc.text_layers, num_heads=mc.text_heads, mlp_dim=mc.text_mlp)
   text = bert.BertConfig(vocab_size=30522, hidden_size=mc.text_hidden, num_layers=mc.text_layers,
                          num_heads=mc.text_heads, intermediate_size=mc.text_mlp,
                          max_position=512 if mc.init == "minilm" else mc.max_text_len,
                          dropout_rate=mc.dropout_rate, attention_dropout_rate=mc.dropout_rate, use_pooler=False)
-  return V.VidClipConfig(visual_dim=visual_dim, frames=mc.frames, width=mc.width, pool_queries=mc.pool_queries,
+  cfg = V.VidClipConfig(visual_dim=visual_dim, frames=mc.frames, width=mc.width, pool_queries=mc.pool_queries,
                          pool_heads=mc.pool_heads, pool_mlp=mc.pool_mlp, embed_dim=mc.embed_dim, text=text, lvt=lvt,
                          max_text_len=mc.max_text_len, init_temperature=mc.init_temperature, dtype=mc.dtype,
                          pool_init=mc.get("pool_init", "random"),  # GenState's model section has none: random
-                         text_block=text_block(mc, text))
+                        text_block=text_block(mc, text))
+  return dataclasses.replace(cfg, video_block=video_block(mc, cfg, tokens_per_frame))
 
 
 def text_block(mc, text: bert.BertConfig) -> int:
   """Texts per rematerialized training block whose text-tower activations fit `mc.memory_gb` GB
   (`bert.activation_bytes` at `max_text_len`, the LvT tower's shape for an LvT tower); 0 (one pass) when the
   section sets no budget (GenState's)."""
-  budget = float(mc.get("memory_gb", 0.0)) * 1e9
+  budget = _budget(mc)
   if budget <= 0:
     return 0
   if mc.init == "lvt":
     text = bert.BertConfig(hidden_size=mc.text_hidden, num_layers=mc.text_layers, num_heads=mc.text_heads,
                            intermediate_size=mc.text_mlp)
   return max(1, int(budget // bert.activation_bytes(text, mc.max_text_len)))
+
+
+def video_block(mc, cfg: V.VidClipConfig, tokens_per_frame: int) -> int:
+  """Videos per rematerialized training block whose video-tower activations fit `mc.memory_gb` GB
+  (`V.video_activation_bytes`); 0 (one pass) when the section sets no budget. The text and video passes of a step
+  are rematerialized one block at a time, each within the budget."""
+  budget = _budget(mc)
+  return 0 if budget <= 0 else max(1, int(budget // V.video_activation_bytes(cfg, tokens_per_frame)))
+
+
+def _budget(mc) -> float:
+  """A model section's `memory_gb` in bytes (0: none; GenState's section has none)."""
+  return float(mc.get("memory_gb", 0.0)) * 1e9
 
 
 def text_tokenizer(mc):
@@ -114,12 +129,12 @@ def vidclip_setup(mc, visual_dim: int, tokens_per_frame: int):
   (WordPiece), from an LvT checkpoint (SentencePiece) or random (WordPiece ids)."""
   tokenizer = text_tokenizer(mc)
   if mc.init == "lvt":
-    model = V.VidClip(model_config(mc, visual_dim, tokenizer.vocab_size))
+    model = V.VidClip(model_config(mc, visual_dim, tokenizer.vocab_size, tokens_per_frame))
     # Read and checked once, here: the text encoder's arrays only (not the checkpoint's vision tower).
     shapes = jax.eval_shape(lambda: V.init_params(model, jax.random.PRNGKey(0), tokens_per_frame))
     text_encoder = checkpoints.lvt_text_encoder(mc.lvt_checkpoint, shapes["text"]["lvt"])
     return model, tokenizer, lambda rng: V.init_text_from_lvt(V.init_params(model, rng, tokens_per_frame), text_encoder)
-  model = V.VidClip(model_config(mc, visual_dim))
+  model = V.VidClip(model_config(mc, visual_dim, tokens_per_frame=tokens_per_frame))
   text_init = checkpoints.load_bert_dir(mc.minilm_dir) if mc.init == "minilm" else None
 
   def fresh(rng):
@@ -152,6 +167,18 @@ def batch_fn_for(data, ex: Examples, tokens: dict[str, np.ndarray]) -> tuple:
   return batch_fn, pipeline.Gather(tables, fields)
 
 
+def trimmed_tokens(cfg: V.VidClipConfig, tokens: dict[str, np.ndarray], rows: np.ndarray) -> dict[str, np.ndarray]:
+  """`tokens` cut to the longest of the texts a training reads (`rows`; -1 = none): exact for a BERT text tower (its
+  padding is masked and its positions count from the start, so every embedding is the same; a shorter step is fewer
+  FLOPs and less memory, e.g. pretraining's single sentences against fine-tuning's paragraphs). An LvT tower reads its
+  CLS after the padding, at a position that depends on the length: its tokens stay as they are."""
+  rows = rows[rows >= 0]
+  if cfg.lvt is not None or not len(rows):
+    return tokens
+  longest = max(1, int(tokens["attention_mask"][rows].sum(1).max()))
+  return {k: v[:, :longest] for k, v in tokens.items()}
+
+
 def optimizer(tc, video_lr: float | None = None) -> optax.GradientTransformation:
   """AdamW of a train section (`tc.lr`, `tc.weight_decay`, `tc.warmup_steps`); with `video_lr` the video tower's
   parameters (`video/...`) get that learning rate instead (`optax.multi_transform`), the rest `tc.lr`."""
@@ -173,17 +200,18 @@ def train_model(name: str, model: V.VidClip, init_fn, ex: Examples, data, tokens
 
   def loss_fn(params, batch, rng):
     apply = functools.partial(model.apply, {"params": params})
-    video = apply(batch["video"], method=V.VidClip.encode_video)
-    drop = {"dropout": rng}
-    text = apply(batch["input_ids"], batch["attention_mask"], False, method=V.VidClip.encode_text, rngs=drop)
+    video = apply(batch["video"], False, method=V.VidClip.encode_video)
     tau = apply(method=V.VidClip.temperature)
     b, h, s = batch["neg_ids"].shape
-    if h == 0 or mode == "contrastive":
-      loss, aux = losses.comp_total_loss(video, text, jnp.zeros((b, 0, text.shape[1])), jnp.zeros((b, 0)), tau,
-                                         mode="contrastive")
+    # The positives and the negatives in one text-tower pass: one pass's blocks (`VidClipConfig.text_block`) bound
+    # the activations a step keeps, where two passes would keep the first's beside the second's blocks.
+    ids = jnp.concatenate([batch["input_ids"], batch["neg_ids"].reshape(b * h, s)])
+    mask = jnp.concatenate([batch["attention_mask"], batch["neg_mask"].reshape(b * h, s)])
+    texts = apply(ids, mask, False, method=V.VidClip.encode_text, rngs={"dropout": rng})
+    text, neg = texts[:b], texts[b:].reshape(b, h, texts.shape[-1])
+    if h == 0:
+      loss, aux = losses.comp_total_loss(video, text, neg, jnp.zeros((b, 0)), tau, mode="contrastive")
     else:
-      neg = apply(batch["neg_ids"].reshape(b * h, s), batch["neg_mask"].reshape(b * h, s), False,
-                  method=V.VidClip.encode_text, rngs=drop).reshape(b, h, -1)
       # the mode travels in the batch: every mode with negatives shares one compiled step
       loss, aux = losses.comp_total_loss(video, text, neg, batch["neg_valid"], tau, weights=batch["loss_weights"][0],
                                          levels=tuple(tc.levels))
@@ -191,6 +219,7 @@ def train_model(name: str, model: V.VidClip, init_fn, ex: Examples, data, tokens
 
   negs = ex.negatives if mode != "contrastive" else ex.negatives[:, :0]
   ex = dataclasses.replace(ex, negatives=negs)
+  tokens = trimmed_tokens(model.config, tokens, np.concatenate([ex.positive, negs.reshape(-1)]))
   weights = losses.comp_mode_weights(mode, tc.lam)
   batch_fn, gather = batch_fn_for(data, ex, tokens)
   batch_fn = gather.host(batch_fn)

@@ -81,6 +81,7 @@ class VidClipConfig:
       start as exact mean pooling of their LayerNorm-ed tokens).
     text_block: in training, texts run through the text tower in rematerialized blocks of this many
       (`layers.scan_blocks`), so a step keeps one block's activations for the backward pass; 0: all in one pass.
+    video_block: the same for the videos through the video tower (`video_activation_bytes`); 0: one pass.
   """
   visual_dim: int = 768
   frames: int = 16
@@ -96,6 +97,7 @@ class VidClipConfig:
   dtype: str = "float32"
   pool_init: str = "random"
   text_block: int = 0
+  video_block: int = 0
 
   def __post_init__(self):
     for name in ("visual_dim", "frames", "width", "pool_queries", "pool_heads", "pool_mlp", "embed_dim",
@@ -108,12 +110,24 @@ class VidClipConfig:
     if self.lvt is None and self.max_text_len > self.text.max_position:
       raise ValueError(f"VidClipConfig: max_text_len={self.max_text_len} exceeds the text tower's "
                        f"max_position={self.text.max_position}")
-    if not isinstance(self.text_block, int) or self.text_block < 0:
-      raise ValueError(f"VidClipConfig.text_block={self.text_block!r} must be an integer >= 0 (0: one pass)")
+    for name in ("text_block", "video_block"):
+      if not isinstance(getattr(self, name), int) or getattr(self, name) < 0:
+        raise ValueError(f"VidClipConfig.{name}={getattr(self, name)!r} must be an integer >= 0 (0: one pass)")
     if not 0.0 < self.init_temperature < 1.0:
       raise ValueError(f"VidClipConfig.init_temperature={self.init_temperature} must lie in (0, 1)")
     if self.pool_init not in ("random", "mean"):
       raise ValueError(f"VidClipConfig.pool_init={self.pool_init!r} is not one of ('random', 'mean')")
+
+
+def video_activation_bytes(cfg: VidClipConfig, tokens_per_frame: int) -> int:
+  """Bytes of activations one video of `cfg.frames` x `tokens_per_frame` tokens through the video tower keeps for
+  the backward pass (float32): per input token its input row, about 10 width-wide rows (LayerNorm-ed, projected, the
+  first pooler's keys and values) and the heads' attention rows over the first pooler's queries (3 each); per first
+  pooler query about 16 width-wide and 4 MLP-wide rows (its MLP and the second pooler over it). Within 4% of XLA's
+  own count (`memory_analysis`, CPU, float32) at the paper's shapes with 16 or 256 VideoPrism tokens a frame and at
+  the tiny backbone's 4."""
+  s, q = cfg.frames * tokens_per_frame, cfg.pool_queries
+  return 4 * (s * (cfg.visual_dim + 10 * cfg.width + 3 * cfg.pool_heads * q) + q * (16 * cfg.width + 4 * cfg.pool_mlp))
 
 
 def _dense(features: int, dtype, name: str) -> nn.Dense:
@@ -148,7 +162,8 @@ class VideoTower(nn.Module):
   config: VidClipConfig
 
   @nn.compact
-  def __call__(self, x):
+  def __call__(self, x, deterministic: bool = True):
+    del deterministic  # no dropout in the video tower (the argument of `layers.scan_blocks`' modules)
     cfg = self.config
     dtype = jnp.dtype(cfg.dtype)
     if x.ndim == 3:
@@ -200,8 +215,12 @@ class VidClip(nn.Module):
     self.log_scale = self.param("log_scale", nn.initializers.constant(math.log(1.0 / self.config.init_temperature)),
                                 (), jnp.float32)
 
-  def encode_video(self, x):
-    return l2_normalize(self.video(x))
+  def encode_video(self, x, deterministic: bool = True):
+    """`deterministic=False` (training): in rematerialized blocks of `video_block` videos (`layers.scan_blocks`)."""
+    block = self.config.video_block
+    if deterministic or block == 0 or x.shape[0] <= block:
+      return l2_normalize(self.video(x))
+    return l2_normalize(scan_blocks(self.video, (x,), block, False))
 
   def encode_text(self, input_ids, attention_mask, deterministic: bool = True):
     block = self.config.text_block
