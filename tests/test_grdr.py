@@ -737,8 +737,10 @@ def test_generative_recall_in_query_chunks_equals_one_pass(monkeypatch):
   calls = []
   counted = lambda *a, **kw: calls.append(kw) or beam_search(*a, **kw)  # noqa: E731
   monkeypatch.setattr(generative, "beam_search", counted)
-  for budget, passes in ((4 * 20 * 3, 3), (4 * 20, 7)):  # 3 queries a chunk (the last padded), then 1
-    chunked = GenerativeRecall(trie, lambda p, q: q, _state_logp, None, width=4, limit=6, beam_state_bytes=budget)
+  # 3 queries a chunk (the last padded), then 1; 3 copies of the state a step: 1 a chunk in the first budget
+  for budget, copies, passes in ((4 * 20 * 3, 1, 3), (4 * 20, 1, 7), (4 * 20 * 3, 3, 7)):
+    chunked = GenerativeRecall(trie, lambda p, q: q, _state_logp, None, width=4, limit=6, beam_state_bytes=budget,
+                               state_copies=copies)
     calls.clear()
     got_ids, got_scores = chunked.retrieve(queries, k=6)
     assert len(calls) == passes
@@ -748,6 +750,23 @@ def test_generative_recall_in_query_chunks_equals_one_pass(monkeypatch):
   assert len(set(map(tuple, ids))) > 1  # the queries' states matter
   with pytest.raises(ValueError, match="beam_state_bytes must be a positive integer"):
     GenerativeRecall(trie, lambda p, q: q, _state_logp, None, width=4, beam_state_bytes=0)
+  with pytest.raises(ValueError, match="state_copies must be a positive integer"):
+    GenerativeRecall(trie, lambda p, q: q, _state_logp, None, width=4, state_copies=0)
+
+
+def test_a_t5_decoder_step_keeps_about_its_state_copies_of_the_repeated_memory():
+  """`generative.t5_state_copies`: a T5 decoder over beams' repeated encoder memory keeps about 1 + 2 x layers
+  copies of it (the memory, and each layer's cross-attention keys and values): XLA's own count of the step's
+  working memory is at most 10% above that (so `GenerativeRecall`'s chunks bound what a beam-search step takes)."""
+  from vidjax.models import t5 as T5  # pylint: disable=g-import-not-at-top
+  from vidjax.retrieval.generative import t5_state_copies  # pylint: disable=g-import-not-at-top
+  c = T5.T5Config(d_model=64, num_heads=4, d_kv=16, d_ff=128, encoder_layers=1, decoder_layers=3, dropout_rate=0.1)
+  dec, n, length = T5.T5Decoder(c), 240, 16
+  args = (jnp.zeros((n, 3, 64)), jnp.zeros((n, length, 64)), jnp.ones((n, length), bool))
+  params = jax.eval_shape(lambda: dec.init(jax.random.PRNGKey(0), *(a[:1] for a in args)))
+  temp = jax.jit(dec.apply).lower(params, *args).compile().memory_analysis().temp_size_in_bytes
+  memory = n * length * 64 * 4
+  assert t5_state_copies(3) == 7 and temp <= 1.1 * t5_state_copies(3) * memory, temp / memory
 
 
 def test_fewer_ranked_ids_than_k_count_as_misses_and_the_sizes_fit_the_training_split():

@@ -48,6 +48,7 @@ from vidjax.models.grdr import GRDR, RetrieverConfig, TokenizerConfig, match_vie
 from vidjax.models.t5 import T5Config
 from vidjax.retrieval import DenseIndex, GenerativeRecall, SemanticIdTrie, TwoStage
 from vidjax.retrieval.dense import DEFAULT_QUERY_BATCH
+from vidjax.retrieval.generative import t5_state_copies
 
 
 def build_model(mcfg, feature_dim: int, num_views: int | None = None, num_layers: int | None = None,
@@ -696,7 +697,8 @@ def make_recall(model: GRDR, params, features: np.ndarray, ids, ecfg,
   trie = SemanticIdTrie(ids, codes, model.tokenizer.num_codes)
   recall = GenerativeRecall(trie, _Bound(model, GRDR.encode_query), _Bound(model, GRDR.code_logp), params,
                             width=ecfg.beam_width, limit=ecfg.candidates or None, vectors=features,
-                            query_key=query_key(model))
+                            query_key=query_key(model),
+                            state_copies=t5_state_copies(model.retriever.t5.decoder_layers))
   return recall, codes
 
 

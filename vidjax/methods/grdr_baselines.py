@@ -60,6 +60,7 @@ from vidjax.methods.grdr import (BACKBONE, Corpus, Reranker, TrainingSet, evalua
 from vidjax.models.gr_baselines import IdRetrieverConfig, RQVAE, RQVAEConfig, SemanticIdRetriever
 from vidjax.models.t5 import T5Config
 from vidjax.retrieval import GenerativeRecall, SemanticIdTrie, beam_search
+from vidjax.retrieval.generative import t5_state_copies
 from vidjax.retrieval.kmeans import HierarchicalKMeans
 from vidjax.retrieval.trie import TrieArrays
 
@@ -376,7 +377,8 @@ def make_recall(row: TrainedBaseline, corpus: Corpus, rows: np.ndarray, ecfg) ->
   return GenerativeRecall(trie, _Bound(row.model, SemanticIdRetriever.encode_query),
                           _Bound(row.model, SemanticIdRetriever.code_logp), row.params, width=ecfg.beam_width,
                           limit=ecfg.candidates or None, vectors=corpus.features[rows],
-                          query_key="tokens" if row.model.config.query_encoder == "t5" else "text")
+                          query_key="tokens" if row.model.config.query_encoder == "t5" else "text",
+                          state_copies=t5_state_copies(row.model.config.t5.decoder_layers))
 
 
 def baseline_rows(config, workdir: Path, corpus: Corpus, pools: dict, sets: dict | None = None,

@@ -31,12 +31,18 @@ from vidjax.retrieval.trie import SemanticIdTrie, beam_search
 STAGES = ("encode", "decode", "id_to_video")
 
 
+def t5_state_copies(decoder_layers: int) -> int:
+  """`GenerativeRecall`'s `state_copies` for a T5 decoder's `logp_fn`: the repeated encoder memory and each decoder
+  layer's cross-attention keys and values over it."""
+  return 1 + 2 * decoder_layers
+
+
 class GenerativeRecall:
   """The `vidjax.evaluate.Retriever` protocol over a `SemanticIdTrie` (see the module docstring)."""
 
   def __init__(self, trie: SemanticIdTrie, encode_fn: Callable, logp_fn: Callable, params: Any, *,
                width: int, limit: Optional[int] = None, vectors: Any = None, query_key: str = "text",
-               beam_state_bytes: int = 2 ** 28):
+               beam_state_bytes: int = 2 ** 28, state_copies: int = 1):
     """
     Args:
       trie: the corpus's semantic IDs.
@@ -48,12 +54,16 @@ class GenerativeRecall:
       vectors: optional [V, D] dense embeddings of the trie's videos (its order), for a reranker
         reading `vectors(ids)` (TwoStage's default batch).
       query_key: the query field `retrieve` reads when given a dict batch (as `DenseIndex`)
-      beam_state_bytes: how large the queries' state may grow once repeated for every beam (a T5's
-        `code_logp` repeats its encoder memory W times, and the cross-attention's keys and values follow
-        it): the beam search runs over chunks of queries that keep `chunk x W x state bytes per query`
-        under this (default 256 MiB), so its memory does not grow with the query batch. At 256 queries,
-        W = 250 and 128 query tokens of width 128 a single pass allocated 26.8 GB. Chunks give the same
-        beams as one pass (the last is padded to the chunk's shape: one compilation).
+      beam_state_bytes: how much working memory a beam-search step may take over the queries' state
+        repeated for every beam: the beam search runs over chunks of queries that keep `chunk x W x state
+        bytes per query x state_copies` under this (default 256 MiB), so its memory does not grow with the
+        query batch. At 256 queries, W = 250 and 128 query tokens of width 128 a single pass allocated
+        26.8 GB. Chunks give the same beams as one pass (the last is padded to the chunk's shape: one
+        compilation).
+      state_copies: how many copies of the repeated state `logp_fn` keeps at once: a T5 decoder's
+        `code_logp` repeats its encoder memory W times and each decoder layer computes the cross-attention's
+        keys and values over it, 1 + 2 x decoder layers (`t5_state_copies`; XLA's own count on CPU: 13.05
+        for T5-Small's 6 layers). 1: the state alone.
     """
     if not is_positive_int(width):
       raise ValueError(f"GenerativeRecall: width must be a positive integer, got {width!r}")
@@ -61,10 +71,12 @@ class GenerativeRecall:
       raise ValueError(f"GenerativeRecall: limit must be a positive integer or None, got {limit!r}")
     if not is_positive_int(beam_state_bytes):
       raise ValueError(f"GenerativeRecall: beam_state_bytes must be a positive integer, got {beam_state_bytes!r}")
+    if not is_positive_int(state_copies):
+      raise ValueError(f"GenerativeRecall: state_copies must be a positive integer, got {state_copies!r}")
     if vectors is not None and np.shape(vectors)[0] != len(trie):
       raise ValueError(f"GenerativeRecall: {np.shape(vectors)[0]} vectors for a trie of {len(trie)} videos")
     self.trie, self.params, self.width, self.limit, self.query_key = trie, params, int(width), limit, query_key
-    self.beam_state_bytes = int(beam_state_bytes)
+    self.beam_state_bytes, self.state_copies = int(beam_state_bytes), int(state_copies)
     self._arrays = trie.arrays()
     self._encode = jax.jit(encode_fn)
     self._logp_fn = logp_fn
@@ -94,7 +106,7 @@ class GenerativeRecall:
     arrays = jax.tree_util.tree_leaves(state)
     n = arrays[0].shape[0]
     per_query = max(sum(int(a.nbytes) for a in arrays) // max(n, 1), 1)
-    chunk = max(1, min(n, self.beam_state_bytes // (self.width * per_query)))
+    chunk = max(1, min(n, self.beam_state_bytes // (self.width * per_query * self.state_copies)))
     parts = []
     for start in range(0, n, chunk):
       rows = jax.tree.map(lambda a, s=start: pad_rows(a[s:s + chunk], chunk), state)  # the last chunk padded
