@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Every plain README / docs/real_data.md method command, as written, on a ~30-video real-format corpus (15 SYNTHETIC
-# placeholder videos a split of ../shared/data's release files, stores prepared with the tiny random VideoPrism),
-# each in its own process: seconds, peak resident GB, what it clipped. OUT/small_corpora.tsv (BENCHMARKS.md, "Small
-# corpora"). The tests (tests/test_small_corpora*.py) run one command per method and assert it finishes within 8 GB.
+# Every README / docs/real_data.md section 2 command (the typed search after the stack's run), as written, on a
+# ~30-video real-format corpus (15 SYNTHETIC placeholder videos a split of ../shared/data's release files, stores
+# prepared with the tiny random VideoPrism), each in its own process: seconds, peak resident GB, what it clipped.
+# OUT/small_corpora.tsv (BENCHMARKS.md, "Small corpora"). The tests (tests/test_small_corpora*.py) run one command per
+# method and assert it finishes within 8 GB.
 #   bash launch/small_corpora.sh OUT [LIMIT_SECONDS]
 set -euo pipefail
 cd "$(dirname "$0")/.."

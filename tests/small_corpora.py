@@ -109,8 +109,9 @@ def check(method: str, out: dict) -> None:
 
 
 def walk(out: Path, limit: float = 900.0) -> None:
-  """`launch/small_corpora.sh OUT`: every plain guide command (each dataset section) on the ~30-video corpus, each
-  in its own process, timed; OUT/small_corpora.tsv: section, config, seconds, peak GB, result, what was clipped."""
+  """`launch/small_corpora.sh OUT`: every guide command (each dataset section; the typed search after the stack's
+  run) as written on the ~30-video corpus, each in its own process, timed; OUT/small_corpora.tsv: section, config,
+  seconds, peak GB, result, what was clipped."""
   from vidjax.worlds import release  # pylint: disable=g-import-not-at-top
   if not (out / "corpus" / "manifest.json").exists():
     release.write_corpus(out / "corpus", release.SIZES["smoke"], seed=0)
@@ -119,12 +120,15 @@ def walk(out: Path, limit: float = 900.0) -> None:
   lines = ["section\tcommand\tseconds\tpeak_gb\tresult\tclipped"]
   for section, commands in guide.guide_commands().items():
     for line in commands if section in data else ():
-      if line[0] != "$M":
-        continue  # `vidjax.search` reads the stack's index (test_real_path runs it)
-      stem = Path(line[line.index("--config") + 1]).stem
-      workdir = out / "runs" / stem
       start = time.time()
-      r = run(argv(section, stem, data, workdir), workdir, timeout=limit)
+      if line[0] == "$M":
+        stem = Path(line[line.index("--config") + 1]).stem
+        workdir = out / "runs" / stem
+        command = argv(section, stem, data, workdir)
+      else:  # python -m vidjax.search --index RUN/index "query": the stack's index, written by its run above
+        stem, workdir = "vidjax.search", out / "runs" / "search"
+        command = [sys.executable] + [a.replace("RUN/", f"{out / 'runs' / 'stack_youcook2'}/") for a in line[1:]]
+      r = run(command, workdir, timeout=limit)
       if r["returncode"] is None:
         result = f"stopped after {limit:.0f} s ({progress(workdir)})"
       else:

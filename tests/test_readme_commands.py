@@ -6,10 +6,11 @@ Each command is parsed from the guide itself (its config, its flags, nothing add
 with `check=True` (`python -m vidjax.main ... --check`): the data are read through the readers, the benchmark is
 built, every size is fitted to the data (clipped, with the record results.json would keep) and the run stops before
 training. Retrieval, which trains nothing, runs whole and writes its results.json. The whole commands at the paper's
-settings take minutes to hours each on 2 cores: `launch/readme_walk.sh` runs them all (BENCHMARKS.md, "The README
-commands as written"). Where ../shared/data has no copy of a release file the test writes one in its release format
-and says so below (MSR-VTT's training JSON and id list; DiDeMo's training file is the published validation file,
-the same format); CrossTask and MSVD have no public copy here (no English MSVD captions) and are not walked.
+settings take minutes to hours each on 2 cores: `launch/small_corpora.sh` runs them all, each in its own process
+(BENCHMARKS.md, "Small corpora"). Where ../shared/data has no copy of a release file the test writes one in its
+release format and says so below (MSR-VTT's training JSON and id list; DiDeMo's training file is the published
+validation file, the same format); CrossTask and MSVD have no public copy here (no English MSVD captions) and are
+not walked.
 """
 import ast
 import csv
@@ -193,47 +194,3 @@ def test_every_guide_command_fits_the_published_files(section, user_data, tmp_pa
       assert out["skipped_videos"]["count"] > 0  # the published file names far more videos than are here
     checked += 1
   assert checked >= 1
-
-
-def walk(out: Path) -> None:
-  """`launch/readme_walk.sh OUT`: every guide command run whole as written (search included), each timed, on the
-  same placeholder corpus; OUT/walk.tsv has one line per command (section, config, seconds, result)."""
-  import time  # pylint: disable=g-import-not-at-top
-  from vidjax import search  # pylint: disable=g-import-not-at-top
-  from vidjax.worlds import release  # pylint: disable=g-import-not-at-top
-  out.mkdir(parents=True, exist_ok=True)
-  if not (out / "corpus" / "manifest.json").exists():
-    release.write_corpus(out / "corpus", release.SIZES["smoke"], seed=0)
-  corpus = json.loads((out / "corpus" / "manifest.json").read_text())
-  data = build_user_data(out, corpus["genstate"])
-  lines = []
-  todo = [(section, argv) for section, argvs in guide_commands().items() if section in data for argv in argvs]
-  # the quick commands first: VEDJE's reranker (also the stack's stage) at the paper's size takes CPU hours
-  slow = lambda item: any(name in " ".join(item[1]) for name in ("vedje_", "stack_", "vidjax.search"))  # noqa: E731
-  for section, argv in [item for item in todo if not slow(item)] + [item for item in todo if slow(item)]:
-    store, files = data[section]
-    start = time.time()
-    if argv[0] == "$M":
-      spec, config = _config(argv, {**files, "$S": store})
-      workdir = out / "runs" / Path(spec).stem
-      try:
-        result = main.run(config, str(workdir)) if not (workdir / "results.json").exists() else "done before"
-        status = "ran" if result else "no result"
-      except Exception as e:  # pylint: disable=broad-except
-        status = f"failed: {type(e).__name__}: {str(e)[:200]}"
-    else:  # python -m vidjax.search --index RUN/index "query"
-      spec = "vidjax.search"
-      args = [a.replace("RUN/", str(out / "runs" / "stack_youcook2") + "/") for a in argv[3:]]
-      try:
-        print(search.render(search.search(search.parse(args))))
-        status = "ran"
-      except Exception as e:  # pylint: disable=broad-except
-        status = f"failed: {type(e).__name__}: {str(e)[:200]}"
-    lines.append(f"{section}\t{spec}\t{time.time() - start:.0f}\t{status}")
-    print(lines[-1], flush=True)
-    (out / "walk.tsv").write_text("section\tcommand\tseconds\tresult\n" + "\n".join(lines) + "\n")
-
-
-if __name__ == "__main__":
-  import sys  # pylint: disable=g-import-not-at-top
-  walk(Path(sys.argv[1]))
