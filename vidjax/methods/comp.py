@@ -338,24 +338,27 @@ class Prepared:
     self.eval_texts = TextTable()
     self.es = eval_set(data, mc.frames, self.eval_texts, dict(zip(ftc.hierarchy, ftc.levels)))
     # The run's text length: at most its longest text (`text_length`), recorded in `clipped` (`self.config`).
-    self.config, self.clipped = text_length(config, list(texts.rows) + list(self.eval_texts.rows))
+    tokenizer = text_tokenizer(mc)
+    self.config, self.clipped = text_length(config, list(texts.rows) + list(self.eval_texts.rows), tokenizer)
     mc = self.config.model
     visual = data.gather(np.zeros((1, 1), np.int64), np.zeros((1, 1), np.int64)).shape
-    self.model, self.tokenizer, self.fresh = vidclip_setup(mc, visual[-1], visual[-2])
+    self.model, self.tokenizer, self.fresh = vidclip_setup(mc, visual[-1], visual[-2], tokenizer)
     self.tokens = texts.tokens(self.tokenizer, mc.max_text_len)
     self.eval_tokens = self.eval_texts.tokens(self.tokenizer, mc.max_text_len)
 
 
-def text_length(config, texts: Sequence[str]):
+def text_length(config, texts: Sequence[str], tokenizer=None):
   """(config, clipped): `model.max_text_len` at most the longest of the run's `texts` in tokens (with [CLS] and
   [SEP]), so no text is cut that was not cut before and no step pads past its longest text. With the MiniLM text
   tower (`model.init="minilm"`) its position table is MiniLM's 512 rows whatever the length and padding is masked,
   so the fit changes no embedding (a shorter batch: fewer FLOPs and less memory; `strict` does not refuse it). The
-  random and LvT towers keep the configured length (the random tower's position table is that long)."""
+  random and LvT towers keep the configured length (the random tower's position table is that long). `tokenizer`:
+  the text tower's (`vidclip.text_tokenizer`), when the caller has it already."""
   mc = config.model
   if mc.init != "minilm" or not texts:
     return config, {}
-  longest = pipeline.longest_tokens(text_tokenizer(mc), texts, mc.max_text_len)
+  longest = pipeline.longest_tokens(tokenizer if tokenizer is not None else text_tokenizer(mc), texts,
+                                    mc.max_text_len)
   return clip_to_data(config, {"model.max_text_len": (longest, f"the run's longest text is {longest} tokens with "
                                                                "[CLS] and [SEP]", 3)}, exact=("model.max_text_len",))
 

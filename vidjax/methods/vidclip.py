@@ -124,10 +124,11 @@ def text_tokenizer(mc):
   return WordPieceTokenizer.from_vocab(Path(mc.minilm_dir or checkpoints.default_minilm_dir()) / "vocab.txt")
 
 
-def vidclip_setup(mc, visual_dim: int, tokens_per_frame: int):
+def vidclip_setup(mc, visual_dim: int, tokens_per_frame: int, tokenizer=None):
   """(VidCLIP, tokenizer, fresh-params function) of a model section: the text tower from all-MiniLM-L6-v2
-  (WordPiece), from an LvT checkpoint (SentencePiece) or random (WordPiece ids)."""
-  tokenizer = text_tokenizer(mc)
+  (WordPiece), from an LvT checkpoint (SentencePiece) or random (WordPiece ids); `tokenizer`: the section's
+  (`text_tokenizer`), when the caller has it already."""
+  tokenizer = tokenizer if tokenizer is not None else text_tokenizer(mc)
   if mc.init == "lvt":
     model = V.VidClip(model_config(mc, visual_dim, tokenizer.vocab_size, tokens_per_frame))
     # Read and checked once, here: the text encoder's arrays only (not the checkpoint's vision tower).
