@@ -75,9 +75,9 @@ def model_config(mc, visual_dim: int, vocab_size: int = 32_000, tokens_per_frame
                          max_position=512 if mc.init == "minilm" else mc.max_text_len,
                          dropout_rate=mc.dropout_rate, attention_dropout_rate=mc.dropout_rate, use_pooler=False)
   cfg = V.VidClipConfig(visual_dim=visual_dim, frames=mc.frames, width=mc.width, pool_queries=mc.pool_queries,
-                         pool_heads=mc.pool_heads, pool_mlp=mc.pool_mlp, embed_dim=mc.embed_dim, text=text, lvt=lvt,
-                         max_text_len=mc.max_text_len, init_temperature=mc.init_temperature, dtype=mc.dtype,
-                         pool_init=mc.get("pool_init", "random"),  # GenState's model section has none: random
+                        pool_heads=mc.pool_heads, pool_mlp=mc.pool_mlp, embed_dim=mc.embed_dim, text=text, lvt=lvt,
+                        max_text_len=mc.max_text_len, init_temperature=mc.init_temperature, dtype=mc.dtype,
+                        pool_init=mc.get("pool_init", "random"),  # GenState's model section has none: random
                         text_block=text_block(mc, text))
   return dataclasses.replace(cfg, video_block=video_block(mc, cfg, tokens_per_frame))
 
