@@ -27,7 +27,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PER_SPLIT = 15
 PEAK_GB = 8.0  # the most resident memory a plain command may take on a small corpus (issue 64)
 # The methods whose plain command does not finish within the targets on the small corpus (BENCHMARKS.md, "Small
-# corpora": VideoComp's paper-size VidCLIP takes ~20 minutes), and those whose run takes minutes (`heavy`).
+# corpora": VideoComp's paper-size VidCLIP takes about half an hour and peaks at 8.3 GB), and those whose run takes
+# minutes (`heavy`).
 NOT_WITHIN = ("comp",)
 HEAVY = ("vedje", "grdr")
 

@@ -91,11 +91,12 @@ def _model(**kw) -> ml_collections.ConfigDict:
       dropout_rate=0.1,
       dtype="float32",          # computation dtype ("bfloat16" on accelerators); params stay float32
       pool_init="mean",         # the attention pooler starts as exact mean pooling ("random": every weight drawn)
-      # a training step's texts run through the text tower in rematerialized blocks whose activations fit this many
-      # GB (`vidjax.models.vidclip.VidClipConfig.text_block`; 0: one pass); CompPretrain's batch at the paper's size
-      # (128 x 3 texts of 160 tokens) keeps ~30 GB in one pass (BENCHMARKS.md). A step that fits runs in one pass.
-      # 4 GB, as VEDJE's `train.memory_gb`. On a 30-video corpus the run still peaks at 8.6-8.7 GB resident on CPU
-      # at 2 or 4 GB (14.8 GB before the blocks): the rest is outside the text tower (BENCHMARKS.md, "Small corpora").
+      # a training step's texts and videos run through their towers in rematerialized blocks whose activations fit
+      # this many GB each (`vidjax.models.vidclip.VidClipConfig.text_block` / `video_block`; 0: one pass);
+      # CompPretrain's batch at the paper's size (128 x 3 texts of 160 tokens) keeps ~30 GB in one pass
+      # (BENCHMARKS.md). A step that fits runs in one pass. 4 GB, as VEDJE's `train.memory_gb`: on the 30-video
+      # corpus XLA's count of a step is 3.0-4.8 GB and the whole run peaks at 8.3 GB resident on CPU, ~4.5 GB of it
+      # between steps (BENCHMARKS.md, "Small corpora").
       memory_gb=4.0,
   )
   base.update(kw)
