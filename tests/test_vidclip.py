@@ -229,6 +229,16 @@ def test_the_video_lr_option_moves_the_video_tower_and_keeps_the_text_tower():
   assert train(M.optimizer(tc))["video"]["pool_1"]["attention"]["query"]["kernel"] <= 2 * steps * tc.lr
 
 
+def _assert_same_embeddings_and_grads(loss, params, first, second, *, grad_atol: float, grad_rtol: float):
+  """`loss(params, x) -> (scalar, embeddings)` at `first` and at `second`: the same embeddings (float32 on any
+  backend: 1e-5) and gradients (at the caller's tolerance)."""
+  (_, e1), g1 = jax.value_and_grad(loss, has_aux=True)(params, first)
+  (_, e2), g2 = jax.value_and_grad(loss, has_aux=True)(params, second)
+  np.testing.assert_allclose(e2, e1, atol=1e-5)
+  for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g2)):
+    np.testing.assert_allclose(b, a, atol=grad_atol, rtol=grad_rtol)
+
+
 def test_text_blocks_give_one_pass_gradients_and_balance_their_sizes():
   """`text_block`: a training step's texts in rematerialized blocks (`layers.scan_blocks`) give the one-pass
   embeddings and gradients (no dropout; float32 rounding); 9 rows at most 8 a block run as 2 blocks of 5."""
@@ -247,11 +257,7 @@ def test_text_blocks_give_one_pass_gradients_and_balance_their_sizes():
     emb = model.apply({"params": p}, ids, mask, False, method="encode_text", rngs={"dropout": jax.random.PRNGKey(2)})
     return jnp.sum(emb[:, :3] ** 3), emb
 
-  (l1, e1), g1 = jax.value_and_grad(loss, has_aux=True)(params, one)
-  (l2, e2), g2 = jax.value_and_grad(loss, has_aux=True)(params, blocked)
-  np.testing.assert_allclose(e2, e1, atol=1e-5)  # float32 on any backend
-  for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g2)):
-    np.testing.assert_allclose(b, a, atol=1e-4, rtol=1e-3)
+  _assert_same_embeddings_and_grads(loss, params, one, blocked, grad_atol=1e-4, grad_rtol=1e-3)
   sizes = []
 
   class Rows(nn.Module):
@@ -317,11 +323,7 @@ def test_a_training_reads_its_texts_cut_to_their_longest_and_the_same_embeddings
                       method="encode_text", rngs={"dropout": jax.random.PRNGKey(2)})
     return jnp.sum(emb[:, :3] ** 3), emb
 
-  (l1, e1), g1 = jax.value_and_grad(loss, has_aux=True)(params, tokens)
-  (l2, e2), g2 = jax.value_and_grad(loss, has_aux=True)(params, cut)
-  np.testing.assert_allclose(e2, e1, atol=1e-5)  # float32 on any backend
-  for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g2)):
-    np.testing.assert_allclose(b, a, atol=1e-5, rtol=1e-4)
+  _assert_same_embeddings_and_grads(loss, params, tokens, cut, grad_atol=1e-5, grad_rtol=1e-4)
   assert vidclip.trimmed_tokens(cfg, tokens, np.array([1, 0]))["input_ids"].shape == (5, 16)
   lvt = dataclasses.replace(cfg, lvt=V.LvtText(vocabulary_size=50, model_dim=16, num_layers=1, num_heads=2, mlp_dim=32))
   assert vidclip.trimmed_tokens(lvt, tokens, rows) is tokens
