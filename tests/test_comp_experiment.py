@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from vidjax.data import comp
+from vidjax.defaults.common import with_values
 from vidjax.experiments import comp as E
 from vidjax.experiments import common
 from vidjax.experiments.common import load_config
@@ -353,3 +354,28 @@ def test_comploss_is_eq2_with_every_pair_by_default_and_the_levels_reading_is_an
   assert float(losses.comp_preference_loss(ordered[:, 0], ordered[:, 1:], levels=paper_levels)) == pytest.approx(0.2)
   assert float(losses.comp_preference_loss(ordered[:, 0], ordered[:, 1:], levels=levels_levels)) == 0.0
 
+
+
+def test_a_few_test_videos_train_table2s_rows_only_and_say_so(capsys):
+  """On fewer test videos than `table_min_queries` the fine-tunings beyond Table 2's rows (NegCLIP, CompLoss on
+  NegCLIP's L_con) are left out, printed and recorded; Table 5 keeps the rows it can fill; enough videos, or
+  `table_min_queries=0`, train them all. A bad `ablations` is one clear error."""
+  from types import SimpleNamespace
+  config = load_config(ROOT / "configs/comp_youcook2.py")
+  prepared = lambda n: SimpleNamespace(es=SimpleNamespace(pairs=(np.arange(n), np.arange(n))))  # noqa: E731
+  fitted, clipped = M.fit_rows(config, prepared(15))
+  assert clipped == {"ablations": [["negclip", "negclip_pref"], []]}
+  assert "clipped config.ablations" in capsys.readouterr().out
+  assert [m for m, _, _ in M.finetunes(fitted)] == ["contrastive", "comploss", "comppretrain_comploss"]
+  assert M.methods(fitted) == ("zero_shot", "contrastive", "comploss", "comppretrain_comploss")
+  for many in (M.fit_rows(config, prepared(100))[0], M.fit_rows(with_values(config, {"table_min_queries": 0}),
+                                                                    prepared(15))[0]):
+    assert [m for m, _, _ in M.finetunes(many)] == [m for m, _, _ in M.FINETUNES]
+    assert M.methods(many) == METHODS
+  scores = {m: {k: float(i) for k in METRICS} for i, m in enumerate(("zero_shot", "comppretrain", *M.methods(fitted)))}
+  assert set(M.tables(scores, 4)["pretraining_ablation"]) == {"zero_shot_stack1", "zero_shot_stack4",
+                                                              "comploss_stack1", "comploss_stack4"}
+  bad = load_config(ROOT / "configs/comp_youcook2.py:smoke")
+  bad.ablations = ("negclip", "bogus")
+  with pytest.raises(ValueError, match="ablations"):
+    E.validate(bad)

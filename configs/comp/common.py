@@ -158,6 +158,12 @@ def get_config(dataset: str, arg: str | None = None) -> ml_collections.ConfigDic
   # passes (`max_passes`; results.json `clipped`, `strict` refuses instead): 20,000 steps over 64 groups would be
   # 10,000 passes, hours of CPU that only overfit. The world's and the rendered corpus's schedules are their own (0).
   c.eval = ml_collections.ConfigDict(dict(chunk=256))
+  # The fine-tunings beyond Table 2's rows (zero-shot, Finetuned = `contrastive`, CompLoss, CompPretrain + CompLoss):
+  # "negclip" (Table 4's NegCLIP) and "negclip_pref" (CompLoss on NegCLIP's L_con, from VidCLIP-base and from
+  # CompPretrain; module docstring); () = Table 2's rows only. On fewer test videos than `table_min_queries` they are
+  # left out, recorded in `clipped` (`vidjax.defaults.common.TABLE_MIN_QUERIES` says why); 0 runs them on any data.
+  c.ablations = ("negclip", "negclip_pref")
+  c.table_min_queries = common.TABLE_MIN_QUERIES
   # Declared in the order they apply, whatever their order in `arg` (`common.apply_variants`); `rendered` runs on the
   # rendered corpus's store, which the embedded world (`world`, and `smoke`, which implies it) replaces.
   return common.apply_variants(c, arg, {"world": world, "rendered": rendered, "smoke": smoke, "tiny": tiny},
@@ -213,6 +219,7 @@ def smoke(c: ml_collections.ConfigDict) -> None:
   if "world" not in c:
     world(c)
   c.world.update(num_train_groups=40, num_eval_groups=16)
+  c.table_min_queries = 0  # every row on the tiny world the tests read them on
   tiny(c)
 
 

@@ -10,7 +10,8 @@
      `comppretrain` (stacks of `pretrain.stack` clips with reordered and partial negatives, L_con + λ·L_pref);
   3. fine-tuning on the Comp training triplets (§4.2) from `base` with the contrastive loss, NegCLIP, CompLoss
      (eq. 2 on L_con) and CompLoss extending NegCLIP (`negclip_pref`: eq. 2 on NegCLIP's L_con), and from
-     `comppretrain` with each CompLoss (`vidjax.methods.comp.FINETUNES`);
+     `comppretrain` with each CompLoss (`vidjax.methods.comp.FINETUNES`); on fewer test videos than
+     `table_min_queries` only Table 2's (contrastive, comploss, comppretrain_comploss), recorded in `clipped`;
   4. evaluation (§3.4): binary accuracy per disruption type and the comprehensive product
      (`evaluate.evaluate_comp`), R@1 both ways on the positive pairs, and the hierarchy score: per test video,
      the share of its text pairs at different disruption levels (the positive 0, then `finetune.levels`: the single
@@ -18,7 +19,8 @@
      scored on its own video input (the full video, or its seg-mismatch crop) and every pair of a video's inputs
      pooled into that video's share, then averaged over test videos (`metrics.hierarchy_accuracy`);
   5. `<workdir>/results.json`: methods `METHODS` (`zero_shot`, `contrastive`, `negclip`, `comploss`,
-     `negclip_pref`, `comppretrain_comploss`, `comppretrain_negclip_pref`) x `temp_reorder`, `action_replace`,
+     `negclip_pref`, `comppretrain_comploss`, `comppretrain_negclip_pref`; those the run trained:
+     `vidjax.methods.comp.methods`) x `temp_reorder`, `action_replace`,
      `seg_mismatch`, `all`, `t2v_r1`, `v2t_r1`, `hierarchy`; "tables" holds Table 5 (pretraining ablation) and
      Table 6 (zero-shot retrieval) rows; `comploss_reading` / `comppretrain_reading` say which reading of eq. 2's
      order the fine-tunings / CompPretrain trained with ("paper": every pair of the hierarchy; "levels": only
@@ -40,10 +42,10 @@ from vidjax.defaults.common import (bad_value, check_choice, check_fraction, che
 from vidjax.sharding import on_writer
 from vidjax.experiments import common
 from vidjax.methods import comp as method
-from vidjax.methods.comp import FINETUNES, METHODS, METRICS, TABLE5
+from vidjax.methods.comp import METRICS, TABLE5
 from vidjax.methods.vidclip import Encoder, check_text_tower
 
-RESUMABLE = ()  # the rule of `common.is_resumable` covers the logging and evaluation keys
+RESUMABLE = ("ablations", "table_min_queries")  # and, by `common.is_resumable`'s rule, the logging and evaluation keys
 
 
 def validate(config) -> None:
@@ -82,6 +84,8 @@ def validate(config) -> None:
   if config.model.frames % config.pretrain.stack:
     bad_value("model.frames", config.model.frames, "a multiple of the CompPretrain stack size")
   check_positive_int(config, ["eval.chunk"])
+  if isinstance(config.ablations, str) or not set(config.ablations) <= set(method.ABLATIONS):
+    bad_value("ablations", config.ablations, f"a subset of {tuple(method.ABLATIONS)} (() = Table 2's rows only)")
   check_choice(config, "benchmark.connectives", (True, False))
 
 
@@ -94,18 +98,21 @@ def run(config, workdir: str | Path) -> dict:
   on_writer("comp_benchmark", lambda: method.write_benchmark(config, workdir, data))
   prepared = method.Prepared(config, data)
   config, clipped = prepared.config, {**clipped, **prepared.clipped}  # the text length too (`method.text_length`)
+  config, tables_left_out = method.fit_rows(config, prepared)  # Table 2's rows only on a few test videos
+  clipped.update(tables_left_out)
 
-  # Fit: the two pretrainings, then every fine-tuning (each resumes from its checkpoints).
+  # Fit: the two pretrainings, then each fine-tuning (each resumes from its checkpoints).
   with common.precision(config, "train"):
     params = method.fit(config, workdir, data, prepared)
 
-  # Evaluate: every method, and CompPretrain itself (zero-shot, for Tables 5 and 6).
+  # Evaluate: every method, and CompPretrain itself (zero-shot, for Tables 5 and 6); a fine-tuning's params are read
+  # from its checkpoint when it is evaluated (one model at a time).
   enc = Encoder(prepared.model, data, config.eval.chunk)
   scores = {"zero_shot": method.evaluate_model(enc, params["base"], prepared.es, prepared.eval_tokens),
             "comppretrain": method.evaluate_model(enc, params["comppretrain"], prepared.es, prepared.eval_tokens)}
-  for name, _, _ in FINETUNES:
-    scores[name] = method.evaluate_model(enc, params[name], prepared.es, prepared.eval_tokens)
-  table_metrics = {m: {k: scores[m][k] for k in METRICS} for m in METHODS}
+  for name, _, _ in method.finetunes(config):
+    scores[name] = method.evaluate_model(enc, method.load_model(workdir, name), prepared.es, prepared.eval_tokens)
+  table_metrics = {m: {k: scores[m][k] for k in METRICS} for m in method.methods(config)}
   tables = method.tables(scores, config.pretrain.stack)
 
   # Write: the tables and results.json.

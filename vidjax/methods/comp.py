@@ -9,7 +9,8 @@
             has their data (`vidjax.worlds.moving_objects.write_comp`), once, under `<workdir>/world`;
   fit       `Prepared(config, data)` (the VidCLIP, its tokenizer, every training's examples and the evaluation
             set), then `fit`: pretraining `base` (stack size 1, contrastive) and `comppretrain` (stacks of
-            `pretrain.stack` clips, L_con + lambda L_pref), then every fine-tuning of `FINETUNES`;
+            `pretrain.stack` clips, L_con + lambda L_pref), then each fine-tuning of `finetunes` (Table 2's, and
+            those of `config.ablations` unless the test split is too small to read them: `fit_rows`);
   evaluate  `evaluate_model`: binary accuracy per disruption type and the comprehensive product, R@1 both ways on
             the positive pairs, and the hierarchy score (`metrics.hierarchy_accuracy`); `tables` (Tables 5 and 6).
 
@@ -29,7 +30,7 @@ from vidjax import evaluate, io, metrics, train
 from vidjax.data import comp, pipeline
 from vidjax.data.annotations import read_activitynet_captions, read_youcook2
 from vidjax.data.features import FeatureStore
-from vidjax.defaults.common import bad_value, clip_to_data, with_values
+from vidjax.defaults.common import bad_value, clip_to_data, fit_tables, with_values
 from vidjax.data import provenance
 from vidjax.methods.vidclip import Encoder, Examples, TextTable, text_tokenizer, train_model, vidclip_setup
 from vidjax.worlds import moving_objects
@@ -44,6 +45,8 @@ FINETUNES = (("contrastive", "contrastive", "base"), ("negclip", "negclip", "bas
              ("negclip_pref", "negclip_pref", "base"), ("comppretrain_comploss", "comploss", "comppretrain"),
              ("comppretrain_negclip_pref", "negclip_pref", "comppretrain"))
 PRETRAINS = ("base", "comppretrain")
+# The fine-tunings each `config.ablations` entry adds to Table 2's (contrastive, comploss, comppretrain_comploss).
+ABLATIONS = {"negclip": ("negclip",), "negclip_pref": ("negclip_pref", "comppretrain_negclip_pref")}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -389,25 +392,46 @@ def training_section(section):
   return with_values(section, {"levels": pref_levels(section)})
 
 
+def finetunes(config) -> tuple[tuple[str, str, str], ...]:
+  """The fine-tunings of `FINETUNES` a run trains: Table 2's and those `config.ablations` adds (`ABLATIONS`)."""
+  optional = {m for ms in ABLATIONS.values() for m in ms}
+  asked = {m for a in config.ablations for m in ABLATIONS[a]}
+  return tuple(f for f in FINETUNES if f[0] not in optional or f[0] in asked)
+
+
+def methods(config) -> tuple[str, ...]:
+  """The rows of `METHODS` a run reports: zero-shot and its fine-tunings (`finetunes`)."""
+  trained = {m for m, _, _ in finetunes(config)}
+  return tuple(m for m in METHODS if m == "zero_shot" or m in trained)
+
+
+def fit_rows(config, p: Prepared, say: bool = True):
+  """`config.ablations` left out on fewer test videos (the positive pairs R@1 ranks) than `table_min_queries`
+  (`vidjax.defaults.common.fit_tables`): (config, clipped)."""
+  return fit_tables(config, len(p.es.pairs[0]), {"ablations": ()}, say)
+
+
 def fit(config, workdir: Path, data: CompData, p: Prepared) -> dict[str, Any]:
-  """Trains (or, from `workdir`'s checkpoints, resumes) the pretrainings, then every fine-tuning of `FINETUNES`,
+  """Trains (or, from `workdir`'s checkpoints, resumes) the pretrainings, then each fine-tuning of `finetunes`,
   each through the one loop in `<workdir>/models/<name>/`, with eq. 2 in each section's reading
-  (`training_section`); returns {name: host params}."""
+  (`training_section`); returns the pretrainings' host params {name: params}. A fine-tuning's params stay in its
+  checkpoint (`load_model`): evaluation reads them one model at a time, so the run holds two models' params, not
+  eight (BENCHMARKS.md, "Small corpora": resident memory)."""
   ptc, ftc = training_section(config.pretrain), training_section(config.finetune)
   params = {}
   for name, ex in p.pretrain.items():
     params[name] = train_model(name, p.model, p.fresh, ex, data, p.tokens, ptc,
                                "contrastive" if name == "base" else "comploss", config.seed, workdir,
                                video_lr=ptc.video_lr)
-  for method, mode, start in FINETUNES:
-    params[method] = train_model(method, p.model, lambda rng, s=start: params[s], p.finetune, data, p.tokens, ftc,
-                                 mode, config.seed, workdir, video_lr=ftc.video_lr)
+  for method, mode, start in finetunes(config):
+    train_model(method, p.model, lambda rng, s=start: params[s], p.finetune, data, p.tokens, ftc, mode, config.seed,
+                workdir, video_lr=ftc.video_lr)
   return params
 
 
-def restore(workdir: Path) -> dict[str, Any]:
-  """A finished run's final params of every pretraining and fine-tuning (nothing trains)."""
-  return {n: train.load_params(Path(workdir) / "models" / n) for n in (*PRETRAINS, *(m for m, _, _ in FINETUNES))}
+def load_model(workdir: Path, name: str) -> Any:
+  """A finished training's final params (`<workdir>/models/<name>`; nothing trains)."""
+  return train.load_params(Path(workdir) / "models" / name)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -438,7 +462,8 @@ def tables(scores: dict[str, dict], stack: int) -> dict[str, dict]:
           "negclip_pref": ("negclip_pref", "comppretrain_negclip_pref")}
   return {
       "pretraining_ablation": {f"{name}_stack{k}": {m: scores[method][m] for m in TABLE5}
-                               for name, pair in rows.items() for k, method in zip((1, stack), pair)},
+                               for name, pair in rows.items() if all(m in scores for m in pair)
+                               for k, method in zip((1, stack), pair)},
       "zero_shot_retrieval": {"vidclip_base": {k: scores["zero_shot"][k] for k in ("t2v_r1", "v2t_r1")},
                               "comppretrain": {k: scores["comppretrain"][k] for k in ("t2v_r1", "v2t_r1")}},
   }
@@ -456,7 +481,9 @@ def suite(config, workdir: str | Path) -> tuple[list[evaluate.Model], list[evalu
   workdir = Path(workdir)
   data = load(config, workdir)
   p = Prepared(config, data)
-  params = restore(workdir)
+  config, _ = fit_rows(config, p, say=False)
+  names = methods(config)
+  params = {m: load_model(workdir, "base" if m == "zero_shot" else m) for m in names}
   enc = Encoder(p.model, data, config.eval.chunk)
   space = f"the feature store {config.data.features}"
 
@@ -465,8 +492,8 @@ def suite(config, workdir: str | Path) -> tuple[list[evaluate.Model], list[evalu
     return texts, lambda rows: enc.videos(params, p.es.video_rows[list(rows)], p.es.frame_rows[list(rows)])
 
   rows = range(len(p.es.video_rows))  # the video keys the encoders have; texts: any paragraph (a text tower)
-  models = [evaluate.dual_encoder(m, space, *encoders(params["base" if m == "zero_shot" else m]),
-                                  chunk=config.eval.chunk, videos=rows) for m in METHODS]
+  models = [evaluate.dual_encoder(m, space, *encoders(params[m]), chunk=config.eval.chunk, videos=rows)
+            for m in names]
   paragraph = {row: text for text, row in p.eval_texts.rows.items()}
   by_type = {k: ([int(x) for x in v], [paragraph[int(x)] for x in pos], [paragraph[int(x)] for x in neg])
              for k, (v, pos, neg) in p.es.by_type.items()}
