@@ -8,5 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python tests/small_corpora.py "${1:?usage: bash launch/small_corpora.sh OUT [LIMIT_SECONDS]}" "${2:-900}"
-# the per-method small-corpus tests, the `heavy` ones (VEDJE, GRDR) included (the README's test command deselects them)
-python -m pytest -q -m "heavy or not heavy" tests/test_small_corpora.py tests/test_small_corpora_grdr.py
+# the per-method small-corpus tests, the `heavy` ones (VEDJE, GRDR, VideoComp) included (the README's test command
+# deselects them)
+python -m pytest -q -m "heavy or not heavy" tests/test_small_corpora.py tests/test_small_corpora_grdr.py \
+    tests/test_small_corpora_comp.py

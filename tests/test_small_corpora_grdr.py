@@ -10,14 +10,11 @@ pytestmark = pytest.mark.heavy  # minutes: deselected from the README's test com
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory, worker_id):
-  base = tmp_path_factory.getbasetemp()
-  return sc.corpus((base.parent if worker_id != "master" else base) / "small_corpora", ("MSR-VTT",), None)
+  return sc.corpus(sc.shared_root(tmp_path_factory, worker_id), ("MSR-VTT",), None)
 
 
 def test_grdr_finishes_within_memory_on_a_small_corpus(data, tmp_path):
-  section, stem = sc.command("grdr")
-  out = sc.run(sc.argv(section, stem, data, tmp_path / "grdr"), tmp_path / "grdr")
-  sc.check("grdr", out)
+  out = sc.run_checked("grdr", data, tmp_path)
   r = out["results"]
   for key in ("eval.table3", "eval.baselines", "eval.compare_single_view", "eval.dense_rows"):
     assert key in r["clipped"], key
