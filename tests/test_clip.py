@@ -2,7 +2,8 @@
 import ml_collections
 import pytest
 
-from vidjax.defaults.common import TABLE_MIN_QUERIES, check_strict, checking, clip_to_data, fit_tables
+from vidjax.defaults.common import (TABLE_MIN_QUERIES, check_passes, check_strict, checking, clip_to_data, fit_tables,
+                                    steps_in_passes)
 
 
 def _config(**kw):
@@ -148,3 +149,25 @@ def test_a_check_run_runs_every_check_up_to_the_first_training_step_and_stops_th
     check_run(_experiment([], late), config, tmp_path / "late")
   from vidjax import train  # pylint: disable=g-import-not-at-top
   assert not train._BEFORE_TRAINING  # pylint: disable=protected-access  (the hook ends with its check run)
+
+
+def test_steps_in_passes_caps_a_budget_at_passes_over_the_data():
+  """`<section>.steps` at most `max_passes` passes over n items at the batch clipped to n (ceil, at least 1); no limit
+  at 0 passes or without data; a bad `max_passes` is one error naming it."""
+  c = ml_collections.ConfigDict({"train": {"steps": 2500, "batch_size": 48, "max_passes": 25.0}})
+  assert steps_in_passes(c, "train", 4800, "items", "why")["train.steps"][0] == 2500  # 25 x 4,800 / 48
+  assert steps_in_passes(c, "train", 12, "items", "why") == {
+      "train.steps": (25, "train.max_passes=25 passes over the 12 items: why")}  # a batch of the 12 items
+  assert steps_in_passes(c, "train", 100, "items", "why")["train.steps"][0] == 53  # ceil(25 x 100 / 48)
+  c.train.max_passes = 0.01
+  assert steps_in_passes(c, "train", 100, "items", "why")["train.steps"][0] == 1
+  assert clip_to_data(c, steps_in_passes(c, "train", 100, "items", "why"), say=False)[1] == {
+      "train.steps": [2500, 1]}
+  c.train.max_passes = 0.0
+  assert steps_in_passes(c, "train", 100, "items", "why") == {}
+  c.train.max_passes = 25.0
+  assert steps_in_passes(c, "train", 0, "items", "why") == {}
+  check_passes(c, "train")
+  for bad in (-1.0, "25", True):
+    with pytest.raises(ValueError, match="train.max_passes"):
+      check_passes(ml_collections.ConfigDict({"train": {"max_passes": bad}}), "train")

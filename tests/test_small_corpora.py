@@ -38,3 +38,5 @@ def test_the_plain_command_finishes_within_memory_on_a_small_corpus(method, data
     assert clipped["train.batch_size"] == [64, 15]
   elif method != "retrieval":  # a batch of the paper's size holds more than the corpus's training items
     assert any(k.endswith("batch_size") for k in clipped), clipped
+  if method == "genstate":  # 4 training triplets: 25 passes over their 12 items, not 2,500 steps
+    assert clipped["train.steps"] == [2500, 25], clipped

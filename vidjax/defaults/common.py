@@ -353,6 +353,25 @@ def is_strict(config) -> bool:
   return bool(config.get("strict", STRICT))
 
 
+def steps_in_passes(config, section: str, n: int, what: str, why: str) -> dict[str, tuple[int, str]]:
+  """A `clip_to_data` limit: `<section>.steps` at most `<section>.max_passes` passes over the run's `n` training
+  `what` at its batch size (clipped to `n`); {} when `max_passes` is 0 (no limit) or nothing trains. `why`: where
+  the budget in passes comes from."""
+  s = get_key(config, section)
+  passes = float(s.get("max_passes", 0.0))
+  if passes <= 0 or n <= 0:
+    return {}
+  steps = max(1, int(np.ceil(passes * n / min(s.batch_size, n))))
+  return {f"{section}.steps": (steps, f"{section}.max_passes={passes:g} passes over the {n} {what}: {why}")}
+
+
+def check_passes(config, section: str) -> None:
+  """`<section>.max_passes` is a number >= 0 (0: no limit), else the one clear error naming it."""
+  passes = get_key(config, section).get("max_passes", 0.0)
+  if isinstance(passes, bool) or not isinstance(passes, (int, float)) or passes < 0:
+    bad_value(f"{section}.max_passes", passes, "passes over the training data >= 0 (0: no limit)")
+
+
 def clip_to_data(config, limits: Mapping[str, tuple], say: bool = True, fitted: Mapping[str, list] | None = None,
                  exact: Sequence[str] = ()):
   """Sizes that do not fit the data, fitted to it once per run, right after the data are known.

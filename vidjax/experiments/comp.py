@@ -37,8 +37,8 @@ import numpy as np
 
 from vidjax import evaluate
 from vidjax.data import comp
-from vidjax.defaults.common import (bad_value, check_choice, check_fraction, check_positive, check_positive_int,
-                                    clip_to_data, get_key)
+from vidjax.defaults.common import (bad_value, check_choice, check_fraction, check_passes, check_positive,
+                                    check_positive_int, clip_to_data, get_key)
 from vidjax.sharding import on_writer
 from vidjax.experiments import common
 from vidjax.methods import comp as method
@@ -68,8 +68,7 @@ def validate(config) -> None:
     tc = get_key(config, section)
     if tc.weight_decay < 0 or tc.warmup_steps < 0:
       bad_value(f"{section}.weight_decay", (tc.weight_decay, tc.warmup_steps), "weight decay and warm-up >= 0")
-    if not isinstance(tc.max_passes, (int, float)) or tc.max_passes < 0:
-      bad_value(f"{section}.max_passes", tc.max_passes, "passes over the training data >= 0 (0: no limit)")
+    check_passes(config, section)
   if tuple(config.pretrain.hierarchy) not in (("reorder", "partial"), ("partial", "reorder")):
     bad_value("pretrain.hierarchy", config.pretrain.hierarchy, "an order of ('reorder', 'partial')")
   h = tuple(config.finetune.hierarchy)

@@ -25,8 +25,8 @@ import numpy as np
 
 from vidjax import evaluate, losses
 from vidjax import progress as progress_lib
-from vidjax.defaults.common import (bad_value, check_choice, check_fraction, check_positive, check_positive_int,
-                                    clip_to_data)
+from vidjax.defaults.common import (bad_value, check_choice, check_fraction, check_passes, check_positive,
+                                    check_positive_int, clip_to_data)
 from vidjax.experiments import common
 from vidjax.methods import genstate as method
 from vidjax.methods import vidclip
@@ -58,6 +58,7 @@ def validate(config) -> None:
   check_positive_int(config, [f"train.{k}" for k in ("batch_size", "group", "steps", "checkpoint_every",
                                                            "log_every")])
   check_positive(config, ["train.lr"])
+  check_passes(config, "train")
   check_choice(config, "train.mode", losses.COMP_MODES)
   if config.train.batch_size % config.train.group:
     bad_value("train.batch_size", config.train.batch_size, f"a multiple of train.group={config.train.group}")

@@ -30,7 +30,7 @@ from vidjax import evaluate, io, metrics, train
 from vidjax.data import comp, pipeline
 from vidjax.data.annotations import read_activitynet_captions, read_youcook2
 from vidjax.data.features import FeatureStore
-from vidjax.defaults.common import bad_value, clip_to_data, fit_tables, with_values
+from vidjax.defaults.common import bad_value, clip_to_data, fit_tables, steps_in_passes, with_values
 from vidjax.data import provenance
 from vidjax.methods.vidclip import Encoder, Examples, TextTable, text_tokenizer, train_model, vidclip_setup
 from vidjax.worlds import moving_objects
@@ -197,11 +197,7 @@ def limits(config, data: CompData) -> dict[str, tuple[int, str]]:
          "finetune.batch_size": (groups, f"the {groups} fine-tuning groups (a training video input with its "
                                          "positive and hard negatives)")}
   for section, n, what in (("pretrain", len(data.clips), "training clips"), ("finetune", groups, "fine-tuning groups")):
-    passes = float(config[section].get("max_passes", 0.0))  # the paper's budget in passes over its data
-    if passes > 0 and n > 0:
-      steps = max(1, int(np.ceil(passes * n / min(config[section].batch_size, n))))
-      out[f"{section}.steps"] = (steps, f"{section}.max_passes={passes:g} passes over the {n} {what}: the paper's "
-                                        "budget in passes over its own data")
+    out.update(steps_in_passes(config, section, n, what, "the paper's budget in passes over its own data"))
   return out
 
 

@@ -27,6 +27,7 @@ from vidjax import extract as engine
 from vidjax.data import genstate
 from vidjax.data.features import FeatureStore
 from vidjax.data.provenance import check_store, present_videos
+from vidjax.defaults.common import steps_in_passes
 from vidjax.methods import vidclip
 from vidjax.models import pixelstats
 from vidjax.worlds import rendered
@@ -206,15 +207,17 @@ def training_items(triplets: Sequence[genstate.Triplet]) -> tuple[list[tuple[str
 
 def limits(config, data: Data) -> dict[str, tuple[int, str]]:
   """What must fit the data (`clip_to_data`): a VidCLIP batch at most its training items (`training_items`: a
-  triplet's three clips with the negatives' prompts, else its main clip), in whole `train.group`s; {} without
-  training triplets (nothing trains)."""
+  triplet's three clips with the negatives' prompts, else its main clip), in whole `train.group`s, and its steps
+  at most `train.max_passes` passes over them; {} without training triplets (nothing trains)."""
   if not data.train:
     return {}
   items, _ = training_items(data.train)
   group = config.train.group
   whole = f", in whole groups of train.group={group}" if group > 1 else ""
   why = f"the {len(items)} VidCLIP training items of {len(data.train)} training triplets{whole}"
-  return {"train.batch_size": (len(items) // group * group, why)}
+  return {"train.batch_size": (len(items) // group * group, why),
+          **steps_in_passes(config, "train", len(items), "VidCLIP training items",
+                            "the most the measured runs trained for and generalized (configs/genstate/common.py)")}
 
 
 def text_ids(config, data: Data) -> dict[str, str]:
