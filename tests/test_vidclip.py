@@ -357,3 +357,23 @@ def test_video_blocks_give_one_pass_gradients_in_less_memory_and_the_estimate_si
   assert vidclip.video_block(mc, cfg, 3) == 5 and vidclip.video_block(ml_collections.ConfigDict(), cfg, 3) == 0
   with pytest.raises(ValueError, match="video_block=-1"):
     dataclasses.replace(cfg, video_block=-1)
+
+
+def test_evaluation_encodes_videos_in_chunks_of_at_most_the_training_block():
+  """`methods.vidclip.Encoder`: videos in chunks of `eval.chunk` but at most the model's `video_block` (what fits
+  `memory_gb`), with the embeddings of one chunk (float32 rounding); texts keep `eval.chunk`; no block, no cap."""
+  import dataclasses  # pylint: disable=g-import-not-at-top
+  from types import SimpleNamespace  # pylint: disable=g-import-not-at-top
+  from vidjax.methods import vidclip  # pylint: disable=g-import-not-at-top
+  cfg = tiny(pool_queries=6, pool_mlp=64)
+  tokens = np.asarray(jax.random.normal(jax.random.PRNGKey(1), (7, 4, 3, 8))) * 5.0
+  data = SimpleNamespace(gather=lambda v, f: tokens[v])  # rows -> [B, T, N, D]
+  params = V.init_params(V.VidClip(cfg), jax.random.PRNGKey(0), tokens_per_frame=3)
+  rows = np.arange(7)
+  out = {}
+  for block, chunk in ((0, 16), (2, 16), (5, 3)):
+    enc = vidclip.Encoder(V.VidClip(dataclasses.replace(cfg, video_block=block)), data, chunk)
+    assert (enc.chunk, enc.video_chunk) == (chunk, min(chunk, block) if block else chunk)
+    out[block] = enc.videos(params, rows, rows)
+  for block in (2, 5):
+    np.testing.assert_allclose(out[block], out[0], rtol=1e-5, atol=1e-6)  # float32 on any backend

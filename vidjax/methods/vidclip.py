@@ -244,16 +244,21 @@ def train_model(name: str, model: V.VidClip, init_fn, ex: Examples, data, tokens
 
 
 class Encoder:
-  """Jitted unit embeddings of videos (given as feature rows) and texts, in fixed-size chunks."""
+  """Jitted unit embeddings of videos (given as feature rows) and texts, in fixed-size chunks: `chunk` texts, and
+  `chunk` videos but at most the model's training `video_block` (the videos whose video-tower activations fit the
+  section's `memory_gb`), so evaluation stays within the budget training does. At the paper's shapes on
+  VideoPrism-B's 16 x 256 tokens a video, 256 videos in one pass keep 13.1 GB of XLA temporaries, the 11 of a 4 GB
+  block 0.56 GB (`memory_analysis`, CPU; BENCHMARKS.md, "Small corpora")."""
 
   def __init__(self, model: V.VidClip, data, chunk: int):
-    self.data, self.chunk = data, chunk
+    block = model.config.video_block
+    self.data, self.chunk, self.video_chunk = data, chunk, min(chunk, block) if block else chunk
     self._video = jax.jit(lambda p, x: model.apply({"params": p}, x, method=V.VidClip.encode_video))
     self._text = jax.jit(lambda p, i, m: model.apply({"params": p}, i, m, method=V.VidClip.encode_text))
 
   def videos(self, params, video_rows, frame_rows) -> np.ndarray:
     return evaluate.chunked(lambda b: self._video(params, self.data.gather(b["v"], b["f"])),
-                            {"v": video_rows, "f": frame_rows}, self.chunk)
+                            {"v": video_rows, "f": frame_rows}, self.video_chunk)
 
   def texts(self, params, tokens) -> np.ndarray:
     return evaluate.chunked(lambda b: self._text(params, b["input_ids"], b["attention_mask"]), tokens, self.chunk)
