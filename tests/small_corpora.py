@@ -26,11 +26,10 @@ import test_readme_commands as guide
 ROOT = Path(__file__).resolve().parents[1]
 PER_SPLIT = 15
 PEAK_GB = 8.0  # the most resident memory a plain command may take on a small corpus (issue 64)
-# The methods whose plain command does not finish within memory on the small corpus (none since VideoComp trains
-# Table 2's rows only on 15 test videos: BENCHMARKS.md, "Small corpora"); those with a test file of their own
+# Every method's plain command finishes within memory on the small corpus (VideoComp since it trains Table 2's rows
+# only on 15 test videos: BENCHMARKS.md, "Small corpora"). Those with a test file of their own
 # (test_small_corpora_<method>.py, `heavy`: GRDR's T5 minutes, VideoComp's paper-size VidCLIP about half an hour,
 # beyond the 5 minutes asked); and of the rest those whose run takes minutes (`heavy`).
-NOT_WITHIN = ()
 OWN_FILE = ("grdr", "comp")
 HEAVY = ("vedje",)
 

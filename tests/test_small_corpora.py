@@ -21,11 +21,10 @@ def data(tmp_path_factory, worker_id, real_path):
 
 
 def _methods():
-  """Every method of the table whose plain command fits (`small_corpora.NOT_WITHIN`) but those with a file of their
-  own (`small_corpora.OWN_FILE`), stage-1 retrieval, and the minutes-long ones (`small_corpora.HEAVY`) marked
-  `heavy`."""
+  """Every method of the table but those with a file of their own (`small_corpora.OWN_FILE`), stage-1 retrieval, and
+  the minutes-long ones (`small_corpora.HEAVY`) marked `heavy`."""
   from vidjax.methods import METHODS  # pylint: disable=g-import-not-at-top
-  names = ["retrieval"] + [m for m in METHODS if m not in (*sc.NOT_WITHIN, *sc.OWN_FILE)]
+  names = ["retrieval"] + [m for m in METHODS if m not in sc.OWN_FILE]
   return [pytest.param(m, marks=pytest.mark.heavy) if m in sc.HEAVY else m for m in names]
 
 
