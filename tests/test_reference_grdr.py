@@ -15,6 +15,7 @@ Deviations by design, one line each (the tests below pin them):
   * HF beam search ends a beam whose code equals T5's eos id (1): such IDs come back cut short; vidjax does not.
 """
 import functools
+import itertools
 import json
 import math
 import zlib
@@ -297,11 +298,13 @@ def test_beam_search_on_the_official_logits_gives_the_official_routes():
   got, _, got_scores = beam_search(_code_logp(model), trie.arrays(), params, state, width=width, depth=3)
   np.testing.assert_array_equal(got, codes)
   np.testing.assert_allclose(got_scores, scores, rtol=1e-5, atol=1e-5)
-  prefixes = [()] + [(a,) for a in range(8)] + [(a, b) for a in range(8) for b in range(8)]
-  for row, prefix in enumerate(prefixes):
-    p = jnp.asarray(np.tile(np.asarray(prefix, np.int32).reshape(1, 1, -1), (3, 1, 1)))
-    logp = _apply(model, params, GRDR.code_logp, state, p)[:, 0]
-    np.testing.assert_allclose(logp, table[:, row], rtol=1e-5, atol=1e-5, err_msg=str(prefix))
+  # every prefix of each length at once, one beam a prefix (rows of the table: () 0, (c1,) 1 + c1, 9 + 8 c1 + c2)
+  for m, first_row in enumerate((0, 1, 9)):
+    prefixes = np.array(list(itertools.product(range(8), repeat=m)), np.int32).reshape(8 ** m, m)  # row order
+    p = jnp.asarray(np.tile(prefixes[None], (3, 1, 1)))  # [Q = 3, 8^m beams, m]
+    logp = _apply(model, params, GRDR.code_logp, state, p)
+    np.testing.assert_allclose(logp, table[:, first_row:first_row + len(prefixes)], rtol=1e-5, atol=1e-5,
+                               err_msg=f"prefixes of length {m}")
 
 
 def test_official_generate_cuts_ids_at_the_eos_code_vidjax_does_not():
