@@ -75,6 +75,33 @@ def test_beam_search_equals_plain_python_beam_and_never_leaves_the_trie(seed, k,
       assert np.all(leaves[qi, n:] == -1) and np.all(np.isneginf(scores[qi, n:]))
 
 
+def test_tries_of_similar_size_share_a_program_and_padding_changes_no_result():
+  """Tries of one K and depth whose tables differ in size and branching (7 or 8 depth-1 nodes, 25-30 / 33-43 CSR
+  entries, 3 or 4 children at most at depth 2) give arrays of one shape and static structure: one compiled beam
+  search for a run's models (Tables 1-3); and the search over the padded arrays is the search over the tables as
+  built (the dead beams' codes aside, which no caller reads)."""
+  from vidjax.retrieval.trie import TrieArrays, padded_size
+  k, depth = 8, 3
+  structure, raw_shapes = set(), set()
+  for seed, videos in ((33, 20), (23, 22), (38, 18)):
+    codes, params, queries = _random_case(seed, k, depth, videos=videos, views=2)
+    trie = SemanticIdTrie([f"v{i}" for i in range(videos)], codes, k)
+    padded = trie.arrays()
+    raw = TrieArrays(jax.tree.map(jnp.asarray, tuple(trie._tables)), tuple(trie._dense), k, tuple(trie._branching))
+    structure.add((jax.tree_util.tree_structure(padded), str(jax.tree.map(jnp.shape, padded.tables))))
+    raw_shapes.add((jax.tree_util.tree_structure(raw), str(jax.tree.map(jnp.shape, raw.tables))))
+    for width in (2, 5, 64):  # 64: more beams than the 33-43 IDs, so some die
+      got = jax.device_get(beam_search(logp_fn, padded, params, queries, width=width, depth=depth))
+      want = jax.device_get(beam_search(logp_fn, raw, params, queries, width=width, depth=depth))
+      alive = want[1] >= 0
+      assert (width < 64) == bool(alive.all())
+      np.testing.assert_array_equal(got[1], want[1])
+      np.testing.assert_array_equal(got[0][alive], want[0][alive])
+      np.testing.assert_array_equal(got[2], want[2])
+  assert len(raw_shapes) == 3 and len(structure) == 1, structure
+  assert [padded_size(n) for n in (1, 2, 3, 4096, 4097, 10 ** 7)] == [1, 2, 4, 4096, 4608, 10485760]
+
+
 @pytest.mark.parametrize("seed", [4, 5, 6])
 def test_wide_beam_search_is_exhaustive_enumeration_of_valid_ids(seed):
   k, depth = 4, 3

@@ -147,10 +147,24 @@ class SemanticIdTrie:
             + self.video_ptr.nbytes + self.video_index.nbytes)
 
   def arrays(self) -> TrieArrays:
-    """The tables as device arrays for `beam_search`."""
-    tables = tuple(tuple(jnp.asarray(a) for a in t) if isinstance(t, tuple) else jnp.asarray(t)
-                   for t in self._tables)
-    return TrieArrays(tables, tuple(self._dense), self.num_codes, tuple(self._branching))
+    """The tables as device arrays for `beam_search`, padded so that tries of one K and depth share its compiled
+    program (a run evaluates many: Tables 1-3's models, each setting): a dense depth's table to `padded_size` rows
+    (-1: nodes that do not exist, never reached), a CSR depth's `row_ptr` (its last entry repeated: degree 0) and
+    `child_code` to `padded_size`, and each branching factor up to a multiple of 8 (at most K; the extra slots are
+    past every node's degree: a 100-beam step over ~45 children reads 48). The search's results are those of the
+    unpadded tables."""
+    k, tables = self.num_codes, []
+    for d, t in enumerate(self._tables):
+      if isinstance(t, tuple):
+        row_ptr, child_code = t
+        row_ptr = np.pad(row_ptr, (0, padded_size(len(row_ptr)) - len(row_ptr)), mode="edge")
+        child_code = np.pad(child_code, (0, padded_size(len(child_code)) - len(child_code)))
+        tables.append((jnp.asarray(row_ptr), jnp.asarray(child_code)))
+      else:
+        rows = min(padded_size(len(t)), k ** d)
+        tables.append(jnp.asarray(np.pad(t, ((0, rows - len(t)), (0, 0)), constant_values=-1)))
+    branching = tuple(min(k, -(-b // 8) * 8) for b in self._branching)
+    return TrieArrays(tuple(tables), tuple(self._dense), k, branching)
 
   def videos_in_order(self, leaves: np.ndarray, limit: int | None = None, return_beams: bool = False):
     """Video indices of `leaves [W]` (beam order; -1 = none), de-duplicated keeping the first occurrence.
@@ -174,6 +188,16 @@ class SemanticIdTrie:
   def collisions(self) -> int:
     """Number of distinct IDs shared by two or more videos."""
     return int(np.sum(np.diff(self.video_ptr) > 1))
+
+
+def padded_size(n: int) -> int:
+  """The length a trie array of n entries is padded to (`SemanticIdTrie.arrays`): the next power of two up to 4096,
+  past it the next multiple of a sixteenth of the next power of two (at most 12.5% more entries: n is above half
+  that power)."""
+  if n <= 4096:
+    return 1 << max(n - 1, 0).bit_length()
+  step = (1 << (n - 1).bit_length()) // 16
+  return -(-n // step) * step
 
 
 def _sorted_unique(a: np.ndarray) -> np.ndarray:
