@@ -149,11 +149,10 @@ class SemanticIdTrie:
   def arrays(self) -> TrieArrays:
     """The tables as device arrays for `beam_search`, padded so that tries of one K and depth and similar sizes
     share its compiled program (a run evaluates many: Tables 1-3's models, each setting): a dense depth's table to
-    `padded_size` rows
-    (-1: nodes that do not exist, never reached), a CSR depth's `row_ptr` (its last entry repeated: degree 0) and
-    `child_code` to `padded_size`, and each branching factor up to a multiple of 8 (at most K; the extra slots are
-    past every node's degree: a 100-beam step over ~45 children reads 48). The search's results are those of the
-    unpadded tables."""
+    `padded_size` rows (-1: nodes that do not exist, never reached), a CSR depth's `row_ptr` (its last entry
+    repeated: degree 0) and `child_code` to `padded_size`, and each branching factor up to a multiple of 8 (at most
+    K; the extra slots are past every node's degree: a 100-beam step over 40 children reads 40, over 45 reads 48).
+    The search's results are those of the unpadded tables."""
     k, tables = self.num_codes, []
     for d, t in enumerate(self._tables):
       if isinstance(t, tuple):
