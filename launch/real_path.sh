@@ -10,8 +10,8 @@
 #     SEED   0 by default: seeds the corpus, the backbone and every method
 #     SCOPE  main (SIZE=full's default): each method on the dataset of its paper's main comparison (CAST on all
 #            three; VEDJE, GRDR, retrieval on MSR-VTT; VideoComp on ActivityNet; GenState; the stack on YouCook2 with
-#            either reranker): about 46 minutes on 2 CPU cores by its steps timed alone, GRDR 14 of them
-#            (BENCHMARKS.md, "The whole real path on the v2 corpus").
+#            either reranker): about 54 minutes on 2 CPU cores, run alone (seed 2), GRDR 21 of them, 14 its GR
+#            baselines' (BENCHMARKS.md, "The whole real path on the v2 corpus").
 #            all (SIZE=smoke's default): also VEDJE on DiDeMo / ActivityNet / MSVD and VideoComp on YouCook2.
 #
 # With SIZE=smoke (a few dozen clips) the backbone is the tiny random VideoPrism of `configs/prepare.py:smoke` and the
