@@ -69,6 +69,24 @@ def test_decoder_is_causal_and_encoder_ignores_masked_tokens():
   assert base.shape == (2, 4, 16)
 
 
+def test_decoder_reads_a_querys_memory_once_for_its_beams():
+  """Memory of Q rows for Q * W rows of y (each query's W beams consecutive, as a beam search's): the rows equal the
+  decoder over the memory repeated per row; rows the memory does not divide are refused."""
+  rng = np.random.default_rng(1)
+  q, w, s, length = 3, 4, 3, 5
+  memory = jnp.asarray(rng.normal(size=(q, length, 16)), jnp.float32)
+  mask = jnp.asarray(rng.random((q, length)) < 0.7, bool).at[:, 0].set(True)
+  y = jnp.asarray(rng.normal(size=(q * w, s, 16)), jnp.float32)
+  dec = T5Decoder(TINY)
+  params = jax.jit(dec.init)(jax.random.PRNGKey(2), y, jnp.repeat(memory, w, axis=0), jnp.repeat(mask, w, axis=0))
+  apply = jax.jit(dec.apply)
+  per_row = apply(params, y, jnp.repeat(memory, w, axis=0), jnp.repeat(mask, w, axis=0))
+  per_query = apply(params, y, memory, mask)
+  np.testing.assert_allclose(per_query, per_row, rtol=1e-5, atol=1e-5)
+  with pytest.raises(ValueError, match="divide"):
+    dec.apply(params, y[:-1], memory, mask)
+
+
 def test_t5_learns_to_copy_a_sequence_in_reverse():
   """Behaviour: a tiny T5 trained on (x -> reversed x) over 8 symbols decodes unseen sequences."""
   import optax

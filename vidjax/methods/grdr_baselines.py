@@ -280,8 +280,8 @@ def retriever_loss(model: SemanticIdRetriever, params, batch, rng, ranking: Rank
   encoder_rng, decoder_rng = jax.random.split(rng)
   state = model.apply({"params": params}, queries, False, rngs={"dropout": encoder_rng},
                       method=SemanticIdRetriever.encode_query)
-  repeated = {k: jnp.repeat(v, n, axis=0) for k, v in state.items()}
-  logits = model.apply({"params": params}, repeated, ids.reshape(b * n, length)[:, :-1], False,
+  # each query's memory read once for its 1 + W IDs (`T5Decoder`'s per-query memory)
+  logits = model.apply({"params": params}, state, ids.reshape(b * n, length)[:, :-1], False,
                        rngs={"dropout": decoder_rng}, method=SemanticIdRetriever.logits).reshape(b, n, length, -1)
   ce, parts = id_loss(logits[:, 0], codes)
   rank = listwise_rank_loss(sequence_logp(logits, ids), negative)

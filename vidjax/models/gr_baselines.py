@@ -287,8 +287,7 @@ class SemanticIdRetriever(nn.Module):
     """Beam-search step (`vidjax.retrieval.trie.beam_search`): prefix int [Q, W, m] -> log P(next token)
     [Q, W, num_outputs]."""
     q, w, m = prefix.shape
-    repeated = {k: jnp.repeat(v, w, axis=0) for k, v in state.items()}
-    logits = self.logits(repeated, prefix.reshape(q * w, m))[:, m]
+    logits = self.logits(state, prefix.reshape(q * w, m))[:, m]  # each query's memory read once for its W beams
     return jax.nn.log_softmax(logits, axis=-1).reshape(q, w, -1)
 
   def __call__(self, queries, codes):

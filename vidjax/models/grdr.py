@@ -306,8 +306,7 @@ class GRDR(nn.Module):
     """Beam-search step: state (`encode_query`, Q rows), prefix int [Q, W, m] -> log P(c_{m+1} | prefix, q)
     [Q, W, K]."""
     q, w, m = prefix.shape
-    repeated = {k: jnp.repeat(v, w, axis=0) for k, v in state.items()}
-    h = self.decode(repeated, prefix.reshape(q * w, m))[:, m]
+    h = self.decode(state, prefix.reshape(q * w, m))[:, m]  # each query's memory read once for its W beams
     tau, _ = self.temperatures()
     book = self.tok.codebooks[m]
     logits = (l2_normalize(h.astype(jnp.float32)) @ l2_normalize(book).T) / tau

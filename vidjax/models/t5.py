@@ -182,13 +182,26 @@ class T5Encoder(nn.Module):
 
 
 class T5Decoder(nn.Module):
-  """Causal decoder: y [B, S, d_model] attends to itself (causally) and to memory [B, L, d_model]."""
+  """Causal decoder: y [B, S, d_model] attends to itself (causally) and to memory [B, L, d_model].
+
+  Memory may also be [Q, L, d_model] for B = Q * W rows of y, each query's W rows consecutive (a beam search's beams):
+  the cross-attention then reads each query's memory once for its W rows, as one sequence of W * S positions (cross-
+  attention treats target positions independently, so this is the per-row computation; the memory's keys and values,
+  most of a short prefix's decoding cost, are projected Q times instead of B). In training the folded attention
+  weights draw their dropout masks in that layout: independent elements at the same rate, other draws than per row."""
   config: T5Config
 
   @nn.compact
   def __call__(self, y, memory, memory_mask, deterministic: bool = True):
     c = self.config
-    s = y.shape[1]
+    b, s = y.shape[:2]
+    q = memory.shape[0]
+    if q != b and (b % q or memory_mask.shape[0] != q):
+      raise ValueError(f"T5Decoder: memory of {q} rows for {b} rows of y: memory must have y's rows, or divide "
+                       f"them with a mask of its rows, got mask {tuple(memory_mask.shape)}")
+
+    def fold(fn):  # [B, S, d] -> [Q, W * S, d] around the cross-attention when the memory is per query
+      return fn if q == b else lambda h: fn(h.reshape(q, (b // q) * s, h.shape[-1])).reshape(b, s, -1)
     y = Dropout(c.dropout_rate)(y.astype(jnp.dtype(c.dtype)), deterministic=deterministic)
     causal = jnp.asarray(np.tril(np.ones((s, s), bool)))[None]
     self_bias = PositionBias(c, False, name="position_bias")(s, s) + _mask_bias(causal)
@@ -198,7 +211,7 @@ class T5Decoder(nn.Module):
       y = _sublayer(c, f"layer_{i}_self_attention", lambda h, a=attn: a(h, h, self_bias, deterministic),
                     y, deterministic)
       cross = Attention(c, name=f"layer_{i}_cross_attention")
-      y = _sublayer(c, f"layer_{i}_cross_attention", lambda h, a=cross: a(h, memory, cross_bias, deterministic),
+      y = _sublayer(c, f"layer_{i}_cross_attention", fold(lambda h, a=cross: a(h, memory, cross_bias, deterministic)),
                     y, deterministic)
       ffn = FeedForward(c, name=f"layer_{i}_ffn")
       y = _sublayer(c, f"layer_{i}_ffn", lambda h, f=ffn: f(h, deterministic), y, deterministic)
