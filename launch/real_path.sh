@@ -10,7 +10,7 @@
 #     SEED   0 by default: seeds the corpus, the backbone and every method
 #     SCOPE  main (SIZE=full's default): each method on the dataset of its paper's main comparison (CAST on all
 #            three; VEDJE, GRDR, retrieval on MSR-VTT; VideoComp on ActivityNet; GenState; the stack on YouCook2 with
-#            either reranker): about 54 minutes on 2 CPU cores, run alone (seed 2), GRDR 21 of them, 14 its GR
+#            either reranker): about 50 minutes on 2 CPU cores, run alone (seed 2), GRDR 17 of them, 10 its GR
 #            baselines' (BENCHMARKS.md, "The whole real path on the v2 corpus").
 #            all (SIZE=smoke's default): also VEDJE on DiDeMo / ActivityNet / MSVD and VideoComp on YouCook2.
 #
