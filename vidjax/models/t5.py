@@ -187,7 +187,8 @@ class T5Decoder(nn.Module):
   Memory may also be [Q, L, d_model] for B = Q * W rows of y, each query's W rows consecutive (a beam search's beams):
   the cross-attention then reads each query's memory once for its W rows, as one sequence of W * S positions (cross-
   attention treats target positions independently, so this is the per-row computation; the memory's keys and values,
-  most of a short prefix's decoding cost, are projected Q times instead of B). In training the folded attention
+  2 L d_model^2 multiply-adds a row and layer, more than the rest of a prefix of a few tokens, are projected Q times
+  instead of B: bench/gr_decoder_memory.py). In training the folded attention
   weights draw their dropout masks in that layout: independent elements at the same rate, other draws than per row."""
   config: T5Config
 
